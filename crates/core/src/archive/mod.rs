@@ -1,0 +1,1 @@
+//! STUB: deterministic tar serialization and safe extraction.

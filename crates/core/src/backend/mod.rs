@@ -1,0 +1,78 @@
+//! Storage backends: a flat namespace of immutable objects.
+//!
+//! Keys are `/`-separated relative names such as `containers/00000000000000a1`
+//! or `manifests/0000000000000007`. An object is written once with [`put`] and
+//! never modified; the only way to change the repository's state is to put a
+//! new manifest generation, which is why `put` must be atomic (a reader sees the
+//! whole object or none of it). Durability is batched: objects put since the
+//! last [`sync`] may be lost in a crash, so the engine calls `sync` before it
+//! publishes the manifest that references them.
+//!
+//! [`put`]: Backend::put
+//! [`sync`]: Backend::sync
+
+use crate::error::Result;
+
+mod counting;
+mod failing;
+mod local;
+mod memory;
+
+pub use counting::{CountingBackend, IoCounters};
+pub use failing::FailingBackend;
+pub use local::LocalBackend;
+pub use memory::MemoryBackend;
+
+pub trait Backend: Send + Sync {
+    /// Store `data` under `key` atomically (all or nothing). Overwrites an
+    /// existing object of the same key (used only for leftovers and tests).
+    fn put(&self, key: &str, data: &[u8]) -> Result<()>;
+    /// Read a whole object. A missing key is `Error::MissingObject(key)`.
+    fn get(&self, key: &str) -> Result<Vec<u8>>;
+    /// Read `len` bytes at `offset`. Reading past the end is `Error::Corrupt`
+    /// (the object is shorter than its header promised).
+    fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>>;
+    /// Size of an object in bytes.
+    fn size(&self, key: &str) -> Result<u64>;
+    /// Keys that start with `prefix`, sorted.
+    fn list(&self, prefix: &str) -> Result<Vec<String>>;
+    /// Delete an object; deleting a missing object is not an error.
+    fn delete(&self, key: &str) -> Result<()>;
+    /// Make every `put` and `delete` so far durable.
+    fn sync(&self) -> Result<()>;
+    /// Create `key` only if it does not exist (lock files). Returns false if
+    /// it already existed. Durable on return.
+    fn create_new(&self, key: &str, data: &[u8]) -> Result<bool>;
+    /// Human-readable location, for messages.
+    fn location(&self) -> String;
+}
+
+impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
+    fn put(&self, key: &str, data: &[u8]) -> Result<()> {
+        (**self).put(key, data)
+    }
+    fn get(&self, key: &str) -> Result<Vec<u8>> {
+        (**self).get(key)
+    }
+    fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        (**self).get_range(key, offset, len)
+    }
+    fn size(&self, key: &str) -> Result<u64> {
+        (**self).size(key)
+    }
+    fn list(&self, prefix: &str) -> Result<Vec<String>> {
+        (**self).list(prefix)
+    }
+    fn delete(&self, key: &str) -> Result<()> {
+        (**self).delete(key)
+    }
+    fn sync(&self) -> Result<()> {
+        (**self).sync()
+    }
+    fn create_new(&self, key: &str, data: &[u8]) -> Result<bool> {
+        (**self).create_new(key, data)
+    }
+    fn location(&self) -> String {
+        (**self).location()
+    }
+}

@@ -1,0 +1,177 @@
+//! Content-defined and fixed-size chunking behind one trait.
+//!
+//! A [`Chunker`] is a pure cut-point function: given bytes that begin at a
+//! chunk boundary it returns the length of the next chunk. Keeping chunkers
+//! stateless lets the ingest pipeline stream any input through a bounded
+//! buffer (it only needs `max_size` bytes of look-ahead) and makes chunk
+//! boundaries independent of how the input was split into reads.
+
+use serde::{Deserialize, Serialize};
+
+mod fastcdc;
+mod fixed;
+mod rabin;
+
+pub use self::fastcdc::FastCdc;
+pub use self::fixed::FixedSize;
+pub use self::rabin::Rabin;
+
+/// Finds chunk boundaries.
+pub trait Chunker: Send + Sync {
+    /// Length of the chunk that starts at `data[0]`.
+    ///
+    /// Contract: `data` is non-empty. If `eof` is false, `data.len() >=
+    /// self.max_size()`. The result is in `1..=min(data.len(), max_size)`,
+    /// and is at least `min_size` unless `data.len() < min_size` (a final
+    /// short chunk, only possible with `eof`).
+    fn cut(&self, data: &[u8], eof: bool) -> usize;
+    /// Largest chunk this chunker produces: the look-ahead the caller keeps.
+    fn max_size(&self) -> usize;
+}
+
+/// Which chunking algorithm, with its size parameters in bytes.
+/// Serialized into the repository config so every backup of a repository
+/// chunks the same way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "algorithm", rename_all = "kebab-case")]
+pub enum ChunkerConfig {
+    /// FastCDC with normalized chunking (normalization level 2).
+    Fastcdc { min: u32, avg: u32, max: u32 },
+    /// Rabin fingerprint over a 48-byte sliding window.
+    Rabin { min: u32, avg: u32, max: u32 },
+    /// Fixed-size blocks.
+    Fixed { size: u32 },
+}
+
+impl Default for ChunkerConfig {
+    fn default() -> Self {
+        ChunkerConfig::Fastcdc {
+            min: 2 * 1024,
+            avg: 8 * 1024,
+            max: 64 * 1024,
+        }
+    }
+}
+
+impl ChunkerConfig {
+    /// Named presets: `gccdf` (1/4/32 KiB, as the GCCDF artifact),
+    /// `mfdedup` and `default` (2/8/64 KiB).
+    pub fn preset(name: &str) -> Option<Self> {
+        match name {
+            "default" | "mfdedup" => Some(Self::default()),
+            "gccdf" => Some(ChunkerConfig::Fastcdc {
+                min: 1024,
+                avg: 4096,
+                max: 32 * 1024,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Check the parameters; the error says what is wrong.
+    pub fn validate(&self) -> Result<(), String> {
+        match *self {
+            ChunkerConfig::Fastcdc { min, avg, max } | ChunkerConfig::Rabin { min, avg, max } => {
+                if !(min >= 64 && min <= avg && avg <= max) {
+                    return Err(format!(
+                        "chunk sizes must satisfy 64 <= min <= avg <= max (got {min}/{avg}/{max})"
+                    ));
+                }
+                if !avg.is_power_of_two() {
+                    return Err(format!("average chunk size must be a power of two (got {avg})"));
+                }
+                if max > 16 * 1024 * 1024 {
+                    return Err(format!("maximum chunk size must be at most 16 MiB (got {max})"));
+                }
+                Ok(())
+            }
+            ChunkerConfig::Fixed { size } => {
+                if size == 0 || size > 16 * 1024 * 1024 {
+                    Err(format!("fixed chunk size must be in 1..=16 MiB (got {size})"))
+                } else {
+                    Ok(())
+                }
+            }
+        }
+    }
+
+    /// Build the chunker. Panics only if `validate` would fail.
+    pub fn build(&self) -> Box<dyn Chunker> {
+        match *self {
+            ChunkerConfig::Fastcdc { min, avg, max } => {
+                Box::new(FastCdc::new(min as usize, avg as usize, max as usize))
+            }
+            ChunkerConfig::Rabin { min, avg, max } => {
+                Box::new(Rabin::new(min as usize, avg as usize, max as usize))
+            }
+            ChunkerConfig::Fixed { size } => Box::new(FixedSize::new(size as usize)),
+        }
+    }
+
+    /// Parse a spec such as `fastcdc`, `fastcdc:2k/8k/64k`, `rabin:1k/8k/64k`,
+    /// `fixed:8k`, or a preset name (`gccdf`, `mfdedup`, `default`).
+    pub fn parse(spec: &str) -> Result<Self, String> {
+        if let Some(p) = Self::preset(spec) {
+            return Ok(p);
+        }
+        let (name, params) = spec.split_once(':').unwrap_or((spec, ""));
+        let sizes: Vec<u32> = if params.is_empty() {
+            vec![]
+        } else {
+            params
+                .split('/')
+                .map(parse_size)
+                .collect::<Result<_, _>>()?
+        };
+        let cfg = match (name, sizes.as_slice()) {
+            ("fastcdc", []) => Self::default(),
+            ("fastcdc", [min, avg, max]) => ChunkerConfig::Fastcdc { min: *min, avg: *avg, max: *max },
+            ("rabin", []) => ChunkerConfig::Rabin { min: 2048, avg: 8192, max: 65536 },
+            ("rabin", [min, avg, max]) => ChunkerConfig::Rabin { min: *min, avg: *avg, max: *max },
+            ("fixed", []) => ChunkerConfig::Fixed { size: 8192 },
+            ("fixed", [size]) => ChunkerConfig::Fixed { size: *size },
+            _ => {
+                return Err(format!(
+                    "bad chunker '{spec}': expected fastcdc[:MIN/AVG/MAX], rabin[:MIN/AVG/MAX], fixed[:SIZE], gccdf or mfdedup"
+                ))
+            }
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    pub fn describe(&self) -> String {
+        match *self {
+            ChunkerConfig::Fastcdc { min, avg, max } => format!("fastcdc:{min}/{avg}/{max}"),
+            ChunkerConfig::Rabin { min, avg, max } => format!("rabin:{min}/{avg}/{max}"),
+            ChunkerConfig::Fixed { size } => format!("fixed:{size}"),
+        }
+    }
+}
+
+/// Parse `8192`, `8k`, `8KiB`, `4m`, `4MiB`.
+pub fn parse_size(s: &str) -> Result<u32, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let (num, mult) = if let Some(n) = t.strip_suffix("kib").or(t.strip_suffix("k")) {
+        (n, 1024u64)
+    } else if let Some(n) = t.strip_suffix("mib").or(t.strip_suffix("m")) {
+        (n, 1024 * 1024)
+    } else {
+        (t.as_str(), 1)
+    };
+    let v: u64 = num.trim().parse().map_err(|_| format!("bad size '{s}'"))?;
+    u32::try_from(v * mult).map_err(|_| format!("size '{s}' too large"))
+}
+
+/// Split a whole buffer into chunk lengths (tests, benchmarks).
+pub fn chunk_all(chunker: &dyn Chunker, data: &[u8]) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut pos = 0;
+    while pos < data.len() {
+        let rest = &data[pos..];
+        let n = chunker.cut(rest, true);
+        out.push(n);
+        pos += n;
+    }
+    out
+}

@@ -1,0 +1,182 @@
+//! Fingerprints: fixed-size chunk identities.
+//!
+//! Every fingerprint is stored in 32 bytes whatever the algorithm; SHA-1's
+//! 20 bytes (and short trace hashes) are zero-padded. One fixed width keeps the
+//! index, container metadata and recipes free of per-algorithm layouts.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// Width of a stored fingerprint in bytes.
+pub const FP_LEN: usize = 32;
+
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Fingerprint(pub [u8; FP_LEN]);
+
+impl Fingerprint {
+    pub fn from_slice(bytes: &[u8]) -> Option<Self> {
+        if bytes.len() > FP_LEN {
+            return None;
+        }
+        let mut fp = [0u8; FP_LEN];
+        fp[..bytes.len()].copy_from_slice(bytes);
+        Some(Fingerprint(fp))
+    }
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0)
+    }
+    /// Parse a hex string of up to 64 digits (shorter ones are zero-padded).
+    pub fn from_hex(s: &str) -> Option<Self> {
+        if s.len() % 2 != 0 {
+            return None;
+        }
+        Self::from_slice(&hex::decode(s).ok()?)
+    }
+    /// First 8 bytes as an integer: fingerprints are uniformly random, so this
+    /// is a good hash for in-memory tables and a cheap content-defined signal.
+    #[inline]
+    pub fn prefix_u64(&self) -> u64 {
+        u64::from_le_bytes(self.0[..8].try_into().unwrap())
+    }
+}
+
+impl fmt::Debug for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", &self.to_hex()[..16])
+    }
+}
+
+impl fmt::Display for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.to_hex())
+    }
+}
+
+/// Fingerprint algorithm, chosen per repository at `init`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum HashAlgo {
+    #[default]
+    Blake3,
+    Sha1,
+    Sha256,
+}
+
+impl HashAlgo {
+    pub fn hash(self, data: &[u8]) -> Fingerprint {
+        use sha1::Digest as _;
+        match self {
+            HashAlgo::Blake3 => Fingerprint(*blake3::hash(data).as_bytes()),
+            HashAlgo::Sha1 => Fingerprint::from_slice(&sha1::Sha1::digest(data)).unwrap(),
+            HashAlgo::Sha256 => Fingerprint::from_slice(&sha2::Sha256::digest(data)).unwrap(),
+        }
+    }
+    /// Significant bytes of the digest (the rest of the 32 are zero).
+    pub fn digest_len(self) -> usize {
+        match self {
+            HashAlgo::Sha1 => 20,
+            _ => 32,
+        }
+    }
+    pub fn code(self) -> u8 {
+        match self {
+            HashAlgo::Blake3 => 1,
+            HashAlgo::Sha1 => 2,
+            HashAlgo::Sha256 => 3,
+        }
+    }
+    pub fn from_code(c: u8) -> Option<Self> {
+        Some(match c {
+            1 => HashAlgo::Blake3,
+            2 => HashAlgo::Sha1,
+            3 => HashAlgo::Sha256,
+            _ => return None,
+        })
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            HashAlgo::Blake3 => "blake3",
+            HashAlgo::Sha1 => "sha1",
+            HashAlgo::Sha256 => "sha256",
+        }
+    }
+}
+
+impl std::str::FromStr for HashAlgo {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "blake3" => Ok(HashAlgo::Blake3),
+            "sha1" | "sha-1" => Ok(HashAlgo::Sha1),
+            "sha256" | "sha-256" => Ok(HashAlgo::Sha256),
+            _ => Err(format!(
+                "unknown fingerprint algorithm '{s}' (expected blake3, sha1 or sha256)"
+            )),
+        }
+    }
+}
+
+/// Hasher for maps keyed by fingerprint: the key is already random, so the
+/// first 8 bytes are the hash (no SipHash on the index hot path).
+#[derive(Default)]
+pub struct FpHasher(u64);
+
+impl Hasher for FpHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        // `Fingerprint` hashes as its 32-byte array: take the first 8.
+        if bytes.len() >= 8 {
+            self.0 = u64::from_le_bytes(bytes[..8].try_into().unwrap());
+        } else {
+            for &b in bytes {
+                self.0 = self.0.rotate_left(8) ^ b as u64;
+            }
+        }
+    }
+    fn write_usize(&mut self, _: usize) {}
+}
+
+pub type FpBuildHasher = BuildHasherDefault<FpHasher>;
+pub type FpMap<V> = std::collections::HashMap<Fingerprint, V, FpBuildHasher>;
+pub type FpSet = std::collections::HashSet<Fingerprint, FpBuildHasher>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_digests() {
+        assert_eq!(
+            HashAlgo::Sha1.hash(b"abc").to_hex()[..40],
+            *"a9993e364706816aba3e25717850c26c9cd0d89d"
+        );
+        assert_eq!(
+            HashAlgo::Sha256.hash(b"abc").to_hex(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert_eq!(
+            HashAlgo::Blake3.hash(b"").to_hex(),
+            "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262"
+        );
+    }
+
+    #[test]
+    fn hex_round_trip_and_padding() {
+        let fp = HashAlgo::Sha1.hash(b"x");
+        assert_eq!(Fingerprint::from_hex(&fp.to_hex()), Some(fp));
+        assert_eq!(&fp.0[20..], &[0u8; 12]);
+        assert_eq!(Fingerprint::from_hex("abc"), None);
+    }
+
+    #[test]
+    fn map_uses_prefix() {
+        let mut m: FpMap<u32> = FpMap::default();
+        for i in 0..1000u32 {
+            m.insert(HashAlgo::Blake3.hash(&i.to_le_bytes()), i);
+        }
+        assert_eq!(m[&HashAlgo::Blake3.hash(&7u32.to_le_bytes())], 7);
+    }
+}

@@ -1,0 +1,16 @@
+//! # tessera-core
+//!
+//! The Tessera deduplication engine: chunking, fingerprinting, immutable
+//! containers, Merkle-tree recipes, the fingerprint index and the catalog of
+//! manifest generations. No CLI code and no printing live here; callers get
+//! structured reports and errors.
+
+pub mod archive;
+pub mod backend;
+pub mod chunking;
+pub mod error;
+pub mod fingerprint;
+pub mod lock;
+
+pub use error::{Error, Result};
+pub use fingerprint::{Fingerprint, HashAlgo};
