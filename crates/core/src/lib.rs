@@ -7,10 +7,15 @@
 
 pub mod archive;
 pub mod backend;
+pub mod catalog;
 pub mod chunking;
+pub mod container;
 pub mod error;
 pub mod fingerprint;
+pub mod index;
 pub mod lock;
+pub mod metrics;
+pub mod recipe;
 
 pub use error::{Error, Result};
 pub use fingerprint::{Fingerprint, HashAlgo};

@@ -45,6 +45,11 @@ pub trait Backend: Send + Sync {
     fn create_new(&self, key: &str, data: &[u8]) -> Result<bool>;
     /// Human-readable location, for messages.
     fn location(&self) -> String;
+    /// Remove temporary files an interrupted `put` left behind; returns how
+    /// many. Only the writer holding the lock may call it.
+    fn remove_temporaries(&self) -> Result<usize> {
+        Ok(0)
+    }
 }
 
 impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
@@ -74,5 +79,8 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
     }
     fn location(&self) -> String {
         (**self).location()
+    }
+    fn remove_temporaries(&self) -> Result<usize> {
+        (**self).remove_temporaries()
     }
 }

@@ -1,0 +1,250 @@
+//! The catalog: which backups, containers and index segments exist, as
+//! manifest generations.
+//!
+//! A manifest generation is an immutable object `manifests/<generation>`
+//! (16 hex digits). The repository's state is the newest generation; a
+//! mutation publishes generation g+1 only after every object it lists is
+//! durable, and deletes superseded objects (older generations included) only
+//! after that publish. A crash therefore leaves generation g or g+1 intact,
+//! plus unlisted leftovers that the next writer removes.
+//!
+//! Envelope: `b"TSRAMANI"` | version u32 | JSON length u64 | JSON | XXH3-128 of all before.
+//! JSON keeps the manifest inspectable; the checksum keeps it honest.
+
+use crate::chunking::ChunkerConfig;
+use crate::container::format::checksum;
+use crate::container::{ChunkKind, ContainerId};
+use crate::error::{Error, Result};
+use crate::fingerprint::{Fingerprint, HashAlgo};
+use serde::{Deserialize, Serialize};
+
+const MAGIC: [u8; 8] = *b"TSRAMANI";
+pub const VERSION: u32 = 1;
+pub const MANIFEST_PREFIX: &str = "manifests/";
+
+/// Fixed at `init`: how every backup of this repository is chunked and stored.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RepoConfig {
+    /// Random identity of the repository.
+    pub repo_id: String,
+    pub hash: HashAlgo,
+    pub chunker: ChunkerConfig,
+    /// Capacity of a container in (logical) bytes.
+    pub container_size: u32,
+    /// Trace mode: data containers hold metadata only.
+    pub trace: bool,
+    /// Creation time, unix seconds.
+    pub created: u64,
+}
+
+/// What a backup was made from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SourceKind {
+    /// A directory, stored as a deterministic tar stream.
+    Tree,
+    /// A single file's bytes.
+    File,
+    /// A named stream (stdin).
+    Stream,
+    /// A fingerprint trace (no bytes).
+    Trace,
+}
+
+/// One backup (a version) in the catalog.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackupEntry {
+    /// Sequence number, unique within the repository, never reused.
+    pub id: u64,
+    /// Root fingerprint of the recipe tree (hex): the content's identity.
+    pub root: String,
+    pub root_level: u8,
+    /// Source path or stream name.
+    pub name: String,
+    pub source: SourceKind,
+    /// Unix seconds at the start of the backup.
+    pub time: u64,
+    pub logical_bytes: u64,
+    pub chunks: u64,
+    /// Bytes and chunks this backup stored anew.
+    pub new_bytes: u64,
+    pub new_chunks: u64,
+}
+
+impl BackupEntry {
+    pub fn root_fp(&self) -> Result<Fingerprint> {
+        Fingerprint::from_hex(&self.root)
+            .ok_or_else(|| Error::corrupt("manifest", format!("bad root of backup {}", self.id)))
+    }
+}
+
+/// One container in the catalog.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerEntry {
+    pub id: ContainerId,
+    pub kind: ChunkKind,
+    pub chunks: u32,
+    /// Sum of chunk lengths (the container's size for every metric).
+    pub logical_bytes: u64,
+    /// Size of the stored object.
+    pub object_bytes: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub generation: u64,
+    pub config: RepoConfig,
+    pub next_container_id: ContainerId,
+    pub next_backup_id: u64,
+    pub next_segment_id: u64,
+    pub backups: Vec<BackupEntry>,
+    pub containers: Vec<ContainerEntry>,
+    /// Index segment keys, oldest first.
+    pub index_segments: Vec<String>,
+}
+
+pub fn manifest_key(generation: u64) -> String {
+    format!("{MANIFEST_PREFIX}{generation:016x}")
+}
+
+pub fn parse_manifest_key(key: &str) -> Option<u64> {
+    let hex = key.strip_prefix(MANIFEST_PREFIX)?;
+    (hex.len() == 16).then(|| u64::from_str_radix(hex, 16).ok())?
+}
+
+pub fn segment_key(id: u64) -> String {
+    format!("index/{id:016x}")
+}
+
+impl Manifest {
+    pub fn new(config: RepoConfig) -> Self {
+        Manifest {
+            generation: 0,
+            config,
+            next_container_id: 1,
+            next_backup_id: 1,
+            next_segment_id: 1,
+            backups: Vec::new(),
+            containers: Vec::new(),
+            index_segments: Vec::new(),
+        }
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let json = serde_json::to_vec(self).expect("manifest serializes");
+        let mut out = Vec::with_capacity(json.len() + 36);
+        out.extend_from_slice(&MAGIC);
+        out.extend_from_slice(&VERSION.to_le_bytes());
+        out.extend_from_slice(&(json.len() as u64).to_le_bytes());
+        out.extend_from_slice(&json);
+        let sum = checksum(&out);
+        out.extend_from_slice(&sum);
+        out
+    }
+
+    /// Decode and verify; `name` identifies the object in errors.
+    pub fn decode(b: &[u8], name: &str) -> Result<Self> {
+        if b.len() < 36 || b[..8] != MAGIC {
+            return Err(Error::corrupt(name, "not a Tessera manifest"));
+        }
+        let version = u32::from_le_bytes(b[8..12].try_into().unwrap());
+        if version != VERSION {
+            return Err(Error::UnsupportedVersion {
+                object: name.to_string(),
+                found: version,
+                supported: VERSION,
+            });
+        }
+        let (body, sum) = b.split_at(b.len() - 16);
+        if checksum(body) != sum {
+            return Err(Error::corrupt(name, "checksum mismatch"));
+        }
+        let len = u64::from_le_bytes(b[12..20].try_into().unwrap());
+        if len != (body.len() - 20) as u64 {
+            return Err(Error::corrupt(name, "length mismatch"));
+        }
+        let m: Manifest = serde_json::from_slice(&body[20..])
+            .map_err(|e| Error::corrupt(name, format!("unreadable: {e}")))?;
+        m.validate(name)?;
+        Ok(m)
+    }
+
+    /// Internal consistency: ids below their allocators, no duplicates.
+    fn validate(&self, name: &str) -> Result<()> {
+        let bad = |why: String| Err(Error::corrupt(name, why));
+        let mut ids = std::collections::HashSet::new();
+        for c in &self.containers {
+            if c.id >= self.next_container_id || !ids.insert(c.id) {
+                return bad(format!("container id {:016x} is out of range or listed twice", c.id));
+            }
+        }
+        let mut bids = std::collections::HashSet::new();
+        for b in &self.backups {
+            if b.id >= self.next_backup_id || !bids.insert(b.id) {
+                return bad(format!("backup id {} is out of range or listed twice", b.id));
+            }
+            b.root_fp()?;
+        }
+        if let Err(e) = self.config.chunker.validate() {
+            return bad(format!("bad chunker configuration: {e}"));
+        }
+        Ok(())
+    }
+
+    pub fn backup(&self, id: u64) -> Option<&BackupEntry> {
+        self.backups.iter().find(|b| b.id == id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Manifest {
+        let mut m = Manifest::new(RepoConfig {
+            repo_id: "r".into(),
+            hash: HashAlgo::Sha1,
+            chunker: ChunkerConfig::default(),
+            container_size: 4 << 20,
+            trace: false,
+            created: 1,
+        });
+        m.generation = 3;
+        m.next_container_id = 3;
+        m.containers.push(ContainerEntry {
+            id: 2,
+            kind: ChunkKind::Data,
+            chunks: 1,
+            logical_bytes: 10,
+            object_bytes: 186,
+        });
+        m
+    }
+
+    #[test]
+    fn round_trip_and_corruption() {
+        let m = sample();
+        let b = m.encode();
+        assert_eq!(Manifest::decode(&b, "m").unwrap(), m);
+        for i in (0..b.len()).step_by(3) {
+            let mut bad = b.clone();
+            bad[i] ^= 0x20;
+            assert!(Manifest::decode(&bad, "m").is_err(), "flip at {i}");
+        }
+        assert!(Manifest::decode(&b[..b.len() - 2], "m").is_err());
+    }
+
+    #[test]
+    fn inconsistent_manifest_is_rejected() {
+        let mut m = sample();
+        m.next_container_id = 2;
+        let err = Manifest::decode(&m.encode(), "m").unwrap_err();
+        assert!(err.to_string().contains("out of range"), "{err}");
+    }
+
+    #[test]
+    fn keys() {
+        assert_eq!(parse_manifest_key(&manifest_key(42)), Some(42));
+        assert_eq!(parse_manifest_key("manifests/xyz"), None);
+    }
+}

@@ -1,0 +1,217 @@
+//! Containers: the fixed-capacity, immutable unit of storage and of I/O.
+//!
+//! [`format`] is the byte layout; [`ContainerBuilder`] fills one container;
+//! [`ContainerStore`] puts and gets container objects through the backend,
+//! verifying every read and counting every read and write in [`Metrics`].
+
+pub mod format;
+
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::fingerprint::{Fingerprint, FpMap, HashAlgo};
+use crate::metrics::Metrics;
+pub use format::{ChunkKind, ChunkMeta, ContainerId, Header};
+use std::sync::Arc;
+
+/// Object key of a container.
+pub fn container_key(id: ContainerId) -> String {
+    format!("containers/{id:016x}")
+}
+
+/// Parse a container key back into its id.
+pub fn parse_container_key(key: &str) -> Option<ContainerId> {
+    let hex = key.strip_prefix("containers/")?;
+    if hex.len() != 16 {
+        return None;
+    }
+    u64::from_str_radix(hex, 16).ok()
+}
+
+/// Accumulates the chunks of one open container.
+pub struct ContainerBuilder {
+    kind: ChunkKind,
+    capacity: u64,
+    trace: bool,
+    entries: Vec<ChunkMeta>,
+    data: Vec<u8>,
+    logical: u64,
+}
+
+impl ContainerBuilder {
+    pub fn new(kind: ChunkKind, capacity: u64, trace: bool) -> Self {
+        ContainerBuilder {
+            kind,
+            capacity,
+            trace,
+            entries: Vec::new(),
+            data: Vec::new(),
+            logical: 0,
+        }
+    }
+    /// Whether a chunk of `len` bytes fits. An empty container takes any chunk,
+    /// so a chunk larger than the capacity gets a container of its own.
+    pub fn fits(&self, len: u64) -> bool {
+        self.entries.is_empty() || self.logical + len <= self.capacity
+    }
+    /// Append a chunk. `bytes` is ignored in trace mode (pass `&[]`).
+    pub fn push(&mut self, fp: Fingerprint, len: u32, bytes: &[u8]) {
+        if !self.trace {
+            debug_assert_eq!(bytes.len(), len as usize);
+            if self.data.capacity() == 0 {
+                self.data.reserve(self.capacity as usize);
+            }
+            self.data.extend_from_slice(bytes);
+        }
+        self.entries.push(ChunkMeta {
+            fp,
+            offset: self.logical as u32,
+            len,
+            kind: self.kind,
+        });
+        self.logical += len as u64;
+    }
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+    pub fn logical_len(&self) -> u64 {
+        self.logical
+    }
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+    /// Take the accumulated chunks, leaving the builder empty for the next container.
+    pub fn take(&mut self) -> (Vec<ChunkMeta>, Vec<u8>) {
+        self.logical = 0;
+        (
+            std::mem::take(&mut self.entries),
+            std::mem::take(&mut self.data),
+        )
+    }
+}
+
+/// A container read back from storage: verified header, metadata and data.
+pub struct Container {
+    pub header: Header,
+    pub meta: Vec<ChunkMeta>,
+    object: Vec<u8>,
+    by_fp: FpMap<u32>,
+}
+
+impl Container {
+    fn new(header: Header, meta: Vec<ChunkMeta>, object: Vec<u8>) -> Self {
+        let mut by_fp = FpMap::with_capacity_and_hasher(meta.len(), Default::default());
+        for (i, m) in meta.iter().enumerate() {
+            by_fp.entry(m.fp).or_insert(i as u32);
+        }
+        Container {
+            header,
+            meta,
+            object,
+            by_fp,
+        }
+    }
+    pub fn id(&self) -> ContainerId {
+        self.header.id
+    }
+    /// Metadata of the chunk with this fingerprint, if the container holds it.
+    pub fn find(&self, fp: &Fingerprint) -> Option<&ChunkMeta> {
+        self.by_fp.get(fp).map(|&i| &self.meta[i as usize])
+    }
+    /// Bytes of a chunk of this container (empty in trace mode).
+    pub fn bytes(&self, m: &ChunkMeta) -> &[u8] {
+        if self.header.trace {
+            return &[];
+        }
+        let start = format::HEADER_LEN + m.offset as usize;
+        &self.object[start..start + m.len as usize]
+    }
+    /// Bytes of the chunk with this fingerprint.
+    pub fn chunk(&self, fp: &Fingerprint) -> Option<&[u8]> {
+        self.find(fp).map(|m| self.bytes(m))
+    }
+}
+
+/// Puts and gets containers through a backend; verifies and counts.
+#[derive(Clone)]
+pub struct ContainerStore {
+    backend: Arc<dyn Backend>,
+    algo: HashAlgo,
+    trace: bool,
+    metrics: Arc<Metrics>,
+}
+
+impl ContainerStore {
+    pub fn new(backend: Arc<dyn Backend>, algo: HashAlgo, trace: bool, metrics: Arc<Metrics>) -> Self {
+        ContainerStore {
+            backend,
+            algo,
+            trace,
+            metrics,
+        }
+    }
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    /// Write one container. Recipe containers always hold their bytes (recipes
+    /// are metadata); data containers hold none in trace mode. Returns the
+    /// object size in bytes.
+    pub fn write(&self, id: ContainerId, kind: ChunkKind, entries: &[ChunkMeta], data: &[u8]) -> Result<u64> {
+        let trace = self.trace && kind == ChunkKind::Data;
+        let object = format::encode(id, kind, self.algo, trace, entries, data);
+        self.backend.put(&container_key(id), &object)?;
+        let logical: u64 = entries.iter().map(|e| e.len as u64).sum();
+        self.metrics.container_written(kind == ChunkKind::Recipe, logical);
+        Ok(object.len() as u64)
+    }
+
+    /// Read and verify a whole container.
+    pub fn read(&self, id: ContainerId) -> Result<Container> {
+        let object = self.backend.get(&container_key(id)).map_err(|e| missing_as(id, e))?;
+        let (header, meta) = format::decode(id, &object)?;
+        self.check_algo(&header)?;
+        self.metrics
+            .container_read(header.kind == ChunkKind::Recipe, header.logical_len);
+        Ok(Container::new(header, meta, object))
+    }
+
+    /// Read only the header and metadata section (two ranged reads). Not
+    /// counted as a container read: it touches no chunk data.
+    pub fn read_meta(&self, id: ContainerId) -> Result<(Header, Vec<ChunkMeta>)> {
+        let key = container_key(id);
+        let head = self
+            .backend
+            .get_range(&key, 0, format::HEADER_LEN as u64)
+            .map_err(|e| missing_as(id, e))?;
+        let header = format::decode_header(id, &head)?;
+        self.check_algo(&header)?;
+        let meta = self
+            .backend
+            .get_range(&key, header.meta_offset(), header.meta_len)
+            .map_err(|e| missing_as(id, e))?;
+        let meta = format::decode_meta(&header, &meta)?;
+        Ok((header, meta))
+    }
+
+    fn check_algo(&self, h: &Header) -> Result<()> {
+        if h.algo != self.algo {
+            return Err(Error::corrupt(
+                format::object_name(h.id),
+                format!("fingerprints are {}, repository uses {}", h.algo.name(), self.algo.name()),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A missing or truncated container object is reported by container name.
+fn missing_as(id: ContainerId, e: Error) -> Error {
+    match e {
+        Error::MissingObject(_) => Error::MissingObject(format::object_name(id)),
+        Error::Corrupt { reason, .. } => Error::corrupt(format::object_name(id), reason),
+        other => other,
+    }
+}

@@ -1,0 +1,181 @@
+//! The fingerprint index: exact and global, fingerprint → container.
+//!
+//! In memory while a repository is open. It is persisted as immutable *index
+//! segments*: each mutation that writes containers writes one segment with the
+//! entries it added, and the manifest lists the segments in order (later
+//! entries win, so a rewritten chunk's newest copy is found). Opening a
+//! repository loads the segments instead of scanning every container; the
+//! index can always be rebuilt from container metadata.
+//!
+//! Data chunks and recipe chunks are kept in separate maps: they live in
+//! separate containers and must never deduplicate against each other.
+//!
+//! Segment format: `b"TSRAINDX"` | version u32 | count u64 |
+//! count × (fingerprint[32], container u64, kind u8, 7 zero bytes) | XXH3-128 of all before.
+
+use crate::container::format::checksum;
+use crate::container::{ChunkKind, ContainerId};
+use crate::error::{Error, Result};
+use crate::fingerprint::{Fingerprint, FpMap, FP_LEN};
+
+const MAGIC: [u8; 8] = *b"TSRAINDX";
+const VERSION: u32 = 1;
+const ENTRY_LEN: usize = 48;
+
+/// One index entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IndexEntry {
+    pub fp: Fingerprint,
+    pub container: ContainerId,
+    pub kind: ChunkKind,
+}
+
+#[derive(Default)]
+pub struct Index {
+    data: FpMap<ContainerId>,
+    recipe: FpMap<ContainerId>,
+}
+
+impl Index {
+    pub fn get(&self, kind: ChunkKind, fp: &Fingerprint) -> Option<ContainerId> {
+        self.map(kind).get(fp).copied()
+    }
+    pub fn insert(&mut self, e: IndexEntry) {
+        match e.kind {
+            ChunkKind::Data => self.data.insert(e.fp, e.container),
+            ChunkKind::Recipe => self.recipe.insert(e.fp, e.container),
+        };
+    }
+    pub fn remove(&mut self, kind: ChunkKind, fp: &Fingerprint) {
+        match kind {
+            ChunkKind::Data => self.data.remove(fp),
+            ChunkKind::Recipe => self.recipe.remove(fp),
+        };
+    }
+    fn map(&self, kind: ChunkKind) -> &FpMap<ContainerId> {
+        match kind {
+            ChunkKind::Data => &self.data,
+            ChunkKind::Recipe => &self.recipe,
+        }
+    }
+    /// Entries (data, recipe).
+    pub fn len(&self) -> (usize, usize) {
+        (self.data.len(), self.recipe.len())
+    }
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty() && self.recipe.is_empty()
+    }
+    /// Approximate heap bytes of the in-memory tables (hashbrown: key, value
+    /// and one control byte per bucket).
+    pub fn memory_bytes(&self) -> usize {
+        let slot = std::mem::size_of::<(Fingerprint, ContainerId)>() + 1;
+        (self.data.capacity() + self.recipe.capacity()) * slot
+    }
+    pub fn entries(&self) -> impl Iterator<Item = IndexEntry> + '_ {
+        let d = self.data.iter().map(|(fp, &c)| IndexEntry {
+            fp: *fp,
+            container: c,
+            kind: ChunkKind::Data,
+        });
+        let r = self.recipe.iter().map(|(fp, &c)| IndexEntry {
+            fp: *fp,
+            container: c,
+            kind: ChunkKind::Recipe,
+        });
+        d.chain(r)
+    }
+}
+
+pub fn encode_segment(entries: &[IndexEntry]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(20 + entries.len() * ENTRY_LEN + 16);
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&VERSION.to_le_bytes());
+    out.extend_from_slice(&(entries.len() as u64).to_le_bytes());
+    for e in entries {
+        out.extend_from_slice(&e.fp.0);
+        out.extend_from_slice(&e.container.to_le_bytes());
+        out.push(match e.kind {
+            ChunkKind::Data => 0,
+            ChunkKind::Recipe => 1,
+        });
+        out.extend_from_slice(&[0u8; 7]);
+    }
+    let sum = checksum(&out);
+    out.extend_from_slice(&sum);
+    out
+}
+
+/// Decode and verify a segment; `name` identifies it in errors.
+pub fn decode_segment(b: &[u8], name: &str) -> Result<Vec<IndexEntry>> {
+    if b.len() < 36 || b[..8] != MAGIC {
+        return Err(Error::corrupt(name, "not an index segment"));
+    }
+    let (body, sum) = b.split_at(b.len() - 16);
+    if checksum(body) != sum {
+        return Err(Error::corrupt(name, "checksum mismatch"));
+    }
+    let version = u32::from_le_bytes(b[8..12].try_into().unwrap());
+    if version != VERSION {
+        return Err(Error::UnsupportedVersion {
+            object: name.to_string(),
+            found: version,
+            supported: VERSION,
+        });
+    }
+    let count = u64::from_le_bytes(b[12..20].try_into().unwrap());
+    let entries = &body[20..];
+    if entries.len() as u64 != count.saturating_mul(ENTRY_LEN as u64) {
+        return Err(Error::corrupt(name, "entry count does not match its length"));
+    }
+    entries
+        .chunks_exact(ENTRY_LEN)
+        .map(|e| {
+            let kind = match e[40] {
+                0 => ChunkKind::Data,
+                1 => ChunkKind::Recipe,
+                k => return Err(Error::corrupt(name, format!("unknown chunk kind {k}"))),
+            };
+            Ok(IndexEntry {
+                fp: Fingerprint(e[..FP_LEN].try_into().unwrap()),
+                container: u64::from_le_bytes(e[32..40].try_into().unwrap()),
+                kind,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::HashAlgo;
+
+    #[test]
+    fn segment_round_trip_and_corruption() {
+        let entries: Vec<_> = (0..100u32)
+            .map(|i| IndexEntry {
+                fp: HashAlgo::Blake3.hash(&i.to_le_bytes()),
+                container: i as u64 / 10,
+                kind: if i % 3 == 0 { ChunkKind::Recipe } else { ChunkKind::Data },
+            })
+            .collect();
+        let seg = encode_segment(&entries);
+        assert_eq!(decode_segment(&seg, "s").unwrap(), entries);
+        for i in (0..seg.len()).step_by(7) {
+            let mut bad = seg.clone();
+            bad[i] ^= 1;
+            assert!(decode_segment(&bad, "s").is_err(), "flip at {i}");
+        }
+        assert!(decode_segment(&seg[..seg.len() - 1], "s").is_err());
+    }
+
+    #[test]
+    fn kinds_are_separate_and_later_entries_win() {
+        let fp = HashAlgo::Blake3.hash(b"x");
+        let mut idx = Index::default();
+        idx.insert(IndexEntry { fp, container: 1, kind: ChunkKind::Data });
+        assert_eq!(idx.get(ChunkKind::Recipe, &fp), None);
+        idx.insert(IndexEntry { fp, container: 5, kind: ChunkKind::Data });
+        assert_eq!(idx.get(ChunkKind::Data, &fp), Some(5));
+        assert_eq!(idx.len(), (1, 0));
+    }
+}
