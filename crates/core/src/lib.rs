@@ -16,6 +16,7 @@ pub mod index;
 pub mod lock;
 pub mod metrics;
 pub mod recipe;
+pub mod trace;
 
 pub use error::{Error, Result};
 pub use fingerprint::{Fingerprint, HashAlgo};

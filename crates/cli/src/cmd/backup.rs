@@ -1,0 +1,119 @@
+//! `tessera backup`.
+
+use super::open_backend;
+use crate::args::RepoArg;
+use crate::ui;
+use anyhow::{Context, Result};
+use serde::Serialize;
+use std::fs::File;
+use std::io::BufReader;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use tessera_core::archive::TreeStats;
+use tessera_core::catalog::SourceKind;
+use tessera_core::{BackupOptions, BackupReport, Repository};
+
+#[derive(Serialize)]
+struct Report {
+    #[serde(flatten)]
+    backup: BackupReport,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tree: Option<TreeStats>,
+}
+
+/// Size of a directory's files, for the progress bar's total (best effort).
+fn tree_size(path: &std::path::Path) -> Option<u64> {
+    let mut total = 0u64;
+    let mut stack = vec![path.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).ok()?.flatten() {
+            let m = e.path().symlink_metadata().ok()?;
+            if m.is_dir() {
+                stack.push(e.path());
+            } else if m.is_file() {
+                total += m.len();
+            }
+        }
+    }
+    Some(total)
+}
+
+pub fn backup(
+    repo: &RepoArg,
+    path: Option<PathBuf>,
+    stdin_name: Option<String>,
+    trace_file: Option<PathBuf>,
+    json: bool,
+) -> Result<ExitCode> {
+    // Check the source before taking the lock, so a typo fails fast.
+    if let Some(p) = &path {
+        std::fs::symlink_metadata(p).with_context(|| format!("cannot read {}", p.display()))?;
+    }
+    let mut r = Repository::open_writer(open_backend(repo)?, "tessera backup")?;
+    let report = if let Some(name) = stdin_name {
+        let pb = ui::progress(None, "backup", json);
+        let opts = BackupOptions { name, source: SourceKind::Stream };
+        let mut stdin = std::io::stdin().lock();
+        let rep = r.backup_reader(&opts, &mut stdin, &mut |n| pb.set_position(n))?;
+        pb.finish_and_clear();
+        Report { backup: rep, tree: None }
+    } else if let Some(t) = trace_file {
+        let f = File::open(&t).with_context(|| format!("cannot open {}", t.display()))?;
+        let opts = BackupOptions { name: t.display().to_string(), source: SourceKind::Trace };
+        let chunks = tessera_core::trace::read_trace(BufReader::new(f), t.display().to_string());
+        Report { backup: r.backup_trace(&opts, chunks)?, tree: None }
+    } else {
+        let p = path.expect("clap requires a path");
+        let abs = std::path::absolute(&p).unwrap_or(p.clone());
+        let meta = std::fs::metadata(&p).with_context(|| format!("cannot read {}", p.display()))?;
+        if meta.is_dir() {
+            let pb = ui::progress(tree_size(&p), "backup", json);
+            let opts = BackupOptions { name: abs.display().to_string(), source: SourceKind::Tree };
+            let (rep, tree) = r.backup_tree(&opts, &p, &mut |n| pb.set_position(n))?;
+            pb.finish_and_clear();
+            Report { backup: rep, tree: Some(tree) }
+        } else {
+            let pb = ui::progress(Some(meta.len()), "backup", json);
+            let mut f = File::open(&p).with_context(|| format!("cannot open {}", p.display()))?;
+            let opts = BackupOptions { name: abs.display().to_string(), source: SourceKind::File };
+            let rep = r.backup_reader(&opts, &mut f, &mut |n| pb.set_position(n))?;
+            pb.finish_and_clear();
+            Report { backup: rep, tree: None }
+        }
+    };
+    let leftovers = r.leftovers().objects.len();
+    r.close()?;
+    if json {
+        ui::print_json(&report)?;
+    } else {
+        let b = &report.backup;
+        if leftovers > 0 {
+            eprintln!("note: removed {leftovers} leftover objects of an interrupted operation");
+        }
+        println!(
+            "backup {} of {}: {} logical, {} new in {} of {} chunks, {} data + {} recipe containers written",
+            b.backup.id,
+            b.backup.name,
+            ui::bytes(b.logical_bytes),
+            ui::bytes(b.stored_bytes),
+            b.new_chunks,
+            b.chunks,
+            b.data_containers_written,
+            b.recipe_containers_written,
+        );
+        if let Some(t) = &report.tree {
+            println!(
+                "  {} files, {} directories, {} symlinks, {} hard links",
+                t.files, t.dirs, t.symlinks, t.hardlinks
+            );
+            for s in &t.skipped {
+                eprintln!("  skipped {s}");
+            }
+        }
+        println!(
+            "  {:.2} s, {:.1} MB/s, root {}",
+            b.seconds, b.throughput_mb_s, &b.backup.root[..16]
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,165 @@
+//! init, snapshots, forget, stats, unlock.
+
+use super::open_backend;
+use crate::args::RepoArg;
+use crate::ui;
+use anyhow::{Context, Result};
+use serde::Serialize;
+use std::process::ExitCode;
+use std::sync::Arc;
+use tessera_core::backend::{Backend, LocalBackend};
+use tessera_core::chunking::{parse_size, ChunkerConfig};
+use tessera_core::lock;
+use tessera_core::{InitOptions, Repository};
+
+pub fn init(repo: &RepoArg, hash: &str, chunker: &str, container_size: &str, trace: bool, json: bool) -> Result<ExitCode> {
+    let opts = InitOptions {
+        hash: hash.parse().map_err(anyhow::Error::msg)?,
+        chunker: ChunkerConfig::parse(chunker).map_err(anyhow::Error::msg)?,
+        container_size: parse_size(container_size).map_err(anyhow::Error::msg)?,
+        trace,
+    };
+    if repo.repo.exists() && !repo.repo.is_dir() {
+        anyhow::bail!("{} exists and is not a directory", repo.repo.display());
+    }
+    let backend: Arc<dyn Backend> = Arc::new(LocalBackend::create(&repo.repo)?);
+    Repository::init(backend.clone(), &opts)?;
+    let r = Repository::open(backend)?;
+    if json {
+        ui::print_json(&r.config())?;
+    } else {
+        let c = r.config();
+        println!(
+            "created repository {} at {}\n  fingerprints {}, chunker {}, containers {}{}",
+            &c.repo_id[..8],
+            repo.repo.display(),
+            c.hash.name(),
+            c.chunker.describe(),
+            ui::bytes(c.container_size as u64),
+            if c.trace { ", trace mode" } else { "" }
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn snapshots(repo: &RepoArg, json: bool) -> Result<ExitCode> {
+    let r = Repository::open(open_backend(repo)?)?;
+    if json {
+        ui::print_json(&r.backups())?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if r.backups().is_empty() {
+        println!("no backups");
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:>5}  {:<19}  {:<6}  {:>10}  {:>10}  {:<12}  NAME",
+        "ID", "TIME (UTC)", "SOURCE", "SIZE", "NEW", "ROOT"
+    );
+    for b in r.backups() {
+        println!(
+            "{:>5}  {:<19}  {:<6}  {:>10}  {:>10}  {:<12}  {}",
+            b.id,
+            ui::time(b.time),
+            format!("{:?}", b.source).to_lowercase(),
+            ui::bytes(b.logical_bytes),
+            ui::bytes(b.new_bytes),
+            &b.root[..12],
+            b.name
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Serialize)]
+struct ForgetReport {
+    forgotten: Vec<tessera_core::catalog::BackupEntry>,
+    remaining: usize,
+}
+
+pub fn forget(repo: &RepoArg, specs: &[String], json: bool) -> Result<ExitCode> {
+    let mut r = Repository::open_writer(open_backend(repo)?, "tessera forget")?;
+    let mut ids = Vec::new();
+    for s in specs {
+        let id = r.resolve(s)?.id;
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    let forgotten = r.forget(&ids)?;
+    let report = ForgetReport {
+        forgotten,
+        remaining: r.backups().len(),
+    };
+    r.close()?;
+    if json {
+        ui::print_json(&report)?;
+    } else {
+        for b in &report.forgotten {
+            println!("forgot backup {} ({}, {})", b.id, b.name, ui::bytes(b.logical_bytes));
+        }
+        println!(
+            "{} backups remain; run garbage collection to reclaim space",
+            report.remaining
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn stats(repo: &RepoArg, json: bool) -> Result<ExitCode> {
+    let r = Repository::open(open_backend(repo)?)?;
+    let s = r.stats();
+    if json {
+        ui::print_json(&s)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("repository        {} (generation {})", s.location, s.generation);
+    println!(
+        "configuration     {} fingerprints, {}, {} containers{}",
+        s.hash.name(),
+        s.chunker,
+        ui::bytes(s.container_size as u64),
+        if s.trace { ", trace mode" } else { "" }
+    );
+    println!("backups           {} ({} logical)", s.backups, ui::bytes(s.logical_bytes));
+    println!(
+        "containers        {} data ({}), {} recipe ({}), {} on disk",
+        s.data_containers,
+        ui::bytes(s.stored_data_bytes),
+        s.recipe_containers,
+        ui::bytes(s.stored_recipe_bytes),
+        ui::bytes(s.container_object_bytes)
+    );
+    println!("dedup ratio       {:.2}x (retained logical / stored data)", s.dedup_ratio);
+    println!(
+        "index             {} data + {} recipe entries in {} segments, {} in memory ({:.1} bytes/entry)",
+        s.index_data_entries,
+        s.index_recipe_entries,
+        s.index_segments,
+        ui::bytes(s.index_memory_bytes as u64),
+        s.index_bytes_per_entry
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Serialize)]
+struct UnlockReport {
+    removed: Option<lock::LockInfo>,
+}
+
+pub fn unlock(repo: &RepoArg, json: bool) -> Result<ExitCode> {
+    let backend = open_backend(repo)?;
+    let removed = lock::break_lock(&*backend).context("cannot remove the lock")?;
+    if json {
+        ui::print_json(&UnlockReport { removed })?;
+    } else {
+        match removed {
+            Some(i) => println!(
+                "removed the lock of {} (pid {} on {}, `{}`)",
+                i.owner, i.pid, i.host, i.command
+            ),
+            None => println!("the repository was not locked"),
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,58 @@
+//! One function per command; each returns its exit status.
+
+mod backup;
+mod lab;
+mod manage;
+mod restore;
+
+use crate::args::{Cli, Command, RepoArg};
+use anyhow::Result;
+use std::process::ExitCode;
+use std::sync::Arc;
+use tessera_core::backend::{Backend, LocalBackend};
+use tessera_core::Error;
+
+pub fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Init {
+            repo,
+            hash,
+            chunker,
+            container_size,
+            trace,
+            json,
+        } => manage::init(&repo, &hash, &chunker, &container_size, trace, json.json),
+        Command::Backup {
+            repo,
+            path,
+            stdin_name,
+            trace_file,
+            json,
+        } => backup::backup(&repo, path, stdin_name, trace_file, json.json),
+        Command::Snapshots { repo, json } => manage::snapshots(&repo, json.json),
+        Command::Restore {
+            repo,
+            snapshot,
+            target,
+            stdout,
+            cache,
+            json,
+        } => restore::restore(&repo, &snapshot, target, stdout, cache, json.json),
+        Command::Forget {
+            repo,
+            snapshots,
+            json,
+        } => manage::forget(&repo, &snapshots, json.json),
+        Command::Stats { repo, json } => manage::stats(&repo, json.json),
+        Command::Unlock { repo, json } => manage::unlock(&repo, json.json),
+        Command::Lab { command } => lab::run(command),
+    }
+}
+
+/// The backend of an existing repository directory.
+pub fn open_backend(repo: &RepoArg) -> Result<Arc<dyn Backend>> {
+    if !repo.repo.is_dir() {
+        return Err(Error::NoRepository(repo.repo.clone()).into());
+    }
+    Ok(Arc::new(LocalBackend::open(&repo.repo)?))
+}

@@ -1,0 +1,476 @@
+//! Backup ingest: chunk → fingerprint → dedup → containers + recipe.
+//!
+//! Two stages run concurrently so that both cores work:
+//! 1. the caller's thread produces bytes (a file, stdin, a tar stream of a
+//!    directory) and cuts them into chunks, in batches of about 4 MiB;
+//! 2. a worker thread fingerprints each batch in parallel (rayon), looks every
+//!    chunk up in the index, appends new chunks to the open data container
+//!    and every chunk to the recipe tree.
+//!
+//! Memory is bounded: at most two batches in flight plus one open container
+//! of each kind, whatever the input size. Trace mode feeds (fingerprint, size)
+//! pairs into the same worker, so layout decisions are identical.
+//!
+//! While a backup runs the index is owned by the worker; on failure every
+//! entry the backup added is removed again, so the in-memory repository
+//! matches the last published generation.
+
+use crate::catalog::{BackupEntry, ContainerEntry, SourceKind};
+use crate::chunking::Chunker;
+use crate::container::{ChunkKind, ContainerBuilder, ContainerStore};
+use crate::error::{Error, Result};
+use crate::fingerprint::{Fingerprint, HashAlgo};
+use crate::index::{Index, IndexEntry};
+use crate::recipe::{RecipeBuilder, RecipeSink};
+use crate::repo::{container_entry, Repository};
+use rayon::prelude::*;
+use serde::Serialize;
+use std::io::{self, Read, Write};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+/// Bytes the chunking stage accumulates before handing a batch to the worker.
+const BATCH_BYTES: usize = 4 << 20;
+/// Trace entries per batch.
+const TRACE_BATCH: usize = 8192;
+
+/// How a backup is named in the catalog.
+#[derive(Clone, Debug)]
+pub struct BackupOptions {
+    pub name: String,
+    pub source: SourceKind,
+}
+
+/// What a backup did.
+#[derive(Clone, Debug, Serialize)]
+pub struct BackupReport {
+    pub backup: BackupEntry,
+    pub logical_bytes: u64,
+    /// Data bytes stored anew by this backup.
+    pub stored_bytes: u64,
+    pub duplicate_bytes: u64,
+    pub chunks: u64,
+    pub new_chunks: u64,
+    pub duplicate_chunks: u64,
+    pub new_recipe_chunks: u64,
+    pub data_containers_written: u64,
+    pub recipe_containers_written: u64,
+    pub seconds: f64,
+    /// Logical MB (10^6 bytes) per second.
+    pub throughput_mb_s: f64,
+}
+
+/// Counters kept by the worker.
+#[derive(Default, Clone, Copy)]
+struct Counts {
+    logical: u64,
+    chunks: u64,
+    new_bytes: u64,
+    new_chunks: u64,
+    new_recipe_chunks: u64,
+}
+
+/// Destination of new chunks: the open containers and the index.
+pub(crate) struct Sink {
+    index: Index,
+    store: ContainerStore,
+    capacity: u64,
+    next_id: u64,
+    data: ContainerBuilder,
+    data_id: u64,
+    recipe: ContainerBuilder,
+    recipe_id: u64,
+    new_entries: Vec<IndexEntry>,
+    containers: Vec<ContainerEntry>,
+    counts: Counts,
+}
+
+impl Sink {
+    /// Store a chunk unless the index already has it. Returns whether it was new.
+    fn add(&mut self, kind: ChunkKind, fp: Fingerprint, len: u32, bytes: &[u8]) -> Result<bool> {
+        if self.index.get(kind, &fp).is_some() {
+            return Ok(false);
+        }
+        if !self.builder(kind).fits(len as u64) {
+            self.seal(kind)?;
+        }
+        if self.builder(kind).is_empty() {
+            let id = self.next_id;
+            self.next_id += 1;
+            match kind {
+                ChunkKind::Data => self.data_id = id,
+                ChunkKind::Recipe => self.recipe_id = id,
+            }
+        }
+        let container = match kind {
+            ChunkKind::Data => self.data_id,
+            ChunkKind::Recipe => self.recipe_id,
+        };
+        self.builder(kind).push(fp, len, bytes);
+        let e = IndexEntry { fp, container, kind };
+        self.index.insert(e);
+        self.new_entries.push(e);
+        Ok(true)
+    }
+
+    fn builder(&mut self, kind: ChunkKind) -> &mut ContainerBuilder {
+        match kind {
+            ChunkKind::Data => &mut self.data,
+            ChunkKind::Recipe => &mut self.recipe,
+        }
+    }
+
+    /// Write the open container of `kind`, if any.
+    fn seal(&mut self, kind: ChunkKind) -> Result<()> {
+        let id = match kind {
+            ChunkKind::Data => self.data_id,
+            ChunkKind::Recipe => self.recipe_id,
+        };
+        let b = self.builder(kind);
+        if b.is_empty() {
+            return Ok(());
+        }
+        let logical = b.logical_len();
+        let (entries, data) = b.take();
+        let object_bytes = self.store.write(id, kind, &entries, &data)?;
+        self.containers
+            .push(container_entry(id, kind, entries.len(), logical, object_bytes));
+        Ok(())
+    }
+
+    /// One data chunk of the backup, in stream order.
+    fn data_chunk(&mut self, recipe: &mut RecipeBuilder, fp: Fingerprint, len: u32, bytes: &[u8]) -> Result<()> {
+        self.counts.logical += len as u64;
+        self.counts.chunks += 1;
+        if self.add(ChunkKind::Data, fp, len, bytes)? {
+            self.counts.new_bytes += len as u64;
+            self.counts.new_chunks += 1;
+        }
+        recipe.push(fp, len as u64, self)
+    }
+}
+
+impl RecipeSink for Sink {
+    fn recipe_chunk(&mut self, fp: Fingerprint, _level: u8, bytes: Vec<u8>) -> Result<()> {
+        if self.add(ChunkKind::Recipe, fp, bytes.len() as u32, &bytes)? {
+            self.counts.new_recipe_chunks += 1;
+        }
+        Ok(())
+    }
+}
+
+enum Batch {
+    /// Bytes and the (start, len) of each chunk in them.
+    Data(Vec<u8>, Vec<(usize, usize)>),
+    Trace(Vec<(Fingerprint, u32)>),
+}
+
+type WorkerResult = (Sink, RecipeBuilder, Result<()>);
+
+fn worker(rx: Receiver<Batch>, mut sink: Sink, mut recipe: RecipeBuilder, algo: HashAlgo) -> WorkerResult {
+    let run = || -> Result<()> {
+        for batch in rx {
+            match batch {
+                Batch::Data(buf, cuts) => {
+                    let fps: Vec<Fingerprint> = cuts
+                        .par_iter()
+                        .with_min_len(16)
+                        .map(|&(s, n)| algo.hash(&buf[s..s + n]))
+                        .collect();
+                    for (&(s, n), fp) in cuts.iter().zip(fps) {
+                        sink.data_chunk(&mut recipe, fp, n as u32, &buf[s..s + n])?;
+                    }
+                }
+                Batch::Trace(entries) => {
+                    for (fp, len) in entries {
+                        sink.data_chunk(&mut recipe, fp, len, &[])?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    };
+    let result = run();
+    (sink, recipe, result)
+}
+
+/// A running backup. Feed it bytes through [`Write`] (data mode) or
+/// fingerprints through [`Ingest::push_trace`] (trace mode).
+pub struct Ingest {
+    chunker: Box<dyn Chunker>,
+    trace: bool,
+    buf: Vec<u8>,
+    trace_buf: Vec<(Fingerprint, u32)>,
+    tx: Option<SyncSender<Batch>>,
+    handle: Option<JoinHandle<WorkerResult>>,
+    fed: u64,
+}
+
+impl Ingest {
+    fn start(sink: Sink, chunker: Box<dyn Chunker>, algo: HashAlgo, trace: bool) -> Ingest {
+        let (tx, rx) = sync_channel(1);
+        let recipe = RecipeBuilder::new(algo);
+        let handle = std::thread::Builder::new()
+            .name("tessera-ingest".into())
+            .spawn(move || worker(rx, sink, recipe, algo))
+            .expect("spawn ingest worker");
+        Ingest {
+            chunker,
+            trace,
+            buf: Vec::with_capacity(BATCH_BYTES + (1 << 20)),
+            trace_buf: Vec::new(),
+            tx: Some(tx),
+            handle: Some(handle),
+            fed: 0,
+        }
+    }
+
+    /// Logical bytes fed so far.
+    pub fn fed(&self) -> u64 {
+        self.fed
+    }
+
+    fn send(&mut self, batch: Batch) -> io::Result<()> {
+        // A closed channel means the worker stopped on an error; `stop` reports it.
+        let ok = self.tx.as_ref().is_some_and(|tx| tx.send(batch).is_ok());
+        if ok {
+            Ok(())
+        } else {
+            Err(io::Error::other("backup worker stopped"))
+        }
+    }
+
+    /// Cut the buffered bytes into chunks; keep the tail that may still grow
+    /// (less than `max_size` bytes) unless this is the end of the stream.
+    fn cut_batch(&mut self, eof: bool) -> io::Result<()> {
+        let max = self.chunker.max_size();
+        let mut cuts = Vec::with_capacity(self.buf.len() / 4096 + 1);
+        let mut pos = 0;
+        while pos < self.buf.len() {
+            let rest = &self.buf[pos..];
+            if !eof && rest.len() < max {
+                break;
+            }
+            let n = self.chunker.cut(rest, eof);
+            cuts.push((pos, n));
+            pos += n;
+        }
+        if cuts.is_empty() {
+            return Ok(());
+        }
+        let mut next = Vec::with_capacity(BATCH_BYTES + (1 << 20));
+        next.extend_from_slice(&self.buf[pos..]);
+        let mut full = std::mem::replace(&mut self.buf, next);
+        full.truncate(pos);
+        self.send(Batch::Data(full, cuts))
+    }
+
+    /// Add one chunk of a fingerprint trace.
+    pub fn push_trace(&mut self, fp: Fingerprint, len: u32) -> Result<()> {
+        if !self.trace {
+            return Err(Error::invalid("this repository stores data; it cannot ingest a fingerprint trace (init it with --trace)"));
+        }
+        self.fed += len as u64;
+        self.trace_buf.push((fp, len));
+        if self.trace_buf.len() >= TRACE_BATCH {
+            let b = std::mem::take(&mut self.trace_buf);
+            self.send(Batch::Trace(b)).map_err(|e| Error::io("backup", e))?;
+        }
+        Ok(())
+    }
+
+    /// Flush what is buffered, stop the worker and take back its state.
+    fn stop(mut self, flush: bool) -> WorkerResult {
+        let flushed = if flush {
+            if self.trace {
+                let b = std::mem::take(&mut self.trace_buf);
+                if b.is_empty() { Ok(()) } else { self.send(Batch::Trace(b)) }
+            } else {
+                self.cut_batch(true)
+            }
+        } else {
+            Ok(())
+        };
+        drop(self.tx.take());
+        let (sink, recipe, result) = self
+            .handle
+            .take()
+            .expect("stopped once")
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p));
+        // A worker error explains a failed send better than the send error.
+        let result = result.and(flushed.map_err(|e| Error::io("backup", e)));
+        (sink, recipe, result)
+    }
+}
+
+impl Write for Ingest {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        if self.trace {
+            return Err(io::Error::other(
+                "this repository is in trace mode; it stores fingerprint traces, not data",
+            ));
+        }
+        self.buf.extend_from_slice(data);
+        self.fed += data.len() as u64;
+        if self.buf.len() >= BATCH_BYTES {
+            self.cut_batch(false)?;
+        }
+        Ok(data.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Repository {
+    /// Run a backup: `feed` writes the backup's bytes (or trace entries) into
+    /// the [`Ingest`]; then the recipe is closed, the containers and index
+    /// segment written, and a new manifest generation published. On any error
+    /// nothing is published and the repository is unchanged.
+    pub fn backup_with(
+        &mut self,
+        opts: &BackupOptions,
+        feed: impl FnOnce(&mut Ingest) -> Result<()>,
+    ) -> Result<BackupReport> {
+        self.require_writer()?;
+        let started = Instant::now();
+        let time = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let cfg = self.manifest.config.clone();
+        let before = self.metrics.snapshot();
+        let sink = Sink {
+            index: std::mem::take(&mut self.index),
+            store: self.store.clone(),
+            capacity: cfg.container_size as u64,
+            next_id: self.manifest.next_container_id,
+            data: ContainerBuilder::new(ChunkKind::Data, cfg.container_size as u64, cfg.trace),
+            data_id: 0,
+            recipe: ContainerBuilder::new(ChunkKind::Recipe, cfg.container_size as u64, false),
+            recipe_id: 0,
+            new_entries: Vec::new(),
+            containers: Vec::new(),
+            counts: Counts::default(),
+        };
+        debug_assert!(sink.capacity > 0);
+        let mut ingest = Ingest::start(sink, cfg.chunker.build(), cfg.hash, cfg.trace);
+        let fed = feed(&mut ingest);
+        let (mut sink, recipe, worker) = ingest.stop(fed.is_ok());
+        let outcome = worker.and(fed).and_then(|()| {
+            let (root, root_level) = recipe.finish(&mut sink)?;
+            sink.seal(ChunkKind::Data)?;
+            sink.seal(ChunkKind::Recipe)?;
+            let mut next = self.manifest.clone();
+            next.next_container_id = sink.next_id;
+            next.containers.extend(sink.containers.iter().copied());
+            self.write_segment(&mut next, &sink.new_entries)?;
+            let c = sink.counts;
+            let entry = BackupEntry {
+                id: next.next_backup_id,
+                root: root.fp.to_hex(),
+                root_level,
+                name: opts.name.clone(),
+                source: opts.source,
+                time,
+                logical_bytes: c.logical,
+                chunks: c.chunks,
+                new_bytes: c.new_bytes,
+                new_chunks: c.new_chunks,
+            };
+            next.next_backup_id += 1;
+            next.backups.push(entry.clone());
+            Ok((next, entry))
+        });
+        // Give the index back before publishing, so a failed publish can undo.
+        let new_entries = std::mem::take(&mut sink.new_entries);
+        self.index = sink.index;
+        let published = outcome.and_then(|(next, entry)| self.publish(next, &[]).map(|()| entry));
+        let entry = match published {
+            Ok(e) => e,
+            Err(e) => {
+                for ne in &new_entries {
+                    self.index.remove(ne.kind, &ne.fp);
+                }
+                return Err(e);
+            }
+        };
+        let io = self.metrics.snapshot().since(&before);
+        let secs = started.elapsed().as_secs_f64();
+        let c = sink.counts;
+        Ok(BackupReport {
+            logical_bytes: c.logical,
+            stored_bytes: c.new_bytes,
+            duplicate_bytes: c.logical - c.new_bytes,
+            chunks: c.chunks,
+            new_chunks: c.new_chunks,
+            duplicate_chunks: c.chunks - c.new_chunks,
+            new_recipe_chunks: c.new_recipe_chunks,
+            data_containers_written: io.data_containers_written,
+            recipe_containers_written: io.recipe_containers_written,
+            seconds: secs,
+            throughput_mb_s: crate::metrics::mb_per_s(c.logical, secs),
+            backup: entry,
+        })
+    }
+
+    /// Back up a byte stream (a file, or stdin under a name).
+    pub fn backup_reader(
+        &mut self,
+        opts: &BackupOptions,
+        reader: &mut dyn Read,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<BackupReport> {
+        let name = opts.name.clone();
+        self.backup_with(opts, |ingest| {
+            let mut buf = vec![0u8; 1 << 20];
+            loop {
+                let n = match reader.read(&mut buf) {
+                    Ok(0) => return Ok(()),
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(Error::io(format!("cannot read {name}"), e)),
+                };
+                ingest.write_all(&buf[..n]).map_err(|e| Error::io("backup", e))?;
+                progress(ingest.fed());
+            }
+        })
+    }
+
+    /// Back up a directory as a deterministic tar stream.
+    pub fn backup_tree(
+        &mut self,
+        opts: &BackupOptions,
+        root: &std::path::Path,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<(BackupReport, crate::archive::TreeStats)> {
+        let mut stats = None;
+        let report = self.backup_with(opts, |ingest| {
+            let mut done = 0u64;
+            let mut on_bytes = |n: u64| {
+                done += n;
+                progress(done)
+            };
+            stats = Some(crate::archive::write_tree(root, ingest, &mut on_bytes)?);
+            Ok(())
+        })?;
+        Ok((report, stats.unwrap_or_default()))
+    }
+
+    /// Back up a fingerprint trace: (fingerprint, size) per chunk.
+    pub fn backup_trace(
+        &mut self,
+        opts: &BackupOptions,
+        chunks: impl IntoIterator<Item = Result<(Fingerprint, u32)>>,
+    ) -> Result<BackupReport> {
+        self.backup_with(opts, |ingest| {
+            for c in chunks {
+                let (fp, len) = c?;
+                ingest.push_trace(fp, len)?;
+            }
+            Ok(())
+        })
+    }
+}

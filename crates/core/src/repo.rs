@@ -1,0 +1,412 @@
+//! The repository: opening, locking, publishing manifest generations, and the
+//! operations on backups (backup, restore, forget, stats).
+//!
+//! Crash safety rests on one rule, enforced in [`Repository::publish`]: new
+//! objects are made durable, then the new manifest generation is put
+//! (atomically), then — and only then — superseded objects are deleted.
+//! Anything a crash leaves behind is not listed by any manifest and is removed
+//! by the next writer ([`Repository::open_writer`]).
+
+use crate::backend::Backend;
+use crate::catalog::{
+    manifest_key, parse_manifest_key, segment_key, BackupEntry, ContainerEntry, Manifest,
+    RepoConfig, MANIFEST_PREFIX,
+};
+use crate::chunking::ChunkerConfig;
+use crate::container::{container_key, parse_container_key, ChunkKind, ContainerStore};
+use crate::error::{Error, Result};
+use crate::fingerprint::HashAlgo;
+use crate::index::{decode_segment, encode_segment, Index, IndexEntry};
+use crate::lock::RepoLock;
+use crate::metrics::Metrics;
+use serde::Serialize;
+use std::collections::HashSet;
+use std::sync::Arc;
+
+/// Parameters fixed at `init`.
+#[derive(Clone, Debug)]
+pub struct InitOptions {
+    pub hash: HashAlgo,
+    pub chunker: ChunkerConfig,
+    pub container_size: u32,
+    pub trace: bool,
+}
+
+impl Default for InitOptions {
+    fn default() -> Self {
+        InitOptions {
+            hash: HashAlgo::Blake3,
+            chunker: ChunkerConfig::default(),
+            container_size: 4 << 20,
+            trace: false,
+        }
+    }
+}
+
+/// What a writer found and removed when it opened the repository.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Leftovers {
+    pub objects: Vec<String>,
+    pub temporaries: usize,
+}
+
+pub struct Repository {
+    pub(crate) backend: Arc<dyn Backend>,
+    pub(crate) manifest: Manifest,
+    pub(crate) index: Index,
+    pub(crate) store: ContainerStore,
+    pub(crate) metrics: Arc<Metrics>,
+    lock: Option<RepoLock>,
+    leftovers: Leftovers,
+}
+
+/// Summary for `tessera stats`.
+#[derive(Clone, Debug, Serialize)]
+pub struct RepoStats {
+    pub location: String,
+    pub generation: u64,
+    pub hash: HashAlgo,
+    pub chunker: String,
+    pub container_size: u32,
+    pub trace: bool,
+    pub backups: usize,
+    /// Logical bytes of all listed backups.
+    pub logical_bytes: u64,
+    pub data_containers: usize,
+    pub recipe_containers: usize,
+    /// Chunk bytes held in data containers (all copies).
+    pub stored_data_bytes: u64,
+    pub stored_recipe_bytes: u64,
+    /// Bytes of all container objects as stored (headers and metadata included).
+    pub container_object_bytes: u64,
+    /// Actual deduplication ratio: logical bytes of retained backups / data bytes stored.
+    pub dedup_ratio: f64,
+    pub index_data_entries: usize,
+    pub index_recipe_entries: usize,
+    pub index_segments: usize,
+    pub index_memory_bytes: usize,
+    pub index_bytes_per_entry: f64,
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Newest manifest generation listed by the backend, if any.
+fn latest_generation(backend: &dyn Backend) -> Result<Option<u64>> {
+    Ok(backend
+        .list(MANIFEST_PREFIX)?
+        .iter()
+        .filter_map(|k| parse_manifest_key(k))
+        .max())
+}
+
+impl Repository {
+    /// Create a repository: publish generation 1 with an empty catalog.
+    pub fn init(backend: Arc<dyn Backend>, opts: &InitOptions) -> Result<()> {
+        opts.chunker.validate().map_err(Error::invalid)?;
+        if opts.container_size < 4096 {
+            return Err(Error::invalid(format!(
+                "container size must be at least 4 KiB (got {})",
+                opts.container_size
+            )));
+        }
+        let lock = RepoLock::acquire(backend.clone(), "tessera init")?;
+        if latest_generation(&*backend)?.is_some() {
+            return Err(Error::RepositoryExists(backend.location().into()));
+        }
+        let mut repo_id = [0u8; 16];
+        let seed = format!("{:?}{}{}", std::time::SystemTime::now(), std::process::id(), backend.location());
+        repo_id.copy_from_slice(&blake3::hash(seed.as_bytes()).as_bytes()[..16]);
+        let config = RepoConfig {
+            repo_id: hex::encode(repo_id),
+            hash: opts.hash,
+            chunker: opts.chunker,
+            container_size: opts.container_size,
+            trace: opts.trace,
+            created: now(),
+        };
+        let mut manifest = Manifest::new(config);
+        manifest.generation = 1;
+        backend.put(&manifest_key(1), &manifest.encode())?;
+        backend.sync()?;
+        lock.release()
+    }
+
+    /// Open for reading. Takes no lock: readers never block writers.
+    pub fn open(backend: Arc<dyn Backend>) -> Result<Self> {
+        let generation = latest_generation(&*backend)?
+            .ok_or_else(|| Error::NoRepository(backend.location().into()))?;
+        let key = manifest_key(generation);
+        let manifest = Manifest::decode(&backend.get(&key)?, &format!("manifest {key}"))?;
+        if manifest.generation != generation {
+            return Err(Error::corrupt(
+                format!("manifest {key}"),
+                format!("claims generation {}", manifest.generation),
+            ));
+        }
+        let mut index = Index::default();
+        for seg in &manifest.index_segments {
+            let bytes = backend.get(seg).map_err(|e| match e {
+                Error::MissingObject(_) => Error::MissingObject(format!("index segment {seg}")),
+                e => e,
+            })?;
+            for e in decode_segment(&bytes, &format!("index segment {seg}"))? {
+                index.insert(e);
+            }
+        }
+        let metrics = Arc::new(Metrics::default());
+        let store = ContainerStore::new(
+            backend.clone(),
+            manifest.config.hash,
+            manifest.config.trace,
+            metrics.clone(),
+        );
+        Ok(Repository {
+            backend,
+            manifest,
+            index,
+            store,
+            metrics,
+            lock: None,
+            leftovers: Leftovers::default(),
+        })
+    }
+
+    /// Open for writing: take the exclusive lock, load the newest generation,
+    /// and remove leftovers of interrupted mutations.
+    pub fn open_writer(backend: Arc<dyn Backend>, command: &str) -> Result<Self> {
+        if latest_generation(&*backend)?.is_none() {
+            return Err(Error::NoRepository(backend.location().into()));
+        }
+        let lock = RepoLock::acquire(backend.clone(), command)?;
+        let mut repo = Self::open(backend)?;
+        repo.lock = Some(lock);
+        repo.leftovers = repo.remove_leftovers()?;
+        Ok(repo)
+    }
+
+    /// Objects no manifest lists: what an interrupted mutation left behind.
+    pub fn find_leftovers(&self) -> Result<Vec<String>> {
+        let listed: HashSet<String> = self
+            .manifest
+            .containers
+            .iter()
+            .map(|c| container_key(c.id))
+            .chain(self.manifest.index_segments.iter().cloned())
+            .collect();
+        let mut out = Vec::new();
+        for key in self.backend.list("containers/")? {
+            if !listed.contains(&key) || parse_container_key(&key).is_none() {
+                out.push(key);
+            }
+        }
+        for key in self.backend.list("index/")? {
+            if !listed.contains(&key) {
+                out.push(key);
+            }
+        }
+        for key in self.backend.list(MANIFEST_PREFIX)? {
+            if parse_manifest_key(&key).is_some_and(|g| g < self.manifest.generation) {
+                out.push(key);
+            }
+        }
+        Ok(out)
+    }
+
+    fn remove_leftovers(&mut self) -> Result<Leftovers> {
+        let objects = self.find_leftovers()?;
+        for key in &objects {
+            self.backend.delete(key)?;
+        }
+        let temporaries = self.backend.remove_temporaries()?;
+        if !objects.is_empty() || temporaries > 0 {
+            self.backend.sync()?;
+        }
+        Ok(Leftovers {
+            objects,
+            temporaries,
+        })
+    }
+
+    /// Leftovers removed when this writer opened the repository.
+    pub fn leftovers(&self) -> &Leftovers {
+        &self.leftovers
+    }
+
+    pub(crate) fn require_writer(&self) -> Result<()> {
+        if self.lock.is_none() {
+            return Err(Error::invalid(
+                "internal error: repository opened read-only for a mutation",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Publish `next` as the new generation: make every new object durable,
+    /// put the manifest, then delete what it supersedes.
+    pub(crate) fn publish(&mut self, mut next: Manifest, superseded: &[String]) -> Result<()> {
+        self.require_writer()?;
+        next.generation = self.manifest.generation + 1;
+        self.backend.sync()?;
+        self.backend
+            .put(&manifest_key(next.generation), &next.encode())?;
+        self.backend.sync()?;
+        let old = manifest_key(self.manifest.generation);
+        self.manifest = next;
+        self.backend.delete(&old)?;
+        for key in superseded {
+            self.backend.delete(key)?;
+        }
+        self.backend.sync()
+    }
+
+    /// Write the index entries a mutation added as one new segment and return
+    /// its key (to be listed in the next manifest).
+    pub(crate) fn write_segment(&self, next: &mut Manifest, entries: &[IndexEntry]) -> Result<()> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let key = segment_key(next.next_segment_id);
+        next.next_segment_id += 1;
+        self.backend.put(&key, &encode_segment(entries))?;
+        next.index_segments.push(key);
+        Ok(())
+    }
+
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+    pub fn config(&self) -> &RepoConfig {
+        &self.manifest.config
+    }
+    pub fn backups(&self) -> &[BackupEntry] {
+        &self.manifest.backups
+    }
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+    pub fn index(&self) -> &Index {
+        &self.index
+    }
+    pub fn store(&self) -> &ContainerStore {
+        &self.store
+    }
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    /// Find a backup by `latest`, its numeric id, or a prefix (≥ 4 hex digits)
+    /// of its root fingerprint.
+    pub fn resolve(&self, spec: &str) -> Result<&BackupEntry> {
+        let backups = &self.manifest.backups;
+        if spec == "latest" {
+            return backups
+                .iter()
+                .max_by_key(|b| b.id)
+                .ok_or_else(|| Error::Snapshot("the repository has no backups".into()));
+        }
+        if let Ok(id) = spec.parse::<u64>() {
+            if let Some(b) = self.manifest.backup(id) {
+                return Ok(b);
+            }
+        }
+        let lower = spec.to_ascii_lowercase();
+        if lower.len() >= 4 && lower.bytes().all(|c| c.is_ascii_hexdigit()) {
+            let hits: Vec<_> = backups.iter().filter(|b| b.root.starts_with(&lower)).collect();
+            match hits.len() {
+                1 => return Ok(hits[0]),
+                n if n > 1 => {
+                    return Err(Error::Snapshot(format!(
+                        "snapshot '{spec}' is ambiguous: it matches {n} backups by root"
+                    )))
+                }
+                _ => {}
+            }
+        }
+        Err(Error::Snapshot(format!(
+            "no snapshot '{spec}' (see `tessera snapshots`)"
+        )))
+    }
+
+    /// Remove backups from the catalog (logical deletion). Their chunks stay
+    /// until garbage collection.
+    pub fn forget(&mut self, ids: &[u64]) -> Result<Vec<BackupEntry>> {
+        self.require_writer()?;
+        for id in ids {
+            if self.manifest.backup(*id).is_none() {
+                return Err(Error::Snapshot(format!("no snapshot '{id}' (see `tessera snapshots`)")));
+            }
+        }
+        let mut next = self.manifest.clone();
+        let (gone, kept): (Vec<_>, Vec<_>) =
+            next.backups.into_iter().partition(|b| ids.contains(&b.id));
+        next.backups = kept;
+        self.publish(next, &[])?;
+        Ok(gone)
+    }
+
+    pub fn stats(&self) -> RepoStats {
+        let m = &self.manifest;
+        let sum = |kind: ChunkKind| -> (usize, u64) {
+            m.containers
+                .iter()
+                .filter(|c| c.kind == kind)
+                .fold((0, 0), |(n, b), c| (n + 1, b + c.logical_bytes))
+        };
+        let (dc, db) = sum(ChunkKind::Data);
+        let (rc, rb) = sum(ChunkKind::Recipe);
+        let logical: u64 = m.backups.iter().map(|b| b.logical_bytes).sum();
+        let (de, re) = self.index.len();
+        let mem = self.index.memory_bytes();
+        RepoStats {
+            location: self.backend.location(),
+            generation: m.generation,
+            hash: m.config.hash,
+            chunker: m.config.chunker.describe(),
+            container_size: m.config.container_size,
+            trace: m.config.trace,
+            backups: m.backups.len(),
+            logical_bytes: logical,
+            data_containers: dc,
+            recipe_containers: rc,
+            stored_data_bytes: db,
+            stored_recipe_bytes: rb,
+            container_object_bytes: m.containers.iter().map(|c| c.object_bytes).sum(),
+            dedup_ratio: if db == 0 { 0.0 } else { logical as f64 / db as f64 },
+            index_data_entries: de,
+            index_recipe_entries: re,
+            index_segments: m.index_segments.len(),
+            index_memory_bytes: mem,
+            index_bytes_per_entry: if de + re == 0 { 0.0 } else { mem as f64 / (de + re) as f64 },
+        }
+    }
+
+    /// Release the writer lock (also released on drop).
+    pub fn close(mut self) -> Result<()> {
+        match self.lock.take() {
+            Some(l) => l.release(),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Used by ingest to list the containers it wrote.
+pub(crate) fn container_entry(
+    id: u64,
+    kind: ChunkKind,
+    chunks: usize,
+    logical_bytes: u64,
+    object_bytes: u64,
+) -> ContainerEntry {
+    ContainerEntry {
+        id,
+        kind,
+        chunks: chunks as u32,
+        logical_bytes,
+        object_bytes,
+    }
+}
