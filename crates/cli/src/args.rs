@@ -85,7 +85,13 @@ pub enum Command {
         /// Backup id, `latest`, or a prefix of its root fingerprint
         snapshot: String,
         /// Directory to restore into (created if missing)
-        #[arg(long, short = 't', value_name = "DIR", required_unless_present = "stdout", conflicts_with = "stdout")]
+        #[arg(
+            long,
+            short = 't',
+            value_name = "DIR",
+            required_unless_present = "stdout",
+            conflicts_with = "stdout"
+        )]
         target: Option<PathBuf>,
         /// Write the backup's byte stream (the tar stream for a directory) to standard output
         #[arg(long)]

@@ -52,7 +52,9 @@ fn init_backup_snapshots_restore_forget_stats() {
     let src = t.path().join("src");
     make_tree(&src);
 
-    let cfg = json(&ok(tessera(&repo).args(["init", "--hash", "sha256", "--json"])));
+    let cfg = json(&ok(
+        tessera(&repo).args(["init", "--hash", "sha256", "--json"])
+    ));
     assert_eq!(cfg["hash"], "sha256");
     fails(tessera(&repo).arg("init"), "already exists");
 
@@ -60,11 +62,17 @@ fn init_backup_snapshots_restore_forget_stats() {
     assert_eq!(rep["backup"]["id"], 1);
     assert_eq!(rep["tree"]["files"], 2);
     let rep2 = json(&ok(tessera(&repo).arg("backup").arg(&src).arg("--json")));
-    assert_eq!(rep2["stored_bytes"], 0, "an unchanged tree stores nothing new");
+    assert_eq!(
+        rep2["stored_bytes"], 0,
+        "an unchanged tree stores nothing new"
+    );
     assert_eq!(rep2["backup"]["root"], rep["backup"]["root"]);
 
     let human = ok(tessera(&repo).arg("snapshots"));
-    assert!(human.contains("tree") && human.lines().count() == 3, "{human}");
+    assert!(
+        human.contains("tree") && human.lines().count() == 3,
+        "{human}"
+    );
     let list = json(&ok(tessera(&repo).args(["snapshots", "--json"])));
     assert_eq!(list.as_array().unwrap().len(), 2);
 
@@ -74,14 +82,26 @@ fn init_backup_snapshots_restore_forget_stats() {
         .arg(&out)));
     assert_eq!(r["extract"]["refused"].as_array().unwrap().len(), 0);
     assert!(r["read_amplification"].as_f64().unwrap() > 0.0);
-    assert_eq!(std::fs::read(out.join("sub/big.bin")).unwrap(), std::fs::read(src.join("sub/big.bin")).unwrap());
-    assert_eq!(std::fs::read_link(out.join("link")).unwrap(), Path::new("a.txt"));
+    assert_eq!(
+        std::fs::read(out.join("sub/big.bin")).unwrap(),
+        std::fs::read(src.join("sub/big.bin")).unwrap()
+    );
+    assert_eq!(
+        std::fs::read_link(out.join("link")).unwrap(),
+        Path::new("a.txt")
+    );
     assert!(out.join("sub/empty").is_dir());
 
     // Restore by root prefix and `latest`, as a tar stream on stdout.
     let root = rep["backup"]["root"].as_str().unwrap()[..10].to_string();
-    let a = tessera(&repo).args(["restore", &root, "--stdout"]).output().unwrap();
-    let b = tessera(&repo).args(["restore", "latest", "--stdout"]).output().unwrap();
+    let a = tessera(&repo)
+        .args(["restore", &root, "--stdout"])
+        .output()
+        .unwrap();
+    let b = tessera(&repo)
+        .args(["restore", "latest", "--stdout"])
+        .output()
+        .unwrap();
     assert!(a.status.success() && !a.stdout.is_empty());
     assert_eq!(a.stdout, b.stdout, "deterministic tar stream");
 
@@ -93,7 +113,10 @@ fn init_backup_snapshots_restore_forget_stats() {
     let f = json(&ok(tessera(&repo).args(["forget", "1", "--json"])));
     assert_eq!(f["remaining"], 1);
     fails(tessera(&repo).args(["forget", "1"]), "no snapshot '1'");
-    fails(tessera(&repo).args(["restore", "1", "--stdout"]), "no snapshot '1'");
+    fails(
+        tessera(&repo).args(["restore", "1", "--stdout"]),
+        "no snapshot '1'",
+    );
 }
 
 #[test]
@@ -101,21 +124,31 @@ fn file_and_stdin_round_trip() {
     let t = tempfile::tempdir().unwrap();
     let repo = t.path().join("repo");
     ok(tessera(&repo).arg("init"));
-    let data: Vec<u8> = (0..1_000_000u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+    let data: Vec<u8> = (0..1_000_000u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
     let file = t.path().join("db.dump");
     std::fs::write(&file, &data).unwrap();
 
     ok(tessera(&repo).arg("backup").arg(&file));
-    let out = tessera(&repo).args(["restore", "1", "--stdout"]).output().unwrap();
+    let out = tessera(&repo)
+        .args(["restore", "1", "--stdout"])
+        .output()
+        .unwrap();
     assert!(out.status.success());
     assert_eq!(out.stdout, data);
 
-    ok(tessera(&repo).args(["backup", "--stdin-name", "stream.bin"]).write_stdin(data.clone()));
+    ok(tessera(&repo)
+        .args(["backup", "--stdin-name", "stream.bin"])
+        .write_stdin(data.clone()));
     let dir = t.path().join("restored");
     ok(tessera(&repo).args(["restore", "2", "--target"]).arg(&dir));
     assert_eq!(std::fs::read(dir.join("stream.bin")).unwrap(), data);
     // Restoring over an existing file is refused, not overwritten.
-    fails(tessera(&repo).args(["restore", "2", "--target"]).arg(&dir), "stream.bin");
+    fails(
+        tessera(&repo).args(["restore", "2", "--target"]).arg(&dir),
+        "stream.bin",
+    );
 }
 
 #[test]
@@ -123,16 +156,37 @@ fn bad_input_gives_one_clear_line() {
     let t = tempfile::tempdir().unwrap();
     let repo = t.path().join("repo");
     fails(tessera(&repo).arg("snapshots"), "no Tessera repository");
-    fails(tessera(&repo).arg("backup").arg(t.path()), "no Tessera repository");
-    fails(tessera(&repo).args(["init", "--hash", "md5"]), "unknown fingerprint algorithm");
-    fails(tessera(&repo).args(["init", "--chunker", "fastcdc:8k/4k/2k"]), "min <= avg <= max");
+    fails(
+        tessera(&repo).arg("backup").arg(t.path()),
+        "no Tessera repository",
+    );
+    fails(
+        tessera(&repo).args(["init", "--hash", "md5"]),
+        "unknown fingerprint algorithm",
+    );
+    fails(
+        tessera(&repo).args(["init", "--chunker", "fastcdc:8k/4k/2k"]),
+        "min <= avg <= max",
+    );
     ok(tessera(&repo).arg("init"));
-    fails(tessera(&repo).arg("backup").arg(t.path().join("nope")), "cannot read");
-    fails(tessera(&repo).args(["restore", "7", "--stdout"]), "no snapshot '7'");
-    fails(tessera(&repo).args(["restore", "latest", "--stdout"]), "no backups");
+    fails(
+        tessera(&repo).arg("backup").arg(t.path().join("nope")),
+        "cannot read",
+    );
+    fails(
+        tessera(&repo).args(["restore", "7", "--stdout"]),
+        "no snapshot '7'",
+    );
+    fails(
+        tessera(&repo).args(["restore", "latest", "--stdout"]),
+        "no backups",
+    );
     let trace = t.path().join("t.trace");
     std::fs::write(&trace, "aabb 100\nnot-hex 5\n").unwrap();
-    fails(tessera(&repo).arg("backup").arg("--trace-file").arg(&trace), "trace mode");
+    fails(
+        tessera(&repo).arg("backup").arg("--trace-file").arg(&trace),
+        "trace mode",
+    );
 }
 
 #[test]
@@ -150,7 +204,10 @@ fn unreadable_source_file_is_reported() {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o000)).unwrap();
     fails(tessera(&repo).arg("backup").arg(&src), "secret");
-    assert!(json(&ok(tessera(&repo).args(["snapshots", "--json"]))).as_array().unwrap().is_empty());
+    assert!(json(&ok(tessera(&repo).args(["snapshots", "--json"])))
+        .as_array()
+        .unwrap()
+        .is_empty());
 }
 
 extern "C" {
@@ -167,7 +224,9 @@ fn second_writer_is_refused_until_unlock() {
         Arc::new(tessera_core::backend::LocalBackend::open(&repo).unwrap());
     let held = tessera_core::lock::RepoLock::acquire(backend, "tessera backup").unwrap();
     fails(
-        tessera(&repo).arg("backup").arg(t.path().join("repo/manifests")),
+        tessera(&repo)
+            .arg("backup")
+            .arg(t.path().join("repo/manifests")),
         &format!("pid {}", std::process::id()),
     );
     // Readers are not blocked by the writer lock.
@@ -175,7 +234,9 @@ fn second_writer_is_refused_until_unlock() {
     let u = json(&ok(tessera(&repo).args(["unlock", "--json"])));
     assert_eq!(u["removed"]["pid"], std::process::id());
     drop(held);
-    ok(tessera(&repo).arg("backup").arg(t.path().join("repo/manifests")));
+    ok(tessera(&repo)
+        .arg("backup")
+        .arg(t.path().join("repo/manifests")));
 }
 
 #[test]
@@ -186,23 +247,50 @@ fn trace_repository_ingests_traces() {
     let trace = t.path().join("v1.trace");
     let mut text = String::from("# fingerprint size\n");
     for i in 0..2000u32 {
-        text.push_str(&format!("{:040x} {}\n", (i % 1500) as u128 * 0x1234567, 4096 + i % 100));
+        text.push_str(&format!(
+            "{:040x} {}\n",
+            (i % 1500) as u128 * 0x1234567,
+            4096 + i % 100
+        ));
     }
     std::fs::write(&trace, &text).unwrap();
-    let r = json(&ok(tessera(&repo).arg("backup").arg("--trace-file").arg(&trace).arg("--json")));
+    let r = json(&ok(tessera(&repo)
+        .arg("backup")
+        .arg("--trace-file")
+        .arg(&trace)
+        .arg("--json")));
     assert_eq!(r["chunks"], 2000);
     assert_eq!(r["new_chunks"], 1500);
-    let out = tessera(&repo).args(["restore", "1", "--stdout", "--json"]).output().unwrap();
+    let out = tessera(&repo)
+        .args(["restore", "1", "--stdout", "--json"])
+        .output()
+        .unwrap();
     assert!(out.status.success() && out.stdout.is_empty());
     std::fs::write(&trace, "aabb 100\nnot-hex 5\n").unwrap();
-    fails(tessera(&repo).arg("backup").arg("--trace-file").arg(&trace), "v1.trace:2:");
+    fails(
+        tessera(&repo).arg("backup").arg("--trace-file").arg(&trace),
+        "v1.trace:2:",
+    );
 }
 
 #[test]
 fn help_lists_every_command() {
-    let out = Command::cargo_bin("tessera").unwrap().arg("--help").output().unwrap();
+    let out = Command::cargo_bin("tessera")
+        .unwrap()
+        .arg("--help")
+        .output()
+        .unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
-    for c in ["init", "backup", "snapshots", "restore", "forget", "stats", "unlock", "lab"] {
+    for c in [
+        "init",
+        "backup",
+        "snapshots",
+        "restore",
+        "forget",
+        "stats",
+        "unlock",
+        "lab",
+    ] {
         assert!(help.contains(c), "{c} missing from --help");
     }
 }

@@ -175,13 +175,19 @@ impl Manifest {
         let mut ids = std::collections::HashSet::new();
         for c in &self.containers {
             if c.id >= self.next_container_id || !ids.insert(c.id) {
-                return bad(format!("container id {:016x} is out of range or listed twice", c.id));
+                return bad(format!(
+                    "container id {:016x} is out of range or listed twice",
+                    c.id
+                ));
             }
         }
         let mut bids = std::collections::HashSet::new();
         for b in &self.backups {
             if b.id >= self.next_backup_id || !bids.insert(b.id) {
-                return bad(format!("backup id {} is out of range or listed twice", b.id));
+                return bad(format!(
+                    "backup id {} is out of range or listed twice",
+                    b.id
+                ));
             }
             b.root_fp()?;
         }

@@ -31,7 +31,9 @@ pub enum Error {
     #[error("{0}")]
     Locked(String),
     /// A format version this build does not understand.
-    #[error("{object} has format version {found}; this build of Tessera reads version {supported}")]
+    #[error(
+        "{object} has format version {found}; this build of Tessera reads version {supported}"
+    )]
     UnsupportedVersion {
         object: String,
         found: u32,

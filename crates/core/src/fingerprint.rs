@@ -28,7 +28,7 @@ impl Fingerprint {
     }
     /// Parse a hex string of up to 64 digits (shorter ones are zero-padded).
     pub fn from_hex(s: &str) -> Option<Self> {
-        if s.len() % 2 != 0 {
+        if !s.len().is_multiple_of(2) {
             return None;
         }
         Self::from_slice(&hex::decode(s).ok()?)

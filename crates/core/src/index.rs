@@ -125,7 +125,10 @@ pub fn decode_segment(b: &[u8], name: &str) -> Result<Vec<IndexEntry>> {
     let count = u64::from_le_bytes(b[12..20].try_into().unwrap());
     let entries = &body[20..];
     if entries.len() as u64 != count.saturating_mul(ENTRY_LEN as u64) {
-        return Err(Error::corrupt(name, "entry count does not match its length"));
+        return Err(Error::corrupt(
+            name,
+            "entry count does not match its length",
+        ));
     }
     entries
         .chunks_exact(ENTRY_LEN)
@@ -155,7 +158,11 @@ mod tests {
             .map(|i| IndexEntry {
                 fp: HashAlgo::Blake3.hash(&i.to_le_bytes()),
                 container: i as u64 / 10,
-                kind: if i % 3 == 0 { ChunkKind::Recipe } else { ChunkKind::Data },
+                kind: if i % 3 == 0 {
+                    ChunkKind::Recipe
+                } else {
+                    ChunkKind::Data
+                },
             })
             .collect();
         let seg = encode_segment(&entries);
@@ -172,9 +179,17 @@ mod tests {
     fn kinds_are_separate_and_later_entries_win() {
         let fp = HashAlgo::Blake3.hash(b"x");
         let mut idx = Index::default();
-        idx.insert(IndexEntry { fp, container: 1, kind: ChunkKind::Data });
+        idx.insert(IndexEntry {
+            fp,
+            container: 1,
+            kind: ChunkKind::Data,
+        });
         assert_eq!(idx.get(ChunkKind::Recipe, &fp), None);
-        idx.insert(IndexEntry { fp, container: 5, kind: ChunkKind::Data });
+        idx.insert(IndexEntry {
+            fp,
+            container: 5,
+            kind: ChunkKind::Data,
+        });
         assert_eq!(idx.get(ChunkKind::Data, &fp), Some(5));
         assert_eq!(idx.len(), (1, 0));
     }

@@ -108,7 +108,11 @@ impl Sink {
             ChunkKind::Recipe => self.recipe_id,
         };
         self.builder(kind).push(fp, len, bytes);
-        let e = IndexEntry { fp, container, kind };
+        let e = IndexEntry {
+            fp,
+            container,
+            kind,
+        };
         self.index.insert(e);
         self.new_entries.push(e);
         Ok(true)
@@ -134,13 +138,24 @@ impl Sink {
         let logical = b.logical_len();
         let (entries, data) = b.take();
         let object_bytes = self.store.write(id, kind, &entries, &data)?;
-        self.containers
-            .push(container_entry(id, kind, entries.len(), logical, object_bytes));
+        self.containers.push(container_entry(
+            id,
+            kind,
+            entries.len(),
+            logical,
+            object_bytes,
+        ));
         Ok(())
     }
 
     /// One data chunk of the backup, in stream order.
-    fn data_chunk(&mut self, recipe: &mut RecipeBuilder, fp: Fingerprint, len: u32, bytes: &[u8]) -> Result<()> {
+    fn data_chunk(
+        &mut self,
+        recipe: &mut RecipeBuilder,
+        fp: Fingerprint,
+        len: u32,
+        bytes: &[u8],
+    ) -> Result<()> {
         self.counts.logical += len as u64;
         self.counts.chunks += 1;
         if self.add(ChunkKind::Data, fp, len, bytes)? {
@@ -168,7 +183,12 @@ enum Batch {
 
 type WorkerResult = (Sink, RecipeBuilder, Result<()>);
 
-fn worker(rx: Receiver<Batch>, mut sink: Sink, mut recipe: RecipeBuilder, algo: HashAlgo) -> WorkerResult {
+fn worker(
+    rx: Receiver<Batch>,
+    mut sink: Sink,
+    mut recipe: RecipeBuilder,
+    algo: HashAlgo,
+) -> WorkerResult {
     let run = || -> Result<()> {
         for batch in rx {
             match batch {
@@ -275,7 +295,8 @@ impl Ingest {
         self.trace_buf.push((fp, len));
         if self.trace_buf.len() >= TRACE_BATCH {
             let b = std::mem::take(&mut self.trace_buf);
-            self.send(Batch::Trace(b)).map_err(|e| Error::io("backup", e))?;
+            self.send(Batch::Trace(b))
+                .map_err(|e| Error::io("backup", e))?;
         }
         Ok(())
     }
@@ -285,7 +306,11 @@ impl Ingest {
         let flushed = if flush {
             if self.trace {
                 let b = std::mem::take(&mut self.trace_buf);
-                if b.is_empty() { Ok(()) } else { self.send(Batch::Trace(b)) }
+                if b.is_empty() {
+                    Ok(())
+                } else {
+                    self.send(Batch::Trace(b))
+                }
             } else {
                 self.cut_batch(true)
             }
@@ -433,7 +458,9 @@ impl Repository {
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(e) => return Err(Error::io(format!("cannot read {name}"), e)),
                 };
-                ingest.write_all(&buf[..n]).map_err(|e| Error::io("backup", e))?;
+                ingest
+                    .write_all(&buf[..n])
+                    .map_err(|e| Error::io("backup", e))?;
                 progress(ingest.fed());
             }
         })

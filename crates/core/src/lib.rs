@@ -13,10 +13,16 @@ pub mod container;
 pub mod error;
 pub mod fingerprint;
 pub mod index;
+pub mod ingest;
 pub mod lock;
 pub mod metrics;
 pub mod recipe;
+pub mod repo;
+pub mod restore;
 pub mod trace;
 
 pub use error::{Error, Result};
 pub use fingerprint::{Fingerprint, HashAlgo};
+pub use ingest::{BackupOptions, BackupReport};
+pub use repo::{InitOptions, Repository};
+pub use restore::{RestoreOptions, RestoreReport};

@@ -284,7 +284,8 @@ mod tests {
     }
 
     fn walk(root: &RecipeEntry, level: u8, sink: &MapSink) -> Vec<RecipeEntry> {
-        let mut w = RecipeWalker::new(root.fp, level, |fp, _| decode(&sink.chunks[fp], "t")).unwrap();
+        let mut w =
+            RecipeWalker::new(root.fp, level, |fp, _| decode(&sink.chunks[fp], "t")).unwrap();
         let mut out = Vec::new();
         while let Some(e) = w.next().unwrap() {
             out.push(e);
@@ -300,10 +301,17 @@ mod tests {
             let (root, level) = build(&es, &mut sink);
             assert_eq!(walk(&root, level, &sink), es, "n = {n}");
             assert_eq!(root.size, es.iter().map(|e| e.size).sum::<u64>());
-            assert_eq!(sink.order.last().unwrap(), &(root.fp, level), "root is emitted last");
+            assert_eq!(
+                sink.order.last().unwrap(),
+                &(root.fp, level),
+                "root is emitted last"
+            );
             assert!(sink.order.iter().all(|&(_, l)| l <= level));
             if n > 5000 {
-                assert!(level >= 3, "70k entries need at least 3 levels, got {level}");
+                assert!(
+                    level >= 3,
+                    "70k entries need at least 3 levels, got {level}"
+                );
             }
         }
     }
@@ -317,9 +325,18 @@ mod tests {
         let mut b = MapSink::default();
         build(&old, &mut a);
         build(&new, &mut b);
-        let shared = b.chunks.keys().filter(|k| a.chunks.contains_key(*k)).count();
+        let shared = b
+            .chunks
+            .keys()
+            .filter(|k| a.chunks.contains_key(*k))
+            .count();
         // One insertion changes one chunk per level (plus possibly its neighbour).
-        assert!(b.chunks.len() - shared <= 2 * 4, "{} of {} new", b.chunks.len() - shared, b.chunks.len());
+        assert!(
+            b.chunks.len() - shared <= 2 * 4,
+            "{} of {} new",
+            b.chunks.len() - shared,
+            b.chunks.len()
+        );
     }
 
     #[test]
@@ -331,7 +348,10 @@ mod tests {
         assert!(decode(&ok, "x").is_err(), "truncated");
         let mut v = encode(1, &[]);
         v[2] = 9;
-        assert!(matches!(decode(&v, "x"), Err(Error::UnsupportedVersion { .. })));
+        assert!(matches!(
+            decode(&v, "x"),
+            Err(Error::UnsupportedVersion { .. })
+        ));
     }
 
     #[test]
@@ -340,6 +360,8 @@ mod tests {
         let mut sink = MapSink::default();
         let (root, level) = build(&es, &mut sink);
         // Claim the root is one level lower than it is.
-        assert!(RecipeWalker::new(root.fp, level - 1, |fp, _| decode(&sink.chunks[fp], "t")).is_err());
+        assert!(
+            RecipeWalker::new(root.fp, level - 1, |fp, _| decode(&sink.chunks[fp], "t")).is_err()
+        );
     }
 }

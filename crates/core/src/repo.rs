@@ -119,7 +119,12 @@ impl Repository {
             return Err(Error::RepositoryExists(backend.location().into()));
         }
         let mut repo_id = [0u8; 16];
-        let seed = format!("{:?}{}{}", std::time::SystemTime::now(), std::process::id(), backend.location());
+        let seed = format!(
+            "{:?}{}{}",
+            std::time::SystemTime::now(),
+            std::process::id(),
+            backend.location()
+        );
         repo_id.copy_from_slice(&blake3::hash(seed.as_bytes()).as_bytes()[..16]);
         let config = RepoConfig {
             repo_id: hex::encode(repo_id),
@@ -316,7 +321,10 @@ impl Repository {
         }
         let lower = spec.to_ascii_lowercase();
         if lower.len() >= 4 && lower.bytes().all(|c| c.is_ascii_hexdigit()) {
-            let hits: Vec<_> = backups.iter().filter(|b| b.root.starts_with(&lower)).collect();
+            let hits: Vec<_> = backups
+                .iter()
+                .filter(|b| b.root.starts_with(&lower))
+                .collect();
             match hits.len() {
                 1 => return Ok(hits[0]),
                 n if n > 1 => {
@@ -338,7 +346,9 @@ impl Repository {
         self.require_writer()?;
         for id in ids {
             if self.manifest.backup(*id).is_none() {
-                return Err(Error::Snapshot(format!("no snapshot '{id}' (see `tessera snapshots`)")));
+                return Err(Error::Snapshot(format!(
+                    "no snapshot '{id}' (see `tessera snapshots`)"
+                )));
             }
         }
         let mut next = self.manifest.clone();
@@ -376,12 +386,20 @@ impl Repository {
             stored_data_bytes: db,
             stored_recipe_bytes: rb,
             container_object_bytes: m.containers.iter().map(|c| c.object_bytes).sum(),
-            dedup_ratio: if db == 0 { 0.0 } else { logical as f64 / db as f64 },
+            dedup_ratio: if db == 0 {
+                0.0
+            } else {
+                logical as f64 / db as f64
+            },
             index_data_entries: de,
             index_recipe_entries: re,
             index_segments: m.index_segments.len(),
             index_memory_bytes: mem,
-            index_bytes_per_entry: if de + re == 0 { 0.0 } else { mem as f64 / (de + re) as f64 },
+            index_bytes_per_entry: if de + re == 0 {
+                0.0
+            } else {
+                mem as f64 / (de + re) as f64
+            },
         }
     }
 

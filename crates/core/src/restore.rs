@@ -82,7 +82,12 @@ impl LruCache {
         }
         let c = Arc::new(load(id)?);
         if self.items.len() >= self.capacity {
-            if let Some(victim) = self.items.iter().min_by_key(|(_, (_, s))| *s).map(|(k, _)| *k) {
+            if let Some(victim) = self
+                .items
+                .iter()
+                .min_by_key(|(_, (_, s))| *s)
+                .map(|(k, _)| *k)
+            {
                 self.items.remove(&victim);
             }
         }
@@ -102,7 +107,9 @@ fn in_backup(e: Error, backup: u64, offset: Option<u64>) -> Error {
             object: format!("{object} (needed by backup {backup}{at})"),
             reason,
         },
-        Error::MissingObject(o) => Error::MissingObject(format!("{o} (needed by backup {backup}{at})")),
+        Error::MissingObject(o) => {
+            Error::MissingObject(format!("{o} (needed by backup {backup}{at})"))
+        }
         other => other,
     }
 }
@@ -125,7 +132,10 @@ impl Repository {
             .chunk(fp)
             .ok_or_else(|| Error::corrupt(object_name(id), format!("does not hold {name}")))?;
         if self.manifest.config.hash.hash(bytes) != *fp {
-            return Err(Error::corrupt(name, "content does not match its fingerprint"));
+            return Err(Error::corrupt(
+                name,
+                "content does not match its fingerprint",
+            ));
         }
         recipe::decode(bytes, &name)
     }
@@ -155,7 +165,10 @@ impl Repository {
             let id = self.index.get(ChunkKind::Data, &e.fp).ok_or_else(|| {
                 Error::corrupt(
                     format!("backup {bid}"),
-                    format!("chunk {} at offset {offset} is not in the index", e.fp.to_hex()),
+                    format!(
+                        "chunk {} at offset {offset} is not in the index",
+                        e.fp.to_hex()
+                    ),
                 )
             })?;
             let c = data
@@ -163,18 +176,25 @@ impl Repository {
                 .map_err(|err| in_backup(err, bid, Some(offset)))?;
             let m = c.find(&e.fp).ok_or_else(|| {
                 Error::corrupt(
-                    format!("{} (needed by backup {bid} at offset {offset})", object_name(id)),
+                    format!(
+                        "{} (needed by backup {bid} at offset {offset})",
+                        object_name(id)
+                    ),
                     format!("does not hold chunk {}", e.fp.to_hex()),
                 )
             })?;
             if m.len as u64 != e.size {
                 return Err(Error::corrupt(
                     format!("backup {bid}"),
-                    format!("chunk at offset {offset} has size {} in its container, {} in the recipe", m.len, e.size),
+                    format!(
+                        "chunk at offset {offset} has size {} in its container, {} in the recipe",
+                        m.len, e.size
+                    ),
                 ));
             }
             if !c.header.trace {
-                out.write_all(c.bytes(m)).ctx(|| "cannot write restored data".into())?;
+                out.write_all(c.bytes(m))
+                    .ctx(|| "cannot write restored data".into())?;
             }
             offset += e.size;
             chunks += 1;
@@ -187,7 +207,10 @@ impl Repository {
         if offset != backup.logical_bytes {
             return Err(Error::corrupt(
                 format!("backup {bid}"),
-                format!("recipe restores {offset} bytes, catalog says {}", backup.logical_bytes),
+                format!(
+                    "recipe restores {offset} bytes, catalog says {}",
+                    backup.logical_bytes
+                ),
             ));
         }
         let io = self.metrics.snapshot().since(&before);
@@ -239,7 +262,8 @@ impl Repository {
                 let mut w = std::io::BufWriter::with_capacity(1 << 20, &mut f);
                 let report = self.restore_to(backup, &mut w, opts, progress)?;
                 drop(w);
-                f.sync_all().ctx(|| format!("cannot write {}", path.display()))?;
+                f.sync_all()
+                    .ctx(|| format!("cannot write {}", path.display()))?;
                 let ext = ExtractReport {
                     files: 1,
                     bytes: report.restored_bytes,

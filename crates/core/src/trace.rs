@@ -20,15 +20,24 @@ pub fn parse_line(line: &str, name: &str, lineno: usize) -> Result<Option<(Finge
     let bad = |why: String| Error::invalid(format!("{name}:{lineno}: {why}"));
     let mut parts = t.split_whitespace();
     let (Some(h), Some(s), None) = (parts.next(), parts.next(), parts.next()) else {
-        return Err(bad(format!("expected '<hex fingerprint> <size>', got '{}'", truncate(t))));
+        return Err(bad(format!(
+            "expected '<hex fingerprint> <size>', got '{}'",
+            truncate(t)
+        )));
     };
-    let fp = Fingerprint::from_hex(h)
-        .ok_or_else(|| bad(format!("'{}' is not a hex fingerprint of at most 64 digits", truncate(h))))?;
+    let fp = Fingerprint::from_hex(h).ok_or_else(|| {
+        bad(format!(
+            "'{}' is not a hex fingerprint of at most 64 digits",
+            truncate(h)
+        ))
+    })?;
     let size: u32 = s
         .parse()
         .map_err(|_| bad(format!("'{}' is not a chunk size", truncate(s))))?;
     if size == 0 || size > MAX_TRACE_CHUNK {
-        return Err(bad(format!("chunk size {size} is out of range 1..={MAX_TRACE_CHUNK}")));
+        return Err(bad(format!(
+            "chunk size {size} is out of range 1..={MAX_TRACE_CHUNK}"
+        )));
     }
     Ok(Some((fp, size)))
 }
@@ -38,7 +47,10 @@ fn truncate(s: &str) -> String {
 }
 
 /// Iterate over the chunks of a trace stream.
-pub fn read_trace<R: BufRead>(reader: R, name: String) -> impl Iterator<Item = Result<(Fingerprint, u32)>> {
+pub fn read_trace<R: BufRead>(
+    reader: R,
+    name: String,
+) -> impl Iterator<Item = Result<(Fingerprint, u32)>> {
     reader
         .lines()
         .enumerate()
@@ -55,11 +67,19 @@ mod tests {
     #[test]
     fn parses_and_reports_line_numbers() {
         let text = "# comment\n\naabbcc 4096\nda39a3ee5e6b4b0d3255bfef95601890afd80709 8192\n";
-        let v: Vec<_> = read_trace(text.as_bytes(), "t.trace".into()).collect::<Result<_>>().unwrap();
+        let v: Vec<_> = read_trace(text.as_bytes(), "t.trace".into())
+            .collect::<Result<_>>()
+            .unwrap();
         assert_eq!(v.len(), 2);
         assert_eq!(v[0].1, 4096);
         assert_eq!(&v[0].0 .0[..3], &[0xaa, 0xbb, 0xcc]);
-        for (bad, what) in [("zz 1", "hex"), ("aa", "expected"), ("aa 0", "range"), ("aa 1 2", "expected"), ("aa -5", "size")] {
+        for (bad, what) in [
+            ("zz 1", "hex"),
+            ("aa", "expected"),
+            ("aa 0", "range"),
+            ("aa 1 2", "expected"),
+            ("aa -5", "size"),
+        ] {
             let err = read_trace(format!("aa 1\n{bad}\n").as_bytes(), "t.trace".into())
                 .collect::<Result<Vec<_>>>()
                 .unwrap_err()

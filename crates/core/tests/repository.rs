@@ -31,12 +31,12 @@ fn mutate(base: &[u8], seed: u64) -> Vec<u8> {
         return bytes(seed, 1000);
     }
     let n = v.len();
-    let at = (seed as usize * 7919) % n;
+    let at = (seed as usize).wrapping_mul(7919) % n;
     let end = (at + 3000).min(n);
     v[at..end].copy_from_slice(&bytes(seed ^ 1, end - at));
-    let ins = (seed as usize * 104_729) % v.len();
+    let ins = (seed as usize).wrapping_mul(104_729) % v.len();
     v.splice(ins..ins, bytes(seed ^ 2, 5000));
-    let del = (seed as usize * 1_299_709) % v.len();
+    let del = (seed as usize).wrapping_mul(1_299_709) % v.len();
     let del_end = (del + 2000).min(v.len());
     v.drain(del..del_end);
     v
@@ -87,12 +87,28 @@ fn second_version_dedups_and_both_restore() {
     let v1 = bytes(1, 3 << 20);
     let v2 = mutate(&v1, 5);
     let mut r1 = &v1[..];
-    let rep1 = repo.backup_reader(&stream("a"), &mut r1, &mut |_| {}).unwrap();
+    let rep1 = repo
+        .backup_reader(&stream("a"), &mut r1, &mut |_| {})
+        .unwrap();
     let mut r2 = &v2[..];
-    let rep2 = repo.backup_reader(&stream("a"), &mut r2, &mut |_| {}).unwrap();
-    assert_eq!(rep1.stored_bytes, v1.len() as u64, "random data has no duplicates");
-    assert!(rep2.stored_bytes < v2.len() as u64 / 10, "stored {}", rep2.stored_bytes);
-    assert!(rep2.new_recipe_chunks < 10, "recipe chunks are shared: {}", rep2.new_recipe_chunks);
+    let rep2 = repo
+        .backup_reader(&stream("a"), &mut r2, &mut |_| {})
+        .unwrap();
+    assert_eq!(
+        rep1.stored_bytes,
+        v1.len() as u64,
+        "random data has no duplicates"
+    );
+    assert!(
+        rep2.stored_bytes < v2.len() as u64 / 10,
+        "stored {}",
+        rep2.stored_bytes
+    );
+    assert!(
+        rep2.new_recipe_chunks < 10,
+        "recipe chunks are shared: {}",
+        rep2.new_recipe_chunks
+    );
     assert_eq!(restore(&repo, rep1.backup.id).unwrap(), v1);
     assert_eq!(restore(&repo, rep2.backup.id).unwrap(), v2);
     // A reopened repository finds everything through the persisted index.
@@ -128,15 +144,31 @@ fn restore_metrics_of_a_fresh_backup() {
         .restore_to(&entry, &mut out, &RestoreOptions::default(), &mut |_| {})
         .unwrap();
     // 2 MiB of unique data in 256 KiB containers: 8 or 9 containers, each read once.
-    assert!((8..=9).contains(&rep.data_containers_read), "{}", rep.data_containers_read);
-    assert!((rep.read_amplification - 1.0).abs() < 1e-9, "{}", rep.read_amplification);
+    assert!(
+        (8..=9).contains(&rep.data_containers_read),
+        "{}",
+        rep.data_containers_read
+    );
+    assert!(
+        (rep.read_amplification - 1.0).abs() < 1e-9,
+        "{}",
+        rep.read_amplification
+    );
     assert_eq!(rep.restored_bytes, data.len() as u64);
 }
 
 fn chunkers() -> Vec<ChunkerConfig> {
     vec![
-        ChunkerConfig::Fastcdc { min: 512, avg: 2048, max: 8192 },
-        ChunkerConfig::Rabin { min: 512, avg: 2048, max: 8192 },
+        ChunkerConfig::Fastcdc {
+            min: 512,
+            avg: 2048,
+            max: 8192,
+        },
+        ChunkerConfig::Rabin {
+            min: 512,
+            avg: 2048,
+            max: 8192,
+        },
         ChunkerConfig::Fixed { size: 3000 },
     ]
 }
@@ -163,8 +195,13 @@ proptest! {
 #[derive(Debug, Clone)]
 enum Op {
     /// Back up a mutation of an existing version (or fresh bytes).
-    Backup { base: Option<usize>, seed: u64 },
-    Forget { pick: usize },
+    Backup {
+        base: Option<usize>,
+        seed: u64,
+    },
+    Forget {
+        pick: usize,
+    },
     Reopen,
 }
 
@@ -242,13 +279,23 @@ fn corrupt_or_missing_container_names_container_and_backup() {
     let mut bad = original.clone();
     bad[200] ^= 1;
     std::fs::write(&path, &bad).unwrap();
-    let err = restore(&Repository::open(b.clone()).unwrap(), id).unwrap_err().to_string();
-    assert!(err.contains(&name) && err.contains(&format!("backup {id}")) && err.contains("checksum"), "{err}");
+    let err = restore(&Repository::open(b.clone()).unwrap(), id)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&name) && err.contains(&format!("backup {id}")) && err.contains("checksum"),
+        "{err}"
+    );
 
     // A truncated container.
     std::fs::write(&path, &original[..original.len() / 2]).unwrap();
-    let err = restore(&Repository::open(b.clone()).unwrap(), id).unwrap_err().to_string();
-    assert!(err.contains(&name) && err.contains(&format!("backup {id}")), "{err}");
+    let err = restore(&Repository::open(b.clone()).unwrap(), id)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&name) && err.contains(&format!("backup {id}")),
+        "{err}"
+    );
 
     // A deleted container.
     std::fs::remove_file(&path).unwrap();
@@ -264,12 +311,26 @@ fn corrupt_or_missing_container_names_container_and_backup() {
 /// mutating operation in turn; after each failure the repository must open,
 /// hold exactly the committed backups (and perhaps the new one, complete),
 /// and restore them byte for byte.
-fn crash_sweep(lose_unsynced: bool, allowed: &[&[&str]], op: impl Fn(&mut Repository, &[u8]) -> tessera_core::Result<()>) -> u64 {
+/// `loss`: 0 = process death, 1 = power loss of every unsynced write,
+/// 2.. = power loss of a seeded subset of unsynced writes.
+fn crash_sweep(
+    loss: u64,
+    allowed: &[&[&str]],
+    op: impl Fn(&mut Repository, &[u8]) -> tessera_core::Result<()>,
+) -> u64 {
     let v1 = bytes(11, 600_000);
     let v2 = mutate(&v1, 12);
     let setup = || {
         let inner = mem();
-        init(inner.clone(), HashAlgo::Blake3, ChunkerConfig::Fastcdc { min: 512, avg: 2048, max: 8192 });
+        init(
+            inner.clone(),
+            HashAlgo::Blake3,
+            ChunkerConfig::Fastcdc {
+                min: 512,
+                avg: 2048,
+                max: 8192,
+            },
+        );
         let mut repo = Repository::open_writer(inner.clone(), "test").unwrap();
         backup(&mut repo, "v1", &v1).unwrap();
         repo.close().unwrap();
@@ -286,16 +347,19 @@ fn crash_sweep(lose_unsynced: bool, allowed: &[&[&str]], op: impl Fn(&mut Reposi
     assert!(total > base + 2);
     for n in (base + 1)..=total {
         let inner = setup();
-        let failing = Arc::new(if lose_unsynced {
-            FailingBackend::with_lost_unsynced(inner.clone(), Some(n))
-        } else {
-            FailingBackend::new(inner.clone(), Some(n))
+        let failing = Arc::new(match loss {
+            0 => FailingBackend::new(inner.clone(), Some(n)),
+            1 => FailingBackend::with_lost_unsynced(inner.clone(), Some(n)),
+            seed => FailingBackend::with_partial_loss(inner.clone(), Some(n), seed),
         });
         let result = Repository::open_writer(failing.clone(), "test").and_then(|mut repo| {
             op(&mut repo, &v2)?;
             repo.close()
         });
-        assert!(failing.has_failed() || result.is_ok(), "fail_at {n}: {result:?}");
+        assert!(
+            failing.has_failed() || result.is_ok(),
+            "fail_at {n}: {result:?}"
+        );
         drop(result);
         // The crashed process left its lock behind: break it as `tessera unlock` would.
         tessera_core::lock::break_lock(&*inner).unwrap();
@@ -304,26 +368,39 @@ fn crash_sweep(lose_unsynced: bool, allowed: &[&[&str]], op: impl Fn(&mut Reposi
         let names: Vec<_> = repo.backups().iter().map(|b| b.name.clone()).collect();
         for b in repo.backups() {
             let want = if b.name == "v1" { &v1 } else { &v2 };
-            assert_eq!(&restore(&repo, b.id).unwrap(), want, "fail_at {n}: backup {}", b.id);
+            assert_eq!(
+                &restore(&repo, b.id).unwrap(),
+                want,
+                "fail_at {n}: backup {}",
+                b.id
+            );
         }
-        assert!(repo.find_leftovers().unwrap().is_empty(), "fail_at {n}: leftovers remain");
+        assert!(
+            repo.find_leftovers().unwrap().is_empty(),
+            "fail_at {n}: leftovers remain"
+        );
         // What the op may leave: the old state or the new one.
-        assert!(allowed.iter().any(|a| *a == names), "fail_at {n}: {names:?}");
+        assert!(
+            allowed.iter().any(|a| *a == names),
+            "fail_at {n}: {names:?}"
+        );
     }
     total - base
 }
 
 #[test]
 fn crash_at_every_operation_of_a_backup() {
-    for lose in [false, true] {
-        let ops = crash_sweep(lose, &[&["v1"], &["v1", "v2"]], |repo, v2| backup(repo, "v2", v2).map(|_| ()));
+    for lose in 0..8 {
+        let ops = crash_sweep(lose, &[&["v1"], &["v1", "v2"]], |repo, v2| {
+            backup(repo, "v2", v2).map(|_| ())
+        });
         assert!(ops >= 4, "{ops}");
     }
 }
 
 #[test]
 fn crash_at_every_operation_of_a_forget() {
-    for lose in [false, true] {
+    for lose in 0..8 {
         crash_sweep(lose, &[&["v1"], &["v1", "v2"], &["v2"]], |repo, v2| {
             backup(repo, "v2", v2)?;
             repo.forget(&[1])?;
@@ -337,9 +414,14 @@ fn second_writer_is_refused_and_unknown_snapshot_is_clear() {
     let b = mem();
     init(b.clone(), HashAlgo::Blake3, ChunkerConfig::default());
     let repo = Repository::open_writer(b.clone(), "tessera backup").unwrap();
-    let err = Repository::open_writer(b.clone(), "tessera backup").err().unwrap();
+    let err = Repository::open_writer(b.clone(), "tessera backup")
+        .err()
+        .unwrap();
     assert!(matches!(err, Error::Locked(_)), "{err}");
-    assert!(err.to_string().contains(&std::process::id().to_string()), "{err}");
+    assert!(
+        err.to_string().contains(&std::process::id().to_string()),
+        "{err}"
+    );
     // Readers are not blocked.
     let reader = Repository::open(b.clone()).unwrap();
     let err = reader.resolve("42").unwrap_err().to_string();
@@ -351,7 +433,10 @@ fn second_writer_is_refused_and_unknown_snapshot_is_clear() {
 #[test]
 fn init_twice_and_open_missing_are_clear_errors() {
     let b = mem();
-    assert!(matches!(Repository::open(b.clone()), Err(Error::NoRepository(_))));
+    assert!(matches!(
+        Repository::open(b.clone()),
+        Err(Error::NoRepository(_))
+    ));
     init(b.clone(), HashAlgo::Blake3, ChunkerConfig::default());
     let err = Repository::init(b, &InitOptions::default()).unwrap_err();
     assert!(matches!(err, Error::RepositoryExists(_)), "{err}");
@@ -362,11 +447,20 @@ fn trace_mode_matches_data_mode_layout() {
     // The same chunks ingested as data and as a trace give the same layout.
     let data_b = mem();
     let trace_b = mem();
-    let cfg = ChunkerConfig::Fastcdc { min: 512, avg: 2048, max: 8192 };
+    let cfg = ChunkerConfig::Fastcdc {
+        min: 512,
+        avg: 2048,
+        max: 8192,
+    };
     init(data_b.clone(), HashAlgo::Blake3, cfg);
     Repository::init(
         trace_b.clone(),
-        &InitOptions { hash: HashAlgo::Blake3, chunker: cfg, container_size: 256 * 1024, trace: true },
+        &InitOptions {
+            hash: HashAlgo::Blake3,
+            chunker: cfg,
+            container_size: 256 * 1024,
+            trace: true,
+        },
     )
     .unwrap();
     let mut dr = Repository::open_writer(data_b, "t").unwrap();
@@ -387,12 +481,24 @@ fn trace_mode_matches_data_mode_layout() {
             .collect();
         let a = backup(&mut dr, "v", v).unwrap();
         let b = tr.backup_trace(&stream("v"), trace).unwrap().backup.id;
-        let (ea, eb) = (dr.manifest().backup(a).unwrap().clone(), tr.manifest().backup(b).unwrap().clone());
+        let (ea, eb) = (
+            dr.manifest().backup(a).unwrap().clone(),
+            tr.manifest().backup(b).unwrap().clone(),
+        );
         assert_eq!(ea.root, eb.root, "same recipe tree");
         assert_eq!((ea.new_bytes, ea.chunks), (eb.new_bytes, eb.chunks));
-        let ra = dr.restore_to(&ea, &mut Vec::new(), &RestoreOptions::default(), &mut |_| {}).unwrap();
+        let ra = dr
+            .restore_to(
+                &ea,
+                &mut Vec::new(),
+                &RestoreOptions::default(),
+                &mut |_| {},
+            )
+            .unwrap();
         let mut sink = Vec::new();
-        let rb = tr.restore_to(&eb, &mut sink, &RestoreOptions::default(), &mut |_| {}).unwrap();
+        let rb = tr
+            .restore_to(&eb, &mut sink, &RestoreOptions::default(), &mut |_| {})
+            .unwrap();
         assert!(sink.is_empty(), "trace mode writes no bytes");
         assert_eq!(ra.data_containers_read, rb.data_containers_read);
         assert_eq!(ra.data_container_bytes_read, rb.data_container_bytes_read);

@@ -52,33 +52,57 @@ pub fn backup(
     let mut r = Repository::open_writer(open_backend(repo)?, "tessera backup")?;
     let report = if let Some(name) = stdin_name {
         let pb = ui::progress(None, "backup", json);
-        let opts = BackupOptions { name, source: SourceKind::Stream };
+        let opts = BackupOptions {
+            name,
+            source: SourceKind::Stream,
+        };
         let mut stdin = std::io::stdin().lock();
         let rep = r.backup_reader(&opts, &mut stdin, &mut |n| pb.set_position(n))?;
         pb.finish_and_clear();
-        Report { backup: rep, tree: None }
+        Report {
+            backup: rep,
+            tree: None,
+        }
     } else if let Some(t) = trace_file {
         let f = File::open(&t).with_context(|| format!("cannot open {}", t.display()))?;
-        let opts = BackupOptions { name: t.display().to_string(), source: SourceKind::Trace };
+        let opts = BackupOptions {
+            name: t.display().to_string(),
+            source: SourceKind::Trace,
+        };
         let chunks = tessera_core::trace::read_trace(BufReader::new(f), t.display().to_string());
-        Report { backup: r.backup_trace(&opts, chunks)?, tree: None }
+        Report {
+            backup: r.backup_trace(&opts, chunks)?,
+            tree: None,
+        }
     } else {
         let p = path.expect("clap requires a path");
         let abs = std::path::absolute(&p).unwrap_or(p.clone());
         let meta = std::fs::metadata(&p).with_context(|| format!("cannot read {}", p.display()))?;
         if meta.is_dir() {
             let pb = ui::progress(tree_size(&p), "backup", json);
-            let opts = BackupOptions { name: abs.display().to_string(), source: SourceKind::Tree };
+            let opts = BackupOptions {
+                name: abs.display().to_string(),
+                source: SourceKind::Tree,
+            };
             let (rep, tree) = r.backup_tree(&opts, &p, &mut |n| pb.set_position(n))?;
             pb.finish_and_clear();
-            Report { backup: rep, tree: Some(tree) }
+            Report {
+                backup: rep,
+                tree: Some(tree),
+            }
         } else {
             let pb = ui::progress(Some(meta.len()), "backup", json);
             let mut f = File::open(&p).with_context(|| format!("cannot open {}", p.display()))?;
-            let opts = BackupOptions { name: abs.display().to_string(), source: SourceKind::File };
+            let opts = BackupOptions {
+                name: abs.display().to_string(),
+                source: SourceKind::File,
+            };
             let rep = r.backup_reader(&opts, &mut f, &mut |n| pb.set_position(n))?;
             pb.finish_and_clear();
-            Report { backup: rep, tree: None }
+            Report {
+                backup: rep,
+                tree: None,
+            }
         }
     };
     let leftovers = r.leftovers().objects.len();
@@ -112,7 +136,9 @@ pub fn backup(
         }
         println!(
             "  {:.2} s, {:.1} MB/s, root {}",
-            b.seconds, b.throughput_mb_s, &b.backup.root[..16]
+            b.seconds,
+            b.throughput_mb_s,
+            &b.backup.root[..16]
         );
     }
     Ok(ExitCode::SUCCESS)

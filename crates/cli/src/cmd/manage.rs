@@ -12,7 +12,14 @@ use tessera_core::chunking::{parse_size, ChunkerConfig};
 use tessera_core::lock;
 use tessera_core::{InitOptions, Repository};
 
-pub fn init(repo: &RepoArg, hash: &str, chunker: &str, container_size: &str, trace: bool, json: bool) -> Result<ExitCode> {
+pub fn init(
+    repo: &RepoArg,
+    hash: &str,
+    chunker: &str,
+    container_size: &str,
+    trace: bool,
+    json: bool,
+) -> Result<ExitCode> {
     let opts = InitOptions {
         hash: hash.parse().map_err(anyhow::Error::msg)?,
         chunker: ChunkerConfig::parse(chunker).map_err(anyhow::Error::msg)?,
@@ -96,7 +103,12 @@ pub fn forget(repo: &RepoArg, specs: &[String], json: bool) -> Result<ExitCode> 
         ui::print_json(&report)?;
     } else {
         for b in &report.forgotten {
-            println!("forgot backup {} ({}, {})", b.id, b.name, ui::bytes(b.logical_bytes));
+            println!(
+                "forgot backup {} ({}, {})",
+                b.id,
+                b.name,
+                ui::bytes(b.logical_bytes)
+            );
         }
         println!(
             "{} backups remain; run garbage collection to reclaim space",
@@ -113,7 +125,10 @@ pub fn stats(repo: &RepoArg, json: bool) -> Result<ExitCode> {
         ui::print_json(&s)?;
         return Ok(ExitCode::SUCCESS);
     }
-    println!("repository        {} (generation {})", s.location, s.generation);
+    println!(
+        "repository        {} (generation {})",
+        s.location, s.generation
+    );
     println!(
         "configuration     {} fingerprints, {}, {} containers{}",
         s.hash.name(),
@@ -121,7 +136,11 @@ pub fn stats(repo: &RepoArg, json: bool) -> Result<ExitCode> {
         ui::bytes(s.container_size as u64),
         if s.trace { ", trace mode" } else { "" }
     );
-    println!("backups           {} ({} logical)", s.backups, ui::bytes(s.logical_bytes));
+    println!(
+        "backups           {} ({} logical)",
+        s.backups,
+        ui::bytes(s.logical_bytes)
+    );
     println!(
         "containers        {} data ({}), {} recipe ({}), {} on disk",
         s.data_containers,
@@ -130,7 +149,10 @@ pub fn stats(repo: &RepoArg, json: bool) -> Result<ExitCode> {
         ui::bytes(s.stored_recipe_bytes),
         ui::bytes(s.container_object_bytes)
     );
-    println!("dedup ratio       {:.2}x (retained logical / stored data)", s.dedup_ratio);
+    println!(
+        "dedup ratio       {:.2}x (retained logical / stored data)",
+        s.dedup_ratio
+    );
     println!(
         "index             {} data + {} recipe entries in {} segments, {} in memory ({:.1} bytes/entry)",
         s.index_data_entries,

@@ -32,18 +32,26 @@ pub fn restore(
     }
     let r = Repository::open(open_backend(repo)?)?;
     let backup = r.resolve(snapshot)?.clone();
-    let opts = RestoreOptions { cache_containers: cache };
+    let opts = RestoreOptions {
+        cache_containers: cache,
+    };
     let pb = ui::progress(Some(backup.logical_bytes), "restore", json || to_stdout);
     let report = if to_stdout {
         let stdout = std::io::stdout();
         let mut out = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
         let rep = r.restore_to(&backup, &mut out, &opts, &mut |n| pb.set_position(n))?;
         out.flush()?;
-        Report { restore: rep, extract: None }
+        Report {
+            restore: rep,
+            extract: None,
+        }
     } else {
         let t = target.expect("clap requires a target");
         let (rep, ext) = r.restore_into(&backup, &t, &opts, &mut |n| pb.set_position(n))?;
-        Report { restore: rep, extract: Some(ext) }
+        Report {
+            restore: rep,
+            extract: Some(ext),
+        }
     };
     pb.finish_and_clear();
     let refused = report.extract.as_ref().map_or(0, |e| e.refused.len());
@@ -79,7 +87,9 @@ pub fn restore(
         }
     }
     if refused > 0 {
-        eprintln!("error: {refused} entries were refused (unsafe paths); everything else was restored");
+        eprintln!(
+            "error: {refused} entries were refused (unsafe paths); everything else was restored"
+        );
         return Ok(ExitCode::from(3));
     }
     Ok(ExitCode::SUCCESS)

@@ -1,2 +1,472 @@
-//! STUB
-pub struct LocalBackend;
+//! A repository in a local directory: one file per object.
+//!
+//! `put` writes a hidden temporary file next to the final name and renames it
+//! over that name, so a reader sees the old object, the new one or nothing,
+//! never a partial file. Nothing is fsynced per put: the written files and
+//! their directories are remembered, and [`Backend::sync`] fsyncs them all at
+//! once (files first, then directories, so the renames themselves are
+//! durable). A crash before `sync` may lose those objects, which the engine
+//! tolerates because no manifest references an object before a `sync`.
+
+use super::Backend;
+use crate::error::{Error, IoContext, Result};
+use std::collections::BTreeSet;
+use std::fs::{self, File, OpenOptions};
+use std::io::{ErrorKind, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// Distinguishes temporary names within this process. Global rather than per
+/// backend so two handles on the same directory never pick the same name.
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Check that `key` is a relative `/`-separated object name that cannot
+/// escape the repository or collide with temporary files.
+///
+/// Components starting with `.` are refused: that covers `.` and `..`, and
+/// keeps hidden names free for the temporaries of `put`, which `list` skips.
+pub(crate) fn validate_key(key: &str) -> Result<()> {
+    let bad = |why: &str| Err(Error::invalid(format!("invalid object key {key:?}: {why}")));
+    if key.is_empty() {
+        return bad("empty");
+    }
+    if key.starts_with('/') {
+        return bad("absolute");
+    }
+    if key.contains('\\') {
+        return bad("contains a backslash");
+    }
+    if key.contains('\0') {
+        return bad("contains a NUL byte");
+    }
+    for component in key.split('/') {
+        if component.is_empty() {
+            return bad("empty path component");
+        }
+        if component.starts_with('.') {
+            return bad("path component starts with '.'");
+        }
+    }
+    Ok(())
+}
+
+/// Check a `list` prefix: its complete components must be valid key
+/// components (it may end in the middle of one, or be empty).
+pub(crate) fn validate_prefix(prefix: &str) -> Result<()> {
+    let dir_part = prefix.rfind('/').map_or("", |i| &prefix[..i]);
+    if (!dir_part.is_empty() && validate_key(dir_part).is_err()) || prefix.starts_with('/') {
+        return Err(Error::invalid(format!("invalid list prefix {prefix:?}")));
+    }
+    Ok(())
+}
+
+/// `dir` and those of its ancestors that do not exist yet (stopping at
+/// `stop`), i.e. the directories `create_dir_all(dir)` would create.
+fn missing_ancestors(dir: &Path, stop: Option<&Path>) -> Vec<PathBuf> {
+    let mut missing = Vec::new();
+    let mut d = dir;
+    while Some(d) != stop && !d.as_os_str().is_empty() && !d.exists() {
+        missing.push(d.to_path_buf());
+        match d.parent() {
+            Some(p) => d = p,
+            None => break,
+        }
+    }
+    missing
+}
+
+/// Whether a directory entry name is a temporary file of an unfinished `put`.
+fn is_temporary(name: &str) -> bool {
+    name.starts_with('.') && name.ends_with(".tmp")
+}
+
+/// Files and directories changed since the last successful `sync`.
+#[derive(Default)]
+struct Pending {
+    files: BTreeSet<PathBuf>,
+    dirs: BTreeSet<PathBuf>,
+}
+
+pub struct LocalBackend {
+    root: PathBuf,
+    pending: Mutex<Pending>,
+    /// Held for the whole of `sync`, so a second `sync` cannot return while
+    /// the first is still flushing entries it took from `pending`.
+    sync_lock: Mutex<()>,
+}
+
+impl std::fmt::Debug for LocalBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalBackend")
+            .field("root", &self.root)
+            .finish()
+    }
+}
+
+impl LocalBackend {
+    /// Open an existing repository directory.
+    pub fn open(root: &Path) -> Result<Self> {
+        match fs::metadata(root) {
+            Ok(m) if m.is_dir() => Ok(Self::at(root)),
+            Ok(_) => Err(Error::invalid(format!(
+                "{} is not a directory",
+                root.display()
+            ))),
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                Err(Error::NoRepository(root.to_path_buf()))
+            }
+            Err(e) => Err(Error::io(
+                format!("cannot open repository {}", root.display()),
+                e,
+            )),
+        }
+    }
+
+    /// Create the repository directory (and its parents) if needed and open it.
+    /// The new directories are made durable by the first `sync`.
+    pub fn create(root: &Path) -> Result<Self> {
+        let created = missing_ancestors(root, None);
+        fs::create_dir_all(root)
+            .ctx(|| format!("cannot create repository directory {}", root.display()))?;
+        let backend = Self::open(root)?;
+        backend
+            .pending()
+            .dirs
+            .extend(created.iter().map(|d| Self::parent_of(d)));
+        Ok(backend)
+    }
+
+    fn at(root: &Path) -> Self {
+        LocalBackend {
+            root: root.to_path_buf(),
+            pending: Mutex::new(Pending::default()),
+            sync_lock: Mutex::new(()),
+        }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// How many files and directories the next `sync` would flush.
+    #[cfg(test)]
+    pub(crate) fn unsynced_counts(&self) -> (usize, usize) {
+        let p = self.pending();
+        (p.files.len(), p.dirs.len())
+    }
+
+    fn path(&self, key: &str) -> Result<PathBuf> {
+        validate_key(key)?;
+        Ok(self.root.join(key))
+    }
+
+    fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
+        // A panic elsewhere cannot leave the sets inconsistent; keep going.
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The directory holding `path`; `.` for a bare relative name.
+    fn parent_of(path: &Path) -> PathBuf {
+        match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        }
+    }
+
+    /// Create the directories leading to `dir` and return the parents whose
+    /// entries changed, which must be fsynced for the new directories to be
+    /// durable.
+    fn make_dirs(&self, dir: &Path) -> Result<Vec<PathBuf>> {
+        let missing = missing_ancestors(dir, Some(&self.root));
+        fs::create_dir_all(dir).ctx(|| format!("cannot create directory {}", dir.display()))?;
+        Ok(missing.iter().map(|m| Self::parent_of(m)).collect())
+    }
+
+    fn temp_path(final_path: &Path) -> PathBuf {
+        let name = final_path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+        Self::parent_of(final_path).join(format!(".{name}.{}.{n}.tmp", std::process::id()))
+    }
+
+    /// Create a fresh temporary file in the object's directory (creating the
+    /// directory on demand) and write `data` to it. Returns the temporary path
+    /// and the directories whose entries changed.
+    fn write_temp(&self, path: &Path, data: &[u8], fsync: bool) -> Result<(PathBuf, Vec<PathBuf>)> {
+        let dir = Self::parent_of(path);
+        let tmp = Self::temp_path(path);
+        let mut new_dirs = Vec::new();
+        let mut file = match OpenOptions::new().write(true).create_new(true).open(&tmp) {
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                new_dirs = self.make_dirs(&dir)?;
+                OpenOptions::new().write(true).create_new(true).open(&tmp)
+            }
+            other => other,
+        }
+        .ctx(|| format!("cannot create {}", tmp.display()))?;
+        let written = file
+            .write_all(data)
+            .and_then(|()| if fsync { file.sync_all() } else { Ok(()) });
+        if let Err(e) = written {
+            let _ = fs::remove_file(&tmp);
+            return Err(Error::io(format!("cannot write {}", tmp.display()), e));
+        }
+        Ok((tmp, new_dirs))
+    }
+
+    /// Temporary files an interrupted `put` left behind, anywhere under the root.
+    pub fn list_temporaries(&self) -> Result<Vec<PathBuf>> {
+        let mut out = Vec::new();
+        Self::walk(&self.root, &mut |path, name| {
+            if is_temporary(name) {
+                out.push(path.to_path_buf());
+            }
+        })?;
+        out.sort();
+        Ok(out)
+    }
+
+    /// Delete the leftovers of interrupted puts; returns how many were
+    /// removed. Their directories are made durable by the next `sync`.
+    pub fn remove_temporaries(&self) -> Result<usize> {
+        let mut removed = 0;
+        for path in self.list_temporaries()? {
+            match fs::remove_file(&path) {
+                Ok(()) => removed += 1,
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io(format!("cannot remove {}", path.display()), e)),
+            }
+            self.pending().dirs.insert(Self::parent_of(&path));
+        }
+        Ok(removed)
+    }
+
+    /// Visit every non-directory entry under `dir` (recursively) with its
+    /// path and file name. A missing `dir` has no entries. Names that are not
+    /// UTF-8 cannot be keys or our temporaries and are skipped.
+    fn walk(dir: &Path, visit: &mut dyn FnMut(&Path, &str)) -> Result<()> {
+        let entries = match fs::read_dir(dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(Error::io(format!("cannot list {}", dir.display()), e)),
+        };
+        for entry in entries {
+            let entry = entry.ctx(|| format!("cannot list {}", dir.display()))?;
+            let path = entry.path();
+            let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            let file_type = entry
+                .file_type()
+                .ctx(|| format!("cannot stat {}", path.display()))?;
+            // Follow symlinks only to decide what they point at.
+            let is_dir = file_type.is_dir() || (file_type.is_symlink() && path.is_dir());
+            if is_dir {
+                Self::walk(&path, visit)?;
+            } else {
+                visit(&path, &name);
+            }
+        }
+        Ok(())
+    }
+
+    fn missing_or(key: &str, path: &Path, what: &str, e: std::io::Error) -> Error {
+        if e.kind() == ErrorKind::NotFound {
+            Error::MissingObject(key.to_string())
+        } else {
+            Error::io(format!("cannot {what} {}", path.display()), e)
+        }
+    }
+
+    /// Flush `paths` (files or directories) and stop at the first failure,
+    /// returning the paths that were not flushed.
+    fn fsync_all(paths: Vec<PathBuf>) -> std::result::Result<(), (Error, Vec<PathBuf>)> {
+        let mut iter = paths.into_iter();
+        while let Some(p) = iter.next() {
+            let res = match File::open(&p) {
+                Ok(f) => f.sync_all(),
+                // Deleted since it was written (files) or removed by hand:
+                // nothing is left to make durable.
+                Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = res {
+                let mut rest = vec![p.clone()];
+                rest.extend(iter);
+                return Err((Error::io(format!("cannot fsync {}", p.display()), e), rest));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Backend for LocalBackend {
+    fn put(&self, key: &str, data: &[u8]) -> Result<()> {
+        let path = self.path(key)?;
+        let (tmp, new_dirs) = self.write_temp(&path, data, false)?;
+        if let Err(e) = fs::rename(&tmp, &path) {
+            let _ = fs::remove_file(&tmp);
+            return Err(Error::io(
+                format!("cannot rename {} to {}", tmp.display(), path.display()),
+                e,
+            ));
+        }
+        let mut pending = self.pending();
+        pending.dirs.insert(Self::parent_of(&path));
+        pending.dirs.extend(new_dirs);
+        pending.files.insert(path);
+        Ok(())
+    }
+
+    fn get(&self, key: &str) -> Result<Vec<u8>> {
+        let path = self.path(key)?;
+        fs::read(&path).map_err(|e| Self::missing_or(key, &path, "read", e))
+    }
+
+    fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        let path = self.path(key)?;
+        let file = File::open(&path).map_err(|e| Self::missing_or(key, &path, "open", e))?;
+        let size = file
+            .metadata()
+            .ctx(|| format!("cannot stat {}", path.display()))?
+            .len();
+        let truncated = || {
+            Error::corrupt(
+                key,
+                format!("truncated: wanted {len} bytes at offset {offset}, but the object has {size} bytes"),
+            )
+        };
+        // Check before allocating: a corrupt header may promise any length.
+        match offset.checked_add(len) {
+            Some(end) if end <= size => {}
+            _ => return Err(truncated()),
+        }
+        let mut buf = vec![0u8; len as usize];
+        match file.read_exact_at(&mut buf, offset) {
+            Ok(()) => Ok(buf),
+            // Shrunk between the stat and the read.
+            Err(e) if e.kind() == ErrorKind::UnexpectedEof => Err(truncated()),
+            Err(e) => Err(Error::io(format!("cannot read {}", path.display()), e)),
+        }
+    }
+
+    fn size(&self, key: &str) -> Result<u64> {
+        let path = self.path(key)?;
+        let meta = fs::metadata(&path).map_err(|e| Self::missing_or(key, &path, "stat", e))?;
+        if meta.is_dir() {
+            // A directory of objects is not an object.
+            return Err(Error::MissingObject(key.to_string()));
+        }
+        Ok(meta.len())
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<String>> {
+        // Only the directory named by the prefix's complete components can
+        // hold matching keys; walk that one.
+        validate_prefix(prefix)?;
+        let dir_part = prefix.rfind('/').map_or("", |i| &prefix[..i]);
+        let start = if dir_part.is_empty() {
+            self.root.clone()
+        } else {
+            self.root.join(dir_part)
+        };
+        let mut keys = Vec::new();
+        Self::walk(&start, &mut |path, _name| {
+            let Ok(rel) = path.strip_prefix(&self.root) else {
+                return;
+            };
+            let Some(key) = rel.to_str() else {
+                return;
+            };
+            // Skips temporaries and anything else that could not be a key.
+            if key.starts_with(prefix) && validate_key(key).is_ok() {
+                keys.push(key.to_string());
+            }
+        })?;
+        keys.sort();
+        Ok(keys)
+    }
+
+    fn delete(&self, key: &str) -> Result<()> {
+        let path = self.path(key)?;
+        match fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(Error::io(format!("cannot delete {}", path.display()), e)),
+        }
+        let mut pending = self.pending();
+        pending.files.remove(&path);
+        pending.dirs.insert(Self::parent_of(&path));
+        Ok(())
+    }
+
+    fn sync(&self) -> Result<()> {
+        let _serial = self.sync_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let taken = std::mem::take(&mut *self.pending());
+        let files: Vec<PathBuf> = taken.files.into_iter().collect();
+        let dirs: Vec<PathBuf> = taken.dirs.iter().cloned().collect();
+        // Files first: a directory entry must not become durable before the
+        // data it names.
+        if let Err((e, rest)) = Self::fsync_all(files) {
+            let mut pending = self.pending();
+            pending.files.extend(rest);
+            pending.dirs.extend(taken.dirs);
+            return Err(e);
+        }
+        if let Err((e, rest)) = Self::fsync_all(dirs) {
+            self.pending().dirs.extend(rest);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Exclusive creation that readers never see half-written: the content is
+    /// written and fsynced under a temporary name, then hard-linked to the
+    /// final name, which fails if it exists. Filesystems without hard links
+    /// fall back to `O_EXCL` creation and writing in place.
+    fn create_new(&self, key: &str, data: &[u8]) -> Result<bool> {
+        let path = self.path(key)?;
+        let dir = Self::parent_of(&path);
+        let (tmp, new_dirs) = self.write_temp(&path, data, true)?;
+        let linked = fs::hard_link(&tmp, &path);
+        let _ = fs::remove_file(&tmp);
+        let created = match linked {
+            Ok(()) => true,
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => false,
+            Err(_) => self.create_in_place(&path, data)?,
+        };
+        if created {
+            Self::fsync_all(new_dirs.into_iter().chain([dir]).collect()).map_err(|(e, _)| e)?;
+        }
+        Ok(created)
+    }
+
+    fn location(&self) -> String {
+        self.root.display().to_string()
+    }
+
+    fn remove_temporaries(&self) -> Result<usize> {
+        LocalBackend::remove_temporaries(self)
+    }
+}
+
+impl LocalBackend {
+    /// `create_new` without hard links: `O_EXCL`, write, fsync. A failed
+    /// write removes the file so no truncated object remains.
+    fn create_in_place(&self, path: &Path, data: &[u8]) -> Result<bool> {
+        let mut file = match OpenOptions::new().write(true).create_new(true).open(path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => return Ok(false),
+            Err(e) => return Err(Error::io(format!("cannot create {}", path.display()), e)),
+        };
+        if let Err(e) = file.write_all(data).and_then(|()| file.sync_all()) {
+            let _ = fs::remove_file(path);
+            return Err(Error::io(format!("cannot write {}", path.display()), e));
+        }
+        Ok(true)
+    }
+}

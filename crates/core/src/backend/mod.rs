@@ -17,6 +17,8 @@ mod counting;
 mod failing;
 mod local;
 mod memory;
+#[cfg(test)]
+mod tests;
 
 pub use counting::{CountingBackend, IoCounters};
 pub use failing::FailingBackend;

@@ -1,20 +1,31 @@
-//! STUB: being implemented.
+//! Fixed-size chunking: the baseline that content-defined chunking is
+//! measured against (an insertion shifts every later boundary).
+
 use super::Chunker;
 
-pub struct FixedSize;
+/// Cuts every `size` bytes; the last chunk of a stream may be shorter.
+#[derive(Clone, Debug)]
+pub struct FixedSize {
+    size: usize,
+}
 
 impl FixedSize {
-    #[allow(unused_variables)]
+    /// `size` in `1..=16 MiB` (as checked by `ChunkerConfig::validate`).
     pub fn new(size: usize) -> Self {
-        FixedSize
+        assert!(size > 0, "fixed chunk size must be positive");
+        FixedSize { size }
     }
 }
 
 impl Chunker for FixedSize {
-    fn cut(&self, data: &[u8], _eof: bool) -> usize {
-        data.len().min(8192)
+    #[inline]
+    fn cut(&self, data: &[u8], eof: bool) -> usize {
+        debug_assert!(!data.is_empty());
+        debug_assert!(eof || data.len() >= self.size);
+        data.len().min(self.size)
     }
+
     fn max_size(&self) -> usize {
-        8192
+        self.size
     }
 }

@@ -11,6 +11,8 @@ use serde::{Deserialize, Serialize};
 mod fastcdc;
 mod fixed;
 mod rabin;
+#[cfg(test)]
+mod tests;
 
 pub use self::fastcdc::FastCdc;
 pub use self::fixed::FixedSize;
@@ -78,16 +80,22 @@ impl ChunkerConfig {
                     ));
                 }
                 if !avg.is_power_of_two() {
-                    return Err(format!("average chunk size must be a power of two (got {avg})"));
+                    return Err(format!(
+                        "average chunk size must be a power of two (got {avg})"
+                    ));
                 }
                 if max > 16 * 1024 * 1024 {
-                    return Err(format!("maximum chunk size must be at most 16 MiB (got {max})"));
+                    return Err(format!(
+                        "maximum chunk size must be at most 16 MiB (got {max})"
+                    ));
                 }
                 Ok(())
             }
             ChunkerConfig::Fixed { size } => {
                 if size == 0 || size > 16 * 1024 * 1024 {
-                    Err(format!("fixed chunk size must be in 1..=16 MiB (got {size})"))
+                    Err(format!(
+                        "fixed chunk size must be in 1..=16 MiB (got {size})"
+                    ))
                 } else {
                     Ok(())
                 }
@@ -160,7 +168,9 @@ pub fn parse_size(s: &str) -> Result<u32, String> {
         (t.as_str(), 1)
     };
     let v: u64 = num.trim().parse().map_err(|_| format!("bad size '{s}'"))?;
-    u32::try_from(v * mult).map_err(|_| format!("size '{s}' too large"))
+    v.checked_mul(mult)
+        .and_then(|b| u32::try_from(b).ok())
+        .ok_or_else(|| format!("size '{s}' too large"))
 }
 
 /// Split a whole buffer into chunk lengths (tests, benchmarks).

@@ -136,10 +136,16 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 pub fn decode_header(id: ContainerId, b: &[u8]) -> Result<Header> {
     let name = object_name(id);
     if b.len() < HEADER_LEN {
-        return Err(Error::corrupt(name, format!("truncated header ({} bytes)", b.len())));
+        return Err(Error::corrupt(
+            name,
+            format!("truncated header ({} bytes)", b.len()),
+        ));
     }
     if b[0..8] != MAGIC {
-        return Err(Error::corrupt(name, "not a Tessera container (bad magic bytes)"));
+        return Err(Error::corrupt(
+            name,
+            "not a Tessera container (bad magic bytes)",
+        ));
     }
     let version = u32_at(b, 8);
     if version != VERSION {
@@ -169,14 +175,20 @@ pub fn decode_header(id: ContainerId, b: &[u8]) -> Result<Header> {
         meta_sum: b[80..96].try_into().unwrap(),
     };
     if h.id != id {
-        return Err(Error::corrupt(name, format!("header names container {:016x}", h.id)));
+        return Err(Error::corrupt(
+            name,
+            format!("header names container {:016x}", h.id),
+        ));
     }
     if u64_at(b, 48) != h.meta_offset()
         || h.meta_len != h.chunk_count as u64 * META_ENTRY_LEN as u64
         || (!h.trace && h.data_len != h.logical_len)
         || (h.trace && h.data_len != 0)
     {
-        return Err(Error::corrupt(name, "inconsistent section lengths in header"));
+        return Err(Error::corrupt(
+            name,
+            "inconsistent section lengths in header",
+        ));
     }
     Ok(h)
 }
@@ -210,13 +222,24 @@ pub fn decode_meta(h: &Header, b: &[u8]) -> Result<Vec<ChunkMeta>> {
         let kind = ChunkKind::from_code(e[40])
             .ok_or_else(|| Error::corrupt(&name, format!("unknown chunk kind {}", e[40])))?;
         if offset as u64 != expect_offset || kind != h.kind {
-            return Err(Error::corrupt(name, "metadata entries do not tile the container"));
+            return Err(Error::corrupt(
+                name,
+                "metadata entries do not tile the container",
+            ));
         }
         expect_offset += len as u64;
-        out.push(ChunkMeta { fp, offset, len, kind });
+        out.push(ChunkMeta {
+            fp,
+            offset,
+            len,
+            kind,
+        });
     }
     if expect_offset != h.logical_len {
-        return Err(Error::corrupt(name, "chunk lengths do not add up to the container size"));
+        return Err(Error::corrupt(
+            name,
+            "chunk lengths do not add up to the container size",
+        ));
     }
     Ok(out)
 }
@@ -311,7 +334,10 @@ mod tests {
             assert_eq!(obj.len() as u64, h.object_len());
             // Metadata alone: header + metadata section only.
             let h2 = decode_header(7, &obj[..HEADER_LEN]).unwrap();
-            assert_eq!(decode_meta(&h2, &obj[h2.meta_offset() as usize..]).unwrap(), entries);
+            assert_eq!(
+                decode_meta(&h2, &obj[h2.meta_offset() as usize..]).unwrap(),
+                entries
+            );
         }
     }
 
@@ -323,7 +349,10 @@ mod tests {
             let mut bad = obj.clone();
             bad[i] ^= 0x40;
             let err = decode(3, &bad).expect_err(&format!("flip at {i} undetected"));
-            assert!(err.to_string().contains("container 0000000000000003"), "{err}");
+            assert!(
+                err.to_string().contains("container 0000000000000003"),
+                "{err}"
+            );
         }
     }
 
@@ -334,7 +363,10 @@ mod tests {
         for len in [0, 10, HEADER_LEN, obj.len() - 1] {
             assert!(decode(3, &obj[..len]).is_err());
         }
-        assert!(decode(4, &obj).unwrap_err().to_string().contains("header names"));
+        assert!(decode(4, &obj)
+            .unwrap_err()
+            .to_string()
+            .contains("header names"));
     }
 
     #[test]
@@ -343,6 +375,9 @@ mod tests {
         let mut obj = encode(3, ChunkKind::Data, HashAlgo::Blake3, false, &entries, &data);
         obj[8..12].copy_from_slice(&2u32.to_le_bytes());
         let err = decode(3, &obj).unwrap_err();
-        assert!(matches!(err, Error::UnsupportedVersion { found: 2, .. }), "{err}");
+        assert!(
+            matches!(err, Error::UnsupportedVersion { found: 2, .. }),
+            "{err}"
+        );
     }
 }

@@ -141,7 +141,12 @@ pub struct ContainerStore {
 }
 
 impl ContainerStore {
-    pub fn new(backend: Arc<dyn Backend>, algo: HashAlgo, trace: bool, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        backend: Arc<dyn Backend>,
+        algo: HashAlgo,
+        trace: bool,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         ContainerStore {
             backend,
             algo,
@@ -159,18 +164,28 @@ impl ContainerStore {
     /// Write one container. Recipe containers always hold their bytes (recipes
     /// are metadata); data containers hold none in trace mode. Returns the
     /// object size in bytes.
-    pub fn write(&self, id: ContainerId, kind: ChunkKind, entries: &[ChunkMeta], data: &[u8]) -> Result<u64> {
+    pub fn write(
+        &self,
+        id: ContainerId,
+        kind: ChunkKind,
+        entries: &[ChunkMeta],
+        data: &[u8],
+    ) -> Result<u64> {
         let trace = self.trace && kind == ChunkKind::Data;
         let object = format::encode(id, kind, self.algo, trace, entries, data);
         self.backend.put(&container_key(id), &object)?;
         let logical: u64 = entries.iter().map(|e| e.len as u64).sum();
-        self.metrics.container_written(kind == ChunkKind::Recipe, logical);
+        self.metrics
+            .container_written(kind == ChunkKind::Recipe, logical);
         Ok(object.len() as u64)
     }
 
     /// Read and verify a whole container.
     pub fn read(&self, id: ContainerId) -> Result<Container> {
-        let object = self.backend.get(&container_key(id)).map_err(|e| missing_as(id, e))?;
+        let object = self
+            .backend
+            .get(&container_key(id))
+            .map_err(|e| missing_as(id, e))?;
         let (header, meta) = format::decode(id, &object)?;
         self.check_algo(&header)?;
         self.metrics
@@ -200,7 +215,11 @@ impl ContainerStore {
         if h.algo != self.algo {
             return Err(Error::corrupt(
                 format::object_name(h.id),
-                format!("fingerprints are {}, repository uses {}", h.algo.name(), self.algo.name()),
+                format!(
+                    "fingerprints are {}, repository uses {}",
+                    h.algo.name(),
+                    self.algo.name()
+                ),
             ));
         }
         Ok(())

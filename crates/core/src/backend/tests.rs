@@ -1,0 +1,674 @@
+//! The backend contract, checked against every implementation, plus the
+//! behaviour specific to each backend and wrapper.
+
+use super::*;
+use crate::error::Error;
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+fn local() -> (tempfile::TempDir, LocalBackend) {
+    let dir = tempfile::tempdir().unwrap();
+    let b = LocalBackend::create(&dir.path().join("repo")).unwrap();
+    (dir, b)
+}
+
+/// Everything a backend holds, read through its own interface.
+fn contents(b: &dyn Backend) -> BTreeMap<String, Vec<u8>> {
+    b.list("")
+        .unwrap()
+        .into_iter()
+        .map(|k| (k.clone(), b.get(&k).unwrap()))
+        .collect()
+}
+
+fn assert_missing<T: std::fmt::Debug>(r: crate::Result<T>, key: &str) {
+    match r {
+        Err(Error::MissingObject(k)) => assert_eq!(k, key),
+        other => panic!("expected MissingObject({key}), got {other:?}"),
+    }
+}
+
+fn assert_truncated<T: std::fmt::Debug>(r: crate::Result<T>, key: &str) {
+    match r {
+        Err(e @ Error::Corrupt { .. }) => {
+            let msg = e.to_string();
+            assert!(msg.contains(key) && msg.contains("truncated"), "{msg}");
+        }
+        other => panic!("expected a truncation error, got {other:?}"),
+    }
+}
+
+/// The semantics every backend must share.
+fn check_contract(b: &dyn Backend) {
+    assert!(b.list("").unwrap().is_empty());
+
+    let data: Vec<u8> = (0..=255u8).cycle().take(1000).collect();
+    b.put("containers/000a", &data).unwrap();
+    assert_eq!(b.get("containers/000a").unwrap(), data);
+    assert_eq!(b.size("containers/000a").unwrap(), 1000);
+    assert_eq!(b.get_range("containers/000a", 0, 1000).unwrap(), data);
+    assert_eq!(
+        b.get_range("containers/000a", 100, 28).unwrap(),
+        &data[100..128]
+    );
+    assert_eq!(
+        b.get_range("containers/000a", 1000, 0).unwrap(),
+        Vec::<u8>::new()
+    );
+    assert_truncated(b.get_range("containers/000a", 990, 11), "containers/000a");
+    assert_truncated(b.get_range("containers/000a", 1001, 0), "containers/000a");
+    assert_truncated(
+        b.get_range("containers/000a", 1, u64::MAX),
+        "containers/000a",
+    );
+
+    for key in ["containers/000b", "nothing", "deep/er/key"] {
+        assert_missing(b.get(key), key);
+        assert_missing(b.size(key), key);
+        assert_missing(b.get_range(key, 0, 1), key);
+    }
+    // A directory of objects is not an object.
+    assert_missing(b.size("containers"), "containers");
+
+    // Overwrite replaces the whole object; empty objects exist.
+    b.put("containers/000a", b"short").unwrap();
+    assert_eq!(b.get("containers/000a").unwrap(), b"short");
+    assert_eq!(b.size("containers/000a").unwrap(), 5);
+    b.put("empty", b"").unwrap();
+    assert_eq!(b.get("empty").unwrap(), b"");
+    assert_eq!(b.size("empty").unwrap(), 0);
+
+    for key in [
+        "manifests/0000000000000002",
+        "manifests/0000000000000001",
+        "index/0001",
+        "deep/er/key",
+    ] {
+        b.put(key, key.as_bytes()).unwrap();
+    }
+    let all = [
+        "containers/000a",
+        "deep/er/key",
+        "empty",
+        "index/0001",
+        "manifests/0000000000000001",
+        "manifests/0000000000000002",
+    ];
+    assert_eq!(b.list("").unwrap(), all);
+    assert_eq!(b.list("manifests/").unwrap(), &all[4..]);
+    assert_eq!(b.list("manifests/0000000000000001").unwrap(), &all[4..5]);
+    assert_eq!(b.list("man").unwrap(), &all[4..]);
+    assert_eq!(b.list("deep/").unwrap(), ["deep/er/key"]);
+    assert_eq!(b.list("e").unwrap(), ["empty"]);
+    assert!(b.list("nothing/").unwrap().is_empty());
+    assert!(b.list("nothing/deeper/").unwrap().is_empty());
+
+    b.delete("index/0001").unwrap();
+    assert_missing(b.get("index/0001"), "index/0001");
+    b.delete("index/0001").unwrap();
+    b.delete("never/existed").unwrap();
+    assert!(b.list("index/").unwrap().is_empty());
+
+    assert!(b.create_new("lock", b"first").unwrap());
+    assert!(!b.create_new("lock", b"second").unwrap());
+    assert_eq!(b.get("lock").unwrap(), b"first");
+    assert!(b.create_new("locks/nested", b"x").unwrap());
+    b.delete("lock").unwrap();
+    assert!(b.create_new("lock", b"third").unwrap());
+    assert_eq!(b.get("lock").unwrap(), b"third");
+
+    b.sync().unwrap();
+    assert_eq!(b.get("deep/er/key").unwrap(), b"deep/er/key");
+    assert!(!b.location().is_empty());
+}
+
+fn check_key_validation(b: &dyn Backend) {
+    for key in [
+        "",
+        "/abs",
+        "/",
+        "a//b",
+        "a/",
+        "..",
+        "../x",
+        "a/../b",
+        ".",
+        "./a",
+        "a\\b",
+        ".hidden",
+        "a/.x.1.2.tmp",
+        "a\0b",
+    ] {
+        let invalid = |r: crate::Result<()>| matches!(r, Err(Error::Invalid(_)));
+        assert!(invalid(b.put(key, b"x")), "put {key:?}");
+        assert!(invalid(b.get(key).map(drop)), "get {key:?}");
+        assert!(
+            invalid(b.get_range(key, 0, 0).map(drop)),
+            "get_range {key:?}"
+        );
+        assert!(invalid(b.size(key).map(drop)), "size {key:?}");
+        assert!(invalid(b.delete(key)), "delete {key:?}");
+        assert!(
+            invalid(b.create_new(key, b"x").map(drop)),
+            "create_new {key:?}"
+        );
+    }
+    for prefix in ["/", "../", "a/../", "a//"] {
+        assert!(
+            matches!(b.list(prefix), Err(Error::Invalid(_))),
+            "list {prefix:?}"
+        );
+    }
+    b.put("ok-key_1.bin/x.y", b"fine").unwrap();
+    assert_eq!(b.list("").unwrap(), ["ok-key_1.bin/x.y"]);
+}
+
+#[test]
+fn memory_backend_contract() {
+    check_contract(&MemoryBackend::new());
+}
+
+#[test]
+fn local_backend_contract() {
+    let (_dir, b) = local();
+    check_contract(&b);
+    assert!(
+        b.root().join("deep/er/key").is_file(),
+        "objects are plain files"
+    );
+}
+
+#[test]
+fn wrappers_keep_the_contract() {
+    check_contract(&CountingBackend::new(MemoryBackend::new()));
+    check_contract(&FailingBackend::new(MemoryBackend::new(), None));
+    check_contract(&FailingBackend::with_lost_unsynced(
+        MemoryBackend::new(),
+        None,
+    ));
+    let (_dir, b) = local();
+    check_contract(&FailingBackend::with_lost_unsynced(
+        CountingBackend::new(b),
+        None,
+    ));
+}
+
+#[test]
+fn memory_backend_validates_keys() {
+    check_key_validation(&MemoryBackend::new());
+}
+
+#[test]
+fn local_backend_validates_keys() {
+    let (dir, b) = local();
+    check_key_validation(&b);
+    // Nothing escaped the root.
+    let outside: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(outside, ["repo"]);
+}
+
+#[test]
+fn backends_are_shareable_between_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<LocalBackend>();
+    send_sync::<MemoryBackend>();
+    send_sync::<CountingBackend<MemoryBackend>>();
+    send_sync::<FailingBackend<Arc<dyn Backend>>>();
+}
+
+#[test]
+fn local_open_requires_an_existing_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope");
+    assert!(matches!(LocalBackend::open(&missing), Err(Error::NoRepository(p)) if p == missing));
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"").unwrap();
+    assert!(matches!(LocalBackend::open(&file), Err(Error::Invalid(_))));
+    let nested = dir.path().join("a/b/c");
+    let b = LocalBackend::create(&nested).unwrap();
+    assert_eq!(
+        b.unsynced_counts(),
+        (0, 3),
+        "a, b and c are new directories"
+    );
+    b.sync().unwrap();
+    assert_eq!(b.root(), nested);
+    assert_eq!(b.location(), nested.display().to_string());
+    LocalBackend::open(&nested).unwrap();
+    LocalBackend::create(&nested).unwrap();
+}
+
+#[test]
+fn local_list_ignores_temporaries_and_remove_temporaries_cleans_them() {
+    let (_dir, b) = local();
+    b.put("containers/0001", b"object").unwrap();
+    let leftovers = [
+        b.root().join("containers/.0002.4242.7.tmp"),
+        b.root().join(".lock.1.0.tmp"),
+        b.root().join("index/.0001.99.3.tmp"),
+    ];
+    std::fs::create_dir_all(b.root().join("index")).unwrap();
+    for t in &leftovers {
+        std::fs::write(t, b"half an obj").unwrap();
+    }
+    assert_eq!(b.list("").unwrap(), ["containers/0001"]);
+    assert_eq!(b.list("containers/").unwrap(), ["containers/0001"]);
+    assert!(b.list("index/").unwrap().is_empty());
+
+    let mut expected = leftovers.to_vec();
+    expected.sort();
+    assert_eq!(b.list_temporaries().unwrap(), expected);
+    // Through the trait, as the engine calls it.
+    assert_eq!(Backend::remove_temporaries(&b).unwrap(), 3);
+    assert!(b.list_temporaries().unwrap().is_empty());
+    assert_eq!(b.remove_temporaries().unwrap(), 0);
+    assert_eq!(b.get("containers/0001").unwrap(), b"object");
+    b.sync().unwrap();
+}
+
+/// `put` writes a new file and renames it into place: a reader holding the
+/// old file keeps reading the whole old object, the new object is a
+/// different file, and no temporary is left.
+#[test]
+fn local_overwrite_replaces_the_file_atomically() {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    let (_dir, b) = local();
+    let old = vec![b'o'; 100_000];
+    let new = vec![b'n'; 150_000];
+    b.put("containers/0001", &old).unwrap();
+    let path = b.root().join("containers/0001");
+    let mut reader = std::fs::File::open(&path).unwrap();
+    let old_inode = reader.metadata().unwrap().ino();
+    b.put("containers/0001", &new).unwrap();
+    assert_ne!(
+        std::fs::metadata(&path).unwrap().ino(),
+        old_inode,
+        "written in place"
+    );
+    let mut seen = Vec::new();
+    reader.read_to_end(&mut seen).unwrap();
+    assert_eq!(seen, old);
+    assert_eq!(b.get("containers/0001").unwrap(), new);
+    assert!(b.list_temporaries().unwrap().is_empty());
+}
+
+/// Concurrent readers only ever see one complete version of an object that
+/// is being overwritten.
+#[test]
+fn local_readers_never_see_a_partial_object() {
+    let (_dir, b) = local();
+    let b = Arc::new(b);
+    let versions: Vec<Vec<u8>> = (0..4u8)
+        .map(|v| vec![b'a' + v; 64 * 1024 + v as usize * 1000])
+        .collect();
+    b.put("obj", &versions[0]).unwrap();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (b, done, versions) = (b.clone(), done.clone(), versions.clone());
+        std::thread::spawn(move || {
+            let mut reads = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) || reads == 0 {
+                let seen = b.get("obj").unwrap();
+                assert!(
+                    versions.contains(&seen),
+                    "partial read of {} bytes",
+                    seen.len()
+                );
+                reads += 1;
+            }
+        })
+    };
+    for i in 0..300 {
+        b.put("obj", &versions[i % versions.len()]).unwrap();
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    reader.join().unwrap();
+    assert!(b.list_temporaries().unwrap().is_empty());
+}
+
+#[test]
+fn local_sync_flushes_remembered_writes_and_forgets_them() {
+    let (_dir, b) = local();
+    // The new repository directory's entry in its parent.
+    assert_eq!(b.unsynced_counts(), (0, 1));
+    b.sync().unwrap();
+    assert_eq!(b.unsynced_counts(), (0, 0));
+    b.put("containers/0001", b"a").unwrap();
+    b.put("containers/0002", b"b").unwrap();
+    b.put("containers/0002", b"c").unwrap();
+    // Two files; their directory and the root (which gained `containers`).
+    assert_eq!(b.unsynced_counts(), (2, 2));
+    b.sync().unwrap();
+    assert_eq!(b.unsynced_counts(), (0, 0));
+    b.delete("containers/0001").unwrap();
+    assert_eq!(b.unsynced_counts(), (0, 1));
+    b.put("containers/0003", b"d").unwrap();
+    b.delete("containers/0003").unwrap();
+    assert_eq!(b.unsynced_counts(), (0, 1), "a deleted file needs no fsync");
+    b.sync().unwrap();
+    assert_eq!(b.unsynced_counts(), (0, 0));
+    // create_new is durable on return and leaves nothing for sync.
+    assert!(b.create_new("locks/l", b"x").unwrap());
+    assert_eq!(b.unsynced_counts(), (0, 0));
+}
+
+#[test]
+fn local_failed_put_leaves_no_temporary() {
+    let (_dir, b) = local();
+    b.put("containers/0001", b"x").unwrap();
+    // `containers` is a directory: renaming a file over it fails.
+    let err = b.put("containers", b"y").unwrap_err();
+    assert!(matches!(err, Error::Io { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains(&b.root().display().to_string()),
+        "names the path: {err}"
+    );
+    assert!(b.list_temporaries().unwrap().is_empty());
+    assert_eq!(b.list("").unwrap(), ["containers/0001"]);
+}
+
+#[test]
+fn local_create_new_is_exclusive_and_complete() {
+    let (_dir, b) = local();
+    let b = Arc::new(b);
+    // Racing creators: exactly one wins and the object is its whole content.
+    let handles: Vec<_> = (0..8)
+        .map(|i| {
+            let b = b.clone();
+            std::thread::spawn(move || {
+                b.create_new("lock", format!("holder {i}").repeat(100).as_bytes())
+                    .unwrap()
+            })
+        })
+        .collect();
+    let winners = handles
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .filter(|&w| w)
+        .count();
+    assert_eq!(winners, 1);
+    let content = String::from_utf8(b.get("lock").unwrap()).unwrap();
+    let first = &content[..8];
+    assert_eq!(content, first.repeat(100));
+    assert!(b.list_temporaries().unwrap().is_empty());
+}
+
+#[test]
+fn counting_backend_counts_a_known_sequence_exactly() {
+    let b = CountingBackend::new(MemoryBackend::new());
+    b.put("unrelated", b"before").unwrap();
+    let before = b.counters();
+
+    b.put("containers/a", &[0; 10]).unwrap();
+    b.put("containers/b", &[0; 5]).unwrap();
+    b.put("index/x", &[0; 3]).unwrap();
+    b.get("containers/a").unwrap();
+    b.get_range("containers/b", 1, 2).unwrap();
+    b.size("index/x").unwrap();
+    b.get("containers/zz").unwrap_err();
+    b.list("containers/").unwrap();
+    b.list("").unwrap();
+    b.delete("index/x").unwrap();
+    b.sync().unwrap();
+    assert!(b.create_new("lock", b"held").unwrap());
+    assert!(!b.create_new("lock", b"again").unwrap());
+
+    let total = IoCounters {
+        gets: 4,
+        get_bytes: 12,
+        puts: 5,
+        put_bytes: 22,
+        deletes: 1,
+        lists: 2,
+        syncs: 1,
+    };
+    assert_eq!(b.counters().since(&before), total);
+    assert_eq!(b.counters().puts, 6);
+    assert_eq!(
+        b.counters_for("containers/"),
+        IoCounters {
+            gets: 3,
+            get_bytes: 12,
+            puts: 2,
+            put_bytes: 15,
+            lists: 1,
+            ..Default::default()
+        }
+    );
+    assert_eq!(
+        b.counters_for("index/"),
+        IoCounters {
+            gets: 1,
+            puts: 1,
+            put_bytes: 3,
+            deletes: 1,
+            ..Default::default()
+        }
+    );
+    assert_eq!(
+        b.counters_for("lock"),
+        IoCounters {
+            puts: 2,
+            put_bytes: 4,
+            ..Default::default()
+        }
+    );
+    assert_eq!(b.counters_for("manifests/"), IoCounters::default());
+    assert_eq!(b.counters_for(""), b.counters());
+    assert_eq!(b.inner().len(), 4);
+
+    let json = serde_json::to_value(total).unwrap();
+    assert_eq!(json["put_bytes"], 22);
+    b.reset();
+    assert_eq!(b.counters(), IoCounters::default());
+}
+
+/// One step of the scripted workload of the fault-injection tests.
+#[derive(Clone, Copy, Debug)]
+enum Step {
+    Put(&'static str, &'static [u8]),
+    Delete(&'static str),
+    Sync,
+    CreateNew(&'static str, &'static [u8]),
+    /// A read between mutations; not counted as an operation.
+    Get(&'static str),
+}
+
+const SCRIPT: &[Step] = &[
+    Step::CreateNew("lock", b"L"),
+    Step::Put("containers/1", b"one"),
+    Step::Put("containers/2", b"two"),
+    Step::Get("containers/1"),
+    Step::Sync,
+    Step::Put("manifests/1", b"m1"),
+    Step::Delete("base"),
+    Step::Put("containers/2", b"two, again"),
+    Step::Sync,
+    Step::Delete("containers/1"),
+    Step::Put("containers/3", b"three"),
+    Step::Delete("nothing"),
+    Step::Delete("lock"),
+    Step::CreateNew("lock", b"L2"),
+    Step::Put("containers/4", b"four"),
+    Step::Sync,
+    Step::Delete("containers/4"),
+    Step::Put("manifests/2", b"m2"),
+];
+
+/// What the store holds before the script runs.
+fn seed(b: &dyn Backend) {
+    b.put("base", b"base").unwrap();
+    b.put("containers/2", b"old two").unwrap();
+    b.sync().unwrap();
+}
+
+fn run(b: &dyn Backend, step: Step) -> crate::Result<()> {
+    match step {
+        Step::Put(k, v) => b.put(k, v),
+        Step::Delete(k) => b.delete(k),
+        Step::Sync => b.sync(),
+        Step::CreateNew(k, v) => b.create_new(k, v).map(drop),
+        Step::Get(k) => b.get(k).map(drop),
+    }
+}
+
+/// Reference model: the current contents and what a power loss would keep.
+#[derive(Clone, Default)]
+struct Model {
+    now: BTreeMap<String, Vec<u8>>,
+    durable: BTreeMap<String, Vec<u8>>,
+}
+
+impl Model {
+    fn apply(&mut self, step: Step) {
+        match step {
+            Step::Put(k, v) => {
+                self.now.insert(k.into(), v.into());
+            }
+            Step::Delete(k) => {
+                self.now.remove(k);
+            }
+            Step::Sync => self.durable = self.now.clone(),
+            Step::CreateNew(k, v) => {
+                if !self.now.contains_key(k) {
+                    self.now.insert(k.into(), v.into());
+                    self.durable.insert(k.into(), v.into());
+                }
+            }
+            Step::Get(_) => {}
+        }
+    }
+}
+
+fn is_mutation(step: Step) -> bool {
+    !matches!(step, Step::Get(_))
+}
+
+/// Run the script against fresh stores failing at every operation in turn,
+/// in both modes, and compare what survives with the model.
+fn sweep(make: &dyn Fn() -> (Option<tempfile::TempDir>, Arc<dyn Backend>)) {
+    let mutations = SCRIPT.iter().filter(|s| is_mutation(**s)).count() as u64;
+    // Counting run: no failure, every op counted, final state as modelled.
+    {
+        let (_dir, inner) = make();
+        seed(&*inner);
+        let b = FailingBackend::new(inner.clone(), None);
+        let mut model = Model::default();
+        seed_model(&mut model);
+        for &step in SCRIPT {
+            run(&b, step).unwrap();
+            model.apply(step);
+        }
+        assert_eq!(b.ops(), mutations);
+        assert!(!b.has_failed());
+        assert_eq!(contents(&*inner), model.now);
+    }
+    for lose in [false, true] {
+        for n in 1..=mutations {
+            let (_dir, inner) = make();
+            seed(&*inner);
+            let b = if lose {
+                FailingBackend::with_lost_unsynced(inner.clone(), Some(n))
+            } else {
+                FailingBackend::new(inner.clone(), Some(n))
+            };
+            let mut model = Model::default();
+            seed_model(&mut model);
+            let mut failed = false;
+            for &step in SCRIPT {
+                let r = run(&b, step);
+                if failed {
+                    assert!(
+                        matches!(r, Err(Error::Injected(m)) if m == n),
+                        "after the failure: {step:?} gave {r:?}"
+                    );
+                    continue;
+                }
+                if is_mutation(step) && b.ops() == n {
+                    assert!(
+                        matches!(r, Err(Error::Injected(m)) if m == n),
+                        "fail_at {n}: {step:?} gave {r:?}"
+                    );
+                    assert!(b.has_failed());
+                    failed = true;
+                } else {
+                    r.unwrap_or_else(|e| panic!("fail_at {n}: {step:?} failed early: {e}"));
+                    model.apply(step);
+                }
+            }
+            assert!(failed, "fail_at {n} never reached");
+            assert_eq!(b.ops(), n, "operations after the failure are not counted");
+            assert!(matches!(b.list(""), Err(Error::Injected(_))));
+            let expected = if lose { &model.durable } else { &model.now };
+            assert_eq!(
+                &contents(&*inner),
+                expected,
+                "fail_at {n}, lose_unsynced {lose}"
+            );
+        }
+    }
+}
+
+fn seed_model(model: &mut Model) {
+    model.apply(Step::Put("base", b"base"));
+    model.apply(Step::Put("containers/2", b"old two"));
+    model.apply(Step::Sync);
+}
+
+#[test]
+fn failing_backend_sweep_on_memory() {
+    sweep(&|| (None, Arc::new(MemoryBackend::new())));
+}
+
+#[test]
+fn failing_backend_sweep_on_local() {
+    sweep(&|| {
+        let (dir, b) = local();
+        (Some(dir), Arc::new(b))
+    });
+}
+
+#[test]
+fn failing_backend_never_fails_without_fail_at() {
+    let b = FailingBackend::new(MemoryBackend::new(), None);
+    for i in 0..100 {
+        b.put(&format!("k/{i}"), b"x").unwrap();
+    }
+    b.sync().unwrap();
+    assert_eq!(b.ops(), 101);
+    assert!(!b.has_failed());
+}
+
+/// A power loss right after a sync loses nothing; one before it loses the
+/// batch, including restoring objects deleted in that batch.
+#[test]
+fn lost_unsynced_restores_the_last_synced_state() {
+    let inner = Arc::new(MemoryBackend::new());
+    let b = FailingBackend::with_lost_unsynced(inner.clone(), Some(6));
+    b.put("a", b"1").unwrap(); // 1
+    b.put("b", b"2").unwrap(); // 2
+    b.sync().unwrap(); // 3
+    b.delete("a").unwrap(); // 4
+    b.put("b", b"changed").unwrap(); // 5
+    assert_eq!(inner.get("b").unwrap(), b"changed");
+    assert!(matches!(b.put("c", b"3"), Err(Error::Injected(6)))); // 6: power loss
+    assert!(matches!(b.get("b"), Err(Error::Injected(6))));
+    let expected: BTreeMap<String, Vec<u8>> =
+        [("a".into(), b"1".to_vec()), ("b".into(), b"2".to_vec())].into();
+    assert_eq!(contents(&*inner), expected);
+}
+
+#[test]
+fn local_paths_stay_inside_the_root() {
+    let (_dir, b) = local();
+    b.put("a/b/c", b"x").unwrap();
+    assert_eq!(
+        std::fs::read(b.root().join(Path::new("a/b/c"))).unwrap(),
+        b"x"
+    );
+}
