@@ -185,7 +185,7 @@ fn bad_input_gives_one_clear_line() {
     std::fs::write(&trace, "aabb 100\nnot-hex 5\n").unwrap();
     fails(
         tessera(&repo).arg("backup").arg("--trace-file").arg(&trace),
-        "trace mode",
+        "init it with --trace",
     );
 }
 

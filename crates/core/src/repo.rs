@@ -325,8 +325,11 @@ impl Repository {
                 .iter()
                 .filter(|b| b.root.starts_with(&lower))
                 .collect();
+            // Backups of identical content share a root: any of them restores
+            // the same bytes, so the newest is taken.
+            let same_root = hits.windows(2).all(|w| w[0].root == w[1].root);
             match hits.len() {
-                1 => return Ok(hits[0]),
+                n if n >= 1 && same_root => return Ok(hits.iter().max_by_key(|b| b.id).unwrap()),
                 n if n > 1 => {
                     return Err(Error::Snapshot(format!(
                         "snapshot '{spec}' is ambiguous: it matches {n} backups by root"

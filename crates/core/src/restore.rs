@@ -198,7 +198,7 @@ impl Repository {
             }
             offset += e.size;
             chunks += 1;
-            if chunks % 256 == 0 {
+            if chunks.is_multiple_of(256) {
                 progress(offset);
             }
         }
