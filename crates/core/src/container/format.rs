@@ -254,27 +254,47 @@ pub fn encode(
     entries: &[ChunkMeta],
     data: &[u8],
 ) -> Vec<u8> {
+    let mut framed = Vec::with_capacity(HEADER_LEN + data.len() + entries.len() * META_ENTRY_LEN);
+    framed.resize(HEADER_LEN, 0);
+    framed.extend_from_slice(data);
+    encode_framed(id, kind, algo, trace, entries, framed)
+}
+
+/// Encode in place: `framed` is `HEADER_LEN` placeholder bytes followed by
+/// the data section. The metadata is appended and the header filled in, so
+/// the writer never copies a container's data a second time.
+pub fn encode_framed(
+    id: ContainerId,
+    kind: ChunkKind,
+    algo: HashAlgo,
+    trace: bool,
+    entries: &[ChunkMeta],
+    mut framed: Vec<u8>,
+) -> Vec<u8> {
+    assert!(
+        framed.len() >= HEADER_LEN,
+        "framed buffer lacks header space"
+    );
+    let data_len = framed.len() - HEADER_LEN;
     let logical_len: u64 = entries.iter().map(|e| e.len as u64).sum();
-    debug_assert!(trace || data.len() as u64 == logical_len);
-    let mut meta = Vec::new();
-    encode_meta(entries, &mut meta);
+    debug_assert!(trace || data_len as u64 == logical_len);
+    let data_sum = checksum(&framed[HEADER_LEN..]);
+    encode_meta(entries, &mut framed);
+    let meta_start = HEADER_LEN + data_len;
     let h = Header {
         kind,
         algo,
         trace,
         id,
         chunk_count: entries.len() as u32,
-        data_len: data.len() as u64,
+        data_len: data_len as u64,
         logical_len,
-        meta_len: meta.len() as u64,
-        data_sum: checksum(data),
-        meta_sum: checksum(&meta),
+        meta_len: (framed.len() - meta_start) as u64,
+        data_sum,
+        meta_sum: checksum(&framed[meta_start..]),
     };
-    let mut out = Vec::with_capacity(h.object_len() as usize);
-    out.extend_from_slice(&encode_header(&h));
-    out.extend_from_slice(data);
-    out.extend_from_slice(&meta);
-    out
+    framed[..HEADER_LEN].copy_from_slice(&encode_header(&h));
+    framed
 }
 
 /// Verify a whole container object. Returns the header, the metadata and

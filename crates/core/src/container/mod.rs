@@ -55,11 +55,21 @@ impl ContainerBuilder {
     }
     /// Append a chunk. `bytes` is ignored in trace mode (pass `&[]`).
     pub fn push(&mut self, fp: Fingerprint, len: u32, bytes: &[u8]) {
+        if self.data.is_empty() {
+            // Header space first, so the container is encoded in place.
+            let data = if self.trace {
+                0
+            } else {
+                self.capacity as usize
+            };
+            // Room for the metadata of ~2 KiB chunks, appended when sealing.
+            let meta = (self.capacity as usize / 2048 + 64) * format::META_ENTRY_LEN;
+            let want = format::HEADER_LEN + data + meta;
+            self.data.reserve(want);
+            self.data.resize(format::HEADER_LEN, 0);
+        }
         if !self.trace {
             debug_assert_eq!(bytes.len(), len as usize);
-            if self.data.capacity() == 0 {
-                self.data.reserve(self.capacity as usize);
-            }
             self.data.extend_from_slice(bytes);
         }
         self.entries.push(ChunkMeta {
@@ -79,13 +89,25 @@ impl ContainerBuilder {
     pub fn len(&self) -> usize {
         self.entries.len()
     }
-    /// Take the accumulated chunks, leaving the builder empty for the next container.
+    /// Take the accumulated chunks, leaving the builder empty for the next
+    /// container. The buffer is framed: `HEADER_LEN` placeholder bytes, then
+    /// the data section (see [`format::encode_framed`]).
     pub fn take(&mut self) -> (Vec<ChunkMeta>, Vec<u8>) {
         self.logical = 0;
-        (
-            std::mem::take(&mut self.entries),
-            std::mem::take(&mut self.data),
-        )
+        let mut framed = std::mem::take(&mut self.data);
+        if framed.is_empty() {
+            framed.resize(format::HEADER_LEN, 0);
+        }
+        (std::mem::take(&mut self.entries), framed)
+    }
+
+    /// Hand back a written container's buffer for reuse (saves a 4 MiB
+    /// allocation and its page faults per container).
+    pub fn recycle(&mut self, mut buf: Vec<u8>) {
+        if self.data.is_empty() {
+            buf.clear();
+            self.data = buf;
+        }
     }
 }
 
@@ -171,13 +193,29 @@ impl ContainerStore {
         entries: &[ChunkMeta],
         data: &[u8],
     ) -> Result<u64> {
+        let mut framed = Vec::with_capacity(format::HEADER_LEN + data.len());
+        framed.resize(format::HEADER_LEN, 0);
+        framed.extend_from_slice(data);
+        self.write_framed(id, kind, entries, framed).map(|(n, _)| n)
+    }
+
+    /// [`write`](Self::write) from a framed buffer (header space + data, as
+    /// [`ContainerBuilder::take`] returns it). Returns the object size and the
+    /// buffer, for reuse.
+    pub fn write_framed(
+        &self,
+        id: ContainerId,
+        kind: ChunkKind,
+        entries: &[ChunkMeta],
+        framed: Vec<u8>,
+    ) -> Result<(u64, Vec<u8>)> {
         let trace = self.trace && kind == ChunkKind::Data;
-        let object = format::encode(id, kind, self.algo, trace, entries, data);
+        let object = format::encode_framed(id, kind, self.algo, trace, entries, framed);
         self.backend.put(&container_key(id), &object)?;
         let logical: u64 = entries.iter().map(|e| e.len as u64).sum();
         self.metrics
             .container_written(kind == ChunkKind::Recipe, logical);
-        Ok(object.len() as u64)
+        Ok((object.len() as u64, object))
     }
 
     /// Read and verify a whole container.
