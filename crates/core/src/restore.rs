@@ -8,7 +8,7 @@
 
 use crate::archive::ExtractReport;
 use crate::catalog::{BackupEntry, SourceKind};
-use crate::container::{format::object_name, ChunkKind, Container, ContainerId};
+use crate::container::{format::object_name, ChunkKind, ChunkMeta, Container, ContainerId};
 use crate::error::{Error, IoContext, Result};
 use crate::fingerprint::Fingerprint;
 use crate::metrics::{mb_per_s, read_amplification, speed_factor};
@@ -18,6 +18,7 @@ use serde::Serialize;
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
+use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -50,6 +51,13 @@ pub struct RestoreReport {
     pub cache_containers: usize,
     pub seconds: f64,
     pub throughput_mb_s: f64,
+}
+
+/// One chunk to restore: its container (kept alive while queued) and where
+/// in it the chunk is.
+struct Piece {
+    container: Arc<Container>,
+    meta: ChunkMeta,
 }
 
 /// Least-recently-used cache of whole containers.
@@ -152,56 +160,31 @@ impl Repository {
         let started = Instant::now();
         let before = self.metrics.snapshot();
         let bid = backup.id;
-        let mut recipes = LruCache::new(8);
-        let mut data = LruCache::new(opts.cache_containers);
-        let root = backup.root_fp()?;
-        let mut walker = RecipeWalker::new(root, backup.root_level, |fp, _| {
-            self.load_recipe_chunk(&mut recipes, fp)
-        })
-        .map_err(|e| in_backup(e, bid, None))?;
-        let mut offset = 0u64;
-        let mut chunks = 0u64;
-        while let Some(e) = walker.next().map_err(|e| in_backup(e, bid, Some(offset)))? {
-            let id = self.index.get(ChunkKind::Data, &e.fp).ok_or_else(|| {
-                Error::corrupt(
-                    format!("backup {bid}"),
-                    format!(
-                        "chunk {} at offset {offset} is not in the index",
-                        e.fp.to_hex()
-                    ),
-                )
-            })?;
-            let c = data
-                .get(id, |id| self.store.read(id))
-                .map_err(|err| in_backup(err, bid, Some(offset)))?;
-            let m = c.find(&e.fp).ok_or_else(|| {
-                Error::corrupt(
-                    format!(
-                        "{} (needed by backup {bid} at offset {offset})",
-                        object_name(id)
-                    ),
-                    format!("does not hold chunk {}", e.fp.to_hex()),
-                )
-            })?;
-            if m.len as u64 != e.size {
-                return Err(Error::corrupt(
-                    format!("backup {bid}"),
-                    format!(
-                        "chunk at offset {offset} has size {} in its container, {} in the recipe",
-                        m.len, e.size
-                    ),
-                ));
-            }
-            if !c.header.trace {
-                out.write_all(c.bytes(m))
-                    .ctx(|| "cannot write restored data".into())?;
-            }
-            offset += e.size;
-            chunks += 1;
-            if chunks.is_multiple_of(256) {
+        // Two stages: a reader thread walks the recipe and reads, verifies and
+        // caches containers; this thread copies chunks to `out`. The cache
+        // decisions (and so the metrics) are those of a sequential restore.
+        let (tx, rx) = sync_channel::<Result<Vec<Piece>>>(4);
+        let (offset, chunks) = std::thread::scope(|scope| {
+            scope.spawn(move || {
+                if let Err(e) = self.read_pieces(backup, opts, &tx) {
+                    let _ = tx.send(Err(e));
+                }
+            });
+            let mut offset = 0u64;
+            let mut chunks = 0u64;
+            for batch in rx {
+                for p in batch? {
+                    if !p.container.header.trace {
+                        out.write_all(p.container.bytes(&p.meta))
+                            .ctx(|| "cannot write restored data".into())?;
+                    }
+                    offset += p.meta.len as u64;
+                    chunks += 1;
+                }
                 progress(offset);
             }
-        }
+            Ok::<_, Error>((offset, chunks))
+        })?;
         out.flush().ctx(|| "cannot write restored data".into())?;
         progress(offset);
         if offset != backup.logical_bytes {
@@ -228,6 +211,71 @@ impl Repository {
             seconds: secs,
             throughput_mb_s: mb_per_s(offset, secs),
         })
+    }
+
+    /// The reader stage of [`restore_to`](Self::restore_to): every chunk of
+    /// the backup in order, with its (verified) container, in batches.
+    fn read_pieces(
+        &self,
+        backup: &BackupEntry,
+        opts: &RestoreOptions,
+        tx: &SyncSender<Result<Vec<Piece>>>,
+    ) -> Result<()> {
+        const BATCH: usize = 1024;
+        let bid = backup.id;
+        let mut recipes = LruCache::new(8);
+        let mut data = LruCache::new(opts.cache_containers);
+        let root = backup.root_fp()?;
+        let mut walker = RecipeWalker::new(root, backup.root_level, |fp, _| {
+            self.load_recipe_chunk(&mut recipes, fp)
+        })
+        .map_err(|e| in_backup(e, bid, None))?;
+        let mut offset = 0u64;
+        let mut batch = Vec::with_capacity(BATCH);
+        while let Some(e) = walker.next().map_err(|e| in_backup(e, bid, Some(offset)))? {
+            let id = self.index.get(ChunkKind::Data, &e.fp).ok_or_else(|| {
+                Error::corrupt(
+                    format!("backup {bid}"),
+                    format!(
+                        "chunk {} at offset {offset} is not in the index",
+                        e.fp.to_hex()
+                    ),
+                )
+            })?;
+            let c = data
+                .get(id, |id| self.store.read(id))
+                .map_err(|err| in_backup(err, bid, Some(offset)))?;
+            let meta = *c.find(&e.fp).ok_or_else(|| {
+                Error::corrupt(
+                    format!(
+                        "{} (needed by backup {bid} at offset {offset})",
+                        object_name(id)
+                    ),
+                    format!("does not hold chunk {}", e.fp.to_hex()),
+                )
+            })?;
+            if meta.len as u64 != e.size {
+                return Err(Error::corrupt(
+                    format!("backup {bid}"),
+                    format!(
+                        "chunk at offset {offset} has size {} in its container, {} in the recipe",
+                        meta.len, e.size
+                    ),
+                ));
+            }
+            offset += e.size;
+            batch.push(Piece { container: c, meta });
+            if batch.len() == BATCH {
+                let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
+                if tx.send(Ok(full)).is_err() {
+                    return Ok(()); // the writer stopped; it reports why
+                }
+            }
+        }
+        if !batch.is_empty() {
+            let _ = tx.send(Ok(batch));
+        }
+        Ok(())
     }
 
     /// Restore a backup into a directory: a tree backup is extracted (unsafe
