@@ -458,7 +458,10 @@ impl Repository {
         // Give the index back before publishing, so a failed publish can undo.
         let new_entries = std::mem::take(&mut sink.new_entries);
         self.index = sink.index;
-        let published = outcome.and_then(|(next, entry)| self.publish(next, &[]).map(|()| entry));
+        let published = outcome.and_then(|(mut next, entry)| {
+            let superseded = self.compact_segments(&mut next)?;
+            self.publish(next, &superseded).map(|()| entry)
+        });
         let entry = match published {
             Ok(e) => e,
             Err(e) => {

@@ -23,6 +23,9 @@ use serde::Serialize;
 use std::collections::HashSet;
 use std::sync::Arc;
 
+/// Index segments a manifest may list before they are merged into one.
+pub const MAX_SEGMENTS: usize = 32;
+
 /// Parameters fixed at `init`.
 #[derive(Clone, Debug)]
 pub struct InitOptions {
@@ -280,6 +283,22 @@ impl Repository {
         self.backend.put(&key, &encode_segment(entries))?;
         next.index_segments.push(key);
         Ok(())
+    }
+
+    /// When the manifest lists more than [`MAX_SEGMENTS`] index segments,
+    /// replace them with one segment holding the whole in-memory index (which
+    /// must already include the mutation's entries). Returns the keys the new
+    /// manifest supersedes, to delete after publishing.
+    pub(crate) fn compact_segments(&self, next: &mut Manifest) -> Result<Vec<String>> {
+        if next.index_segments.len() <= MAX_SEGMENTS {
+            return Ok(Vec::new());
+        }
+        let mut entries: Vec<IndexEntry> = self.index.entries().collect();
+        // Deterministic content: sorted by kind, then fingerprint.
+        entries.sort_unstable_by_key(|e| (e.kind == ChunkKind::Recipe, e.fp));
+        let superseded = std::mem::take(&mut next.index_segments);
+        self.write_segment(next, &entries)?;
+        Ok(superseded)
     }
 
     pub fn manifest(&self) -> &Manifest {

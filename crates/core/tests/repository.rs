@@ -315,6 +315,7 @@ fn corrupt_or_missing_container_names_container_and_backup() {
 /// 2.. = power loss of a seeded subset of unsynced writes.
 fn crash_sweep(
     loss: u64,
+    preload: u64,
     allowed: &[&[&str]],
     op: impl Fn(&mut Repository, &[u8]) -> tessera_core::Result<()>,
 ) -> u64 {
@@ -332,6 +333,9 @@ fn crash_sweep(
             },
         );
         let mut repo = Repository::open_writer(inner.clone(), "test").unwrap();
+        for i in 0..preload {
+            backup(&mut repo, &format!("p{i}"), &bytes(1000 + i, 20_000)).unwrap();
+        }
         backup(&mut repo, "v1", &v1).unwrap();
         repo.close().unwrap();
         inner
@@ -365,9 +369,22 @@ fn crash_sweep(
         tessera_core::lock::break_lock(&*inner).unwrap();
         let repo = Repository::open_writer(inner.clone(), "test")
             .unwrap_or_else(|e| panic!("fail_at {n}: reopen failed: {e}"));
-        let names: Vec<_> = repo.backups().iter().map(|b| b.name.clone()).collect();
+        let names: Vec<_> = repo
+            .backups()
+            .iter()
+            .map(|b| b.name.clone())
+            .filter(|n| !n.starts_with('p'))
+            .collect();
         for b in repo.backups() {
-            let want = if b.name == "v1" { &v1 } else { &v2 };
+            let pre;
+            let want = match b.name.strip_prefix('p') {
+                Some(i) => {
+                    pre = bytes(1000 + i.parse::<u64>().unwrap(), 20_000);
+                    &pre
+                }
+                None if b.name == "v1" => &v1,
+                None => &v2,
+            };
             assert_eq!(
                 &restore(&repo, b.id).unwrap(),
                 want,
@@ -391,7 +408,7 @@ fn crash_sweep(
 #[test]
 fn crash_at_every_operation_of_a_backup() {
     for lose in 0..8 {
-        let ops = crash_sweep(lose, &[&["v1"], &["v1", "v2"]], |repo, v2| {
+        let ops = crash_sweep(lose, 0, &[&["v1"], &["v1", "v2"]], |repo, v2| {
             backup(repo, "v2", v2).map(|_| ())
         });
         assert!(ops >= 4, "{ops}");
@@ -401,7 +418,7 @@ fn crash_at_every_operation_of_a_backup() {
 #[test]
 fn crash_at_every_operation_of_a_forget() {
     for lose in 0..8 {
-        crash_sweep(lose, &[&["v1"], &["v1", "v2"], &["v2"]], |repo, v2| {
+        crash_sweep(lose, 0, &[&["v1"], &["v1", "v2"], &["v2"]], |repo, v2| {
             backup(repo, "v2", v2)?;
             repo.forget(&[1])?;
             Ok(())
@@ -507,4 +524,55 @@ fn trace_mode_matches_data_mode_layout() {
     assert_eq!(sa.data_containers, sb.data_containers);
     assert_eq!(sa.stored_data_bytes, sb.stored_data_bytes);
     assert!(sb.container_object_bytes < sa.container_object_bytes / 10);
+}
+
+#[test]
+fn index_segments_are_compacted_and_superseded_ones_deleted() {
+    let b = mem();
+    init(
+        b.clone(),
+        HashAlgo::Blake3,
+        ChunkerConfig::Fastcdc {
+            min: 512,
+            avg: 2048,
+            max: 8192,
+        },
+    );
+    let mut repo = Repository::open_writer(b.clone(), "test").unwrap();
+    let mut versions = Vec::new();
+    let mut v = bytes(77, 50_000);
+    for i in 0..(tessera_core::repo::MAX_SEGMENTS as u64 + 3) {
+        v = mutate(&v, i + 100);
+        versions.push((backup(&mut repo, "v", &v).unwrap(), v.clone()));
+        let listed = repo.manifest().index_segments.len();
+        assert!(
+            listed <= tessera_core::repo::MAX_SEGMENTS,
+            "{listed} segments listed"
+        );
+        assert_eq!(
+            b.list("index/").unwrap().len(),
+            listed,
+            "superseded segments deleted"
+        );
+    }
+    repo.close().unwrap();
+    let repo = Repository::open(b).unwrap();
+    assert!(repo.manifest().index_segments.len() < 5);
+    for (id, data) in versions {
+        assert_eq!(restore(&repo, id).unwrap(), data);
+    }
+}
+
+#[test]
+fn crash_at_every_operation_of_a_compacting_backup() {
+    // With MAX_SEGMENTS segments listed, the next backup merges them all.
+    let preload = tessera_core::repo::MAX_SEGMENTS as u64 - 1;
+    for lose in 0..4 {
+        crash_sweep(lose, preload, &[&["v1"], &["v1", "v2"]], |repo, v2| {
+            let before = repo.manifest().index_segments.len();
+            backup(repo, "v2", v2)?;
+            assert!(repo.manifest().index_segments.len() < before, "compacted");
+            Ok(())
+        });
+    }
 }
