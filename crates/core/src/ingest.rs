@@ -27,6 +27,7 @@ use crate::fingerprint::{Fingerprint, HashAlgo};
 use crate::index::{Index, IndexEntry};
 use crate::recipe::{RecipeBuilder, RecipeSink};
 use crate::repo::{container_entry, Repository};
+use crate::rewrite::RewriteSpec;
 use serde::Serialize;
 use std::io::{self, Read, Write};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
@@ -38,11 +39,24 @@ const BATCH_BYTES: usize = 4 << 20;
 /// Trace entries per batch.
 const TRACE_BATCH: usize = 8192;
 
-/// How a backup is named in the catalog.
+/// How a backup is named in the catalog, and how its duplicates are treated.
 #[derive(Clone, Debug)]
 pub struct BackupOptions {
     pub name: String,
     pub source: SourceKind,
+    /// Which duplicate chunks are written again to fight fragmentation.
+    pub rewrite: RewriteSpec,
+}
+
+impl BackupOptions {
+    /// A backup with the default policy (no rewriting).
+    pub fn new(name: impl Into<String>, source: SourceKind) -> Self {
+        BackupOptions {
+            name: name.into(),
+            source,
+            rewrite: RewriteSpec::None,
+        }
+    }
 }
 
 /// What a backup did.

@@ -12,6 +12,7 @@ pub mod chunking;
 pub mod container;
 pub mod error;
 pub mod fingerprint;
+pub mod gc;
 pub mod index;
 pub mod ingest;
 pub mod lock;
@@ -19,6 +20,7 @@ pub mod metrics;
 pub mod recipe;
 pub mod repo;
 pub mod restore;
+pub mod rewrite;
 pub mod trace;
 
 pub use error::{Error, Result};

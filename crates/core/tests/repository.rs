@@ -56,10 +56,7 @@ fn init(backend: Arc<dyn Backend>, hash: HashAlgo, chunker: ChunkerConfig) {
 }
 
 fn stream(name: &str) -> BackupOptions {
-    BackupOptions {
-        name: name.into(),
-        source: SourceKind::Stream,
-    }
+    BackupOptions::new(name, SourceKind::Stream)
 }
 
 fn backup(repo: &mut Repository, name: &str, data: &[u8]) -> tessera_core::Result<u64> {
@@ -640,7 +637,7 @@ proptest! {
         let b: Arc<dyn Backend> = Arc::new(LocalBackend::create(&t.path().join("repo")).unwrap());
         init(b.clone(), HashAlgo::Blake3, ChunkerConfig::Fastcdc { min: 512, avg: 2048, max: 8192 });
         let mut repo = Repository::open_writer(b, "test").unwrap();
-        let opts = BackupOptions { name: "tree".into(), source: SourceKind::Tree };
+        let opts = BackupOptions::new("tree", SourceKind::Tree);
         let (rep, _) = repo.backup_tree(&opts, &src, &mut |_| {}).unwrap();
         let out = t.path().join("out");
         let (_, ext) = repo

@@ -52,10 +52,7 @@ pub fn backup(
     let mut r = Repository::open_writer(open_backend(repo)?, "tessera backup")?;
     let report = if let Some(name) = stdin_name {
         let pb = ui::progress(None, "backup", json);
-        let opts = BackupOptions {
-            name,
-            source: SourceKind::Stream,
-        };
+        let opts = BackupOptions::new(name, SourceKind::Stream);
         let mut stdin = std::io::stdin().lock();
         let rep = r.backup_reader(&opts, &mut stdin, &mut |n| pb.set_position(n))?;
         pb.finish_and_clear();
@@ -65,10 +62,7 @@ pub fn backup(
         }
     } else if let Some(t) = trace_file {
         let f = File::open(&t).with_context(|| format!("cannot open {}", t.display()))?;
-        let opts = BackupOptions {
-            name: t.display().to_string(),
-            source: SourceKind::Trace,
-        };
+        let opts = BackupOptions::new(t.display().to_string(), SourceKind::Trace);
         let chunks = tessera_core::trace::read_trace(BufReader::new(f), t.display().to_string());
         Report {
             backup: r.backup_trace(&opts, chunks)?,
@@ -80,10 +74,7 @@ pub fn backup(
         let meta = std::fs::metadata(&p).with_context(|| format!("cannot read {}", p.display()))?;
         if meta.is_dir() {
             let pb = ui::progress(tree_size(&p), "backup", json);
-            let opts = BackupOptions {
-                name: abs.display().to_string(),
-                source: SourceKind::Tree,
-            };
+            let opts = BackupOptions::new(abs.display().to_string(), SourceKind::Tree);
             let (rep, tree) = r.backup_tree(&opts, &p, &mut |n| pb.set_position(n))?;
             pb.finish_and_clear();
             Report {
@@ -93,10 +84,7 @@ pub fn backup(
         } else {
             let pb = ui::progress(Some(meta.len()), "backup", json);
             let mut f = File::open(&p).with_context(|| format!("cannot open {}", p.display()))?;
-            let opts = BackupOptions {
-                name: abs.display().to_string(),
-                source: SourceKind::File,
-            };
+            let opts = BackupOptions::new(abs.display().to_string(), SourceKind::File);
             let rep = r.backup_reader(&opts, &mut f, &mut |n| pb.set_position(n))?;
             pb.finish_and_clear();
             Report {

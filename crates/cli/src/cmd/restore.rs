@@ -33,7 +33,7 @@ pub fn restore(
     let r = Repository::open(open_backend(repo)?)?;
     let backup = r.resolve(snapshot)?.clone();
     let opts = RestoreOptions {
-        cache_containers: cache,
+        cache: tessera_core::restore::CacheSpec::Lru(cache),
     };
     let pb = ui::progress(Some(backup.logical_bytes), "restore", json || to_stdout);
     let report = if to_stdout {
