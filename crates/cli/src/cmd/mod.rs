@@ -1,6 +1,7 @@
 //! One function per command; each returns its exit status.
 
 mod backup;
+mod bench;
 mod lab;
 mod manage;
 mod restore;
