@@ -126,6 +126,22 @@ pub enum Command {
         #[command(flatten)]
         json: JsonArg,
     },
+    /// Verify the repository: manifest, recipes, index, containers (and with --read-data every chunk)
+    Check {
+        #[command(flatten)]
+        repo: RepoArg,
+        /// Also read every data container, verify its checksums and recompute every chunk's fingerprint
+        #[arg(long)]
+        read_data: bool,
+        /// Read only part N of M of the data containers (e.g. 1/10); run N = 1..M to cover all
+        #[arg(long, value_name = "N/M", conflicts_with = "read_data")]
+        read_data_subset: Option<String>,
+        /// Remove objects no manifest lists (leftovers of an interrupted mutation); takes the writer lock
+        #[arg(long)]
+        repair_leftovers: bool,
+        #[command(flatten)]
+        json: JsonArg,
+    },
     /// The lab: demo and benchmarks
     Lab {
         #[command(subcommand)]

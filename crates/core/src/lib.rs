@@ -8,6 +8,7 @@
 pub mod archive;
 pub mod backend;
 pub mod catalog;
+pub mod check;
 pub mod chunking;
 pub mod container;
 pub mod error;

@@ -2,6 +2,7 @@
 
 mod backup;
 mod bench;
+mod check;
 mod lab;
 mod manage;
 mod restore;
@@ -46,6 +47,19 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         } => manage::forget(&repo, &snapshots, json.json),
         Command::Stats { repo, json } => manage::stats(&repo, json.json),
         Command::Unlock { repo, json } => manage::unlock(&repo, json.json),
+        Command::Check {
+            repo,
+            read_data,
+            read_data_subset,
+            repair_leftovers,
+            json,
+        } => check::check(
+            &repo,
+            read_data,
+            read_data_subset.as_deref(),
+            repair_leftovers,
+            json.json,
+        ),
         Command::Lab { command } => lab::run(command),
     }
 }
