@@ -143,7 +143,7 @@ fn kill_test(seed: u64, iterations: u64) {
     let mut r = Rng(seed | 1);
     // Time an uninterrupted backup to spread kill moments over an op.
     let mut next_version = 0u64;
-    let mut write_version = |k: u64, names: &mut BTreeMap<String, u64>| {
+    let write_version = |k: u64, names: &mut BTreeMap<String, u64>| {
         let p = dir.join(format!("v{k}.bin"));
         std::fs::write(&p, version(k)).unwrap();
         names.insert(std::path::absolute(&p).unwrap().display().to_string(), k);
