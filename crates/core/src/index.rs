@@ -133,6 +133,12 @@ pub fn decode_segment(b: &[u8], name: &str) -> Result<Vec<IndexEntry>> {
     entries
         .chunks_exact(ENTRY_LEN)
         .map(|e| {
+            if e[41..].iter().any(|&b| b != 0) {
+                return Err(Error::corrupt(
+                    name,
+                    "reserved bytes of an entry are not zero",
+                ));
+            }
             let kind = match e[40] {
                 0 => ChunkKind::Data,
                 1 => ChunkKind::Recipe,
@@ -173,6 +179,24 @@ mod tests {
             assert!(decode_segment(&bad, "s").is_err(), "flip at {i}");
         }
         assert!(decode_segment(&seg[..seg.len() - 1], "s").is_err());
+    }
+
+    /// Found by the index_segment fuzz target: non-zero reserved bytes were
+    /// accepted, so a decoded segment did not re-encode to itself.
+    #[test]
+    fn reserved_bytes_must_be_zero() {
+        let e = IndexEntry {
+            fp: HashAlgo::Blake3.hash(b"x"),
+            container: 3,
+            kind: ChunkKind::Data,
+        };
+        let mut seg = encode_segment(&[e]);
+        seg[20 + 45] = 1;
+        let body = seg.len() - 16;
+        let sum = checksum(&seg[..body]);
+        seg[body..].copy_from_slice(&sum);
+        let err = decode_segment(&seg, "s").unwrap_err().to_string();
+        assert!(err.contains("reserved bytes"), "{err}");
     }
 
     #[test]
