@@ -1,6 +1,7 @@
 //! One function per command; each returns its exit status.
 
 mod backup;
+mod gc;
 mod lab;
 mod manage;
 mod restore;
@@ -41,8 +42,39 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Forget {
             repo,
             snapshots,
+            keep_last,
+            keep_daily,
+            keep_weekly,
+            keep_monthly,
+            dry_run,
             json,
-        } => manage::forget(&repo, &snapshots, json.json),
+        } => {
+            let policy = gc::policy(&keep_last, &keep_daily, &keep_weekly, &keep_monthly)?;
+            if policy.is_empty() && !dry_run && !snapshots.is_empty() {
+                manage::forget(&repo, &snapshots, json.json)
+            } else {
+                gc::forget(&repo, &snapshots, policy, dry_run, json.json)
+            }
+        }
+        Command::Gc {
+            repo,
+            strategy,
+            segment_containers,
+            liveness_threshold,
+            split_threshold,
+            dry_run,
+            json,
+        } => gc::gc(
+            &repo,
+            &gc::GcArgs {
+                strategy,
+                segment_containers,
+                liveness_threshold,
+                split_threshold,
+                dry_run,
+            },
+            json.json,
+        ),
         Command::Stats { repo, json } => manage::stats(&repo, json.json),
         Command::Unlock { repo, json } => manage::unlock(&repo, json.json),
         Command::Lab { command } => lab::run(command),
