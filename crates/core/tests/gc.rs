@@ -161,6 +161,8 @@ fn naive_gc_reclaims_forgotten_data_and_keeps_the_rest() {
         assert_eq!(repo.manifest().generation, before.generation);
 
         repo.forget(&[id1, id3]).unwrap();
+        let before_gc = repo.manifest().clone();
+        let before_gc_next_id = before_gc.next_container_id;
         let r = gc(&mut repo, strategy);
         let after = repo.stats();
         assert!(r.involved_containers > 0 && r.reclaimed_containers == r.involved_containers);
@@ -173,9 +175,24 @@ fn naive_gc_reclaims_forgotten_data_and_keeps_the_rest() {
             "exactly v2's chunks remain"
         );
         assert!(r.reclaimed_bytes >= before.stored_data_bytes - after.stored_data_bytes);
+        // What the sweep wrote is exactly the new data containers.
+        let first_new = before_gc_next_id;
+        let new: Vec<_> = repo
+            .manifest()
+            .containers
+            .iter()
+            .filter(|c| c.id >= first_new && c.kind == ChunkKind::Data)
+            .collect();
+        assert_eq!(new.len() as u64, r.produced_containers);
+        assert!(r.produced_containers > 0);
         assert_eq!(
             r.bytes_written,
-            r.produced_containers.min(1) * r.bytes_written
+            new.iter().map(|c| c.logical_bytes).sum::<u64>()
+        );
+        // Each involved container still holding live chunks was read once.
+        assert_eq!(
+            r.bytes_read,
+            r.involved_bytes - deleted_bytes(&before_gc, &repo, r.deleted_without_copy)
         );
         assert_eq!(restore(&repo, id2).unwrap(), v2);
         assert_only_live_chunks(&repo);
@@ -206,6 +223,25 @@ fn naive_gc_reclaims_forgotten_data_and_keeps_the_rest() {
         assert!(b.list("containers/").unwrap().is_empty());
         assert_eq!(repo.index().len(), (0, 0));
     }
+}
+
+/// Logical bytes of the `count` newest data containers GC removed: in the
+/// scenario below those are the forgotten v3's, which share nothing and so
+/// are deleted without being read.
+fn deleted_bytes(before: &tessera_core::catalog::Manifest, after: &Repository, count: u64) -> u64 {
+    let kept: HashSet<u64> = after.manifest().containers.iter().map(|c| c.id).collect();
+    let gone: Vec<_> = before
+        .containers
+        .iter()
+        .filter(|c| c.kind == ChunkKind::Data && !kept.contains(&c.id))
+        .collect();
+    assert!(gone.len() as u64 >= count);
+    // v3's containers are the newest and share nothing: they are the empty ones.
+    gone.iter()
+        .rev()
+        .take(count as usize)
+        .map(|c| c.logical_bytes)
+        .sum()
 }
 
 #[test]
@@ -652,5 +688,85 @@ fn crash_at_every_operation_of_a_naive_gc() {
 fn crash_at_every_operation_of_a_gccdf_gc() {
     for loss in 0..4 {
         assert!(crash_sweep(GcStrategy::Gccdf, loss) > 5);
+    }
+}
+
+/// GC throughput benchmark (not a check): a trace-mode series of 20 backups
+/// over ~200k chunks (4 KiB chunks, 4 MiB containers, a few hundred
+/// containers); the oldest 10 are forgotten, then one GC per strategy on
+/// identical repositories. Run with
+/// `cargo test -p tessera-core --test gc -- --ignored --nocapture gc_throughput`.
+#[test]
+#[ignore]
+fn gc_throughput_benchmark() {
+    let build = || {
+        let b = mem();
+        Repository::init(
+            b.clone(),
+            &InitOptions {
+                hash: HashAlgo::Sha1,
+                container_size: 4 << 20,
+                trace: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let mut repo = Repository::open_writer(b, "bench").unwrap();
+        let mut version: Vec<u32> = (0..200_000).collect();
+        let mut next = 200_000u32;
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut ids = Vec::new();
+        for v in 0..20 {
+            if v > 0 {
+                // 3 % of positions get new chunks, in runs of 20.
+                for _ in 0..300 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let at = (x as usize) % (version.len() - 20);
+                    for c in &mut version[at..at + 20] {
+                        *c = next;
+                        next += 1;
+                    }
+                }
+            }
+            let opts = BackupOptions::new(format!("v{v}"), SourceKind::Trace);
+            let id = repo
+                .backup_trace(&opts, version.iter().map(|&n| Ok((tfp(n), 4096))))
+                .unwrap()
+                .backup
+                .id;
+            ids.push(id);
+        }
+        repo.forget(&ids[..10]).unwrap();
+        repo
+    };
+    println!("strategy  involved  GB  produced  total_s  GB/s  mark  analyze  read  write  reads/restore  peak_MB");
+    for strategy in [GcStrategy::Naive, GcStrategy::Gccdf] {
+        let mut repo = build();
+        let containers = repo.manifest().containers.len();
+        let r = gc(&mut repo, strategy);
+        let gb = r.involved_bytes as f64 / 1e9;
+        let reads = containers_read(&repo) as f64 / repo.backups().len() as f64;
+        println!(
+            "{strategy:8} {:4}/{containers}  {gb:.2}  {:4}  {:.3}  {:.2}  {:.3}  {:.3} ({:.0} %)  {:.3}  {:.3}  {reads:.1}  {:.1}",
+            r.involved_containers,
+            r.produced_containers,
+            r.total_seconds,
+            gb / r.total_seconds,
+            r.mark_seconds,
+            r.analyze_seconds,
+            100.0 * r.analyze_seconds / r.total_seconds,
+            r.sweep_read_seconds,
+            r.sweep_write_seconds,
+            r.peak_memory_bytes as f64 / 1e6,
+        );
+        println!(
+            "  mark read {:.1} MB of recipe containers; mark tables {:.1} MB, GC cache {:.1} MB, tree {:.1} MB",
+            r.mark_bytes_read as f64 / 1e6,
+            r.mark_memory_bytes as f64 / 1e6,
+            r.gc_cache_peak_bytes as f64 / 1e6,
+            r.tree_peak_bytes as f64 / 1e6
+        );
     }
 }

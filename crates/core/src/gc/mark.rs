@@ -10,8 +10,8 @@ use super::bloom::Bloom;
 use crate::catalog::BackupEntry;
 use crate::container::{format::object_name, ChunkKind, Container, ContainerId};
 use crate::error::{Error, Result};
-use crate::fingerprint::{Fingerprint, FpSet};
-use crate::recipe::{self, RecipeChunk, RecipeWalker};
+use crate::fingerprint::{Fingerprint, FpMap, FpSet};
+use crate::recipe::{self, RecipeChunk};
 use crate::repo::Repository;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -78,14 +78,23 @@ pub struct Mark {
     pub memory_bytes: u64,
 }
 
-/// Reads recipe chunks through a small FIFO cache of recipe containers.
+/// Reads recipe chunks through a small FIFO cache of recipe containers and,
+/// when every backup is walked in full (GCCDF), a memo of decoded chunks so
+/// shared subtrees are not read again.
 struct RecipeReader<'a> {
     repo: &'a Repository,
     cache: VecDeque<Arc<Container>>,
+    memo: Option<FpMap<(Arc<RecipeChunk>, ContainerId)>>,
+    /// Containers of a memoized level-1 chunk's data chunks, in order.
+    homes: FpMap<Arc<[ContainerId]>>,
+    memo_bytes: usize,
 }
 
 impl RecipeReader<'_> {
-    fn load(&mut self, fp: &Fingerprint) -> Result<(RecipeChunk, ContainerId, u32)> {
+    fn load(&mut self, fp: &Fingerprint) -> Result<(Arc<RecipeChunk>, ContainerId)> {
+        if let Some(hit) = self.memo.as_ref().and_then(|m| m.get(fp)) {
+            return Ok(hit.clone());
+        }
         let name = format!("recipe chunk {}", fp.to_hex());
         let id = self
             .repo
@@ -112,12 +121,112 @@ impl RecipeReader<'_> {
                 "content does not match its fingerprint",
             ));
         }
-        Ok((recipe::decode(bytes, &name)?, id, bytes.len() as u32))
+        let chunk = Arc::new(recipe::decode(bytes, &name)?);
+        if let Some(m) = self.memo.as_mut() {
+            self.memo_bytes += bytes.len() + 64;
+            m.insert(*fp, (chunk.clone(), id));
+        }
+        Ok((chunk, id))
+    }
+}
+
+/// What the walk of one backup records.
+struct Walk<'m> {
+    m: &'m mut Mark,
+    backup: u64,
+    own: Option<FpFilter>,
+    /// Naive GC skips a recipe subtree already marked: its fingerprint fixes
+    /// its content (the Merkle tree's point). GCCDF needs every backup's
+    /// full fingerprint set, so it walks all, through the memo.
+    skip_seen: bool,
+}
+
+impl Walk<'_> {
+    fn visit(
+        &mut self,
+        repo: &Repository,
+        reader: &mut RecipeReader,
+        fp: &Fingerprint,
+        level: u8,
+        size: Option<u64>,
+    ) -> Result<()> {
+        let first = !self.m.valid_recipe.contains(fp);
+        if !first && self.skip_seen {
+            return Ok(());
+        }
+        let (chunk, id) = reader.load(fp)?;
+        if first {
+            self.m.valid_recipe.insert(*fp);
+            *self.m.live_recipe.entry(id).or_default() += 1;
+        }
+        let name = || format!("recipe chunk {}", fp.to_hex());
+        if chunk.level != level {
+            return Err(Error::corrupt(
+                name(),
+                format!("is level {}, expected level {level}", chunk.level),
+            ));
+        }
+        if size.is_some_and(|s| s != chunk.logical_size()) {
+            return Err(Error::corrupt(
+                name(),
+                "logical size differs from its parent's entry",
+            ));
+        }
+        if level > 1 {
+            for e in &chunk.entries {
+                self.visit(repo, reader, &e.fp, level - 1, Some(e.size))?;
+            }
+            return Ok(());
+        }
+        // A level-1 chunk seen before already put its data chunks in the VC;
+        // only its ownership (RRT, per-backup filter) is new.
+        let containers = match reader.homes.get(fp) {
+            Some(h) if !first => h.clone(),
+            _ => {
+                let mut homes = Vec::with_capacity(chunk.entries.len());
+                for e in &chunk.entries {
+                    let c = repo.index.get(ChunkKind::Data, &e.fp).ok_or_else(|| {
+                        Error::corrupt(
+                            format!("backup {}", self.backup),
+                            format!("chunk {} is not in the index", e.fp.to_hex()),
+                        )
+                    })?;
+                    if self.m.valid.insert(e.fp) {
+                        if let Some(live) = self.m.live.as_mut() {
+                            let l = live.entry(c).or_default();
+                            l.chunks += 1;
+                            l.bytes += e.size;
+                        }
+                    }
+                    homes.push(c);
+                }
+                let homes: Arc<[ContainerId]> = homes.into();
+                if reader.memo.is_some() {
+                    reader.memo_bytes += homes.len() * 8 + 48;
+                    reader.homes.insert(*fp, homes.clone());
+                }
+                homes
+            }
+        };
+        if let Some(o) = self.own.as_mut() {
+            let mut last = None;
+            for (e, &c) in chunk.entries.iter().zip(containers.iter()) {
+                if last != Some(c) {
+                    let r = self.m.rrt.entry(c).or_default();
+                    if r.last() != Some(&self.backup) {
+                        r.push(self.backup);
+                    }
+                    last = Some(c);
+                }
+                o.insert(e.fp);
+            }
+        }
+        Ok(())
     }
 }
 
 /// Walk every retained backup's recipe. `owners_fp_rate` is `None` when no
-/// per-backup filters are wanted (naive GC).
+/// RRT and per-backup filters are wanted (naive GC).
 pub fn mark(repo: &Repository, vc_fp_rate: f64, owners_fp_rate: Option<f64>) -> Result<Mark> {
     let backups: Vec<BackupEntry> = {
         let mut b = repo.manifest.backups.clone();
@@ -137,43 +246,20 @@ pub fn mark(repo: &Repository, vc_fp_rate: f64, owners_fp_rate: Option<f64>) -> 
     let mut reader = RecipeReader {
         repo,
         cache: VecDeque::new(),
+        memo: owners_fp_rate.map(|_| FpMap::default()),
+        homes: FpMap::default(),
+        memo_bytes: 0,
     };
     for b in &backups {
-        let mut own = owners_fp_rate.map(|p| FpFilter::new(b.chunks as usize, p));
-        let valid_recipe = &mut m.valid_recipe;
-        let live_recipe = &mut m.live_recipe;
-        let reader = &mut reader;
-        let mut walker = RecipeWalker::new(b.root_fp()?, b.root_level, |fp, _| {
-            let (chunk, id, _) = reader.load(fp)?;
-            if valid_recipe.insert(*fp) {
-                *live_recipe.entry(id).or_default() += 1;
-            }
-            Ok(chunk)
-        })
-        .map_err(|e| in_backup(e, b.id))?;
-        while let Some(e) = walker.next().map_err(|e| in_backup(e, b.id))? {
-            let c = repo.index.get(ChunkKind::Data, &e.fp).ok_or_else(|| {
-                Error::corrupt(
-                    format!("backup {}", b.id),
-                    format!("chunk {} is not in the index", e.fp.to_hex()),
-                )
-            })?;
-            if m.valid.insert(e.fp) {
-                if let Some(live) = m.live.as_mut() {
-                    let l = live.entry(c).or_default();
-                    l.chunks += 1;
-                    l.bytes += e.size;
-                }
-            }
-            let r = m.rrt.entry(c).or_default();
-            if r.last() != Some(&b.id) {
-                r.push(b.id);
-            }
-            if let Some(o) = own.as_mut() {
-                o.insert(e.fp);
-            }
-        }
-        if let Some(o) = own {
+        let mut w = Walk {
+            m: &mut m,
+            backup: b.id,
+            own: owners_fp_rate.map(|p| FpFilter::new(b.chunks as usize, p)),
+            skip_seen: owners_fp_rate.is_none(),
+        };
+        w.visit(repo, &mut reader, &b.root_fp()?, b.root_level, None)
+            .map_err(|e| in_backup(e, b.id))?;
+        if let Some(o) = w.own.take() {
             m.owners.insert(b.id, o);
         }
     }
@@ -182,7 +268,8 @@ pub fn mark(repo: &Repository, vc_fp_rate: f64, owners_fp_rate: Option<f64>) -> 
         + m.valid_recipe.capacity() * fp
         + m.live.as_ref().map_or(0, |l| l.capacity() * 24)
         + m.rrt.values().map(|v| v.capacity() * 8 + 32).sum::<usize>()
-        + m.owners.values().map(|o| o.memory_bytes()).sum::<usize>()) as u64;
+        + m.owners.values().map(|o| o.memory_bytes()).sum::<usize>()
+        + reader.memo_bytes) as u64;
     Ok(m)
 }
 

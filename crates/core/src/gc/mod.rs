@@ -137,7 +137,9 @@ pub struct GcReport {
     pub sweep_read_seconds: f64,
     pub sweep_write_seconds: f64,
     pub total_seconds: f64,
-    /// Mark tables + GC cache + ownership tree (their peaks).
+    /// Mark tables + GC cache + ownership tree (their peaks). The GC cache
+    /// counts the chunks' logical bytes, what data mode holds, so trace mode
+    /// reports the same figure.
     pub peak_memory_bytes: u64,
     /// Logical bytes of the involved containers (GC throughput's numerator).
     pub involved_bytes: u64,
