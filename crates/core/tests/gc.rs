@@ -539,21 +539,21 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (proptest::option::of(0usize..8), any::<u64>()).prop_map(|(base, seed)| Op::Backup { base, seed }),
-        2 => (0usize..8).prop_map(|pick| Op::Forget { pick }),
-        3 => (any::<bool>(), prop_oneof![Just(1.0), 0.0f64..1.0], 1usize..6, 1usize..300)
+        5 => (proptest::option::weighted(0.8, 0usize..8), any::<u64>()).prop_map(|(base, seed)| Op::Backup { base, seed }),
+        3 => (0usize..8).prop_map(|pick| Op::Forget { pick }),
+        2 => (any::<bool>(), prop_oneof![2 => Just(1.0), 1 => 0.0f64..1.0], 1usize..6, 1usize..300)
             .prop_map(|(gccdf, threshold, segment, split)| Op::Gc { gccdf, threshold, segment, split }),
     ]
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, .. ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 96, .. ProptestConfig::default() })]
 
     /// Any backup / forget / gc sequence keeps every retained backup
     /// restorable byte for byte (also after reopening), and a full GC
     /// leaves only live chunks.
     #[test]
-    fn gc_agrees_with_reference_model(ops in proptest::collection::vec(op(), 1..12)) {
+    fn gc_agrees_with_reference_model(ops in proptest::collection::vec(op(), 4..20)) {
         let b = mem();
         init_small(b.clone(), false);
         let mut repo = Repository::open_writer(b.clone(), "t").unwrap();
@@ -563,7 +563,7 @@ proptest! {
                 Op::Backup { base, seed } => {
                     let data = match base.and_then(|i| model.values().nth(i % model.len().max(1))) {
                         Some(v) => mutate(v, seed),
-                        None => bytes(seed, (seed % 60_000) as usize),
+                        None => bytes(seed, 20_000 + (seed % 60_000) as usize),
                     };
                     let id = backup(&mut repo, "m", &data).unwrap();
                     model.insert(id, data);
@@ -586,6 +586,9 @@ proptest! {
                     prop_assert!(r.reclaimed_containers <= r.involved_containers);
                     if threshold >= 1.0 {
                         assert_only_live_chunks(&repo);
+                        // Nothing is left for a second full GC.
+                        let again = repo.gc(&GcOptions { strategy, ..Default::default() }).unwrap();
+                        prop_assert_eq!(again.involved_containers + again.recipe_involved_containers, 0);
                     }
                     repo.close().unwrap();
                     repo = Repository::open_writer(b.clone(), "t").unwrap();
