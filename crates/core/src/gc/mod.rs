@@ -291,3 +291,116 @@ impl Repository {
         Ok(r)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::MemoryBackend;
+    use crate::catalog::SourceKind;
+    use crate::chunking::ChunkerConfig;
+    use crate::index::IndexEntry;
+    use crate::repo::container_entry;
+    use crate::{BackupOptions, InitOptions, RestoreOptions};
+    use std::sync::Arc;
+
+    fn restore(repo: &Repository, id: u64) -> Vec<u8> {
+        let b = repo.manifest.backup(id).unwrap().clone();
+        let mut out = Vec::new();
+        repo.restore_to(&b, &mut out, &RestoreOptions::default(), &mut |_| {})
+            .unwrap();
+        out
+    }
+
+    /// A rewritten chunk has two copies; the index names the newer one. The
+    /// older copy is dead even though a retained backup references the
+    /// chunk, and GC must keep exactly the newer copy.
+    #[test]
+    fn stale_copies_left_by_rewriting_are_dead() {
+        for strategy in [GcStrategy::Naive, GcStrategy::Gccdf] {
+            let b = Arc::new(MemoryBackend::new());
+            Repository::init(
+                b.clone(),
+                &InitOptions {
+                    chunker: ChunkerConfig::Fastcdc {
+                        min: 256,
+                        avg: 1024,
+                        max: 4096,
+                    },
+                    container_size: 16 * 1024,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+            let mut repo = Repository::open_writer(b, "t").unwrap();
+            let data: Vec<u8> = (0..60_000u32)
+                .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+                .collect();
+            let opts = BackupOptions::new("v", SourceKind::Stream);
+            let id = repo
+                .backup_reader(&opts, &mut &data[..], &mut |_| {})
+                .unwrap()
+                .backup
+                .id;
+            let stored0 = repo.stats().stored_data_bytes;
+            // Rewrite: copy the first 3 chunks of the first data container
+            // into a new container and point the index at the copies.
+            let first = repo.manifest.containers[0];
+            assert_eq!(first.kind, ChunkKind::Data);
+            let c = repo.store.read(first.id).unwrap();
+            let copies: Vec<_> = c.meta[..3].to_vec();
+            let mut bytes = Vec::new();
+            let mut entries = Vec::new();
+            let mut off = 0;
+            for m in &copies {
+                bytes.extend_from_slice(c.bytes(m));
+                entries.push(crate::container::ChunkMeta { offset: off, ..*m });
+                off += m.len;
+            }
+            let mut next = repo.manifest.clone();
+            let new_id = next.next_container_id;
+            next.next_container_id += 1;
+            let obj = repo
+                .store
+                .write(new_id, ChunkKind::Data, &entries, &bytes)
+                .unwrap();
+            next.containers
+                .push(container_entry(new_id, ChunkKind::Data, 3, off as u64, obj));
+            let moved: Vec<_> = copies
+                .iter()
+                .map(|m| IndexEntry {
+                    fp: m.fp,
+                    container: new_id,
+                    kind: ChunkKind::Data,
+                })
+                .collect();
+            repo.write_segment(&mut next, &moved).unwrap();
+            repo.publish(next, &[]).unwrap();
+            for e in &moved {
+                repo.index.insert(*e);
+            }
+            assert_eq!(restore(&repo, id), data);
+            let stored = repo.stats().stored_data_bytes;
+
+            let r = repo
+                .gc(&GcOptions {
+                    strategy,
+                    ..Default::default()
+                })
+                .unwrap();
+            assert_eq!(r.involved_containers, 1, "only the stale copies' container");
+            assert_eq!(r.reclaimed_containers, 1);
+            assert_eq!(r.moved_chunks as u32, first.chunks - 3);
+            assert_eq!(repo.stats().stored_data_bytes, stored - off as u64);
+            assert_eq!(
+                stored - off as u64,
+                stored0,
+                "one copy each, as before the rewrite"
+            );
+            assert!(repo.manifest.containers.iter().any(|c| c.id == new_id));
+            for m in &copies {
+                assert_eq!(repo.index.get(ChunkKind::Data, &m.fp), Some(new_id));
+            }
+            assert_eq!(restore(&repo, id), data);
+        }
+    }
+}
