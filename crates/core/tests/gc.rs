@@ -765,7 +765,8 @@ fn gc_throughput_benchmark() {
             r.peak_memory_bytes as f64 / 1e6,
         );
         println!(
-            "  mark read {:.1} MB of recipe containers; mark tables {:.1} MB, GC cache {:.1} MB, tree {:.1} MB",
+            "  publish {:.3} s; mark read {:.1} MB of recipe containers; mark tables {:.1} MB, GC cache {:.1} MB, tree {:.1} MB",
+            r.publish_seconds,
             r.mark_bytes_read as f64 / 1e6,
             r.mark_memory_bytes as f64 / 1e6,
             r.gc_cache_peak_bytes as f64 / 1e6,

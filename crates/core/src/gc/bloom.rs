@@ -36,8 +36,10 @@ impl Bloom {
     }
 
     pub fn insert(&mut self, fp: &Fingerprint) {
-        let pos: Vec<u64> = self.positions(fp).collect();
-        for p in pos {
+        let h1 = fp.prefix_u64();
+        let h2 = u64::from_le_bytes(fp.0[16..24].try_into().unwrap()) | 1;
+        for i in 0..self.hashes as u64 {
+            let p = h1.wrapping_add(i.wrapping_mul(h2)) & self.mask;
             self.bits[(p / 64) as usize] |= 1 << (p % 64);
         }
     }

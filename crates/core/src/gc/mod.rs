@@ -136,6 +136,8 @@ pub struct GcReport {
     pub analyze_seconds: f64,
     pub sweep_read_seconds: f64,
     pub sweep_write_seconds: f64,
+    /// Writing the new index segment and manifest, deleting the old objects.
+    pub publish_seconds: f64,
     pub total_seconds: f64,
     /// Mark tables + GC cache + ownership tree (their peaks). The GC cache
     /// counts the chunks' logical bytes, what data mode holds, so trace mode
@@ -286,7 +288,9 @@ impl Repository {
         let moved: Vec<_> = data.moved.iter().chain(&recipe.moved).copied().collect();
         let next_id = recipe.next_id;
         drop(mark);
+        let t = Instant::now();
         sweep::commit(self, &reclaimed, &produced, &moved, next_id)?;
+        r.publish_seconds = t.elapsed().as_secs_f64();
         r.total_seconds = started.elapsed().as_secs_f64();
         Ok(r)
     }

@@ -8,8 +8,8 @@ use super::mark::Mark;
 use crate::catalog::ContainerEntry;
 use crate::container::{ChunkKind, ContainerBuilder, ContainerId, ContainerStore};
 use crate::error::Result;
-use crate::fingerprint::{Fingerprint, FpSet};
-use crate::index::{Index, IndexEntry};
+use crate::fingerprint::{Fingerprint, FpMap, FpSet};
+use crate::index::IndexEntry;
 use crate::repo::{container_entry, Repository};
 use std::collections::HashSet;
 use std::time::Instant;
@@ -171,16 +171,26 @@ pub fn commit(
     moved: &[IndexEntry],
     next_id: ContainerId,
 ) -> Result<()> {
-    let mut index = Index::default();
+    let (mut data, mut recipe) = (FpMap::default(), FpMap::default());
+    for e in moved {
+        match e.kind {
+            ChunkKind::Data => data.insert(e.fp, e.container),
+            ChunkKind::Recipe => recipe.insert(e.fp, e.container),
+        };
+    }
+    let mut dropped = Vec::new();
+    let mut entries: Vec<IndexEntry> = Vec::with_capacity(repo.index.len().0 + repo.index.len().1);
     for e in repo.index.entries() {
-        if !reclaimed.contains(&e.container) {
-            index.insert(e);
+        let to = match e.kind {
+            ChunkKind::Data => data.get(&e.fp),
+            ChunkKind::Recipe => recipe.get(&e.fp),
+        };
+        match to {
+            Some(&c) => entries.push(IndexEntry { container: c, ..e }),
+            None if reclaimed.contains(&e.container) => dropped.push((e.kind, e.fp)),
+            None => entries.push(e),
         }
     }
-    for e in moved {
-        index.insert(*e);
-    }
-    let mut entries: Vec<IndexEntry> = index.entries().collect();
     entries.sort_unstable_by_key(|e| (e.kind == ChunkKind::Recipe, e.fp));
     let mut next = repo.manifest.clone();
     next.containers.retain(|c| !reclaimed.contains(&c.id));
@@ -196,7 +206,12 @@ pub fn commit(
     // Once the manifest is out, the in-memory index must follow it, even if
     // deleting the superseded objects failed (the next writer removes them).
     if repo.manifest.generation != generation {
-        repo.index = index;
+        for (kind, fp) in dropped {
+            repo.index.remove(kind, &fp);
+        }
+        for e in moved {
+            repo.index.insert(*e);
+        }
     }
     published
 }
