@@ -143,6 +143,12 @@ pub enum Command {
         /// GCCDF: split a cluster by a backup only if at least N of its chunks are referenced by it
         #[arg(long, default_value = "200", value_name = "N")]
         split_threshold: String,
+        /// False-positive rate of the valid-chunk table's Bloom filter (0 = exact set; false positives only keep garbage)
+        #[arg(long, default_value = "0", value_name = "P")]
+        vc_fp_rate: String,
+        /// GCCDF: false-positive rate of the per-backup ownership Bloom filters (0 = exact sets)
+        #[arg(long, default_value = "0.01", value_name = "P")]
+        ownership_fp_rate: String,
         /// Show what would be reclaimed without changing the repository
         #[arg(long)]
         dry_run: bool,

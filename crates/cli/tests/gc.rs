@@ -95,7 +95,7 @@ fn gc_naive_then_gccdf_report_json_and_keep_backups_restorable() {
     let repo = t.path().join("repo");
     let v = setup(&repo, t.path());
     ok(tessera(&repo).args(["forget", "1"]));
-    let r = json(tessera(&repo).args(["gc", "--json"]));
+    let r = json(tessera(&repo).args(["gc", "--vc-fp-rate", "0.01", "--json"]));
     assert_eq!(r["strategy"], "naive");
     assert_eq!(r["dry_run"], false);
     let involved = r["involved_containers"].as_u64().unwrap();
@@ -224,6 +224,14 @@ fn bad_gc_and_forget_flags_give_one_clear_line() {
     fails(
         tessera(&repo).args(["forget", "--keep-last", "two"]),
         "--keep-last expects a whole number",
+    );
+    fails(
+        tessera(&repo).args(["gc", "--vc-fp-rate", "0.7"]),
+        "false-positive rate must be in [0, 0.5)",
+    );
+    fails(
+        tessera(&repo).args(["gc", "--ownership-fp-rate", "nan"]),
+        "--ownership-fp-rate expects a rate",
     );
     fails(tessera(&repo).arg("forget"), "nothing to forget");
     fails(

@@ -534,6 +534,8 @@ enum Op {
         threshold: f64,
         segment: usize,
         split: usize,
+        /// Bloom VC (false positives keep dead chunks) instead of an exact set.
+        bloom: bool,
     },
 }
 
@@ -541,8 +543,8 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         5 => (proptest::option::weighted(0.8, 0usize..8), any::<u64>()).prop_map(|(base, seed)| Op::Backup { base, seed }),
         3 => (0usize..8).prop_map(|pick| Op::Forget { pick }),
-        2 => (any::<bool>(), prop_oneof![2 => Just(1.0), 1 => 0.0f64..1.0], 1usize..6, 1usize..300)
-            .prop_map(|(gccdf, threshold, segment, split)| Op::Gc { gccdf, threshold, segment, split }),
+        2 => (any::<bool>(), prop_oneof![2 => Just(1.0), 1 => 0.0f64..1.0], 1usize..6, 1usize..300, proptest::bool::weighted(0.2))
+            .prop_map(|(gccdf, threshold, segment, split, bloom)| Op::Gc { gccdf, threshold, segment, split, bloom }),
     ]
 }
 
@@ -574,17 +576,18 @@ proptest! {
                         model.remove(&id);
                     }
                 }
-                Op::Gc { gccdf, threshold, segment, split } => {
+                Op::Gc { gccdf, threshold, segment, split, bloom } => {
                     let strategy = if gccdf { GcStrategy::Gccdf } else { GcStrategy::Naive };
                     let r = repo.gc(&GcOptions {
                         strategy,
                         liveness_threshold: threshold,
                         segment_containers: segment,
                         split_threshold: split,
+                        vc_fp_rate: if bloom { 0.2 } else { 0.0 },
                         ..Default::default()
                     }).unwrap();
                     prop_assert!(r.reclaimed_containers <= r.involved_containers);
-                    if threshold >= 1.0 {
+                    if threshold >= 1.0 && !bloom {
                         assert_only_live_chunks(&repo);
                         // Nothing is left for a second full GC.
                         let again = repo.gc(&GcOptions { strategy, ..Default::default() }).unwrap();

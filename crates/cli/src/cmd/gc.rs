@@ -16,7 +16,18 @@ pub struct GcArgs {
     pub segment_containers: String,
     pub liveness_threshold: String,
     pub split_threshold: String,
+    pub vc_fp_rate: String,
+    pub ownership_fp_rate: String,
     pub dry_run: bool,
+}
+
+/// Parse a number flag; the message names the flag.
+fn number(flag: &str, v: &str, what: &str) -> Result<f64> {
+    v.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|x| x.is_finite())
+        .ok_or_else(|| anyhow::anyhow!("--{flag} expects {what} (got '{v}')"))
 }
 
 /// Parse a count flag; the message names the flag (one line, exit code 1).
@@ -124,15 +135,19 @@ pub fn gc(repo: &RepoArg, a: &GcArgs, json: bool) -> Result<ExitCode> {
     let opts = GcOptions {
         strategy: GcStrategy::parse(&a.strategy).map_err(anyhow::Error::msg)?,
         segment_containers: count("segment-containers", &a.segment_containers)?,
-        liveness_threshold: a.liveness_threshold.trim().parse::<f64>().map_err(|_| {
-            anyhow::anyhow!(
-                "--liveness-threshold expects a number between 0 and 1 (got '{}')",
-                a.liveness_threshold
-            )
-        })?,
+        liveness_threshold: number(
+            "liveness-threshold",
+            &a.liveness_threshold,
+            "a number between 0 and 1",
+        )?,
         split_threshold: count("split-threshold", &a.split_threshold)?,
+        vc_fp_rate: number("vc-fp-rate", &a.vc_fp_rate, "a rate in [0, 0.5)")?,
+        ownership_fp_rate: number(
+            "ownership-fp-rate",
+            &a.ownership_fp_rate,
+            "a rate in [0, 0.5)",
+        )?,
         dry_run: a.dry_run,
-        ..Default::default()
     };
     opts.validate().map_err(anyhow::Error::msg)?;
     let mut r = Repository::open_writer(open_backend(repo)?, "tessera gc")?;

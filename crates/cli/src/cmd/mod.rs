@@ -62,6 +62,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             segment_containers,
             liveness_threshold,
             split_threshold,
+            vc_fp_rate,
+            ownership_fp_rate,
             dry_run,
             json,
         } => gc::gc(
@@ -71,6 +73,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 segment_containers,
                 liveness_threshold,
                 split_threshold,
+                vc_fp_rate,
+                ownership_fp_rate,
                 dry_run,
             },
             json.json,
