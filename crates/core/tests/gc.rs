@@ -777,3 +777,78 @@ fn gc_throughput_benchmark() {
         );
     }
 }
+
+/// Rounds as in GCCDF's methodology, scaled down (not a check): keep
+/// ingesting versions, retain the newest 10, each round forget the oldest 2
+/// and GC. Prints per-round involved/produced containers and the mean
+/// containers read per retained backup restore. Run with
+/// `cargo test -p tessera-core --test gc -- --ignored --nocapture gc_rounds`.
+#[test]
+#[ignore]
+fn gc_rounds_benchmark() {
+    for strategy in [GcStrategy::Naive, GcStrategy::Gccdf] {
+        let b = mem();
+        Repository::init(
+            b.clone(),
+            &InitOptions {
+                hash: HashAlgo::Sha1,
+                container_size: 1 << 20,
+                trace: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let mut repo = Repository::open_writer(b, "bench").unwrap();
+        let mut version: Vec<u32> = (0..50_000).collect();
+        let mut next = 50_000u32;
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let (mut involved, mut produced, mut secs) = (0, 0, 0.0);
+        print!("{strategy:6} round: involved/produced, reads per restore:");
+        for v in 0..40 {
+            if v > 0 {
+                // 2 % of positions changed in runs of 10, plus an insertion.
+                for _ in 0..100 {
+                    let at = (rnd() as usize) % (version.len() - 10);
+                    for c in &mut version[at..at + 10] {
+                        *c = next;
+                        next += 1;
+                    }
+                }
+                let at = (rnd() as usize) % version.len();
+                let ins: Vec<u32> = (next..next + 200).collect();
+                next += 200;
+                version.splice(at..at, ins);
+            }
+            let opts = BackupOptions::new(format!("v{v}"), SourceKind::Trace);
+            repo.backup_trace(&opts, version.iter().map(|&n| Ok((tfp(n), 4096))))
+                .unwrap();
+            if repo.backups().len() == 12 {
+                let old: Vec<u64> = repo.backups()[..2].iter().map(|b| b.id).collect();
+                repo.forget(&old).unwrap();
+                let r = gc(&mut repo, strategy);
+                involved += r.involved_containers;
+                produced += r.produced_containers;
+                secs += r.total_seconds;
+                if v % 6 == 1 {
+                    let reads = containers_read(&repo) as f64 / repo.backups().len() as f64;
+                    print!(
+                        "  v{v}: {}/{}, {reads:.1}",
+                        r.involved_containers, r.produced_containers
+                    );
+                }
+            }
+        }
+        let reads = containers_read(&repo) as f64 / repo.backups().len() as f64;
+        let s = repo.stats();
+        println!(
+            "\n  total involved {involved}, produced {produced}, GC {secs:.2} s; final: {} data containers, dedup {:.2}, mean reads per restore {reads:.1}",
+            s.data_containers, s.dedup_ratio
+        );
+    }
+}
