@@ -106,9 +106,52 @@ pub enum Command {
     Forget {
         #[command(flatten)]
         repo: RepoArg,
-        /// Backup ids or root-fingerprint prefixes
-        #[arg(required = true, value_name = "ID")]
+        /// Backup ids or root-fingerprint prefixes (or give a retention policy)
+        #[arg(value_name = "ID")]
         snapshots: Vec<String>,
+        /// Policy: keep the N newest backups
+        #[arg(long, value_name = "N")]
+        keep_last: Option<String>,
+        /// Policy: keep the newest backup of each of the N newest days (UTC)
+        #[arg(long, value_name = "N")]
+        keep_daily: Option<String>,
+        /// Policy: keep the newest backup of each of the N newest weeks
+        #[arg(long, value_name = "N")]
+        keep_weekly: Option<String>,
+        /// Policy: keep the newest backup of each of the N newest months
+        #[arg(long, value_name = "N")]
+        keep_monthly: Option<String>,
+        /// Show what would be forgotten without changing the repository
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        json: JsonArg,
+    },
+    /// Reclaim the space of forgotten backups (garbage collection)
+    Gc {
+        #[command(flatten)]
+        repo: RepoArg,
+        /// naive (copy live chunks forward in their old order) or gccdf (regroup them by ownership)
+        #[arg(long, default_value = "naive")]
+        strategy: String,
+        /// GCCDF: GC-involved containers analyzed together (memory grows with it)
+        #[arg(long, default_value = "100", value_name = "S")]
+        segment_containers: String,
+        /// Clean only containers whose liveness (live bytes / bytes) is below X; 1 cleans every container holding garbage
+        #[arg(long, default_value = "1", value_name = "X")]
+        liveness_threshold: String,
+        /// GCCDF: split a cluster by a backup only if at least N of its chunks are referenced by it
+        #[arg(long, default_value = "200", value_name = "N")]
+        split_threshold: String,
+        /// False-positive rate of the valid-chunk table's Bloom filter (0 = exact set; false positives only keep garbage)
+        #[arg(long, default_value = "0", value_name = "P")]
+        vc_fp_rate: String,
+        /// GCCDF: false-positive rate of the per-backup ownership Bloom filters (0 = exact sets)
+        #[arg(long, default_value = "0.01", value_name = "P")]
+        ownership_fp_rate: String,
+        /// Show what would be reclaimed without changing the repository
+        #[arg(long)]
+        dry_run: bool,
         #[command(flatten)]
         json: JsonArg,
     },

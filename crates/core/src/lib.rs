@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod recipe;
 pub mod repo;
 pub mod restore;
+pub mod retention;
 pub mod rewrite;
 pub mod trace;
 

@@ -3,6 +3,7 @@
 mod backup;
 mod bench;
 mod check;
+mod gc;
 mod lab;
 mod manage;
 mod restore;
@@ -43,8 +44,43 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Forget {
             repo,
             snapshots,
+            keep_last,
+            keep_daily,
+            keep_weekly,
+            keep_monthly,
+            dry_run,
             json,
-        } => manage::forget(&repo, &snapshots, json.json),
+        } => {
+            let policy = gc::policy(&keep_last, &keep_daily, &keep_weekly, &keep_monthly)?;
+            if policy.is_empty() && !dry_run && !snapshots.is_empty() {
+                manage::forget(&repo, &snapshots, json.json)
+            } else {
+                gc::forget(&repo, &snapshots, policy, dry_run, json.json)
+            }
+        }
+        Command::Gc {
+            repo,
+            strategy,
+            segment_containers,
+            liveness_threshold,
+            split_threshold,
+            vc_fp_rate,
+            ownership_fp_rate,
+            dry_run,
+            json,
+        } => gc::gc(
+            &repo,
+            &gc::GcArgs {
+                strategy,
+                segment_containers,
+                liveness_threshold,
+                split_threshold,
+                vc_fp_rate,
+                ownership_fp_rate,
+                dry_run,
+            },
+            json.json,
+        ),
         Command::Stats { repo, json } => manage::stats(&repo, json.json),
         Command::Unlock { repo, json } => manage::unlock(&repo, json.json),
         Command::Check {
