@@ -1,4 +1,5 @@
-//! Process-level crash test: run `tessera` mutations and kill them with
+//! Process-level crash test: run `tessera` mutations (backup, forget, gc of
+//! both strategies) and kill them with
 //! SIGKILL at seeded random moments, then check that the repository opens,
 //! lists no partial backup, loses no committed backup, and restores every
 //! listed backup byte for byte.
@@ -54,6 +55,7 @@ fn version(k: u64) -> Vec<u8> {
 enum Op {
     Backup(u64),
     Forget(u64),
+    Gc(&'static str),
 }
 
 /// Listed backups: id → version.
@@ -104,6 +106,7 @@ fn run_killed(repo: &Path, dir: &Path, op: Op, delay: Duration) -> bool {
     match op {
         Op::Backup(k) => cmd.arg("backup").arg(dir.join(format!("v{k}.bin"))),
         Op::Forget(id) => cmd.args(["forget", &id.to_string()]),
+        Op::Gc(strategy) => cmd.args(["gc", "--strategy", strategy]),
     };
     let mut child = cmd
         .stdout(Stdio::null())
@@ -165,7 +168,9 @@ fn kill_test(seed: u64, iterations: u64) {
     let mut kills = 0;
     for i in 0..iterations {
         let now = listed(&repo, &names);
-        let op = if now.len() > 5 || (now.len() > 1 && r.below(3) == 0) {
+        let op = if r.below(4) == 0 {
+            Op::Gc(if r.below(2) == 0 { "naive" } else { "gccdf" })
+        } else if now.len() > 5 || (now.len() > 1 && r.below(3) == 0) {
             let ids: Vec<u64> = now.keys().copied().collect();
             Op::Forget(ids[r.below(ids.len() as u64) as usize])
         } else {
@@ -191,6 +196,11 @@ fn kill_test(seed: u64, iterations: u64) {
                     );
                 }
             }
+            Op::Gc(_) => assert_eq!(
+                after.keys().collect::<Vec<_>>(),
+                now.keys().collect::<Vec<_>>(),
+                "gc changed the list of backups"
+            ),
             Op::Backup(k) => {
                 let new: Vec<u64> = after
                     .iter()
@@ -241,7 +251,7 @@ fn kill_test(seed: u64, iterations: u64) {
 
 #[test]
 fn killed_mutations_lose_nothing_quick() {
-    kill_test(7, 16);
+    kill_test(7, 24);
 }
 
 #[test]
