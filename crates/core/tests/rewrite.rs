@@ -290,7 +290,7 @@ proptest! {
         }
         prop_assert_eq!(repo.stats().stored_data_bytes, stored);
         for (id, v) in ids.iter().zip(&versions) {
-            for cache in ["lru:2", "lru:64"] {
+            for cache in ["lru:2", "opt:2", "faa:2", "faa:5", "lru:64"] {
                 let b = repo.manifest().backup(*id).unwrap().clone();
                 let mut out = Vec::new();
                 let opts = RestoreOptions { cache: tessera_core::restore::CacheSpec::parse(cache).unwrap() };
@@ -298,5 +298,56 @@ proptest! {
                 prop_assert!(out == *v, "backup {} differs under {}", id, cache);
             }
         }
+    }
+}
+
+/// The property test only means something if policies do rewrite: on
+/// fragmented versions each rewriting policy stores copies, naive none, and
+/// the rewriting policies read no more containers than naive for the last
+/// version.
+#[test]
+fn policies_rewrite_fragmented_versions() {
+    let mut reads = Vec::new();
+    for spec in ["none", "capping:2", "smr:2", "har:0.5"] {
+        let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+        Repository::init(
+            b.clone(),
+            &InitOptions {
+                hash: HashAlgo::Blake3,
+                chunker: ChunkerConfig::Fastcdc {
+                    min: 256,
+                    avg: 1024,
+                    max: 4096,
+                },
+                container_size: 8 * 1024,
+                trace: false,
+            },
+        )
+        .unwrap();
+        let mut repo = Repository::open_writer(b, "test").unwrap();
+        let mut v = bytes(7, 200_000);
+        let mut rewritten = 0;
+        let mut last = 0;
+        for k in 0..8u64 {
+            let opts = BackupOptions {
+                rewrite: RewriteSpec::parse(spec).unwrap(),
+                segment_bytes: 32 * 1024,
+                ..BackupOptions::new(format!("v{k}"), SourceKind::Stream)
+            };
+            let r = repo.backup_reader(&opts, &mut &v[..], &mut |_| {}).unwrap();
+            rewritten += r.rewritten_chunks;
+            last = r.backup.id;
+            v = mutate(&v, 1000 + k);
+        }
+        if spec == "none" {
+            assert_eq!(rewritten, 0);
+        } else {
+            assert!(rewritten > 0, "{spec} rewrote nothing");
+        }
+        reads.push((spec, containers_read(&repo, last)));
+    }
+    let naive = reads[0].1;
+    for &(spec, r) in &reads[1..] {
+        assert!(r <= naive, "{spec}: {r} containers read vs {naive} naive");
     }
 }
