@@ -151,6 +151,8 @@ pub(crate) struct Sink {
     /// With rewriting: each touched data fingerprint's index state before
     /// this backup, to undo a failed backup exactly.
     saved: FpMap<(Option<ContainerId>, Vec<ContainerId>)>,
+    /// Whether `saved` is kept (rewriting can repoint existing entries).
+    rewriting: bool,
 }
 
 impl Sink {
@@ -165,7 +167,7 @@ impl Sink {
 
     /// Point the index at `container` for `fp`, remembering the old state.
     fn point(&mut self, fp: Fingerprint, container: ContainerId) {
-        if self.rw.is_some() {
+        if self.rewriting {
             let index = &self.index;
             self.saved
                 .entry(fp)
@@ -647,6 +649,7 @@ impl Repository {
             counts: Counts::default(),
             rw: self.rewriter(opts),
             saved: FpMap::default(),
+            rewriting: opts.rewrite != RewriteSpec::None,
         };
         debug_assert!(sink.capacity > 0);
         let mut ingest = Ingest::start(sink, cfg.chunker.build(), cfg.hash, cfg.trace);
