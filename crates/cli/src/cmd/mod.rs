@@ -27,8 +27,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             path,
             stdin_name,
             trace_file,
+            rewrite,
             json,
-        } => backup::backup(&repo, path, stdin_name, trace_file, json.json),
+        } => backup::backup(&repo, path, stdin_name, trace_file, &rewrite, json.json),
         Command::Snapshots { repo, json } => manage::snapshots(&repo, json.json),
         Command::Restore {
             repo,
@@ -37,7 +38,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             stdout,
             cache,
             json,
-        } => restore::restore(&repo, &snapshot, target, stdout, cache, json.json),
+        } => restore::restore(&repo, &snapshot, target, stdout, &cache, json.json),
         Command::Forget {
             repo,
             snapshots,
