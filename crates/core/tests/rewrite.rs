@@ -437,3 +437,79 @@ fn failed_rewriting_backup_restores_the_index_exactly() {
         }
     }
 }
+
+/// Ingest throughput of each policy relative to no rewriting, on a
+/// generated series of versions with scattered edits (memory backend,
+/// default chunking, 4 MiB containers), plus the last version's restore
+/// under each cache. Run by hand:
+/// `cargo test --release -p tessera-core --test rewrite -- --ignored --nocapture bench`
+#[test]
+#[ignore = "benchmark; run by hand in release mode"]
+fn bench_ingest_throughput_per_policy() {
+    const SIZE: usize = 96 << 20;
+    const VERSIONS: u64 = 6;
+    let mut versions = vec![bytes(11, SIZE)];
+    for k in 1..VERSIONS {
+        let mut v = versions.last().unwrap().clone();
+        for e in 0..300u64 {
+            let seed = k * 1000 + e;
+            let at = (seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 20) as usize % (v.len() - 4096);
+            v[at..at + 2048].copy_from_slice(&bytes(seed, 2048));
+        }
+        versions.push(v);
+    }
+    let logical: usize = versions.iter().map(|v| v.len()).sum();
+    let mut base = 0.0;
+    for spec in ["none", "capping:20", "smr:20", "har:0.5"] {
+        let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+        Repository::init(
+            b.clone(),
+            &InitOptions {
+                hash: HashAlgo::Blake3,
+                chunker: ChunkerConfig::default(),
+                container_size: 4 << 20,
+                trace: false,
+            },
+        )
+        .unwrap();
+        let mut repo = Repository::open_writer(b, "bench").unwrap();
+        let started = std::time::Instant::now();
+        let mut rewritten = 0;
+        for (k, v) in versions.iter().enumerate() {
+            let opts = BackupOptions {
+                rewrite: RewriteSpec::parse(spec).unwrap(),
+                ..BackupOptions::new(format!("v{k}"), SourceKind::Stream)
+            };
+            rewritten += repo
+                .backup_reader(&opts, &mut &v[..], &mut |_| {})
+                .unwrap()
+                .rewritten_bytes;
+        }
+        let secs = started.elapsed().as_secs_f64();
+        let mb_s = logical as f64 / 1e6 / secs;
+        if spec == "none" {
+            base = mb_s;
+        }
+        let stats = repo.stats();
+        print!(
+            "{spec:>10}: ingest {mb_s:7.1} MB/s ({:5.1} % of none), rewritten {:6.1} MB, dedup ratio {:.2}",
+            100.0 * mb_s / base,
+            rewritten as f64 / 1e6,
+            stats.dedup_ratio
+        );
+        let last = repo.backups().last().unwrap().clone();
+        for cache in ["lru:32", "opt:32", "faa:32"] {
+            let opts = RestoreOptions {
+                cache: tessera_core::restore::CacheSpec::parse(cache).unwrap(),
+            };
+            let r = repo
+                .restore_to(&last, &mut std::io::sink(), &opts, &mut |_| {})
+                .unwrap();
+            print!(
+                " | {cache} {} reads, sf {:.2}, {:.0} MB/s",
+                r.data_containers_read, r.speed_factor, r.throughput_mb_s
+            );
+        }
+        println!();
+    }
+}
