@@ -116,6 +116,17 @@ impl Index {
         let slot = std::mem::size_of::<(Fingerprint, ContainerId)>() + 1;
         (self.data.capacity() + self.recipe.capacity()) * slot
     }
+    /// Older copies as entries, oldest first per fingerprint. Written before
+    /// [`entries`](Self::entries) (later wins), they survive compaction.
+    pub fn copy_entries(&self) -> impl Iterator<Item = IndexEntry> + '_ {
+        self.copies.iter().flat_map(|(fp, v)| {
+            v.iter().map(|&container| IndexEntry {
+                fp: *fp,
+                container,
+                kind: ChunkKind::Data,
+            })
+        })
+    }
     pub fn entries(&self) -> impl Iterator<Item = IndexEntry> + '_ {
         let d = self.data.iter().map(|(fp, &c)| IndexEntry {
             fp: *fp,
@@ -237,5 +248,29 @@ mod tests {
         });
         assert_eq!(idx.get(ChunkKind::Data, &fp), Some(5));
         assert_eq!(idx.len(), (1, 0));
+        assert_eq!(idx.copies(&fp), &[1]);
+    }
+
+    #[test]
+    fn older_copies_are_remembered_and_replayed_in_order() {
+        let fp = HashAlgo::Blake3.hash(b"x");
+        let mut idx = Index::default();
+        for c in [1, 4, 1, 7] {
+            idx.insert(IndexEntry {
+                fp,
+                container: c,
+                kind: ChunkKind::Data,
+            });
+        }
+        // Repointing to 1 moved it from the copies to the front.
+        assert_eq!(idx.get(ChunkKind::Data, &fp), Some(7));
+        assert_eq!(idx.copies(&fp), &[4, 1]);
+        let mut replay = Index::default();
+        for e in idx.copy_entries().chain(idx.entries()) {
+            replay.insert(e);
+        }
+        assert_eq!(replay.data_state(&fp), idx.data_state(&fp));
+        idx.remove(ChunkKind::Data, &fp);
+        assert!(idx.copies(&fp).is_empty());
     }
 }

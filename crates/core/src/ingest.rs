@@ -15,6 +15,14 @@
 //! of each kind, whatever the input size. Trace mode feeds (fingerprint, size)
 //! pairs into the same worker, so layout decisions are identical.
 //!
+//! With a rewrite policy the worker buffers an ingest segment (20 MiB of
+//! chunks by default), hands its distinct duplicates with every live copy to
+//! the policy, then stores chunks in stream order: unique and rewritten
+//! chunks go to the open data container (at most once per segment), and a
+//! duplicate deduplicated against an older copy repoints the index there, so
+//! restores read the copies the newest backup chose (the index serves all
+//! restores; recipes hold fingerprints only).
+//!
 //! While a backup runs the index is owned by the worker; on failure every
 //! entry the backup added is removed again, so the in-memory repository
 //! matches the last published generation.

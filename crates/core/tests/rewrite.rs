@@ -439,63 +439,90 @@ fn failed_rewriting_backup_restores_the_index_exactly() {
 }
 
 /// Ingest throughput of each policy relative to no rewriting, on a
-/// generated series of versions with scattered edits (memory backend,
-/// default chunking, 4 MiB containers), plus the last version's restore
-/// under each cache. Run by hand:
+/// generated series of versions (memory backend, default chunking, 4 MiB
+/// containers): each version moves a quarter of the previous one's 256 KiB
+/// blocks elsewhere and replaces 5 % with new data, so segments reference
+/// many old containers. Also the last version's restore under each cache.
+/// Best of two runs per policy (the machine is shared). Run by hand:
 /// `cargo test --release -p tessera-core --test rewrite -- --ignored --nocapture bench`
 #[test]
 #[ignore = "benchmark; run by hand in release mode"]
 fn bench_ingest_throughput_per_policy() {
     const SIZE: usize = 96 << 20;
+    const BLOCK: usize = 256 << 10;
     const VERSIONS: u64 = 6;
     let mut versions = vec![bytes(11, SIZE)];
     for k in 1..VERSIONS {
-        let mut v = versions.last().unwrap().clone();
-        for e in 0..300u64 {
-            let seed = k * 1000 + e;
-            let at = (seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 20) as usize % (v.len() - 4096);
-            v[at..at + 2048].copy_from_slice(&bytes(seed, 2048));
+        let prev = versions.last().unwrap();
+        let mut blocks: Vec<Vec<u8>> = prev.chunks(BLOCK).map(|b| b.to_vec()).collect();
+        let n = blocks.len();
+        let mut x = k.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut rnd = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as usize
+        };
+        for _ in 0..n / 4 {
+            let (a, b) = (rnd() % n, rnd() % n);
+            blocks.swap(a, b);
         }
-        versions.push(v);
+        for e in 0..n / 20 {
+            let i = rnd() % n;
+            blocks[i] = bytes(k * 10_000 + e as u64, BLOCK);
+        }
+        versions.push(blocks.concat());
     }
     let logical: usize = versions.iter().map(|v| v.len()).sum();
     let mut base = 0.0;
-    for spec in ["none", "capping:20", "smr:20", "har:0.5"] {
-        let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
-        Repository::init(
-            b.clone(),
-            &InitOptions {
-                hash: HashAlgo::Blake3,
-                chunker: ChunkerConfig::default(),
-                container_size: 4 << 20,
-                trace: false,
-            },
-        )
-        .unwrap();
-        let mut repo = Repository::open_writer(b, "bench").unwrap();
-        let started = std::time::Instant::now();
-        let mut rewritten = 0;
-        for (k, v) in versions.iter().enumerate() {
-            let opts = BackupOptions {
-                rewrite: RewriteSpec::parse(spec).unwrap(),
-                ..BackupOptions::new(format!("v{k}"), SourceKind::Stream)
-            };
-            rewritten += repo
-                .backup_reader(&opts, &mut &v[..], &mut |_| {})
-                .unwrap()
-                .rewritten_bytes;
+    for spec in [
+        "none",
+        "capping:5",
+        "capping:20",
+        "smr:5",
+        "smr:20",
+        "har:0.5",
+    ] {
+        let mut best = f64::MAX;
+        let mut result = None;
+        for _ in 0..2 {
+            let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+            Repository::init(
+                b.clone(),
+                &InitOptions {
+                    hash: HashAlgo::Blake3,
+                    chunker: ChunkerConfig::default(),
+                    container_size: 4 << 20,
+                    trace: false,
+                },
+            )
+            .unwrap();
+            let mut repo = Repository::open_writer(b, "bench").unwrap();
+            let started = std::time::Instant::now();
+            let mut rewritten = 0;
+            for (k, v) in versions.iter().enumerate() {
+                let opts = BackupOptions {
+                    rewrite: RewriteSpec::parse(spec).unwrap(),
+                    ..BackupOptions::new(format!("v{k}"), SourceKind::Stream)
+                };
+                rewritten += repo
+                    .backup_reader(&opts, &mut &v[..], &mut |_| {})
+                    .unwrap()
+                    .rewritten_bytes;
+            }
+            best = best.min(started.elapsed().as_secs_f64());
+            result = Some((repo, rewritten));
         }
-        let secs = started.elapsed().as_secs_f64();
-        let mb_s = logical as f64 / 1e6 / secs;
+        let (repo, rewritten) = result.unwrap();
+        let mb_s = logical as f64 / 1e6 / best;
         if spec == "none" {
             base = mb_s;
         }
-        let stats = repo.stats();
         print!(
-            "{spec:>10}: ingest {mb_s:7.1} MB/s ({:5.1} % of none), rewritten {:6.1} MB, dedup ratio {:.2}",
+            "{spec:>10}: ingest {mb_s:6.1} MB/s ({:5.1} % of none), rewritten {:6.1} MB, dedup ratio {:.2}",
             100.0 * mb_s / base,
             rewritten as f64 / 1e6,
-            stats.dedup_ratio
+            repo.stats().dedup_ratio
         );
         let last = repo.backups().last().unwrap().clone();
         for cache in ["lru:32", "opt:32", "faa:32"] {
@@ -512,4 +539,46 @@ fn bench_ingest_throughput_per_policy() {
         }
         println!();
     }
+}
+
+/// Every copy of a chunk stays known to the index across reopen and index
+/// compaction, so SMR keeps seeing redundancy among containers.
+#[test]
+fn older_copies_survive_reopen_and_compaction() {
+    let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+    Repository::init(
+        b.clone(),
+        &InitOptions {
+            hash: HashAlgo::Blake3,
+            chunker: ChunkerConfig::default(),
+            container_size: 5 * CHUNK,
+            trace: true,
+        },
+    )
+    .unwrap();
+    let capping = RewriteSpec::Capping { level: 2 };
+    let (ii, iv);
+    {
+        let mut repo = Repository::open_writer(b.clone(), "test").unwrap();
+        backup_letters(&mut repo, "ABCDEFGHIJKLM", capping);
+        ii = at(&repo, 'H');
+        backup_letters(&mut repo, "ABCDEFGNOPKLM", capping);
+        iv = at(&repo, 'N');
+        assert_eq!(at(&repo, 'F'), iv);
+        assert_eq!(repo.index().copies(&fp('F')), &[ii]);
+        // Enough backups for the index segments to be compacted into one.
+        for k in 0..40u32 {
+            let c = char::from_u32(0x100 + k).unwrap();
+            backup_letters(&mut repo, &c.to_string(), RewriteSpec::None);
+        }
+        assert!(repo.manifest().index_segments.len() < 40);
+        repo.close().unwrap();
+    }
+    let mut repo = Repository::open_writer(b, "test").unwrap();
+    assert_eq!(at(&repo, 'F'), iv);
+    assert_eq!(repo.index().copies(&fp('F')), &[ii]);
+    // And the third stream still comes out as in Fig. 6.
+    let r3 = backup_letters(&mut repo, "ABCFGHIJOPQRS", RewriteSpec::Smr { level: 2 });
+    assert_eq!(r3.rewritten_chunks, 2);
+    assert_eq!(containers_read(&repo, r3.backup.id), 3);
 }

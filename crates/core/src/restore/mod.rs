@@ -104,6 +104,8 @@ pub struct RestoreReport {
     pub read_amplification: f64,
     pub speed_factor: f64,
     pub cache_containers: usize,
+    /// The cache policy used.
+    pub cache: CacheSpec,
     pub seconds: f64,
     pub throughput_mb_s: f64,
 }
@@ -261,6 +263,7 @@ impl Repository {
             read_amplification: read_amplification(io.data_container_bytes_read, offset),
             speed_factor: speed_factor(offset, io.data_containers_read),
             cache_containers: opts.cache.containers(),
+            cache: opts.cache,
             seconds: secs,
             throughput_mb_s: mb_per_s(offset, secs),
         })
