@@ -114,3 +114,55 @@ proptest! {
         prop_assert_eq!(opt, opt_reads(&ids, n, usize::MAX));
     }
 }
+
+/// Restore throughput of one 256 MiB stream under each cache (memory
+/// backend: the CPU cost of the pipeline). Run by hand:
+/// `cargo test --release -p tessera-core --test restore_cache -- --ignored --nocapture`
+#[test]
+#[ignore = "benchmark; run by hand in release mode"]
+fn bench_restore_throughput_per_cache() {
+    let mut x = 0x1234_5678_9abc_def1u64;
+    let data: Vec<u8> = (0..(256usize << 20) / 8)
+        .flat_map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x.to_le_bytes()
+        })
+        .collect();
+    let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+    Repository::init(
+        b.clone(),
+        &InitOptions {
+            hash: HashAlgo::Blake3,
+            chunker: ChunkerConfig::default(),
+            container_size: 4 << 20,
+            trace: false,
+        },
+    )
+    .unwrap();
+    let mut repo = Repository::open_writer(b, "bench").unwrap();
+    let id = repo
+        .backup_reader(
+            &BackupOptions::new("s", SourceKind::Stream),
+            &mut &data[..],
+            &mut |_| {},
+        )
+        .unwrap()
+        .backup
+        .id;
+    let entry = repo.manifest().backup(id).unwrap().clone();
+    for cache in ["lru:32", "opt:32", "faa:32", "faa:8"] {
+        let opts = RestoreOptions {
+            cache: CacheSpec::parse(cache).unwrap(),
+        };
+        let mut best = 0f64;
+        for _ in 0..5 {
+            let r = repo
+                .restore_to(&entry, &mut std::io::sink(), &opts, &mut |_| {})
+                .unwrap();
+            best = best.max(r.throughput_mb_s);
+        }
+        println!("restore {cache} best of 5: {best:.0} MB/s");
+    }
+}

@@ -17,7 +17,7 @@ use crate::repo::Repository;
 use serde::Serialize;
 use std::io::Write;
 use std::path::Path;
-use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -208,10 +208,18 @@ impl Repository {
         // Two stages: a reader thread walks the recipe and reads, verifies and
         // caches containers; this thread copies chunks to `out`. The cache
         // decisions (and so the metrics) are those of a sequential restore.
-        let (tx, rx) = sync_channel::<Result<Batch>>(4);
+        // FAA hands over whole areas: a rendezvous keeps memory at two areas
+        // (one assembling, one being written); spent areas come back.
+        let depth = if matches!(opts.cache, CacheSpec::Faa(_)) {
+            0
+        } else {
+            4
+        };
+        let (tx, rx) = sync_channel::<Result<Batch>>(depth);
+        let (spent_tx, spent) = sync_channel::<Vec<u8>>(1);
         let (offset, chunks) = std::thread::scope(|scope| {
             scope.spawn(move || {
-                if let Err(e) = self.read_pieces(backup, opts, &tx) {
+                if let Err(e) = self.read_pieces(backup, opts, &tx, &spent) {
                     let _ = tx.send(Err(e));
                 }
             });
@@ -234,6 +242,7 @@ impl Repository {
                             .ctx(|| "cannot write restored data".into())?;
                         offset += len;
                         chunks += n;
+                        let _ = spent_tx.try_send(bytes);
                     }
                 }
                 progress(offset);
@@ -276,6 +285,7 @@ impl Repository {
         backup: &BackupEntry,
         opts: &RestoreOptions,
         tx: &SyncSender<Result<Batch>>,
+        spent: &Receiver<Vec<u8>>,
     ) -> Result<()> {
         const BATCH: usize = 1024;
         let bid = backup.id;
@@ -386,7 +396,10 @@ impl Repository {
                     let mut area_buf = if trace {
                         Vec::new()
                     } else {
-                        vec![0u8; filled as usize]
+                        // Every byte of the window is overwritten below.
+                        let mut b = spent.try_recv().unwrap_or_default();
+                        b.resize(filled as usize, 0);
+                        b
                     };
                     for (id, idx) in &by_container {
                         let c = load(*id, start + entries[idx[0]].1)?;
