@@ -70,6 +70,9 @@ pub enum Command {
         /// Rewrite policy against fragmentation: none, capping:T, smr:T, har or har:U
         #[arg(long, value_name = "SPEC", default_value = "none")]
         rewrite: String,
+        /// Chunks per rewriting decision (the ingest segment), e.g. 20MiB
+        #[arg(long, value_name = "SIZE", default_value = "20MiB")]
+        segment_size: String,
         #[command(flatten)]
         json: JsonArg,
     },

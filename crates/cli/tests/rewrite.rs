@@ -73,7 +73,14 @@ fn rewrite_and_cache_specs_work_end_to_end() {
         assert!(r["rewritten_bytes"].as_u64().is_some(), "{r}");
         assert!(r["segments"].as_u64().unwrap() >= 1, "{r}");
     }
-    let human = ok(tessera(&repo).args(["backup", f.to_str().unwrap(), "--rewrite", "capping:1"]));
+    let human = ok(tessera(&repo).args([
+        "backup",
+        f.to_str().unwrap(),
+        "--rewrite",
+        "capping:1",
+        "--segment-size",
+        "128KiB",
+    ]));
     assert!(human.contains("rewrite capping:1:"), "{human}");
     for (id, want) in [(1, &v1), (2, &v2), (4, &v2)] {
         for cache in ["opt:30", "faa:4", "lru:8", "16"] {
@@ -121,6 +128,10 @@ fn bad_specs_give_one_clear_error_line() {
     fails(
         tessera(&repo).args(["backup", p, "--rewrite", "lru:3"]),
         "unknown rewrite policy",
+    );
+    fails(
+        tessera(&repo).args(["backup", p, "--rewrite", "smr:4", "--segment-size", "lots"]),
+        "--segment-size",
     );
     ok(tessera(&repo).args(["backup", p]));
     fails(

@@ -44,12 +44,18 @@ pub fn backup(
     path: Option<PathBuf>,
     stdin_name: Option<String>,
     trace_file: Option<PathBuf>,
-    rewrite: &str,
+    (rewrite, segment_size): (&str, &str),
     json: bool,
 ) -> Result<ExitCode> {
     let rewrite = RewriteSpec::parse(rewrite).map_err(|e| anyhow::anyhow!("--rewrite: {e}"))?;
+    let segment_bytes = tessera_core::chunking::parse_size(segment_size)
+        .map_err(|e| anyhow::anyhow!("--segment-size: {e}"))? as u64;
+    if segment_bytes == 0 {
+        anyhow::bail!("--segment-size must be positive");
+    }
     let options = |name: String, source| BackupOptions {
         rewrite,
+        segment_bytes,
         ..BackupOptions::new(name, source)
     };
     // Check the source before taking the lock, so a typo fails fast.

@@ -28,8 +28,16 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             stdin_name,
             trace_file,
             rewrite,
+            segment_size,
             json,
-        } => backup::backup(&repo, path, stdin_name, trace_file, &rewrite, json.json),
+        } => backup::backup(
+            &repo,
+            path,
+            stdin_name,
+            trace_file,
+            (&rewrite, &segment_size),
+            json.json,
+        ),
         Command::Snapshots { repo, json } => manage::snapshots(&repo, json.json),
         Command::Restore {
             repo,
