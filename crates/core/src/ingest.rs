@@ -156,11 +156,14 @@ pub(crate) struct Sink {
     containers: Vec<ContainerEntry>,
     counts: Counts,
     rw: Option<Rewriter>,
-    /// With rewriting: each touched data fingerprint's index state before
-    /// this backup, to undo a failed backup exactly.
+    /// With rewriting: the index state before this backup of each existing
+    /// data fingerprint it repoints, to undo a failed backup exactly
+    /// (fingerprints new in this backup are simply removed).
     saved: FpMap<(Option<ContainerId>, Vec<ContainerId>)>,
     /// Whether `saved` is kept (rewriting can repoint existing entries).
     rewriting: bool,
+    /// First container id of this backup: older ones predate it.
+    first_id: ContainerId,
 }
 
 impl Sink {
@@ -176,10 +179,13 @@ impl Sink {
     /// Point the index at `container` for `fp`, remembering the old state.
     fn point(&mut self, fp: Fingerprint, container: ContainerId) {
         if self.rewriting {
-            let index = &self.index;
-            self.saved
-                .entry(fp)
-                .or_insert_with(|| index.data_state(&fp));
+            let before = self
+                .index
+                .get(ChunkKind::Data, &fp)
+                .is_some_and(|p| p < self.first_id);
+            if before && !self.saved.contains_key(&fp) {
+                self.saved.insert(fp, self.index.data_state(&fp));
+            }
         }
         let e = IndexEntry {
             fp,
@@ -658,6 +664,7 @@ impl Repository {
             rw: self.rewriter(opts),
             saved: FpMap::default(),
             rewriting: opts.rewrite != RewriteSpec::None,
+            first_id: self.manifest.next_container_id,
         };
         debug_assert!(sink.capacity > 0);
         let mut ingest = Ingest::start(sink, cfg.chunker.build(), cfg.hash, cfg.trace);
