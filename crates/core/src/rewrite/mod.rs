@@ -50,9 +50,17 @@ pub trait RewritePolicy: Send {
 /// Reference each chunk's copy in the earliest-selected container holding
 /// it; rewrite chunks no selected container holds.
 pub fn decide_by_selection(seg: &Segment, selected: &[ContainerId]) -> Vec<Option<ContainerId>> {
+    let rank: std::collections::HashMap<ContainerId, usize> =
+        selected.iter().enumerate().map(|(i, &c)| (c, i)).collect();
     seg.chunks
         .iter()
-        .map(|c| selected.iter().find(|s| c.containers.contains(s)).copied())
+        .map(|c| {
+            c.containers
+                .iter()
+                .filter_map(|id| rank.get(id).map(|&r| (r, *id)))
+                .min()
+                .map(|(_, id)| id)
+        })
         .collect()
 }
 
