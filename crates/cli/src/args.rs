@@ -67,6 +67,12 @@ pub enum Command {
         /// Ingest a fingerprint trace (`<hex> <size>` per line) into a trace-mode repository
         #[arg(long, value_name = "FILE", conflicts_with = "path")]
         trace_file: Option<PathBuf>,
+        /// Rewrite policy against fragmentation: none, capping:T, smr:T, har or har:U
+        #[arg(long, value_name = "SPEC", default_value = "none")]
+        rewrite: String,
+        /// Chunks per rewriting decision (the ingest segment), e.g. 20MiB
+        #[arg(long, value_name = "SIZE", default_value = "20MiB")]
+        segment_size: String,
         #[command(flatten)]
         json: JsonArg,
     },
@@ -96,9 +102,9 @@ pub enum Command {
         /// Write the backup's byte stream (the tar stream for a directory) to standard output
         #[arg(long)]
         stdout: bool,
-        /// Containers kept in the restore cache (LRU)
-        #[arg(long, default_value_t = 32, value_name = "N")]
-        cache: usize,
+        /// Restore cache: lru:N, opt:N or faa:N (N containers; a bare N means lru:N)
+        #[arg(long, default_value = "lru:32", value_name = "SPEC")]
+        cache: String,
         #[command(flatten)]
         json: JsonArg,
     },

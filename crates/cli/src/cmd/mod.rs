@@ -30,8 +30,17 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             path,
             stdin_name,
             trace_file,
+            rewrite,
+            segment_size,
             json,
-        } => backup::backup(&repo, path, stdin_name, trace_file, json.json),
+        } => backup::backup(
+            &repo,
+            path,
+            stdin_name,
+            trace_file,
+            (&rewrite, &segment_size),
+            json.json,
+        ),
         Command::Snapshots { repo, json } => manage::snapshots(&repo, json.json),
         Command::Restore {
             repo,
@@ -40,7 +49,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             stdout,
             cache,
             json,
-        } => restore::restore(&repo, &snapshot, target, stdout, cache, json.json),
+        } => restore::restore(&repo, &snapshot, target, stdout, &cache, json.json),
         Command::Forget {
             repo,
             snapshots,
