@@ -33,7 +33,7 @@ fn version(v: u64) -> Vec<u8> {
     let mut out = Vec::new();
     for i in 0..24u64 {
         let block = (i * 7 + v * 5) % 31;
-        let seed = if (i + v) % 6 == 0 {
+        let seed = if (i + v).is_multiple_of(6) {
             1000 + v * 100 + i
         } else {
             block
