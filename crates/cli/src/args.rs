@@ -105,6 +105,9 @@ pub enum Command {
         /// Restore cache: lru:N, opt:N or faa:N (N containers; a bare N means lru:N)
         #[arg(long, default_value = "lru:32", value_name = "SPEC")]
         cache: String,
+        /// Restore everything that is intact: damaged chunks are written as zeros and listed, with the files they fall in (exit status 3)
+        #[arg(long)]
+        skip_damaged: bool,
         #[command(flatten)]
         json: JsonArg,
     },

@@ -115,3 +115,67 @@ fn bad_check_input_is_one_clear_line() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("bad subset '4/3'"), "{err}");
 }
+
+#[test]
+fn restore_skip_damaged_restores_the_rest_and_lists_the_damage() {
+    let t = tempfile::tempdir().unwrap();
+    let repo = t.path().join("repo");
+    let src = t.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("a.txt"), b"intact").unwrap();
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let big: Vec<u8> = (0..400_000)
+        .map(|_| {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            (x >> 56) as u8
+        })
+        .collect();
+    std::fs::write(src.join("b.bin"), &big).unwrap();
+    tessera(&repo)
+        .args(["init", "--container-size", "64KiB"])
+        .assert()
+        .success();
+    tessera(&repo).arg("backup").arg(&src).assert().success();
+    // Damage the last data container (the tail of b.bin): byte 12 of a
+    // container's header is its kind, 0 for data.
+    let mut ids: Vec<_> = std::fs::read_dir(repo.join("containers"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    ids.sort();
+    let victim = ids
+        .iter()
+        .rev()
+        .find(|p| std::fs::read(p).unwrap()[12] == 0)
+        .unwrap();
+    let mut b = std::fs::read(victim).unwrap();
+    b[200] ^= 1;
+    std::fs::write(victim, b).unwrap();
+
+    let out = tessera(&repo)
+        .args(["restore", "latest", "--target"])
+        .arg(t.path().join("o1"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("backup 1") && err.contains("b.bin") && err.contains("--skip-damaged"),
+        "{err}"
+    );
+
+    let out = tessera(&repo)
+        .args(["restore", "latest", "--skip-damaged", "--target"])
+        .arg(t.path().join("o2"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("damaged file: b.bin"), "{err}");
+    assert_eq!(std::fs::read(t.path().join("o2/a.txt")).unwrap(), b"intact");
+    assert_eq!(
+        std::fs::read(t.path().join("o2/b.bin")).unwrap().len(),
+        big.len()
+    );
+}

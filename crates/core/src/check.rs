@@ -14,19 +14,19 @@
 //!
 //! Problems are collected, never fatal: one bad container must not hide the
 //! next. For a directory backup the damaged byte ranges are mapped back to
-//! the files of its tar stream (reading what is still readable of it).
+//! the files of its tar stream (see [`crate::salvage`]).
 
 use crate::catalog::{BackupEntry, SourceKind};
-use crate::container::format::{self, object_name, HEADER_LEN};
-use crate::container::{container_key, ChunkKind, ChunkMeta, ContainerId, Header};
+use crate::container::format::object_name;
+use crate::container::{ChunkKind, ChunkMeta, ContainerId};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FpMap};
 use crate::recipe::RecipeWalker;
 use crate::repo::Repository;
 use crate::restore::LruCache;
+use crate::salvage;
 use serde::Serialize;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::Read;
+use std::collections::{BTreeSet, HashMap};
 
 /// How much chunk data `check` reads.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -112,16 +112,6 @@ type DamagedChunk = (ContainerId, (u64, u64));
 
 /// Why a recipe walk stopped, and the recipe container it was reading.
 type WalkError = (Option<ContainerId>, Error);
-
-/// A container object read without its data checksum, and its metadata.
-type RawContainer = (Vec<u8>, Vec<ChunkMeta>);
-
-/// Damage found while walking one backup: byte ranges and their causes.
-#[derive(Default)]
-struct Damage {
-    /// (offset, length) of every unrestorable data chunk.
-    ranges: Vec<(u64, u64)>,
-}
 
 impl Repository {
     /// Verify the repository. Errors are only returned for failures of the
@@ -281,7 +271,7 @@ impl Repository {
             let files = if all.is_empty() || b.source != SourceKind::Tree {
                 Vec::new()
             } else {
-                self.damaged_files(b, &Damage { ranges: all })
+                self.damaged_files(b, &all)
             };
             for i in affected {
                 let p = &mut report.problems[i];
@@ -322,19 +312,10 @@ impl Repository {
         let algo = self.manifest.config.hash;
         let bad = metas
             .iter()
-            .filter(|m| algo.hash(chunk_bytes(&object, m)) != m.fp)
+            .filter(|m| algo.hash(salvage::chunk_bytes(&object, m)) != m.fp)
             .map(|m| m.fp)
             .collect();
         Some((metas, h.kind, bad))
-    }
-
-    fn salvage_object(&self, id: ContainerId) -> Option<(Vec<u8>, Header, Vec<ChunkMeta>)> {
-        if self.manifest.config.trace {
-            return None;
-        }
-        let object = self.backend.get(&container_key(id)).ok()?;
-        let (h, metas) = format::decode_salvage(id, &object).ok()?;
-        Some((object, h, metas))
     }
 
     /// Walk one backup's recipe; return the damaged data chunks as
@@ -387,181 +368,6 @@ impl Repository {
         })();
         report.recipe_chunks_checked += recipe_chunks;
         (damage, walk.err().map(|e| (last_recipe_container, e)))
-    }
-
-    /// Paths of the tar entries of a directory backup whose headers or data
-    /// overlap a damaged range. Damaged chunks read as zeros; where headers
-    /// are unreadable the scan resynchronizes on the next block that is a
-    /// valid header, and says which byte range it could not attribute.
-    fn damaged_files(&self, b: &BackupEntry, damage: &Damage) -> Vec<String> {
-        let mut stream =
-            std::io::BufReader::with_capacity(1 << 20, TolerantStream::new(self, b, damage));
-        let overlaps = |a: u64, z: u64| damage.ranges.iter().any(|&(o, l)| o < z && o + l > a);
-        let mut out = Vec::new();
-        let mut block = [0u8; 512];
-        let mut pos = 0u64;
-        let mut entry_start = 0u64;
-        let mut long_name: Option<Vec<u8>> = None;
-        let mut lost_from: Option<u64> = None;
-        while stream.read_exact(&mut block).is_ok() {
-            let at = pos;
-            pos += 512;
-            let damaged = overlaps(at, pos);
-            if !damaged && block.iter().all(|&x| x == 0) {
-                break; // end-of-archive marker
-            }
-            let header = tar::Header::from_byte_slice(&block);
-            if damaged || !header_checksum_ok(&block) {
-                lost_from.get_or_insert(at);
-                long_name = None;
-                continue;
-            }
-            if let Some(from) = lost_from.take() {
-                out.push(format!("(unreadable tar headers in bytes {from}..{at})"));
-                entry_start = at;
-            }
-            let size = header.entry_size().unwrap_or(0);
-            let padded = size.div_ceil(512) * 512;
-            let mut data = Vec::new();
-            let kind = header.entry_type().as_byte();
-            let keep = if kind == b'L' { padded } else { 0 };
-            if (&mut stream).take(keep).read_to_end(&mut data).is_err()
-                || std::io::copy(&mut (&mut stream).take(padded - keep), &mut std::io::sink())
-                    .is_err()
-            {
-                break;
-            }
-            pos += padded;
-            match kind {
-                b'L' => {
-                    data.truncate(size as usize);
-                    while data.last() == Some(&0) {
-                        data.pop();
-                    }
-                    long_name = Some(data);
-                }
-                b'K' => {}
-                _ => {
-                    let name = long_name
-                        .take()
-                        .unwrap_or_else(|| header.path_bytes().into_owned());
-                    if overlaps(entry_start, at + 512 + size) {
-                        out.push(String::from_utf8_lossy(&name).into_owned());
-                    }
-                    entry_start = pos;
-                }
-            }
-        }
-        if let Some(from) = lost_from {
-            out.push(format!(
-                "(unreadable tar headers from byte {from} to the end)"
-            ));
-        }
-        out
-    }
-}
-
-/// A tar header block's checksum: the sum of its bytes with the checksum
-/// field read as spaces.
-fn header_checksum_ok(block: &[u8; 512]) -> bool {
-    let sum: u64 = block
-        .iter()
-        .enumerate()
-        .map(|(i, &x)| {
-            if (148..156).contains(&i) {
-                32
-            } else {
-                x as u64
-            }
-        })
-        .sum();
-    tar::Header::from_byte_slice(block)
-        .cksum()
-        .is_ok_and(|c| c as u64 == sum)
-}
-
-/// The byte stream of a backup with every damaged range read as zeros.
-struct TolerantStream<'a> {
-    repo: &'a Repository,
-    pieces: std::vec::IntoIter<(Fingerprint, u64, bool)>,
-    cache: LruCache,
-    salvaged: HashMap<ContainerId, Option<RawContainer>>,
-    current: Vec<u8>,
-    pos: usize,
-}
-
-impl<'a> TolerantStream<'a> {
-    fn new(repo: &'a Repository, b: &BackupEntry, damage: &Damage) -> Self {
-        // The recipe was walkable (damage is known per offset); collect it.
-        let bad: BTreeMap<u64, u64> = damage.ranges.iter().copied().collect();
-        let mut pieces = Vec::new();
-        let mut recipes = LruCache::new(16);
-        if let Ok(root) = b.root_fp() {
-            if let Ok(mut w) = RecipeWalker::new(root, b.root_level, |fp, _| {
-                repo.load_recipe_chunk(&mut recipes, fp)
-            }) {
-                let mut offset = 0u64;
-                while let Ok(Some(e)) = w.next() {
-                    pieces.push((e.fp, e.size, bad.contains_key(&offset)));
-                    offset += e.size;
-                }
-            }
-        }
-        TolerantStream {
-            repo,
-            pieces: pieces.into_iter(),
-            cache: LruCache::new(8),
-            salvaged: HashMap::new(),
-            current: Vec::new(),
-            pos: 0,
-        }
-    }
-}
-
-impl TolerantStream<'_> {
-    /// An intact chunk: from its verified container, or salvaged (and
-    /// rehashed) from a container whose data checksum fails.
-    fn chunk(&mut self, fp: &Fingerprint) -> Option<Vec<u8>> {
-        let id = self.repo.index.get(ChunkKind::Data, fp)?;
-        if let Ok(c) = self.cache.get(id, |id| self.repo.store.read(id)) {
-            return c.chunk(fp).map(|b| b.to_vec());
-        }
-        if !self.salvaged.contains_key(&id) {
-            let s = self.repo.salvage_object(id).map(|(o, _, m)| (o, m));
-            self.salvaged.insert(id, s);
-        }
-        let (object, metas) = self.salvaged.get(&id)?.as_ref()?;
-        let m = metas.iter().find(|m| m.fp == *fp)?;
-        let bytes = chunk_bytes(object, m);
-        (self.repo.manifest.config.hash.hash(bytes) == *fp).then(|| bytes.to_vec())
-    }
-}
-
-/// Bytes of a chunk inside a raw container object (bounds already checked
-/// by the metadata decoder against the data length).
-fn chunk_bytes<'o>(object: &'o [u8], m: &ChunkMeta) -> &'o [u8] {
-    let start = HEADER_LEN + m.offset as usize;
-    object.get(start..start + m.len as usize).unwrap_or(&[])
-}
-
-impl Read for TolerantStream<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        while self.pos == self.current.len() {
-            let Some((fp, size, damaged)) = self.pieces.next() else {
-                return Ok(0);
-            };
-            self.pos = 0;
-            self.current.clear();
-            let bytes = (!damaged).then(|| self.chunk(&fp)).flatten();
-            match bytes {
-                Some(b) => self.current = b,
-                None => self.current.resize(size as usize, 0),
-            }
-        }
-        let n = buf.len().min(self.current.len() - self.pos);
-        buf[..n].copy_from_slice(&self.current[self.pos..self.pos + n]);
-        self.pos += n;
-        Ok(n)
     }
 }
 

@@ -23,6 +23,7 @@ pub mod repo;
 pub mod restore;
 pub mod retention;
 pub mod rewrite;
+pub mod salvage;
 pub mod trace;
 
 pub use error::{Error, Result};

@@ -258,3 +258,69 @@ fn leftovers_are_reported_and_removed_by_the_next_writer_only() {
     assert_eq!(f.backend.list("containers/").unwrap(), listed);
     assert!(check(&f, ReadData::All).ok());
 }
+
+#[test]
+fn restore_of_damaged_backup_names_backup_offset_and_file_or_skips_it() {
+    let f = fixture();
+    let tree_last = *data_containers(&f)
+        .iter()
+        .filter(|&&c| c < recipe_container(&f))
+        .max()
+        .unwrap();
+    flip(&path(&f, tree_last), 128 + 100);
+    let r = Repository::open(f.backend.clone()).unwrap();
+    let b = r.resolve(&f.tree.to_string()).unwrap().clone();
+    let out = f.repo.parent().unwrap().join("out");
+    let err = r
+        .restore_into(
+            &b,
+            &out,
+            &tessera_core::RestoreOptions::default(),
+            &mut |_| {},
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&format!("container {tree_last:016x}"))
+            && err.contains(&format!("backup {}", f.tree))
+            && err.contains("at offset")
+            && err.contains("z-big.bin")
+            && err.contains("--skip-damaged"),
+        "{err}"
+    );
+    // Everything else is restored; the damage is listed.
+    let out2 = f.repo.parent().unwrap().join("out2");
+    let (rep, ext) = r.restore_damaged_into(&b, &out2, &mut |_| {}).unwrap();
+    assert_eq!(rep.files.len(), 1, "{rep:?}");
+    assert!(rep.files[0].ends_with("z-big.bin"));
+    assert_eq!(rep.damaged.len(), 1);
+    assert!(rep.damaged_bytes > 0 && rep.damaged_bytes < 20_000);
+    assert_eq!(rep.restored_bytes, b.logical_bytes);
+    assert!(ext.refused.is_empty());
+    assert_eq!(
+        std::fs::read(out2.join("docs/a-small.txt")).unwrap(),
+        b"hello"
+    );
+    // The damaged file has the right size, intact bytes everywhere but the
+    // damaged range, and zeros there.
+    let big = std::fs::read(out2.join("z-big.bin")).unwrap();
+    let want = bytes(1, 600_000);
+    assert_eq!(big.len(), want.len());
+    let differing = big.iter().zip(&want).filter(|(a, b)| a != b).count();
+    assert!(differing > 0 && (differing as u64) <= rep.damaged_bytes);
+    // The stream backup is untouched and restores normally.
+    let s = r.resolve(&f.stream.to_string()).unwrap().clone();
+    let mut v = Vec::new();
+    r.restore_to(
+        &s,
+        &mut v,
+        &tessera_core::RestoreOptions::default(),
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(v, bytes(2, 200_000));
+    let rep = r
+        .restore_damaged_to(&s, &mut Vec::new(), &mut |_| {})
+        .unwrap();
+    assert!(rep.damaged.is_empty() && rep.files.is_empty());
+}

@@ -48,8 +48,15 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             target,
             stdout,
             cache,
+            skip_damaged,
             json,
-        } => restore::restore(&repo, &snapshot, target, stdout, &cache, json.json),
+        } => {
+            if skip_damaged {
+                restore::restore_damaged(&repo, &snapshot, target, stdout, json.json)
+            } else {
+                restore::restore(&repo, &snapshot, target, stdout, &cache, json.json)
+            }
+        }
         Command::Forget {
             repo,
             snapshots,

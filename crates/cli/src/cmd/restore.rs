@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use tessera_core::archive::ExtractReport;
 use tessera_core::restore::CacheSpec;
+use tessera_core::salvage::SalvageReport;
 use tessera_core::{Repository, RestoreOptions, RestoreReport};
 
 #[derive(Serialize)]
@@ -90,4 +91,72 @@ pub fn restore(
         return Ok(ExitCode::from(3));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `restore --skip-damaged`: everything intact is restored, damaged chunks
+/// become zeros, and what is damaged is listed; exit status 3 if anything is.
+pub fn restore_damaged(
+    repo: &RepoArg,
+    snapshot: &str,
+    target: Option<PathBuf>,
+    to_stdout: bool,
+    json: bool,
+) -> Result<ExitCode> {
+    let r = Repository::open(open_backend(repo)?)?;
+    let backup = r.resolve(snapshot)?.clone();
+    let pb = ui::progress(Some(backup.logical_bytes), "restore", json || to_stdout);
+    let (rep, ext) = if to_stdout {
+        let stdout = std::io::stdout();
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
+        let rep = r.restore_damaged_to(&backup, &mut out, &mut |n| pb.set_position(n))?;
+        out.flush()?;
+        (rep, None)
+    } else {
+        let t = target.expect("clap requires a target");
+        let (rep, ext) = r.restore_damaged_into(&backup, &t, &mut |n| pb.set_position(n))?;
+        (rep, Some(ext))
+    };
+    pb.finish_and_clear();
+    if json {
+        #[derive(Serialize)]
+        struct Salvaged<'a> {
+            #[serde(flatten)]
+            salvage: &'a SalvageReport,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            extract: Option<&'a ExtractReport>,
+        }
+        let v = serde_json::to_string_pretty(&Salvaged {
+            salvage: &rep,
+            extract: ext.as_ref(),
+        })?;
+        if to_stdout {
+            eprintln!("{v}");
+        } else {
+            println!("{v}");
+        }
+    } else {
+        eprintln!(
+            "restored backup {}: {}, of which {} damaged (written as zeros)",
+            rep.backup_id,
+            ui::bytes(rep.restored_bytes),
+            ui::bytes(rep.damaged_bytes)
+        );
+        for (o, l) in &rep.damaged {
+            eprintln!("damaged: bytes {o}..{}", o + l);
+        }
+        for f in &rep.files {
+            eprintln!("damaged file: {f}");
+        }
+        if let Some(e) = &ext {
+            for x in &e.refused {
+                eprintln!("refused {}: {}", x.path, x.reason);
+            }
+        }
+    }
+    let refused = ext.as_ref().map_or(0, |e| e.refused.len());
+    if rep.damaged.is_empty() && refused == 0 {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        Ok(ExitCode::from(3))
+    }
 }

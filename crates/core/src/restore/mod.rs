@@ -494,8 +494,18 @@ impl Repository {
         let extracted = extractor
             .join()
             .unwrap_or_else(|p| std::panic::resume_unwind(p));
-        // An extraction error explains a broken pipe better than the pipe error.
-        let ext = extracted?;
-        Ok((restored?, ext))
+        match restored {
+            // Damage explains the truncated stream the extractor saw; name
+            // the files it touches.
+            Err(e @ (Error::Corrupt { .. } | Error::MissingObject(_))) => {
+                Err(self.explain_damage(backup, e))
+            }
+            // Otherwise an extraction error explains a broken pipe better
+            // than the pipe error.
+            restored => {
+                let ext = extracted?;
+                Ok((restored?, ext))
+            }
+        }
     }
 }
