@@ -22,6 +22,11 @@ impl<V> LruCache<V> {
         }
     }
 
+    /// Whether `id` is cached (does not count as a use).
+    pub fn contains(&self, id: ContainerId) -> bool {
+        self.items.contains_key(&id)
+    }
+
     /// The container, from the cache or loaded with `load` (evicting the
     /// least recently used one when full).
     pub fn get(

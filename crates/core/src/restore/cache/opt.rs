@@ -33,6 +33,11 @@ impl<V> OptCache<V> {
         }
     }
 
+    /// Whether `id` is cached (does not count as a use).
+    pub fn contains(&self, id: ContainerId) -> bool {
+        self.items.contains_key(&id)
+    }
+
     /// A reference entering the look-ahead window (in recipe order).
     pub fn announce(&mut self, id: ContainerId) {
         self.future.entry(id).or_default().push_back(self.announced);
