@@ -8,7 +8,7 @@ use tessera_core::restore::CacheSpec;
 use tessera_core::rewrite::RewriteSpec;
 
 /// What `tessera lab demo` compares (the list). Levels are scaled
-/// to the demo's 1 MiB containers and ~3 MiB backups: at the papers' level
+/// to the demo's 1 MiB containers and ~6 MiB backups: at the papers' level
 /// of 20 a demo backup never references enough containers to rewrite.
 pub const DEMO_APPROACHES: &[&str] = &["naive", "capping:10", "smr:10", "har", "gccdf"];
 

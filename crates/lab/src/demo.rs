@@ -1,5 +1,5 @@
 //! `tessera lab demo`: a small multi-source synthetic series, every demo
-//! approach, the report. Sized to finish in about a minute on 2 cores.
+//! approach, the report. Sized to finish well within a minute on 2 cores.
 
 use crate::approach::Approach;
 use crate::experiment::{BackendKind, Dataset, Experiment, Mode, RestorePlan};
@@ -11,13 +11,13 @@ use tessera_core::chunking::ChunkerConfig;
 use tessera_core::restore::CacheSpec;
 use tessera_core::HashAlgo;
 
-/// The demo's dataset: 3 sources × 12 versions of ~3 MiB (MIX).
+/// The demo's dataset: 3 sources × 16 versions of ~6 MiB (MIX).
 pub fn dataset() -> SynthConfig {
     SynthConfig {
         seed: 2025,
         sources: 3,
-        versions: 12,
-        files: 48,
+        versions: 16,
+        files: 96,
         file_size_min: Size(4 << 10),
         file_size_max: Size(256 << 10),
         create_rate: 0.04,
