@@ -100,6 +100,7 @@ pub struct GcRow {
     pub sweep_write_seconds: f64,
     pub total_seconds: f64,
     pub gc_peak_memory_bytes: u64,
+    pub retained_backups: usize,
     pub stored_bytes: u64,
     pub data_containers: usize,
     pub dedup_ratio: f64,
@@ -450,7 +451,7 @@ fn summarize(s: &mut Summary, rows: &[Row]) {
         s.dedup_ratio = b.dedup_ratio;
         s.classic_dedup_ratio = b.classic_dedup_ratio;
         if let Some(g) = gcs.last().filter(|g| g.step == b.step) {
-            s.retained = b.retained_backups - g.deleted.split_whitespace().count();
+            s.retained = g.retained_backups;
             s.stored_bytes = g.stored_bytes;
             s.dedup_ratio = g.dedup_ratio;
             s.classic_dedup_ratio = if g.stored_bytes == 0 {
@@ -622,6 +623,7 @@ fn run_approach(
                 g.gc_peak_memory_bytes = r.peak_memory_bytes;
             }
             let st = repo.stats();
+            g.retained_backups = st.backups;
             g.stored_bytes = st.stored_data_bytes;
             g.data_containers = st.data_containers;
             g.dedup_ratio = st.dedup_ratio;

@@ -125,20 +125,22 @@ fn gen(cmd: GenCommand) -> Result<ExitCode> {
 
 fn print_summary(r: &Results) {
     println!(
-        "{:<14} {:>7} {:>8} {:>8} {:>9} {:>8} {:>9} {:>8} {:>7}  status",
+        "{:<12} {:>7} {:>7} {:>7} {:>8} {:>8} {:>8} {:>7} {:>7} {:>8} {:>7}  status",
         "approach",
         "backups",
         "dedup",
         "classic",
         "read amp",
         "speed f",
-        "backup MB/s",
+        "MB/s",
+        "Mref/s",
         "GC recl",
+        "peak MiB",
         "time s"
     );
     for s in &r.summaries {
         println!(
-            "{:<14} {:>7} {:>8.2} {:>8.2} {:>9.3} {:>8.3} {:>11.1} {:>8} {:>7.1}  {}",
+            "{:<12} {:>7} {:>7.2} {:>7.2} {:>8.3} {:>8.3} {:>8.1} {:>7.2} {:>7} {:>8.0} {:>7.1}  {}",
             s.approach,
             s.backups,
             s.dedup_ratio,
@@ -146,7 +148,9 @@ fn print_summary(r: &Results) {
             s.mean_read_amplification,
             s.mean_speed_factor,
             s.backup_mb_s,
+            s.chunk_refs_per_s / 1e6,
             s.gc_reclaimed_containers,
+            s.peak_rss_bytes as f64 / (1u64 << 20) as f64,
             s.seconds,
             s.status
         );
