@@ -101,6 +101,8 @@ pub fn builtin(name: &str) -> Result<ApproachDef, String> {
 }
 
 impl ApproachDef {
+    // `..GcOptions::default()`: GC parameters core adds keep their defaults.
+    #[allow(clippy::needless_update)]
     pub fn resolve(&self) -> Result<Approach, String> {
         let ctx = |e: String| format!("approach '{}': {e}", self.name);
         let rewrite = RewriteSpec::parse(&self.rewrite).map_err(ctx)?;
@@ -111,6 +113,7 @@ impl ApproachDef {
                 segment_containers: self.segment_containers.max(1),
                 liveness_threshold: self.liveness_threshold,
                 dry_run: false,
+                ..GcOptions::default()
             }),
         };
         let cache = match &self.cache {
