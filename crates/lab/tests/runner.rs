@@ -38,14 +38,51 @@ cache = "lru:8"
 newest_after_each = true
 "#;
 
-fn run_mode(mode: &str, work: &Path) -> Results {
-    let text = EXP.replace("MODE", mode);
-    let exp = Experiment::parse(&text, Path::new("small.toml"), Path::new(".")).unwrap();
+fn run_text(text: &str, work: &Path) -> Results {
+    let exp = Experiment::parse(text, Path::new("small.toml"), Path::new(".")).unwrap();
     let mut opts = RunOptions::new(work);
     opts.progress = false;
-    let r = run(&exp, &opts).unwrap();
+    run(&exp, &opts).unwrap()
+}
+
+fn run_mode(mode: &str, work: &Path) -> Results {
+    let r = run_text(&EXP.replace("MODE", mode), work);
     assert!(r.failed().is_empty(), "{:?}", r.failed());
     r
+}
+
+/// Rewriting and GC approaches too. Core may not implement a technique yet;
+/// then it must fail the same way in both modes (and nothing else may fail).
+const ALL: &str = r#"approaches = ["nogc", "naive", "capping:4", "smr:4", "har", "gccdf"]
+
+[[approach]]
+name = "har-nogc"
+rewrite = "har"
+gc = "none"
+"#;
+
+#[test]
+fn data_and_trace_mode_agree_for_every_approach() {
+    let t = tempfile::tempdir().unwrap();
+    let text = EXP.replace("approaches = [\"nogc\"]\n", ALL);
+    let data = run_text(&text.replace("MODE", "data"), &t.path().join("d"));
+    let trace = run_text(&text.replace("MODE", "trace"), &t.path().join("t"));
+    assert_eq!(data.summaries.len(), 8);
+    for (d, tr) in data.summaries.iter().zip(&trace.summaries) {
+        assert_eq!(d.status, tr.status, "{}", d.approach);
+        assert!(
+            d.status == "ok" || d.status.contains("not implemented"),
+            "{}: {}",
+            d.approach,
+            d.status
+        );
+    }
+    assert_eq!(data.summaries[0].status, "ok");
+    let (a, b) = (layout(&data), layout(&trace));
+    assert_eq!(a.len(), b.len());
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(x, y);
+    }
 }
 
 /// Every layout-derived field of a row (timings and throughputs dropped).
