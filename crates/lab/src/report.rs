@@ -363,3 +363,20 @@ pub fn html(r: &Results) -> String {
     h.push_str("</div><p>Data: <code>results.csv</code> and <code>results.jsonl</code> next to this file.</p></body></html>\n");
     h
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticks_are_nice_and_empty_plots_say_so() {
+        assert_eq!(tick_step(10.0, 5.0), 2.0);
+        assert_eq!(tick_step(0.9, 5.0), 0.2);
+        assert_eq!(tick_step(700.0, 8.0), 100.0);
+        let empty = line_plot("x", "T", "a", "b", &[("n".into(), vec![])]);
+        assert!(empty.contains("no data") && !empty.contains("<polyline"));
+        let one = line_plot("x", "T <&>", "a", "b", &[("n".into(), vec![(1.0, 2.0)])]);
+        assert!(one.contains("T &lt;&amp;&gt;") && one.contains("<polyline"));
+        assert!(one.starts_with("<svg id=\"x\"") && one.ends_with("</svg>"));
+    }
+}
