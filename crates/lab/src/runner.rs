@@ -290,22 +290,23 @@ struct Progress {
 
 impl Progress {
     fn show(&self, approach: &str, version: usize, versions: usize) {
+        self.line(&format!("{approach}: version {version}/{versions}"));
+    }
+    fn line(&self, what: &str) {
         if !self.on {
             return;
         }
         let el = self.started.elapsed().as_secs_f64();
         let rate = self.bytes as f64 / el.max(1e-9) / 1e6;
         let eta = if self.done == 0 {
-            0.0
+            "--".to_string()
         } else {
-            el / self.done as f64 * (self.total - self.done) as f64
+            let s = (el / self.done as f64 * (self.total - self.done) as f64) as u64;
+            format!("{}:{:02}", s / 60, s % 60)
         };
         eprint!(
-            "\r\x1b[2K{approach}: version {version}/{versions} ({}/{} steps, {rate:.0} MB/s logical, ETA {}:{:02})",
-            self.done,
-            self.total,
-            eta as u64 / 60,
-            eta as u64 % 60
+            "\r\x1b[2K{what} ({}/{} backups, {rate:.0} MB/s logical, ETA {eta})",
+            self.done, self.total
         );
         let _ = std::io::stderr().flush();
     }
@@ -632,6 +633,11 @@ fn run_approach(
     }
     if exp.restore.retained_at_end {
         let retained = repo.backups().to_vec();
+        progress.line(&format!(
+            "{}: restoring {} retained backups",
+            a.name,
+            retained.len()
+        ));
         for b in &retained {
             let step = step_of[&b.id];
             rows.push(Row::Restore(restore(
