@@ -277,6 +277,15 @@ fn gen_git_writes_one_tarball_per_tag_in_version_order() {
     assert_eq!(names, ["00000-v1.tar", "00001-v2.tar", "00002-v10.tar"]);
     let tar = std::fs::read(out.join("00002-v10.tar")).unwrap();
     assert!(String::from_utf8_lossy(&tar).contains("version 2"));
+    // Deterministic: a second run gives the same bytes.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let again = t.path().join("again");
+    ok(tessera()
+        .args(["lab", "gen", "git", "--tags", "v*", "--repo"])
+        .arg(&repo)
+        .arg("--out")
+        .arg(&again));
+    assert_eq!(std::fs::read(again.join("00002-v10.tar")).unwrap(), tar);
     fails(
         tessera()
             .args(["lab", "gen", "git", "--tags", "nomatch*", "--repo"])

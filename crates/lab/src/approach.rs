@@ -120,9 +120,11 @@ impl ApproachDef {
             None => None,
             Some(c) => Some(CacheSpec::parse(c).map_err(ctx)?),
         };
-        if self.name.is_empty() || self.name.contains([',', '\n', '"']) {
+        // Names become directory names (local backend) and CSV fields.
+        let fine = |c: char| c.is_ascii_alphanumeric() || "-_.:+".contains(c);
+        if self.name.is_empty() || self.name.starts_with('.') || !self.name.chars().all(fine) {
             return Err(ctx(
-                "a name must be non-empty, without commas or quotes".into()
+                "a name may use letters, digits and - _ . : + (not starting with .)".into(),
             ));
         }
         Ok(Approach {
@@ -159,6 +161,9 @@ mod tests {
         assert_eq!(a.rewrite, RewriteSpec::Capping { level: 20 });
         assert_eq!(a.gc.unwrap().strategy, GcStrategy::Naive);
         assert!(builtin("nogc").unwrap().resolve().unwrap().gc.is_none());
+        let mut evil = builtin("naive").unwrap();
+        evil.name = "../../etc".into();
+        assert!(evil.resolve().unwrap_err().contains("a name may use"));
         for bad in ["fancy", "naive:3", "capping:x"] {
             let r = builtin(bad).and_then(|d| d.resolve());
             assert!(r.is_err(), "{bad}");

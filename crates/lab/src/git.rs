@@ -58,16 +58,10 @@ pub fn write_series(repo: &Path, glob: &str, out: &Path) -> Result<Vec<PathBuf>>
             .collect();
         let p = out.join(format!("{i:05}-{safe}.tar"));
         let ps = p.to_string_lossy().to_string();
-        git(
-            repo,
-            &[
-                "archive",
-                "--format=tar",
-                "-o",
-                &ps,
-                &format!("{tag}^{{tree}}"),
-            ],
-        )?;
+        // The tag, not its tree: entries then carry the commit time, so the
+        // same tag always gives the same bytes.
+        let r = format!("refs/tags/{tag}");
+        git(repo, &["archive", "--format=tar", "-o", &ps, &r])?;
         paths.push(p);
     }
     Ok(paths)
