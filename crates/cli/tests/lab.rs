@@ -53,6 +53,10 @@ fn demo_writes_a_report_and_refuses_foreign_directories() {
         assert!(
             html.contains("<svg id=\"dedup-ratio\"") && html.contains("<table id=\"summary\">")
         );
+        assert!(
+            !dir.join("work").exists(),
+            "dataset removed after a successful demo"
+        );
     }
     let mine = t.path().join("mine");
     std::fs::create_dir(&mine).unwrap();

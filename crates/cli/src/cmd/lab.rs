@@ -228,6 +228,11 @@ fn run_demo(dir: &Path, approaches: &str, json: bool) -> Result<ExitCode> {
             d.sources, d.versions
         );
     }
-    let r = runner::run(&exp, &RunOptions::new(&dir.join("work")))?;
+    let work = dir.join("work");
+    let r = runner::run(&exp, &RunOptions::new(&work))?;
+    if r.failed().is_empty() {
+        // The dataset (~300 MB) is reproducible: `tessera lab run experiments/demo.toml`.
+        let _ = std::fs::remove_dir_all(&work);
+    }
     finish(&r, dir, started, json)
 }
