@@ -67,6 +67,12 @@ pub enum Command {
         /// Ingest a fingerprint trace (`<hex> <size>` per line) into a trace-mode repository
         #[arg(long, value_name = "FILE", conflicts_with = "path")]
         trace_file: Option<PathBuf>,
+        /// Rewrite policy against fragmentation: none, capping:T, smr:T, har or har:U
+        #[arg(long, value_name = "SPEC", default_value = "none")]
+        rewrite: String,
+        /// Chunks per rewriting decision (the ingest segment), e.g. 20MiB
+        #[arg(long, value_name = "SIZE", default_value = "20MiB")]
+        segment_size: String,
         #[command(flatten)]
         json: JsonArg,
     },
@@ -96,9 +102,9 @@ pub enum Command {
         /// Write the backup's byte stream (the tar stream for a directory) to standard output
         #[arg(long)]
         stdout: bool,
-        /// Containers kept in the restore cache (LRU)
-        #[arg(long, default_value_t = 32, value_name = "N")]
-        cache: usize,
+        /// Restore cache: lru:N, opt:N or faa:N (N containers; a bare N means lru:N)
+        #[arg(long, default_value = "lru:32", value_name = "SPEC")]
+        cache: String,
         #[command(flatten)]
         json: JsonArg,
     },
@@ -106,9 +112,52 @@ pub enum Command {
     Forget {
         #[command(flatten)]
         repo: RepoArg,
-        /// Backup ids or root-fingerprint prefixes
-        #[arg(required = true, value_name = "ID")]
+        /// Backup ids or root-fingerprint prefixes (or give a retention policy)
+        #[arg(value_name = "ID")]
         snapshots: Vec<String>,
+        /// Policy: keep the N newest backups
+        #[arg(long, value_name = "N")]
+        keep_last: Option<String>,
+        /// Policy: keep the newest backup of each of the N newest days (UTC)
+        #[arg(long, value_name = "N")]
+        keep_daily: Option<String>,
+        /// Policy: keep the newest backup of each of the N newest weeks
+        #[arg(long, value_name = "N")]
+        keep_weekly: Option<String>,
+        /// Policy: keep the newest backup of each of the N newest months
+        #[arg(long, value_name = "N")]
+        keep_monthly: Option<String>,
+        /// Show what would be forgotten without changing the repository
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        json: JsonArg,
+    },
+    /// Reclaim the space of forgotten backups (garbage collection)
+    Gc {
+        #[command(flatten)]
+        repo: RepoArg,
+        /// naive (copy live chunks forward in their old order) or gccdf (regroup them by ownership)
+        #[arg(long, default_value = "naive")]
+        strategy: String,
+        /// GCCDF: GC-involved containers analyzed together (memory grows with it)
+        #[arg(long, default_value = "100", value_name = "S")]
+        segment_containers: String,
+        /// Clean only containers whose liveness (live bytes / bytes) is below X; 1 cleans every container holding garbage
+        #[arg(long, default_value = "1", value_name = "X")]
+        liveness_threshold: String,
+        /// GCCDF: split a cluster by a backup only if at least N of its chunks are referenced by it
+        #[arg(long, default_value = "200", value_name = "N")]
+        split_threshold: String,
+        /// False-positive rate of the valid-chunk table's Bloom filter (0 = exact set; false positives only keep garbage)
+        #[arg(long, default_value = "0", value_name = "P")]
+        vc_fp_rate: String,
+        /// GCCDF: false-positive rate of the per-backup ownership Bloom filters (0 = exact sets)
+        #[arg(long, default_value = "0.01", value_name = "P")]
+        ownership_fp_rate: String,
+        /// Show what would be reclaimed without changing the repository
+        #[arg(long)]
+        dry_run: bool,
         #[command(flatten)]
         json: JsonArg,
     },
@@ -123,6 +172,22 @@ pub enum Command {
     Unlock {
         #[command(flatten)]
         repo: RepoArg,
+        #[command(flatten)]
+        json: JsonArg,
+    },
+    /// Verify the repository: manifest, recipes, index, containers (and with --read-data every chunk)
+    Check {
+        #[command(flatten)]
+        repo: RepoArg,
+        /// Also read every data container, verify its checksums and recompute every chunk's fingerprint
+        #[arg(long)]
+        read_data: bool,
+        /// Read only part N of M of the data containers (e.g. 1/10); run N = 1..M to cover all
+        #[arg(long, value_name = "N/M", conflicts_with = "read_data")]
+        read_data_subset: Option<String>,
+        /// Remove objects no manifest lists (leftovers of an interrupted mutation); takes the writer lock
+        #[arg(long)]
+        repair_leftovers: bool,
         #[command(flatten)]
         json: JsonArg,
     },

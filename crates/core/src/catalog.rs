@@ -101,6 +101,11 @@ pub struct Manifest {
     pub containers: Vec<ContainerEntry>,
     /// Index segment keys, oldest first.
     pub index_segments: Vec<String>,
+    /// HAR history: data containers the last HAR backup used sparsely; the
+    /// next HAR backup rewrites duplicates held only there. Ids of
+    /// containers that no longer exist are ignored.
+    #[serde(default)]
+    pub har_sparse: Vec<ContainerId>,
 }
 
 pub fn manifest_key(generation: u64) -> String {
@@ -127,6 +132,7 @@ impl Manifest {
             backups: Vec::new(),
             containers: Vec::new(),
             index_segments: Vec::new(),
+            har_sparse: Vec::new(),
         }
     }
 

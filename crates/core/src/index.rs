@@ -30,10 +30,17 @@ pub struct IndexEntry {
     pub kind: ChunkKind,
 }
 
+/// Older copies remembered per data chunk (as the SMR port does).
+pub const MAX_COPIES: usize = 254;
+
 #[derive(Default)]
 pub struct Index {
     data: FpMap<ContainerId>,
     recipe: FpMap<ContainerId>,
+    /// Older containers holding a data chunk that rewriting stored again:
+    /// Capping and SMR must see every copy. May name containers GC deleted;
+    /// users filter by the live containers.
+    copies: FpMap<Vec<ContainerId>>,
 }
 
 impl Index {
@@ -42,15 +49,53 @@ impl Index {
     }
     pub fn insert(&mut self, e: IndexEntry) {
         match e.kind {
-            ChunkKind::Data => self.data.insert(e.fp, e.container),
-            ChunkKind::Recipe => self.recipe.insert(e.fp, e.container),
+            ChunkKind::Data => {
+                let old = self.data.insert(e.fp, e.container);
+                if let Some(old) = old.filter(|&o| o != e.container) {
+                    let v = self.copies.entry(e.fp).or_default();
+                    v.retain(|&c| c != e.container && c != old);
+                    if v.len() < MAX_COPIES {
+                        v.push(old);
+                    }
+                }
+            }
+            ChunkKind::Recipe => {
+                self.recipe.insert(e.fp, e.container);
+            }
         };
     }
     pub fn remove(&mut self, kind: ChunkKind, fp: &Fingerprint) {
         match kind {
-            ChunkKind::Data => self.data.remove(fp),
+            ChunkKind::Data => {
+                self.copies.remove(fp);
+                self.data.remove(fp)
+            }
             ChunkKind::Recipe => self.recipe.remove(fp),
         };
+    }
+    /// Older copies of a data chunk besides [`get`](Self::get)'s, oldest first.
+    pub fn copies(&self, fp: &Fingerprint) -> &[ContainerId] {
+        self.copies.get(fp).map_or(&[], |v| v.as_slice())
+    }
+    /// A data chunk's exact state (preferred copy and older copies), to undo
+    /// a failed backup.
+    pub fn data_state(&self, fp: &Fingerprint) -> (Option<ContainerId>, Vec<ContainerId>) {
+        (self.data.get(fp).copied(), self.copies(fp).to_vec())
+    }
+    pub fn set_data_state(
+        &mut self,
+        fp: Fingerprint,
+        (primary, copies): (Option<ContainerId>, Vec<ContainerId>),
+    ) {
+        match primary {
+            Some(c) => self.data.insert(fp, c),
+            None => self.data.remove(&fp),
+        };
+        if copies.is_empty() {
+            self.copies.remove(&fp);
+        } else {
+            self.copies.insert(fp, copies);
+        }
     }
     fn map(&self, kind: ChunkKind) -> &FpMap<ContainerId> {
         match kind {
@@ -70,6 +115,17 @@ impl Index {
     pub fn memory_bytes(&self) -> usize {
         let slot = std::mem::size_of::<(Fingerprint, ContainerId)>() + 1;
         (self.data.capacity() + self.recipe.capacity()) * slot
+    }
+    /// Older copies as entries, oldest first per fingerprint. Written before
+    /// [`entries`](Self::entries) (later wins), they survive compaction.
+    pub fn copy_entries(&self) -> impl Iterator<Item = IndexEntry> + '_ {
+        self.copies.iter().flat_map(|(fp, v)| {
+            v.iter().map(|&container| IndexEntry {
+                fp: *fp,
+                container,
+                kind: ChunkKind::Data,
+            })
+        })
     }
     pub fn entries(&self) -> impl Iterator<Item = IndexEntry> + '_ {
         let d = self.data.iter().map(|(fp, &c)| IndexEntry {
@@ -133,6 +189,12 @@ pub fn decode_segment(b: &[u8], name: &str) -> Result<Vec<IndexEntry>> {
     entries
         .chunks_exact(ENTRY_LEN)
         .map(|e| {
+            if e[41..].iter().any(|&b| b != 0) {
+                return Err(Error::corrupt(
+                    name,
+                    "reserved bytes of an entry are not zero",
+                ));
+            }
             let kind = match e[40] {
                 0 => ChunkKind::Data,
                 1 => ChunkKind::Recipe,
@@ -175,6 +237,24 @@ mod tests {
         assert!(decode_segment(&seg[..seg.len() - 1], "s").is_err());
     }
 
+    /// Found by the index_segment fuzz target: non-zero reserved bytes were
+    /// accepted, so a decoded segment did not re-encode to itself.
+    #[test]
+    fn reserved_bytes_must_be_zero() {
+        let e = IndexEntry {
+            fp: HashAlgo::Blake3.hash(b"x"),
+            container: 3,
+            kind: ChunkKind::Data,
+        };
+        let mut seg = encode_segment(&[e]);
+        seg[20 + 45] = 1;
+        let body = seg.len() - 16;
+        let sum = checksum(&seg[..body]);
+        seg[body..].copy_from_slice(&sum);
+        let err = decode_segment(&seg, "s").unwrap_err().to_string();
+        assert!(err.contains("reserved bytes"), "{err}");
+    }
+
     #[test]
     fn kinds_are_separate_and_later_entries_win() {
         let fp = HashAlgo::Blake3.hash(b"x");
@@ -192,5 +272,29 @@ mod tests {
         });
         assert_eq!(idx.get(ChunkKind::Data, &fp), Some(5));
         assert_eq!(idx.len(), (1, 0));
+        assert_eq!(idx.copies(&fp), &[1]);
+    }
+
+    #[test]
+    fn older_copies_are_remembered_and_replayed_in_order() {
+        let fp = HashAlgo::Blake3.hash(b"x");
+        let mut idx = Index::default();
+        for c in [1, 4, 1, 7] {
+            idx.insert(IndexEntry {
+                fp,
+                container: c,
+                kind: ChunkKind::Data,
+            });
+        }
+        // Repointing to 1 moved it from the copies to the front.
+        assert_eq!(idx.get(ChunkKind::Data, &fp), Some(7));
+        assert_eq!(idx.copies(&fp), &[4, 1]);
+        let mut replay = Index::default();
+        for e in idx.copy_entries().chain(idx.entries()) {
+            replay.insert(e);
+        }
+        assert_eq!(replay.data_state(&fp), idx.data_state(&fp));
+        idx.remove(ChunkKind::Data, &fp);
+        assert!(idx.copies(&fp).is_empty());
     }
 }

@@ -15,20 +15,31 @@
 //! of each kind, whatever the input size. Trace mode feeds (fingerprint, size)
 //! pairs into the same worker, so layout decisions are identical.
 //!
+//! With a rewrite policy the worker buffers an ingest segment (20 MiB of
+//! chunks by default), hands its distinct duplicates with every live copy to
+//! the policy, then stores chunks in stream order: unique and rewritten
+//! chunks go to the open data container (at most once per segment), and a
+//! duplicate deduplicated against an older copy repoints the index there, so
+//! restores read the copies the newest backup chose (the index serves all
+//! restores; recipes hold fingerprints only).
+//!
 //! While a backup runs the index is owned by the worker; on failure every
 //! entry the backup added is removed again, so the in-memory repository
 //! matches the last published generation.
 
 use crate::catalog::{BackupEntry, ContainerEntry, SourceKind};
 use crate::chunking::Chunker;
+use crate::container::ContainerId;
 use crate::container::{ChunkKind, ContainerBuilder, ContainerStore};
 use crate::error::{Error, Result};
-use crate::fingerprint::{Fingerprint, HashAlgo};
+use crate::fingerprint::FpMap;
+use crate::fingerprint::{Fingerprint, FpSet, HashAlgo};
 use crate::index::{Index, IndexEntry};
 use crate::recipe::{RecipeBuilder, RecipeSink};
 use crate::repo::{container_entry, Repository};
-use crate::rewrite::RewriteSpec;
+use crate::rewrite::{RewritePolicy, RewriteSpec, Segment, SegmentChunk};
 use serde::Serialize;
+use std::collections::{HashMap, HashSet};
 use std::io::{self, Read, Write};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::thread::JoinHandle;
@@ -46,6 +57,8 @@ pub struct BackupOptions {
     pub source: SourceKind,
     /// Which duplicate chunks are written again to fight fragmentation.
     pub rewrite: RewriteSpec,
+    /// Logical bytes of chunks per rewriting decision (the ingest segment).
+    pub segment_bytes: u64,
 }
 
 impl BackupOptions {
@@ -55,6 +68,7 @@ impl BackupOptions {
             name: name.into(),
             source,
             rewrite: RewriteSpec::None,
+            segment_bytes: crate::rewrite::DEFAULT_SEGMENT_BYTES,
         }
     }
 }
@@ -64,13 +78,21 @@ impl BackupOptions {
 pub struct BackupReport {
     pub backup: BackupEntry,
     pub logical_bytes: u64,
-    /// Data bytes stored anew by this backup.
+    /// Data bytes stored anew by this backup (rewritten copies included).
     pub stored_bytes: u64,
     pub duplicate_bytes: u64,
     pub chunks: u64,
     pub new_chunks: u64,
     pub duplicate_chunks: u64,
     pub new_recipe_chunks: u64,
+    /// Duplicates the rewrite policy stored again (part of `stored_bytes`
+    /// and `new_chunks`).
+    pub rewritten_bytes: u64,
+    pub rewritten_chunks: u64,
+    /// Ingest segments the rewrite policy decided on (0 without rewriting).
+    pub segments: u64,
+    /// HAR: containers marked sparse for the next backup.
+    pub sparse_containers: u64,
     pub data_containers_written: u64,
     pub recipe_containers_written: u64,
     pub seconds: f64,
@@ -86,6 +108,38 @@ struct Counts {
     new_bytes: u64,
     new_chunks: u64,
     new_recipe_chunks: u64,
+    rewritten_bytes: u64,
+    rewritten_chunks: u64,
+    segments: u64,
+}
+
+/// Segment buffering and the rewrite policy (absent without rewriting, so
+/// the naive path stays a straight per-chunk loop).
+struct Rewriter {
+    policy: Box<dyn RewritePolicy>,
+    segment_bytes: u64,
+    trace: bool,
+    /// The segment's chunk bytes (data mode) and (fingerprint, len, offset).
+    buf: Vec<u8>,
+    entries: Vec<(Fingerprint, u32, usize)>,
+    logical: u64,
+    /// Sealed data containers a chunk may be deduplicated against.
+    live: HashSet<ContainerId>,
+    /// HAR bookkeeping: bytes of distinct chunks this backup referenced per
+    /// container.
+    har: Option<(f64, FpSet, HashMap<ContainerId, u64>)>,
+}
+
+/// What the second pass of a segment does with a fingerprint.
+enum Plan {
+    /// Not stored anywhere: write it.
+    New,
+    /// Held by the open container (written earlier in this backup): reference it.
+    Free,
+    /// A duplicate in sealed containers: the policy's decision `k`.
+    Dup(usize),
+    /// Already handled earlier in this segment.
+    Done,
 }
 
 /// Destination of new chunks: the open containers and the index.
@@ -101,6 +155,15 @@ pub(crate) struct Sink {
     new_entries: Vec<IndexEntry>,
     containers: Vec<ContainerEntry>,
     counts: Counts,
+    rw: Option<Rewriter>,
+    /// With rewriting: the index state before this backup of each existing
+    /// data fingerprint it repoints, to undo a failed backup exactly
+    /// (fingerprints new in this backup are simply removed).
+    saved: FpMap<(Option<ContainerId>, Vec<ContainerId>)>,
+    /// Whether `saved` is kept (rewriting can repoint existing entries).
+    rewriting: bool,
+    /// First container id of this backup: older ones predate it.
+    first_id: ContainerId,
 }
 
 impl Sink {
@@ -109,6 +172,39 @@ impl Sink {
         if self.index.get(kind, &fp).is_some() {
             return Ok(false);
         }
+        self.store(kind, fp, len, bytes)?;
+        Ok(true)
+    }
+
+    /// Point the index at `container` for `fp`, remembering the old state.
+    fn point(&mut self, fp: Fingerprint, container: ContainerId) {
+        if self.rewriting {
+            let before = self
+                .index
+                .get(ChunkKind::Data, &fp)
+                .is_some_and(|p| p < self.first_id);
+            if before && !self.saved.contains_key(&fp) {
+                self.saved.insert(fp, self.index.data_state(&fp));
+            }
+        }
+        let e = IndexEntry {
+            fp,
+            container,
+            kind: ChunkKind::Data,
+        };
+        self.index.insert(e);
+        self.new_entries.push(e);
+    }
+
+    /// Append a chunk to the open container of `kind` and index it there
+    /// (the newest copy wins). Returns the container.
+    fn store(
+        &mut self,
+        kind: ChunkKind,
+        fp: Fingerprint,
+        len: u32,
+        bytes: &[u8],
+    ) -> Result<ContainerId> {
         if !self.builder(kind).fits(len as u64) {
             self.seal(kind)?;
         }
@@ -125,14 +221,18 @@ impl Sink {
             ChunkKind::Recipe => self.recipe_id,
         };
         self.builder(kind).push(fp, len, bytes);
-        let e = IndexEntry {
-            fp,
-            container,
-            kind,
-        };
-        self.index.insert(e);
-        self.new_entries.push(e);
-        Ok(true)
+        if kind == ChunkKind::Data {
+            self.point(fp, container);
+        } else {
+            let e = IndexEntry {
+                fp,
+                container,
+                kind,
+            };
+            self.index.insert(e);
+            self.new_entries.push(e);
+        }
+        Ok(container)
     }
 
     fn builder(&mut self, kind: ChunkKind) -> &mut ContainerBuilder {
@@ -156,6 +256,9 @@ impl Sink {
         let (entries, framed) = b.take();
         let (object_bytes, buf) = self.store.write_framed(id, kind, &entries, framed)?;
         self.builder(kind).recycle(buf);
+        if let (ChunkKind::Data, Some(rw)) = (kind, &mut self.rw) {
+            rw.live.insert(id);
+        }
         self.containers.push(container_entry(
             id,
             kind,
@@ -174,6 +277,15 @@ impl Sink {
         len: u32,
         bytes: &[u8],
     ) -> Result<()> {
+        if let Some(rw) = &mut self.rw {
+            rw.buf.extend_from_slice(bytes);
+            rw.entries.push((fp, len, rw.buf.len() - bytes.len()));
+            rw.logical += len as u64;
+            if rw.logical >= rw.segment_bytes {
+                self.flush_segment(recipe)?;
+            }
+            return Ok(());
+        }
         self.counts.logical += len as u64;
         self.counts.chunks += 1;
         if self.add(ChunkKind::Data, fp, len, bytes)? {
@@ -181,6 +293,116 @@ impl Sink {
             self.counts.new_chunks += 1;
         }
         recipe.push(fp, len as u64, self)
+    }
+}
+
+impl Sink {
+    /// Decide and store the buffered segment (no-op without rewriting).
+    fn flush_segment(&mut self, recipe: &mut RecipeBuilder) -> Result<()> {
+        let Some(mut rw) = self.rw.take() else {
+            return Ok(());
+        };
+        let r = if rw.entries.is_empty() {
+            Ok(())
+        } else {
+            self.counts.segments += 1;
+            self.segment(&mut rw, recipe)
+        };
+        rw.buf.clear();
+        rw.entries.clear();
+        rw.logical = 0;
+        self.rw = Some(rw);
+        r
+    }
+
+    /// One segment: collect its distinct duplicates with every live copy,
+    /// let the policy decide, then store and reference chunks in stream
+    /// order. A chunk is written at most once per segment.
+    fn segment(&mut self, rw: &mut Rewriter, recipe: &mut RecipeBuilder) -> Result<()> {
+        let open = (!self.data.is_empty()).then_some(self.data_id);
+        let mut plan: FpMap<Plan> = FpMap::default();
+        let mut seg = Segment::default();
+        for &(fp, len, _) in &rw.entries {
+            if plan.contains_key(&fp) {
+                continue;
+            }
+            let p = match self.index.get(ChunkKind::Data, &fp) {
+                None => Plan::New,
+                Some(c) if Some(c) == open => Plan::Free,
+                Some(c) => {
+                    let mut cs = Vec::with_capacity(1);
+                    for &x in std::iter::once(&c).chain(self.index.copies(&fp).iter().rev()) {
+                        if rw.live.contains(&x) && !cs.contains(&x) {
+                            cs.push(x);
+                        }
+                    }
+                    if cs.is_empty() {
+                        Plan::New
+                    } else {
+                        seg.chunks.push(SegmentChunk {
+                            len,
+                            containers: cs,
+                        });
+                        Plan::Dup(seg.chunks.len() - 1)
+                    }
+                }
+            };
+            plan.insert(fp, p);
+        }
+        let decisions = if seg.chunks.is_empty() {
+            Vec::new()
+        } else {
+            rw.policy.decide(&seg)
+        };
+        debug_assert_eq!(decisions.len(), seg.chunks.len());
+        for &(fp, len, off) in &rw.entries {
+            let p = plan.get_mut(&fp).expect("planned");
+            let used = match std::mem::replace(p, Plan::Done) {
+                Plan::Done | Plan::Free => None,
+                Plan::Dup(k) => match decisions[k] {
+                    Some(c) => {
+                        // Later backups restore from the copy this one chose.
+                        if self.index.get(ChunkKind::Data, &fp) != Some(c) {
+                            self.point(fp, c);
+                        }
+                        Some(c)
+                    }
+                    None => {
+                        let bytes = if rw.trace {
+                            &[][..]
+                        } else {
+                            &rw.buf[off..off + len as usize]
+                        };
+                        let c = self.store(ChunkKind::Data, fp, len, bytes)?;
+                        self.counts.new_bytes += len as u64;
+                        self.counts.new_chunks += 1;
+                        self.counts.rewritten_bytes += len as u64;
+                        self.counts.rewritten_chunks += 1;
+                        Some(c)
+                    }
+                },
+                Plan::New => {
+                    let bytes = if rw.trace {
+                        &[][..]
+                    } else {
+                        &rw.buf[off..off + len as usize]
+                    };
+                    let c = self.store(ChunkKind::Data, fp, len, bytes)?;
+                    self.counts.new_bytes += len as u64;
+                    self.counts.new_chunks += 1;
+                    Some(c)
+                }
+            };
+            if let (Some(c), Some((_, seen, bytes_used))) = (used, &mut rw.har) {
+                if seen.insert(fp) {
+                    *bytes_used.entry(c).or_default() += len as u64;
+                }
+            }
+            self.counts.logical += len as u64;
+            self.counts.chunks += 1;
+            recipe.push(fp, len as u64, self)?;
+        }
+        Ok(())
     }
 }
 
@@ -226,7 +448,7 @@ fn worker(
                 }
             }
         }
-        Ok(())
+        sink.flush_segment(&mut recipe)
     };
     let result = run();
     (sink, recipe, result)
@@ -439,6 +661,10 @@ impl Repository {
             new_entries: Vec::new(),
             containers: Vec::new(),
             counts: Counts::default(),
+            rw: self.rewriter(opts),
+            saved: FpMap::default(),
+            rewriting: opts.rewrite != RewriteSpec::None,
+            first_id: self.manifest.next_container_id,
         };
         debug_assert!(sink.capacity > 0);
         let mut ingest = Ingest::start(sink, cfg.chunker.build(), cfg.hash, cfg.trace);
@@ -451,6 +677,9 @@ impl Repository {
             let mut next = self.manifest.clone();
             next.next_container_id = sink.next_id;
             next.containers.extend(sink.containers.iter().copied());
+            if let Some((threshold, _, used)) = sink.rw.as_ref().and_then(|r| r.har.as_ref()) {
+                next.har_sparse = crate::rewrite::har_sparse(used, sink.capacity, *threshold);
+            }
             self.write_segment(&mut next, &sink.new_entries)?;
             let c = sink.counts;
             let entry = BackupEntry {
@@ -471,6 +700,7 @@ impl Repository {
         });
         // Give the index back before publishing, so a failed publish can undo.
         let new_entries = std::mem::take(&mut sink.new_entries);
+        let saved = std::mem::take(&mut sink.saved);
         self.index = sink.index;
         let published = outcome.and_then(|(mut next, entry)| {
             let superseded = self.compact_segments(&mut next)?;
@@ -481,6 +711,9 @@ impl Repository {
             Err(e) => {
                 for ne in &new_entries {
                     self.index.remove(ne.kind, &ne.fp);
+                }
+                for (fp, state) in saved {
+                    self.index.set_data_state(fp, state);
                 }
                 return Err(e);
             }
@@ -496,11 +729,56 @@ impl Repository {
             new_chunks: c.new_chunks,
             duplicate_chunks: c.chunks - c.new_chunks,
             new_recipe_chunks: c.new_recipe_chunks,
+            rewritten_bytes: c.rewritten_bytes,
+            rewritten_chunks: c.rewritten_chunks,
+            segments: c.segments,
+            sparse_containers: if matches!(opts.rewrite, RewriteSpec::Har { .. }) {
+                self.manifest.har_sparse.len() as u64
+            } else {
+                0
+            },
             data_containers_written: io.data_containers_written,
             recipe_containers_written: io.recipe_containers_written,
             seconds: secs,
             throughput_mb_s: crate::metrics::mb_per_s(c.logical, secs),
             backup: entry,
+        })
+    }
+
+    /// The segment buffer and policy for a backup, or `None` without rewriting.
+    fn rewriter(&self, opts: &BackupOptions) -> Option<Rewriter> {
+        if opts.rewrite == RewriteSpec::None {
+            return None;
+        }
+        let live: HashSet<ContainerId> = self
+            .manifest
+            .containers
+            .iter()
+            .filter(|c| c.kind == ChunkKind::Data)
+            .map(|c| c.id)
+            .collect();
+        let sparse: Vec<ContainerId> = self
+            .manifest
+            .har_sparse
+            .iter()
+            .copied()
+            .filter(|c| live.contains(c))
+            .collect();
+        let trace = self.manifest.config.trace;
+        Some(Rewriter {
+            policy: opts.rewrite.policy(&sparse),
+            segment_bytes: opts.segment_bytes.max(1),
+            trace,
+            buf: Vec::new(),
+            entries: Vec::new(),
+            logical: 0,
+            live,
+            har: match opts.rewrite {
+                RewriteSpec::Har { threshold } => {
+                    Some((threshold, FpSet::default(), HashMap::new()))
+                }
+                _ => None,
+            },
         })
     }
 

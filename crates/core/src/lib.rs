@@ -8,6 +8,7 @@
 pub mod archive;
 pub mod backend;
 pub mod catalog;
+pub mod check;
 pub mod chunking;
 pub mod container;
 pub mod error;
@@ -20,6 +21,7 @@ pub mod metrics;
 pub mod recipe;
 pub mod repo;
 pub mod restore;
+pub mod retention;
 pub mod rewrite;
 pub mod trace;
 

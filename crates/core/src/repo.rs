@@ -293,9 +293,14 @@ impl Repository {
         if next.index_segments.len() <= MAX_SEGMENTS {
             return Ok(Vec::new());
         }
-        let mut entries: Vec<IndexEntry> = self.index.entries().collect();
-        // Deterministic content: sorted by kind, then fingerprint.
-        entries.sort_unstable_by_key(|e| (e.kind == ChunkKind::Recipe, e.fp));
+        // Older copies first, so the preferred copy still wins on load.
+        let mut entries: Vec<IndexEntry> = self
+            .index
+            .copy_entries()
+            .chain(self.index.entries())
+            .collect();
+        // Deterministic content: sorted (stably) by kind, then fingerprint.
+        entries.sort_by_key(|e| (e.kind == ChunkKind::Recipe, e.fp));
         let superseded = std::mem::take(&mut next.index_segments);
         self.write_segment(next, &entries)?;
         Ok(superseded)

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use tessera_core::archive::TreeStats;
 use tessera_core::catalog::SourceKind;
+use tessera_core::rewrite::RewriteSpec;
 use tessera_core::{BackupOptions, BackupReport, Repository};
 
 #[derive(Serialize)]
@@ -43,8 +44,20 @@ pub fn backup(
     path: Option<PathBuf>,
     stdin_name: Option<String>,
     trace_file: Option<PathBuf>,
+    (rewrite, segment_size): (&str, &str),
     json: bool,
 ) -> Result<ExitCode> {
+    let rewrite = RewriteSpec::parse(rewrite).map_err(|e| anyhow::anyhow!("--rewrite: {e}"))?;
+    let segment_bytes = tessera_core::chunking::parse_size(segment_size)
+        .map_err(|e| anyhow::anyhow!("--segment-size: {e}"))? as u64;
+    if segment_bytes == 0 {
+        anyhow::bail!("--segment-size must be positive");
+    }
+    let options = |name: String, source| BackupOptions {
+        rewrite,
+        segment_bytes,
+        ..BackupOptions::new(name, source)
+    };
     // Check the source before taking the lock, so a typo fails fast.
     if let Some(p) = &path {
         std::fs::symlink_metadata(p).with_context(|| format!("cannot read {}", p.display()))?;
@@ -52,7 +65,7 @@ pub fn backup(
     let mut r = Repository::open_writer(open_backend(repo)?, "tessera backup")?;
     let report = if let Some(name) = stdin_name {
         let pb = ui::progress(None, "backup", json);
-        let opts = BackupOptions::new(name, SourceKind::Stream);
+        let opts = options(name, SourceKind::Stream);
         let mut stdin = std::io::stdin().lock();
         let rep = r.backup_reader(&opts, &mut stdin, &mut |n| pb.set_position(n))?;
         pb.finish_and_clear();
@@ -62,7 +75,7 @@ pub fn backup(
         }
     } else if let Some(t) = trace_file {
         let f = File::open(&t).with_context(|| format!("cannot open {}", t.display()))?;
-        let opts = BackupOptions::new(t.display().to_string(), SourceKind::Trace);
+        let opts = options(t.display().to_string(), SourceKind::Trace);
         let chunks = tessera_core::trace::read_trace(BufReader::new(f), t.display().to_string());
         Report {
             backup: r.backup_trace(&opts, chunks)?,
@@ -74,7 +87,7 @@ pub fn backup(
         let meta = std::fs::metadata(&p).with_context(|| format!("cannot read {}", p.display()))?;
         if meta.is_dir() {
             let pb = ui::progress(tree_size(&p), "backup", json);
-            let opts = BackupOptions::new(abs.display().to_string(), SourceKind::Tree);
+            let opts = options(abs.display().to_string(), SourceKind::Tree);
             let (rep, tree) = r.backup_tree(&opts, &p, &mut |n| pb.set_position(n))?;
             pb.finish_and_clear();
             Report {
@@ -84,7 +97,7 @@ pub fn backup(
         } else {
             let pb = ui::progress(Some(meta.len()), "backup", json);
             let mut f = File::open(&p).with_context(|| format!("cannot open {}", p.display()))?;
-            let opts = BackupOptions::new(abs.display().to_string(), SourceKind::File);
+            let opts = options(abs.display().to_string(), SourceKind::File);
             let rep = r.backup_reader(&opts, &mut f, &mut |n| pb.set_position(n))?;
             pb.finish_and_clear();
             Report {
@@ -113,6 +126,14 @@ pub fn backup(
             b.data_containers_written,
             b.recipe_containers_written,
         );
+        if rewrite != RewriteSpec::None {
+            println!(
+                "  rewrite {rewrite}: {} rewritten in {} chunks over {} segments",
+                ui::bytes(b.rewritten_bytes),
+                b.rewritten_chunks,
+                b.segments,
+            );
+        }
         if let Some(t) = &report.tree {
             println!(
                 "  {} files, {} directories, {} symlinks, {} hard links",

@@ -21,7 +21,7 @@ pub fn run(cmd: LabCommand) -> Result<ExitCode> {
             approaches,
             json,
         } => run_demo(&dir, &approaches, json.json),
-        LabCommand::Bench { .. } => anyhow::bail!("lab bench: not in this branch"),
+        LabCommand::Bench { dir, size, json } => super::bench::run(&dir, &size, json.json),
         LabCommand::Gen { command } => gen(command),
         LabCommand::Run {
             experiment,

@@ -1,6 +1,9 @@
 //! One function per command; each returns its exit status.
 
 mod backup;
+mod bench;
+mod check;
+mod gc;
 mod lab;
 mod manage;
 mod restore;
@@ -27,8 +30,17 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             path,
             stdin_name,
             trace_file,
+            rewrite,
+            segment_size,
             json,
-        } => backup::backup(&repo, path, stdin_name, trace_file, json.json),
+        } => backup::backup(
+            &repo,
+            path,
+            stdin_name,
+            trace_file,
+            (&rewrite, &segment_size),
+            json.json,
+        ),
         Command::Snapshots { repo, json } => manage::snapshots(&repo, json.json),
         Command::Restore {
             repo,
@@ -37,14 +49,62 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             stdout,
             cache,
             json,
-        } => restore::restore(&repo, &snapshot, target, stdout, cache, json.json),
+        } => restore::restore(&repo, &snapshot, target, stdout, &cache, json.json),
         Command::Forget {
             repo,
             snapshots,
+            keep_last,
+            keep_daily,
+            keep_weekly,
+            keep_monthly,
+            dry_run,
             json,
-        } => manage::forget(&repo, &snapshots, json.json),
+        } => {
+            let policy = gc::policy(&keep_last, &keep_daily, &keep_weekly, &keep_monthly)?;
+            if policy.is_empty() && !dry_run && !snapshots.is_empty() {
+                manage::forget(&repo, &snapshots, json.json)
+            } else {
+                gc::forget(&repo, &snapshots, policy, dry_run, json.json)
+            }
+        }
+        Command::Gc {
+            repo,
+            strategy,
+            segment_containers,
+            liveness_threshold,
+            split_threshold,
+            vc_fp_rate,
+            ownership_fp_rate,
+            dry_run,
+            json,
+        } => gc::gc(
+            &repo,
+            &gc::GcArgs {
+                strategy,
+                segment_containers,
+                liveness_threshold,
+                split_threshold,
+                vc_fp_rate,
+                ownership_fp_rate,
+                dry_run,
+            },
+            json.json,
+        ),
         Command::Stats { repo, json } => manage::stats(&repo, json.json),
         Command::Unlock { repo, json } => manage::unlock(&repo, json.json),
+        Command::Check {
+            repo,
+            read_data,
+            read_data_subset,
+            repair_leftovers,
+            json,
+        } => check::check(
+            &repo,
+            read_data,
+            read_data_subset.as_deref(),
+            repair_leftovers,
+            json.json,
+        ),
         Command::Lab { command } => lab::run(command),
     }
 }

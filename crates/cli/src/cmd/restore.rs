@@ -9,6 +9,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use tessera_core::archive::ExtractReport;
+use tessera_core::restore::CacheSpec;
 use tessera_core::{Repository, RestoreOptions, RestoreReport};
 
 #[derive(Serialize)]
@@ -24,17 +25,13 @@ pub fn restore(
     snapshot: &str,
     target: Option<PathBuf>,
     to_stdout: bool,
-    cache: usize,
+    cache: &str,
     json: bool,
 ) -> Result<ExitCode> {
-    if cache == 0 {
-        anyhow::bail!("--cache must be at least 1 container");
-    }
+    let cache = CacheSpec::parse(cache).map_err(|e| anyhow::anyhow!("--cache: {e}"))?;
     let r = Repository::open(open_backend(repo)?)?;
     let backup = r.resolve(snapshot)?.clone();
-    let opts = RestoreOptions {
-        cache: tessera_core::restore::CacheSpec::Lru(cache),
-    };
+    let opts = RestoreOptions { cache };
     let pb = ui::progress(Some(backup.logical_bytes), "restore", json || to_stdout);
     let report = if to_stdout {
         let stdout = std::io::stdout();
@@ -65,7 +62,7 @@ pub fn restore(
     } else {
         let s = &report.restore;
         let line = format!(
-            "restored backup {}: {} in {} chunks from {} containers (read amplification {:.2}, speed factor {:.2} MB/container), {:.2} s, {:.1} MB/s",
+            "restored backup {} ({cache}): {} in {} chunks from {} containers (read amplification {:.2}, speed factor {:.2} MB/container), {:.2} s, {:.1} MB/s",
             s.backup_id,
             ui::bytes(s.restored_bytes),
             s.chunks,

@@ -157,19 +157,28 @@ impl ChunkerConfig {
     }
 }
 
-/// Parse `8192`, `8k`, `8KiB`, `4m`, `4MiB`.
+/// Parse `8192`, `8k`, `8KiB`, `4m`, `4MiB` into a size that fits 32 bits
+/// (chunk and container sizes).
 pub fn parse_size(s: &str) -> Result<u32, String> {
+    let v = parse_bytes(s)?;
+    u32::try_from(v).map_err(|_| format!("size '{s}' too large"))
+}
+
+/// Parse a byte count with an optional binary unit: `k`/`KiB`, `m`/`MiB`,
+/// `g`/`GiB`, `t`/`TiB` (case-insensitive).
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
     let t = s.trim().to_ascii_lowercase();
-    let (num, mult) = if let Some(n) = t.strip_suffix("kib").or(t.strip_suffix("k")) {
-        (n, 1024u64)
-    } else if let Some(n) = t.strip_suffix("mib").or(t.strip_suffix("m")) {
-        (n, 1024 * 1024)
-    } else {
-        (t.as_str(), 1)
-    };
+    let units = [("k", 10), ("m", 20), ("g", 30), ("t", 40)];
+    let (num, shift) = units
+        .iter()
+        .find_map(|&(u, sh)| {
+            t.strip_suffix(&format!("{u}ib"))
+                .or(t.strip_suffix(u))
+                .map(|n| (n, sh))
+        })
+        .unwrap_or((t.as_str(), 0));
     let v: u64 = num.trim().parse().map_err(|_| format!("bad size '{s}'"))?;
-    v.checked_mul(mult)
-        .and_then(|b| u32::try_from(b).ok())
+    v.checked_mul(1u64 << shift)
         .ok_or_else(|| format!("size '{s}' too large"))
 }
 

@@ -288,6 +288,13 @@ fn parse_size_rejects_overflow() {
     assert!(super::parse_size("4096m").is_err());
     assert!(super::parse_size("18014398509481985k").is_err());
     assert!(super::parse_size("18446744073709551615m").is_err());
+    assert_eq!(super::parse_bytes("1GiB"), Ok(1 << 30));
+    assert_eq!(super::parse_bytes("2g"), Ok(2 << 30));
+    assert_eq!(super::parse_bytes("3TiB"), Ok(3 << 40));
+    assert_eq!(super::parse_bytes("512"), Ok(512));
+    assert!(super::parse_size("4GiB").is_err());
+    assert!(super::parse_bytes("1.5GiB").is_err());
+    assert!(super::parse_bytes("20000000t").is_err());
 }
 
 #[test]

@@ -319,6 +319,25 @@ pub fn decode(id: ContainerId, object: &[u8]) -> Result<(Header, Vec<ChunkMeta>)
     Ok((h, meta))
 }
 
+/// Like [`decode`] but without the data checksum: for salvaging the intact
+/// chunks of a damaged container (each must then be checked against its
+/// fingerprint by the caller). Header, length and metadata are still verified.
+pub fn decode_salvage(id: ContainerId, object: &[u8]) -> Result<(Header, Vec<ChunkMeta>)> {
+    let h = decode_header(id, object)?;
+    if object.len() as u64 != h.object_len() {
+        return Err(Error::corrupt(
+            object_name(id),
+            format!(
+                "object is {} bytes, header promises {}",
+                object.len(),
+                h.object_len()
+            ),
+        ));
+    }
+    let meta = decode_meta(&h, &object[h.meta_offset() as usize..])?;
+    Ok((h, meta))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,8 +5,76 @@
 //! written again, next to their neighbours, so that restores read fewer
 //! containers. See `smr-rewriting.md` and `mfdedup-tos.md` §2.2.
 
+mod capping;
+mod har;
+mod smr;
+
+pub use capping::{capping_select, Capping};
+pub use har::{har_sparse, Har};
+pub use smr::{smr_select, Smr};
+
+use crate::container::ContainerId;
 use serde::{Deserialize, Serialize};
 use std::fmt;
+
+/// Default ingest segment: 20 MiB of chunks, the size Capping, NED and SMR
+/// all recommend.
+pub const DEFAULT_SEGMENT_BYTES: u64 = 20 << 20;
+
+/// One distinct duplicate chunk of a segment, as the policy sees it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SegmentChunk {
+    /// Chunk length in bytes.
+    pub len: u32,
+    /// Every live, sealed container holding a copy, the index's preferred
+    /// (most recently referenced) copy first. Rewriting makes copies, so one
+    /// chunk can have several; SMR needs all of them to see redundancy.
+    pub containers: Vec<ContainerId>,
+}
+
+/// The distinct duplicate chunks of one ingest segment (unique chunks and
+/// chunks already in the open container are not the policy's business).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Segment {
+    pub chunks: Vec<SegmentChunk>,
+}
+
+/// Decides, per segment, which duplicates are deduplicated and which are
+/// written again.
+pub trait RewritePolicy: Send {
+    /// For each chunk of `seg` (same order), `Some(container)` to reference
+    /// that copy, `None` to rewrite it.
+    fn decide(&mut self, seg: &Segment) -> Vec<Option<ContainerId>>;
+}
+
+/// Reference each chunk's copy in the earliest-selected container holding
+/// it; rewrite chunks no selected container holds.
+pub fn decide_by_selection(seg: &Segment, selected: &[ContainerId]) -> Vec<Option<ContainerId>> {
+    let rank: std::collections::HashMap<ContainerId, usize> =
+        selected.iter().enumerate().map(|(i, &c)| (c, i)).collect();
+    seg.chunks
+        .iter()
+        .map(|c| {
+            c.containers
+                .iter()
+                .filter_map(|id| rank.get(id).map(|&r| (r, *id)))
+                .min()
+                .map(|(_, id)| id)
+        })
+        .collect()
+}
+
+/// Deduplicates everything (the naive baseline, as a policy).
+pub struct NoRewrite;
+
+impl RewritePolicy for NoRewrite {
+    fn decide(&mut self, seg: &Segment) -> Vec<Option<ContainerId>> {
+        seg.chunks
+            .iter()
+            .map(|c| c.containers.first().copied())
+            .collect()
+    }
+}
 
 /// Which rewrite policy a backup uses, as named on the command line
 /// (`none`, `capping:20`, `smr:20`, `har` or `har:0.5`).
@@ -66,6 +134,19 @@ impl RewriteSpec {
     }
 }
 
+impl RewriteSpec {
+    /// The policy object for one backup. HAR needs the sparse containers
+    /// the previous backup left (from the manifest).
+    pub fn policy(&self, sparse: &[ContainerId]) -> Box<dyn RewritePolicy> {
+        match *self {
+            RewriteSpec::None => Box::new(NoRewrite),
+            RewriteSpec::Capping { level } => Box::new(Capping { level }),
+            RewriteSpec::Smr { level } => Box::new(Smr { level }),
+            RewriteSpec::Har { .. } => Box::new(Har::new(sparse)),
+        }
+    }
+}
+
 impl fmt::Display for RewriteSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -80,6 +161,117 @@ impl fmt::Display for RewriteSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
+
+    // Containers of `smr-rewriting.md` Fig. 3 (capacity 5 chunks).
+    const I: ContainerId = 1;
+    const II: ContainerId = 2;
+    const III: ContainerId = 3;
+    const IV: ContainerId = 4;
+
+    /// A segment from (chunk name, containers holding a copy).
+    fn segment(chunks: &[(&str, &[ContainerId])]) -> (Vec<String>, Segment) {
+        let names = chunks.iter().map(|c| c.0.to_string()).collect();
+        let chunks = chunks
+            .iter()
+            .map(|(_, cs)| SegmentChunk {
+                len: 1,
+                containers: cs.to_vec(),
+            })
+            .collect();
+        (names, Segment { chunks })
+    }
+
+    fn rewritten(names: &[String], d: &[Option<ContainerId>]) -> Vec<String> {
+        names
+            .iter()
+            .zip(d)
+            .filter(|(_, d)| d.is_none())
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    /// Second stream of Fig. 3: I holds A–E, II holds F G, III holds K L M
+    /// (N O P are unique, not the policy's business). Both schemes pick I
+    /// and III and rewrite F and G.
+    #[test]
+    fn paper_fig3_second_stream() {
+        let (names, seg) = segment(&[
+            ("A", &[I]),
+            ("B", &[I]),
+            ("C", &[I]),
+            ("D", &[I]),
+            ("E", &[I]),
+            ("F", &[II]),
+            ("G", &[II]),
+            ("K", &[III]),
+            ("L", &[III]),
+            ("M", &[III]),
+        ]);
+        assert_eq!(capping_select(&seg, 2), vec![I, III]);
+        assert_eq!(smr_select(&seg, 2), vec![I, III]);
+        let d = Capping { level: 2 }.decide(&seg);
+        assert_eq!(rewritten(&names, &d), ["F", "G"]);
+        assert_eq!(Smr { level: 2 }.decide(&seg), d);
+    }
+
+    /// Third stream of Fig. 3 / Fig. 6: after the second backup F and G have
+    /// copies in II and IV (IV = F G N O P). Capping counts I:3 II:5 III:0
+    /// IV:4, selects II and IV, rewrites A B C; SMR (Table I) selects I and
+    /// II (8 distinct chunks) and rewrites only O and P.
+    #[test]
+    fn paper_fig3_fig6_third_stream() {
+        let (names, seg) = segment(&[
+            ("A", &[I]),
+            ("B", &[I]),
+            ("C", &[I]),
+            ("F", &[IV, II]),
+            ("G", &[IV, II]),
+            ("H", &[II]),
+            ("I", &[II]),
+            ("J", &[II]),
+            ("O", &[IV]),
+            ("P", &[IV]),
+        ]);
+        let mut cap = capping_select(&seg, 2);
+        cap.sort();
+        assert_eq!(cap, vec![II, IV]);
+        let mut smr = smr_select(&seg, 2);
+        smr.sort();
+        assert_eq!(smr, vec![I, II]);
+
+        let d = Capping { level: 2 }.decide(&seg);
+        assert_eq!(rewritten(&names, &d), ["A", "B", "C"]);
+        assert_eq!(d.iter().filter(|d| d.is_some()).count(), 7);
+        let d = Smr { level: 2 }.decide(&seg);
+        assert_eq!(rewritten(&names, &d), ["O", "P"]);
+        assert_eq!(d.iter().filter(|d| d.is_some()).count(), 8);
+        // F and G are read from II, the container SMR selected.
+        assert_eq!(d[3], Some(II));
+        assert_eq!(d[4], Some(II));
+    }
+
+    #[test]
+    fn selection_is_exactly_the_level_and_stops_at_zero_gain() {
+        let (_, seg) = segment(&[("a", &[1]), ("b", &[2]), ("c", &[3]), ("d", &[1, 2])]);
+        assert_eq!(capping_select(&seg, 2).len(), 2);
+        assert_eq!(smr_select(&seg, 2).len(), 2);
+        // Container 2 adds nothing once 1 and 4 are chosen: gain 0 stops.
+        let (_, seg) = segment(&[("a", &[1, 2]), ("b", &[1, 2]), ("c", &[4])]);
+        let s = smr_select(&seg, 10);
+        assert_eq!(s, vec![1, 4]);
+        assert!(smr_select(&Segment::default(), 3).is_empty());
+    }
+
+    #[test]
+    fn har_rewrites_only_chunks_without_a_dense_copy() {
+        let (names, seg) = segment(&[("a", &[1]), ("b", &[2]), ("c", &[1, 3])]);
+        let d = Har::new(&[1]).decide(&seg);
+        assert_eq!(rewritten(&names, &d), ["a"]);
+        assert_eq!(d[2], Some(3));
+        let used = HashMap::from([(1, 40), (2, 60), (3, 50)]);
+        assert_eq!(har_sparse(&used, 100, 0.5), vec![1]);
+    }
 
     #[test]
     fn parse_and_display_round_trip() {

@@ -12,15 +12,19 @@ use crate::container::{format::object_name, ChunkKind, ChunkMeta, Container, Con
 use crate::error::{Error, IoContext, Result};
 use crate::fingerprint::Fingerprint;
 use crate::metrics::{mb_per_s, read_amplification, speed_factor};
-use crate::recipe::{self, RecipeChunk, RecipeWalker};
+use crate::recipe::{self, RecipeChunk, RecipeEntry, RecipeWalker};
 use crate::repo::Repository;
 use serde::Serialize;
-use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
-use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::Arc;
 use std::time::Instant;
+
+pub mod cache;
+
+pub use cache::LruCache;
+use cache::{faa, OptCache, OPT_WINDOW};
 
 /// Restore parameters.
 #[derive(Clone, Debug, Default)]
@@ -100,6 +104,8 @@ pub struct RestoreReport {
     pub read_amplification: f64,
     pub speed_factor: f64,
     pub cache_containers: usize,
+    /// The cache policy used.
+    pub cache: CacheSpec,
     pub seconds: f64,
     pub throughput_mb_s: f64,
 }
@@ -111,48 +117,36 @@ struct Piece {
     meta: ChunkMeta,
 }
 
-/// Least-recently-used cache of whole containers.
-pub struct LruCache {
-    capacity: usize,
-    clock: u64,
-    items: HashMap<ContainerId, (Arc<Container>, u64)>,
+/// What the reader stage hands the writer.
+enum Batch {
+    /// Chunks in order, still inside their containers (LRU, OPT).
+    Pieces(Vec<Piece>),
+    /// An assembled window of the output (FAA): bytes (empty in trace
+    /// mode), logical length and chunk count.
+    Assembled(Vec<u8>, u64, u64),
 }
 
-impl LruCache {
-    pub fn new(capacity: usize) -> Self {
-        LruCache {
-            capacity: capacity.max(1),
-            clock: 0,
-            items: HashMap::new(),
-        }
+/// Where `e` is in container `c`, checked against the recipe.
+fn chunk_meta(c: &Container, e: &RecipeEntry, bid: u64, offset: u64) -> Result<ChunkMeta> {
+    let meta = *c.find(&e.fp).ok_or_else(|| {
+        Error::corrupt(
+            format!(
+                "{} (needed by backup {bid} at offset {offset})",
+                object_name(c.id())
+            ),
+            format!("does not hold chunk {}", e.fp.to_hex()),
+        )
+    })?;
+    if meta.len as u64 != e.size {
+        return Err(Error::corrupt(
+            format!("backup {bid}"),
+            format!(
+                "chunk at offset {offset} has size {} in its container, {} in the recipe",
+                meta.len, e.size
+            ),
+        ));
     }
-
-    /// The container, from the cache or loaded with `load` (evicting the
-    /// least recently used one when full).
-    pub fn get(
-        &mut self,
-        id: ContainerId,
-        load: impl FnOnce(ContainerId) -> Result<Container>,
-    ) -> Result<Arc<Container>> {
-        self.clock += 1;
-        if let Some((c, stamp)) = self.items.get_mut(&id) {
-            *stamp = self.clock;
-            return Ok(c.clone());
-        }
-        let c = Arc::new(load(id)?);
-        if self.items.len() >= self.capacity {
-            if let Some(victim) = self
-                .items
-                .iter()
-                .min_by_key(|(_, (_, s))| *s)
-                .map(|(k, _)| *k)
-            {
-                self.items.remove(&victim);
-            }
-        }
-        self.items.insert(id, (c.clone(), self.clock));
-        Ok(c)
-    }
+    Ok(meta)
 }
 
 /// Name the backup (and offset) in an error about one of its objects.
@@ -214,23 +208,42 @@ impl Repository {
         // Two stages: a reader thread walks the recipe and reads, verifies and
         // caches containers; this thread copies chunks to `out`. The cache
         // decisions (and so the metrics) are those of a sequential restore.
-        let (tx, rx) = sync_channel::<Result<Vec<Piece>>>(4);
+        // FAA hands over whole areas: a rendezvous keeps memory at two areas
+        // (one assembling, one being written); spent areas come back.
+        let depth = if matches!(opts.cache, CacheSpec::Faa(_)) {
+            0
+        } else {
+            4
+        };
+        let (tx, rx) = sync_channel::<Result<Batch>>(depth);
+        let (spent_tx, spent) = sync_channel::<Vec<u8>>(1);
         let (offset, chunks) = std::thread::scope(|scope| {
             scope.spawn(move || {
-                if let Err(e) = self.read_pieces(backup, opts, &tx) {
+                if let Err(e) = self.read_pieces(backup, opts, &tx, &spent) {
                     let _ = tx.send(Err(e));
                 }
             });
             let mut offset = 0u64;
             let mut chunks = 0u64;
             for batch in rx {
-                for p in batch? {
-                    if !p.container.header.trace {
-                        out.write_all(p.container.bytes(&p.meta))
-                            .ctx(|| "cannot write restored data".into())?;
+                match batch? {
+                    Batch::Pieces(pieces) => {
+                        for p in pieces {
+                            if !p.container.header.trace {
+                                out.write_all(p.container.bytes(&p.meta))
+                                    .ctx(|| "cannot write restored data".into())?;
+                            }
+                            offset += p.meta.len as u64;
+                            chunks += 1;
+                        }
                     }
-                    offset += p.meta.len as u64;
-                    chunks += 1;
+                    Batch::Assembled(bytes, len, n) => {
+                        out.write_all(&bytes)
+                            .ctx(|| "cannot write restored data".into())?;
+                        offset += len;
+                        chunks += n;
+                        let _ = spent_tx.try_send(bytes);
+                    }
                 }
                 progress(offset);
             }
@@ -259,6 +272,7 @@ impl Repository {
             read_amplification: read_amplification(io.data_container_bytes_read, offset),
             speed_factor: speed_factor(offset, io.data_containers_read),
             cache_containers: opts.cache.containers(),
+            cache: opts.cache,
             seconds: secs,
             throughput_mb_s: mb_per_s(offset, secs),
         })
@@ -270,27 +284,23 @@ impl Repository {
         &self,
         backup: &BackupEntry,
         opts: &RestoreOptions,
-        tx: &SyncSender<Result<Vec<Piece>>>,
+        tx: &SyncSender<Result<Batch>>,
+        spent: &Receiver<Vec<u8>>,
     ) -> Result<()> {
         const BATCH: usize = 1024;
         let bid = backup.id;
         let mut recipes = LruCache::new(8);
-        // Only LRU is implemented so far; OPT and FAA arrive with the rewriting work.
-        if !matches!(opts.cache, CacheSpec::Lru(_)) {
-            return Err(Error::invalid(format!(
-                "restore cache {} is not implemented yet (use lru:N)",
-                opts.cache
-            )));
-        }
-        let mut data = LruCache::new(opts.cache.containers());
         let root = backup.root_fp()?;
         let mut walker = RecipeWalker::new(root, backup.root_level, |fp, _| {
             self.load_recipe_chunk(&mut recipes, fp)
         })
         .map_err(|e| in_backup(e, bid, None))?;
+        // The next recipe entry with the container the index sends it to.
         let mut offset = 0u64;
-        let mut batch = Vec::with_capacity(BATCH);
-        while let Some(e) = walker.next().map_err(|e| in_backup(e, bid, Some(offset)))? {
+        let mut next = |offset: u64| -> Result<Option<(RecipeEntry, ContainerId)>> {
+            let Some(e) = walker.next().map_err(|e| in_backup(e, bid, Some(offset)))? else {
+                return Ok(None);
+            };
             let id = self.index.get(ChunkKind::Data, &e.fp).ok_or_else(|| {
                 Error::corrupt(
                     format!("backup {bid}"),
@@ -300,38 +310,118 @@ impl Repository {
                     ),
                 )
             })?;
-            let c = data
-                .get(id, |id| self.store.read(id))
-                .map_err(|err| in_backup(err, bid, Some(offset)))?;
-            let meta = *c.find(&e.fp).ok_or_else(|| {
-                Error::corrupt(
-                    format!(
-                        "{} (needed by backup {bid} at offset {offset})",
-                        object_name(id)
-                    ),
-                    format!("does not hold chunk {}", e.fp.to_hex()),
-                )
-            })?;
-            if meta.len as u64 != e.size {
-                return Err(Error::corrupt(
-                    format!("backup {bid}"),
-                    format!(
-                        "chunk at offset {offset} has size {} in its container, {} in the recipe",
-                        meta.len, e.size
-                    ),
-                ));
-            }
-            offset += e.size;
-            batch.push(Piece { container: c, meta });
+            Ok(Some((e, id)))
+        };
+        let load = |id: ContainerId, offset: u64| {
+            self.store
+                .read(id)
+                .map_err(|err| in_backup(err, bid, Some(offset)))
+        };
+        let mut batch = Vec::with_capacity(BATCH);
+        let emit = |p: Piece, batch: &mut Vec<Piece>| -> bool {
+            batch.push(p);
             if batch.len() == BATCH {
-                let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
-                if tx.send(Ok(full)).is_err() {
-                    return Ok(()); // the writer stopped; it reports why
+                let full = std::mem::replace(batch, Vec::with_capacity(BATCH));
+                // A closed channel: the writer stopped and reports why.
+                return tx.send(Ok(Batch::Pieces(full))).is_ok();
+            }
+            true
+        };
+        match opts.cache {
+            CacheSpec::Lru(n) => {
+                let mut data = LruCache::new(n);
+                while let Some((e, id)) = next(offset)? {
+                    let c = data.get(id, |id| load(id, offset))?;
+                    let meta = chunk_meta(&c, &e, bid, offset)?;
+                    offset += e.size;
+                    if !emit(Piece { container: c, meta }, &mut batch) {
+                        return Ok(());
+                    }
+                }
+            }
+            CacheSpec::Opt(n) => {
+                let mut data = OptCache::new(n);
+                let mut window = std::collections::VecDeque::new();
+                let mut ahead = 0u64;
+                let mut done = false;
+                loop {
+                    while !done && window.len() < OPT_WINDOW {
+                        match next(ahead)? {
+                            Some((e, id)) => {
+                                ahead += e.size;
+                                data.announce(id);
+                                window.push_back((e, id));
+                            }
+                            None => done = true,
+                        }
+                    }
+                    let Some((e, id)) = window.pop_front() else {
+                        break;
+                    };
+                    let c = data.get(id, |id| load(id, offset))?;
+                    let meta = chunk_meta(&c, &e, bid, offset)?;
+                    offset += e.size;
+                    if !emit(Piece { container: c, meta }, &mut batch) {
+                        return Ok(());
+                    }
+                }
+            }
+            CacheSpec::Faa(n) => {
+                let area = faa::area_bytes(n, self.manifest.config.container_size as u64);
+                let trace = self.manifest.config.trace;
+                let mut pending = next(offset)?;
+                while pending.is_some() {
+                    // One window: its entries and, per container in order of
+                    // first use, the entries it supplies.
+                    let start = offset;
+                    let mut entries: Vec<(RecipeEntry, u64)> = Vec::new();
+                    let mut by_container: Vec<(ContainerId, Vec<usize>)> = Vec::new();
+                    let mut slot: std::collections::HashMap<ContainerId, usize> =
+                        std::collections::HashMap::new();
+                    let mut filled = 0u64;
+                    while let Some((e, id)) = pending.take() {
+                        if !faa::fits(filled, e.size, area) {
+                            pending = Some((e, id));
+                            break;
+                        }
+                        let k = *slot.entry(id).or_insert_with(|| {
+                            by_container.push((id, Vec::new()));
+                            by_container.len() - 1
+                        });
+                        by_container[k].1.push(entries.len());
+                        entries.push((e, filled));
+                        filled += e.size;
+                        pending = next(start + filled)?;
+                    }
+                    let mut area_buf = if trace {
+                        Vec::new()
+                    } else {
+                        // Every byte of the window is overwritten below.
+                        let mut b = spent.try_recv().unwrap_or_default();
+                        b.resize(filled as usize, 0);
+                        b
+                    };
+                    for (id, idx) in &by_container {
+                        let c = load(*id, start + entries[idx[0]].1)?;
+                        for &i in idx {
+                            let (e, at) = &entries[i];
+                            let meta = chunk_meta(&c, e, bid, start + at)?;
+                            if !trace {
+                                let at = *at as usize;
+                                area_buf[at..at + e.size as usize].copy_from_slice(c.bytes(&meta));
+                            }
+                        }
+                    }
+                    offset += filled;
+                    let n = entries.len() as u64;
+                    if tx.send(Ok(Batch::Assembled(area_buf, filled, n))).is_err() {
+                        return Ok(());
+                    }
                 }
             }
         }
         if !batch.is_empty() {
-            let _ = tx.send(Ok(batch));
+            let _ = tx.send(Ok(Batch::Pieces(batch)));
         }
         Ok(())
     }

@@ -1,0 +1,99 @@
+//! `tessera check`: verify the repository and list every problem.
+
+use super::open_backend;
+use crate::args::RepoArg;
+use crate::ui;
+use anyhow::Result;
+use serde::Serialize;
+use std::process::ExitCode;
+use tessera_core::check::{check_backend, CheckOptions, CheckReport, ReadData};
+use tessera_core::Repository;
+
+#[derive(Serialize)]
+struct Report {
+    ok: bool,
+    #[serde(flatten)]
+    check: CheckReport,
+    /// Leftovers removed by `--repair-leftovers`.
+    removed_leftovers: Vec<String>,
+}
+
+pub fn check(
+    repo: &RepoArg,
+    read_data: bool,
+    subset: Option<&str>,
+    repair_leftovers: bool,
+    json: bool,
+) -> Result<ExitCode> {
+    let read_data = match (read_data, subset) {
+        (_, Some(s)) => ReadData::parse_subset(s).map_err(anyhow::Error::msg)?,
+        (true, None) => ReadData::All,
+        (false, None) => ReadData::None,
+    };
+    let backend = open_backend(repo)?;
+    let mut removed = Vec::new();
+    if repair_leftovers {
+        // A writer removes exactly the objects no manifest lists.
+        let w = Repository::open_writer(backend.clone(), "tessera check --repair-leftovers")?;
+        removed = w.leftovers().objects.clone();
+        w.close()?;
+    }
+    let check = check_backend(backend, &CheckOptions { read_data })?;
+    let ok = check.ok();
+    if json {
+        ui::print_json(&Report {
+            ok,
+            check,
+            removed_leftovers: removed,
+        })?;
+    } else {
+        let c = &check;
+        println!(
+            "checked generation {}: {} backups, {} containers{}, {} index entries, {} recipe chunks, {} distinct data chunks referenced",
+            c.generation,
+            c.backups,
+            c.containers,
+            if c.data_containers_read > 0 {
+                format!(" ({} read whole, {} chunks rehashed)", c.data_containers_read, c.chunks_rehashed)
+            } else {
+                String::new()
+            },
+            c.index_entries,
+            c.recipe_chunks_checked,
+            c.data_chunks_referenced
+        );
+        for key in &removed {
+            println!("removed leftover {key}");
+        }
+        if !c.leftovers.is_empty() {
+            println!(
+                "{} leftover objects of an interrupted mutation (removed by the next writer, or now with --repair-leftovers):",
+                c.leftovers.len()
+            );
+            for key in &c.leftovers {
+                println!("  {key}");
+            }
+        }
+        for p in &c.problems {
+            let mut line = format!("problem: {}: {}", p.object, p.problem);
+            if !p.backups.is_empty() {
+                let ids: Vec<String> = p.backups.iter().map(|b| b.to_string()).collect();
+                line += &format!("; affects backups {}", ids.join(", "));
+            }
+            println!("{line}");
+            for f in &p.files {
+                println!("  file {f}");
+            }
+        }
+        if ok {
+            println!("no problems found");
+        } else {
+            println!("{} problems found", c.problems.len());
+        }
+    }
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(3)
+    })
+}

@@ -1,0 +1,199 @@
+//! gc, and forget by retention policy (or as a dry run).
+
+use super::open_backend;
+use crate::args::RepoArg;
+use crate::ui;
+use anyhow::{bail, Result};
+use serde::Serialize;
+use std::process::ExitCode;
+use tessera_core::catalog::BackupEntry;
+use tessera_core::gc::{GcOptions, GcStrategy};
+use tessera_core::retention::RetentionPolicy;
+use tessera_core::Repository;
+
+pub struct GcArgs {
+    pub strategy: String,
+    pub segment_containers: String,
+    pub liveness_threshold: String,
+    pub split_threshold: String,
+    pub vc_fp_rate: String,
+    pub ownership_fp_rate: String,
+    pub dry_run: bool,
+}
+
+/// Parse a number flag; the message names the flag.
+fn number(flag: &str, v: &str, what: &str) -> Result<f64> {
+    v.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|x| x.is_finite())
+        .ok_or_else(|| anyhow::anyhow!("--{flag} expects {what} (got '{v}')"))
+}
+
+/// Parse a count flag; the message names the flag (one line, exit code 1).
+fn count(flag: &str, v: &str) -> Result<usize> {
+    v.trim()
+        .parse::<usize>()
+        .map_err(|_| anyhow::anyhow!("--{flag} expects a whole number (got '{v}')"))
+}
+
+pub fn policy(
+    last: &Option<String>,
+    daily: &Option<String>,
+    weekly: &Option<String>,
+    monthly: &Option<String>,
+) -> Result<RetentionPolicy> {
+    let get = |flag: &str, v: &Option<String>| v.as_deref().map(|v| count(flag, v)).transpose();
+    Ok(RetentionPolicy {
+        keep_last: get("keep-last", last)?,
+        keep_daily: get("keep-daily", daily)?,
+        keep_weekly: get("keep-weekly", weekly)?,
+        keep_monthly: get("keep-monthly", monthly)?,
+    })
+}
+
+#[derive(Serialize)]
+struct ForgetReport {
+    dry_run: bool,
+    forgotten: Vec<BackupEntry>,
+    kept: Vec<u64>,
+    remaining: usize,
+}
+
+pub fn forget(
+    repo: &RepoArg,
+    specs: &[String],
+    policy: RetentionPolicy,
+    dry_run: bool,
+    json: bool,
+) -> Result<ExitCode> {
+    if specs.is_empty() && policy.is_empty() {
+        bail!("nothing to forget: give backup ids or a retention policy (--keep-last, --keep-daily, --keep-weekly, --keep-monthly)");
+    }
+    if !specs.is_empty() && !policy.is_empty() {
+        bail!("give either backup ids or a retention policy, not both");
+    }
+    let mut r = Repository::open_writer(open_backend(repo)?, "tessera forget")?;
+    let mut ids = Vec::new();
+    if policy.is_empty() {
+        for s in specs {
+            let id = r.resolve(s)?.id;
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+        }
+    } else {
+        ids = policy.apply(r.backups()).forget;
+    }
+    let forgotten: Vec<BackupEntry> = if dry_run || ids.is_empty() {
+        r.backups()
+            .iter()
+            .filter(|b| ids.contains(&b.id))
+            .cloned()
+            .collect()
+    } else {
+        r.forget(&ids)?
+    };
+    let report = ForgetReport {
+        dry_run,
+        kept: r
+            .backups()
+            .iter()
+            .map(|b| b.id)
+            .filter(|id| !ids.contains(id))
+            .collect(),
+        remaining: r.backups().len() - if dry_run { ids.len() } else { 0 },
+        forgotten,
+    };
+    r.close()?;
+    if json {
+        ui::print_json(&report)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let verb = if dry_run { "would forget" } else { "forgot" };
+    for b in &report.forgotten {
+        println!(
+            "{verb} backup {} ({}, {}, {})",
+            b.id,
+            b.name,
+            ui::time(b.time),
+            ui::bytes(b.logical_bytes)
+        );
+    }
+    if report.forgotten.is_empty() {
+        println!("nothing to forget");
+    }
+    println!(
+        "{} backups {}; run `tessera gc` to reclaim space",
+        report.remaining,
+        if dry_run { "would remain" } else { "remain" }
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn gc(repo: &RepoArg, a: &GcArgs, json: bool) -> Result<ExitCode> {
+    let opts = GcOptions {
+        strategy: GcStrategy::parse(&a.strategy).map_err(anyhow::Error::msg)?,
+        segment_containers: count("segment-containers", &a.segment_containers)?,
+        liveness_threshold: number(
+            "liveness-threshold",
+            &a.liveness_threshold,
+            "a number between 0 and 1",
+        )?,
+        split_threshold: count("split-threshold", &a.split_threshold)?,
+        vc_fp_rate: number("vc-fp-rate", &a.vc_fp_rate, "a rate in [0, 0.5)")?,
+        ownership_fp_rate: number(
+            "ownership-fp-rate",
+            &a.ownership_fp_rate,
+            "a rate in [0, 0.5)",
+        )?,
+        dry_run: a.dry_run,
+    };
+    opts.validate().map_err(anyhow::Error::msg)?;
+    let mut r = Repository::open_writer(open_backend(repo)?, "tessera gc")?;
+    let pb = ui::progress(None, "garbage collection", json);
+    pb.enable_steady_tick(std::time::Duration::from_millis(120));
+    let report = r.gc(&opts);
+    pb.finish_and_clear();
+    let report = report?;
+    r.close()?;
+    if json {
+        ui::print_json(&report)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let s = &report;
+    let verb = if s.dry_run {
+        "would reclaim"
+    } else {
+        "reclaimed"
+    };
+    println!(
+        "{} gc{}: {} containers involved ({}), {verb} {} ({} without copying), produced {}",
+        s.strategy,
+        if s.dry_run { " (dry run)" } else { "" },
+        s.involved_containers,
+        ui::bytes(s.involved_bytes),
+        s.reclaimed_containers,
+        s.deleted_without_copy,
+        s.produced_containers
+    );
+    println!(
+        "  freed {}; read {}, wrote {}; recipe containers: {} involved, {} reclaimed, {} produced",
+        ui::bytes(s.reclaimed_bytes),
+        ui::bytes(s.bytes_read),
+        ui::bytes(s.bytes_written),
+        s.recipe_involved_containers,
+        s.recipe_reclaimed_containers,
+        s.recipe_produced_containers
+    );
+    println!(
+        "  time {:.3}s: mark {:.3}s, analyze {:.3}s, sweep read {:.3}s, write {:.3}s; peak memory {}",
+        s.total_seconds,
+        s.mark_seconds,
+        s.analyze_seconds,
+        s.sweep_read_seconds,
+        s.sweep_write_seconds,
+        ui::bytes(s.peak_memory_bytes)
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,245 @@
+//! `tessera gc` and `tessera forget` with retention policies.
+
+use assert_cmd::Command;
+use std::path::Path;
+
+fn tessera(repo: &Path) -> Command {
+    let mut c = Command::cargo_bin("tessera").unwrap();
+    c.env("TESSERA_REPO", repo).env_remove("RUST_BACKTRACE");
+    c
+}
+
+fn ok(cmd: &mut Command) -> Vec<u8> {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+fn json(cmd: &mut Command) -> serde_json::Value {
+    let s = ok(cmd);
+    serde_json::from_slice(&s)
+        .unwrap_or_else(|e| panic!("bad json ({e}): {}", String::from_utf8_lossy(&s)))
+}
+
+/// Expect failure with one `error:` line containing `needle`.
+fn fails(cmd: &mut Command, needle: &str) {
+    let out = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr: {err}");
+    let lines: Vec<_> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "one line expected: {err}");
+    assert!(lines[0].starts_with("error: "), "{err}");
+    assert!(err.contains(needle), "expected '{needle}' in: {err}");
+}
+
+fn data(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// A repository with small containers and backups of v1, v2, v3 (file
+/// versions sharing most chunks); returns the versions.
+fn setup(repo: &Path, dir: &Path) -> Vec<Vec<u8>> {
+    ok(tessera(repo).args([
+        "init",
+        "--chunker",
+        "fastcdc:1k/4k/16k",
+        "--container-size",
+        "64KiB",
+    ]));
+    let v1 = data(1, 400_000);
+    let mut v2 = v1.clone();
+    v2[100_000..150_000].copy_from_slice(&data(2, 50_000));
+    let mut v3 = v2.clone();
+    v3[250_000..300_000].copy_from_slice(&data(3, 50_000));
+    let f = dir.join("file.bin");
+    for v in [&v1, &v2, &v3] {
+        std::fs::write(&f, v).unwrap();
+        ok(tessera(repo).arg("backup").arg(&f));
+    }
+    vec![v1, v2, v3]
+}
+
+fn restore(repo: &Path, id: &str) -> Vec<u8> {
+    ok(tessera(repo).args(["restore", id, "--stdout"]))
+}
+
+fn listing(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(listing(&p));
+        } else {
+            out.push(p.display().to_string());
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn gc_naive_then_gccdf_report_json_and_keep_backups_restorable() {
+    let t = tempfile::tempdir().unwrap();
+    let repo = t.path().join("repo");
+    let v = setup(&repo, t.path());
+    ok(tessera(&repo).args(["forget", "1"]));
+    let r = json(tessera(&repo).args(["gc", "--vc-fp-rate", "0.01", "--json"]));
+    assert_eq!(r["strategy"], "naive");
+    assert_eq!(r["dry_run"], false);
+    let involved = r["involved_containers"].as_u64().unwrap();
+    assert!(involved > 0, "{r}");
+    assert_eq!(r["reclaimed_containers"].as_u64().unwrap(), involved);
+    assert!(r["produced_containers"].as_u64().unwrap() >= 1);
+    for f in [
+        "bytes_read",
+        "bytes_written",
+        "mark_seconds",
+        "analyze_seconds",
+        "sweep_read_seconds",
+        "sweep_write_seconds",
+        "peak_memory_bytes",
+        "involved_bytes",
+    ] {
+        assert!(r[f].is_number(), "{f} missing: {r}");
+    }
+    assert_eq!(restore(&repo, "2"), v[1]);
+    assert_eq!(restore(&repo, "3"), v[2]);
+
+    ok(tessera(&repo).args(["forget", "2"]));
+    let r = json(tessera(&repo).args([
+        "gc",
+        "--strategy",
+        "GCCDF",
+        "--segment-containers",
+        "2",
+        "--split-threshold",
+        "10",
+        "--json",
+    ]));
+    assert_eq!(r["strategy"], "gccdf");
+    assert!(r["segments"].as_u64().unwrap() >= 1, "{r}");
+    assert!(r["tree_peak_bytes"].as_u64().unwrap() > 0, "{r}");
+    assert_eq!(restore(&repo, "3"), v[2]);
+    // Nothing left to collect.
+    let r = json(tessera(&repo).args(["gc", "--json"]));
+    assert_eq!(r["involved_containers"], 0);
+    let human = String::from_utf8(ok(tessera(&repo).arg("gc"))).unwrap();
+    assert!(human.contains("0 containers involved"), "{human}");
+}
+
+#[test]
+fn dry_runs_change_nothing() {
+    let t = tempfile::tempdir().unwrap();
+    let repo = t.path().join("repo");
+    setup(&repo, t.path());
+    let before = listing(&repo);
+    let r = json(tessera(&repo).args(["forget", "--keep-last", "1", "--dry-run", "--json"]));
+    assert_eq!(r["dry_run"], true);
+    let gone: Vec<u64> = r["forgotten"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(gone, vec![1, 2]);
+    assert_eq!(r["remaining"], 1);
+    assert_eq!(listing(&repo), before);
+    ok(tessera(&repo).args(["forget", "1"]));
+    let before = listing(&repo);
+    for s in ["naive", "gccdf"] {
+        let r = json(tessera(&repo).args(["gc", "--dry-run", "--strategy", s, "--json"]));
+        assert_eq!(r["dry_run"], true);
+        assert!(r["reclaimed_containers"].as_u64().unwrap() > 0, "{r}");
+        assert_eq!(listing(&repo), before);
+    }
+}
+
+#[test]
+fn forget_keep_last_then_gc() {
+    let t = tempfile::tempdir().unwrap();
+    let repo = t.path().join("repo");
+    let v = setup(&repo, t.path());
+    let out = String::from_utf8(ok(tessera(&repo).args(["forget", "--keep-last", "2"]))).unwrap();
+    assert!(out.contains("forgot backup 1"), "{out}");
+    let snaps = json(tessera(&repo).args(["snapshots", "--json"]));
+    let ids: Vec<u64> = snaps
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ids, vec![2, 3]);
+    ok(tessera(&repo).args(["gc", "--strategy", "gccdf"]));
+    assert_eq!(restore(&repo, "2"), v[1]);
+    assert_eq!(restore(&repo, "latest"), v[2]);
+    // Dry run by id lists without forgetting.
+    let r = json(tessera(&repo).args(["forget", "2", "--dry-run", "--json"]));
+    assert_eq!(r["forgotten"][0]["id"], 2);
+    assert_eq!(
+        json(tessera(&repo).args(["snapshots", "--json"]))
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+}
+
+#[test]
+fn bad_gc_and_forget_flags_give_one_clear_line() {
+    let t = tempfile::tempdir().unwrap();
+    let repo = t.path().join("repo");
+    setup(&repo, t.path());
+    fails(
+        tessera(&repo).args(["gc", "--strategy", "fast"]),
+        "unknown gc strategy 'fast'",
+    );
+    fails(
+        tessera(&repo).args(["gc", "--liveness-threshold", "2"]),
+        "between 0 and 1",
+    );
+    fails(
+        tessera(&repo).args(["gc", "--liveness-threshold", "half"]),
+        "--liveness-threshold expects a number",
+    );
+    fails(
+        tessera(&repo).args(["gc", "--segment-containers", "x"]),
+        "--segment-containers expects a whole number",
+    );
+    fails(
+        tessera(&repo).args(["gc", "--segment-containers", "0"]),
+        "at least 1 container",
+    );
+    fails(
+        tessera(&repo).args(["forget", "--keep-last", "two"]),
+        "--keep-last expects a whole number",
+    );
+    fails(
+        tessera(&repo).args(["gc", "--vc-fp-rate", "0.7"]),
+        "false-positive rate must be in [0, 0.5)",
+    );
+    fails(
+        tessera(&repo).args(["gc", "--ownership-fp-rate", "nan"]),
+        "--ownership-fp-rate expects a rate",
+    );
+    fails(tessera(&repo).arg("forget"), "nothing to forget");
+    fails(
+        tessera(&repo).args(["forget", "1", "--keep-last", "1"]),
+        "not both",
+    );
+    fails(
+        tessera(&t.path().join("nope")).arg("gc"),
+        "no Tessera repository",
+    );
+}

@@ -1,0 +1,623 @@
+//! `tessera check`: verify that everything the newest manifest promises is
+//! there and intact, and say exactly which backups (and files) a problem
+//! touches.
+//!
+//! Levels of effort:
+//! - always: every listed container's header and metadata (checksummed) are
+//!   read, every index entry must name a listed container that holds the
+//!   chunk, every retained backup's recipe tree is walked (recipe containers
+//!   are read whole and verified, recipe chunks rehashed) and every data
+//!   chunk it references must be indexed and present in its container's
+//!   metadata;
+//! - `--read-data`: every data container (or a deterministic subset) is read
+//!   whole, its checksums verified and every chunk's fingerprint recomputed.
+//!
+//! Problems are collected, never fatal: one bad container must not hide the
+//! next. For a directory backup the damaged byte ranges are mapped back to
+//! the files of its tar stream (reading what is still readable of it).
+
+use crate::catalog::{BackupEntry, SourceKind};
+use crate::container::format::{self, object_name, HEADER_LEN};
+use crate::container::{container_key, ChunkKind, ChunkMeta, ContainerId, Header};
+use crate::error::{Error, Result};
+use crate::fingerprint::{Fingerprint, FpMap};
+use crate::recipe::RecipeWalker;
+use crate::repo::Repository;
+use crate::restore::LruCache;
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::Read;
+
+/// How much chunk data `check` reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReadData {
+    /// Metadata and recipes only.
+    #[default]
+    None,
+    /// Every data container.
+    All,
+    /// Part `n` of `m` (1-based): the containers whose position in the
+    /// manifest is `n-1` modulo `m`, so `m` runs cover everything.
+    Subset { n: u64, m: u64 },
+}
+
+impl ReadData {
+    /// Parse `N/M` as used by `--read-data-subset`.
+    pub fn parse_subset(s: &str) -> std::result::Result<Self, String> {
+        let bad = || format!("bad subset '{s}': expected N/M with 1 ≤ N ≤ M, e.g. 1/10");
+        let (n, m) = s.split_once('/').ok_or_else(bad)?;
+        let n: u64 = n.trim().parse().map_err(|_| bad())?;
+        let m: u64 = m.trim().parse().map_err(|_| bad())?;
+        if n == 0 || m == 0 || n > m {
+            return Err(bad());
+        }
+        Ok(ReadData::Subset { n, m })
+    }
+
+    fn selects(&self, position: usize) -> bool {
+        match *self {
+            ReadData::None => false,
+            ReadData::All => true,
+            ReadData::Subset { n, m } => position as u64 % m == n - 1,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CheckOptions {
+    pub read_data: ReadData,
+}
+
+/// One problem: the object at fault and what it affects.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Problem {
+    /// The object at fault (`container 00000000000000a1`, `index segment …`,
+    /// `backup 3`, `manifest`).
+    pub object: String,
+    pub problem: String,
+    /// Retained backups that cannot be restored completely because of it.
+    pub backups: Vec<u64>,
+    /// Paths inside directory backups whose bytes are affected.
+    pub files: Vec<String>,
+}
+
+/// What `check` verified and found.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CheckReport {
+    pub generation: u64,
+    pub backups: usize,
+    pub containers: usize,
+    pub index_entries: usize,
+    pub recipe_chunks_checked: u64,
+    pub data_chunks_referenced: u64,
+    /// Data containers read whole and verified (`--read-data`).
+    pub data_containers_read: u64,
+    /// Chunks whose fingerprint was recomputed.
+    pub chunks_rehashed: u64,
+    /// Objects no manifest lists (left by an interrupted mutation): removed by
+    /// the next writer or by `--repair-leftovers`; not a problem.
+    pub leftovers: Vec<String>,
+    pub problems: Vec<Problem>,
+}
+
+impl CheckReport {
+    pub fn ok(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+/// A data chunk a backup cannot restore: the container the index names
+/// (`ContainerId::MAX` if none) and the chunk's (offset, length) in the backup.
+type DamagedChunk = (ContainerId, (u64, u64));
+
+/// Why a recipe walk stopped, and the recipe container it was reading.
+type WalkError = (Option<ContainerId>, Error);
+
+/// A container object read without its data checksum, and its metadata.
+type RawContainer = (Vec<u8>, Vec<ChunkMeta>);
+
+/// Damage found while walking one backup: byte ranges and their causes.
+#[derive(Default)]
+struct Damage {
+    /// (offset, length) of every unrestorable data chunk.
+    ranges: Vec<(u64, u64)>,
+}
+
+impl Repository {
+    /// Verify the repository. Errors are only returned for failures of the
+    /// check itself (e.g. the backend cannot be listed); everything wrong
+    /// with the repository is a [`Problem`] in the report.
+    pub fn check(&self, opts: &CheckOptions) -> Result<CheckReport> {
+        let m = &self.manifest;
+        let mut report = CheckReport {
+            generation: m.generation,
+            backups: m.backups.len(),
+            containers: m.containers.len(),
+            index_entries: {
+                let (d, r) = self.index.len();
+                d + r
+            },
+            leftovers: self.find_leftovers()?,
+            ..Default::default()
+        };
+        // Container id → problem index, so affected backups can be added.
+        let mut bad_container: HashMap<ContainerId, usize> = HashMap::new();
+        // Container id → chunk fingerprints it holds (from its metadata).
+        let mut contents: HashMap<ContainerId, FpMap<(ChunkKind, u32)>> = HashMap::new();
+        let trace = m.config.trace;
+        let algo = m.config.hash;
+
+        for (pos, c) in m.containers.iter().enumerate() {
+            let name = object_name(c.id);
+            // Recipe containers are small and the recipe walk reads them
+            // whole anyway; data containers only when asked.
+            let whole = c.kind == ChunkKind::Recipe || (!trace && opts.read_data.selects(pos));
+            let read = if whole {
+                match self.store.read(c.id) {
+                    Ok(cont) => {
+                        report.data_containers_read += (c.kind == ChunkKind::Data) as u64;
+                        let mut bad = Vec::new();
+                        for meta in &cont.meta {
+                            report.chunks_rehashed += 1;
+                            if algo.hash(cont.bytes(meta)) != meta.fp {
+                                bad.push(meta.fp);
+                            }
+                        }
+                        Ok((cont.meta.clone(), cont.header.kind, bad))
+                    }
+                    // The data section is damaged: find out which chunks.
+                    Err(e) => match self.salvage(c.id) {
+                        Some((metas, kind, bad)) => {
+                            report.data_containers_read += (c.kind == ChunkKind::Data) as u64;
+                            report.chunks_rehashed += metas.len() as u64;
+                            Ok((metas, kind, bad))
+                        }
+                        None => Err(e),
+                    },
+                }
+            } else {
+                self.store
+                    .read_meta(c.id)
+                    .map(|(h, metas)| (metas, h.kind, Vec::new()))
+            };
+            let problem = match read {
+                Err(e) => Some(e.to_string()),
+                Ok((metas, kind, bad)) => {
+                    let mut map = FpMap::default();
+                    for meta in metas.iter().filter(|m| !bad.contains(&m.fp)) {
+                        map.insert(meta.fp, (meta.kind, meta.len));
+                    }
+                    contents.insert(c.id, map);
+                    if kind != c.kind {
+                        Some(format!(
+                            "holds {kind:?} chunks, the manifest lists it for {:?} chunks",
+                            c.kind
+                        ))
+                    } else if metas.len() as u32 != c.chunks {
+                        Some(format!(
+                            "holds {} chunks, the manifest says {}",
+                            metas.len(),
+                            c.chunks
+                        ))
+                    } else {
+                        bad.first().map(|fp| {
+                            format!(
+                                "data corrupted: {} of its {} chunks do not match their fingerprints (first: {})",
+                                bad.len(),
+                                metas.len(),
+                                fp.to_hex()
+                            )
+                        })
+                    }
+                }
+            };
+            if let Some(p) = problem {
+                bad_container.insert(c.id, report.problems.len());
+                report.problems.push(Problem {
+                    object: name,
+                    problem: strip_object(&p, c.id),
+                    backups: Vec::new(),
+                    files: Vec::new(),
+                });
+            }
+        }
+
+        // Every index entry names a listed container holding that chunk.
+        let mut stale = 0u64;
+        let mut first_stale = None;
+        for e in self.index.entries() {
+            let held = contents
+                .get(&e.container)
+                .and_then(|m| m.get(&e.fp))
+                .is_some_and(|(k, _)| *k == e.kind);
+            let known_bad = bad_container.contains_key(&e.container);
+            if !held && !known_bad {
+                stale += 1;
+                first_stale.get_or_insert(e);
+            }
+        }
+        if let Some(e) = first_stale {
+            report.problems.push(Problem {
+                object: "index".into(),
+                problem: format!(
+                    "{stale} entries point at chunks their container does not hold (first: {:?} chunk {} in {})",
+                    e.kind,
+                    e.fp.to_hex(),
+                    object_name(e.container)
+                ),
+                backups: Vec::new(),
+                files: Vec::new(),
+            });
+        }
+
+        // Walk every retained backup.
+        let mut recipes = LruCache::new(16);
+        let mut seen_data: FpMap<()> = FpMap::default();
+        for b in &m.backups {
+            let (damage, walk_error) =
+                self.check_backup(b, &contents, &mut recipes, &mut report, &mut seen_data);
+            let mut affected: BTreeSet<usize> = BTreeSet::new();
+            // A recipe that cannot be walked because its container is bad is
+            // that container's problem.
+            let walk_error = match walk_error {
+                Some((Some(cid), e)) if bad_container.contains_key(&cid) => {
+                    affected.insert(bad_container[&cid]);
+                    let _ = e;
+                    None
+                }
+                other => other.map(|(_, e)| e),
+            };
+            for &(cid, _) in &damage {
+                if let Some(&i) = bad_container.get(&cid) {
+                    affected.insert(i);
+                }
+            }
+            let orphan: Vec<(u64, u64)> = damage
+                .iter()
+                .filter(|(cid, _)| !bad_container.contains_key(cid))
+                .map(|&(_, r)| r)
+                .collect();
+            let all: Vec<(u64, u64)> = damage.iter().map(|&(_, r)| r).collect();
+            let files = if all.is_empty() || b.source != SourceKind::Tree {
+                Vec::new()
+            } else {
+                self.damaged_files(b, &Damage { ranges: all })
+            };
+            for i in affected {
+                let p = &mut report.problems[i];
+                p.backups.push(b.id);
+                p.files
+                    .extend(files.iter().map(|f| format!("{}: {f}", b.id)));
+            }
+            if !orphan.is_empty() {
+                report.problems.push(Problem {
+                    object: format!("backup {}", b.id),
+                    problem: format!(
+                        "{} chunks are not in the index or not in the container it names (first at offset {})",
+                        orphan.len(),
+                        orphan[0].0
+                    ),
+                    backups: vec![b.id],
+                    files: files.clone(),
+                });
+            }
+            if let Some(e) = walk_error {
+                report.problems.push(Problem {
+                    object: format!("backup {}", b.id),
+                    problem: format!("recipe unreadable: {e}"),
+                    backups: vec![b.id],
+                    files: Vec::new(),
+                });
+            }
+        }
+        report.data_chunks_referenced = seen_data.len() as u64;
+        Ok(report)
+    }
+
+    /// Read a container whose data checksum fails without that check, and
+    /// rehash every chunk: returns its metadata, kind and the fingerprints of
+    /// the damaged chunks, or None if even the header or metadata is bad.
+    fn salvage(&self, id: ContainerId) -> Option<(Vec<ChunkMeta>, ChunkKind, Vec<Fingerprint>)> {
+        let (object, h, metas) = self.salvage_object(id)?;
+        let algo = self.manifest.config.hash;
+        let bad = metas
+            .iter()
+            .filter(|m| algo.hash(chunk_bytes(&object, m)) != m.fp)
+            .map(|m| m.fp)
+            .collect();
+        Some((metas, h.kind, bad))
+    }
+
+    fn salvage_object(&self, id: ContainerId) -> Option<(Vec<u8>, Header, Vec<ChunkMeta>)> {
+        if self.manifest.config.trace {
+            return None;
+        }
+        let object = self.backend.get(&container_key(id)).ok()?;
+        let (h, metas) = format::decode_salvage(id, &object).ok()?;
+        Some((object, h, metas))
+    }
+
+    /// Walk one backup's recipe; return the damaged data chunks as
+    /// (container, (offset, len)) and the error that stopped the walk, if any.
+    fn check_backup(
+        &self,
+        b: &BackupEntry,
+        contents: &HashMap<ContainerId, FpMap<(ChunkKind, u32)>>,
+        recipes: &mut LruCache,
+        report: &mut CheckReport,
+        seen: &mut FpMap<()>,
+    ) -> (Vec<DamagedChunk>, Option<WalkError>) {
+        let mut damage = Vec::new();
+        let mut recipe_chunks = 0u64;
+        let mut last_recipe_container = None;
+        let walk = (|| -> Result<()> {
+            let root = b.root_fp()?;
+            let mut walker = RecipeWalker::new(root, b.root_level, |fp, _| {
+                recipe_chunks += 1;
+                last_recipe_container = self.index.get(ChunkKind::Recipe, fp);
+                self.load_recipe_chunk(recipes, fp)
+            })?;
+            let mut offset = 0u64;
+            while let Some(e) = walker.next()? {
+                seen.insert(e.fp, ());
+                let held = self.index.get(ChunkKind::Data, &e.fp).map(|cid| {
+                    let ok = contents
+                        .get(&cid)
+                        .and_then(|m| m.get(&e.fp))
+                        .is_some_and(|&(k, len)| k == ChunkKind::Data && len as u64 == e.size);
+                    (cid, ok)
+                });
+                match held {
+                    Some((_, true)) => {}
+                    Some((cid, false)) => damage.push((cid, (offset, e.size))),
+                    None => damage.push((ContainerId::MAX, (offset, e.size))),
+                }
+                offset += e.size;
+            }
+            if offset != b.logical_bytes {
+                return Err(Error::corrupt(
+                    format!("backup {}", b.id),
+                    format!(
+                        "recipe covers {offset} bytes, the catalog says {}",
+                        b.logical_bytes
+                    ),
+                ));
+            }
+            Ok(())
+        })();
+        report.recipe_chunks_checked += recipe_chunks;
+        (damage, walk.err().map(|e| (last_recipe_container, e)))
+    }
+
+    /// Paths of the tar entries of a directory backup whose headers or data
+    /// overlap a damaged range. Damaged chunks read as zeros; where headers
+    /// are unreadable the scan resynchronizes on the next block that is a
+    /// valid header, and says which byte range it could not attribute.
+    fn damaged_files(&self, b: &BackupEntry, damage: &Damage) -> Vec<String> {
+        let mut stream =
+            std::io::BufReader::with_capacity(1 << 20, TolerantStream::new(self, b, damage));
+        let overlaps = |a: u64, z: u64| damage.ranges.iter().any(|&(o, l)| o < z && o + l > a);
+        let mut out = Vec::new();
+        let mut block = [0u8; 512];
+        let mut pos = 0u64;
+        let mut entry_start = 0u64;
+        let mut long_name: Option<Vec<u8>> = None;
+        let mut lost_from: Option<u64> = None;
+        while stream.read_exact(&mut block).is_ok() {
+            let at = pos;
+            pos += 512;
+            let damaged = overlaps(at, pos);
+            if !damaged && block.iter().all(|&x| x == 0) {
+                break; // end-of-archive marker
+            }
+            let header = tar::Header::from_byte_slice(&block);
+            if damaged || !header_checksum_ok(&block) {
+                lost_from.get_or_insert(at);
+                long_name = None;
+                continue;
+            }
+            if let Some(from) = lost_from.take() {
+                out.push(format!("(unreadable tar headers in bytes {from}..{at})"));
+                entry_start = at;
+            }
+            let size = header.entry_size().unwrap_or(0);
+            let padded = size.div_ceil(512) * 512;
+            let mut data = Vec::new();
+            let kind = header.entry_type().as_byte();
+            let keep = if kind == b'L' { padded } else { 0 };
+            if (&mut stream).take(keep).read_to_end(&mut data).is_err()
+                || std::io::copy(&mut (&mut stream).take(padded - keep), &mut std::io::sink())
+                    .is_err()
+            {
+                break;
+            }
+            pos += padded;
+            match kind {
+                b'L' => {
+                    data.truncate(size as usize);
+                    while data.last() == Some(&0) {
+                        data.pop();
+                    }
+                    long_name = Some(data);
+                }
+                b'K' => {}
+                _ => {
+                    let name = long_name
+                        .take()
+                        .unwrap_or_else(|| header.path_bytes().into_owned());
+                    if overlaps(entry_start, at + 512 + size) {
+                        out.push(String::from_utf8_lossy(&name).into_owned());
+                    }
+                    entry_start = pos;
+                }
+            }
+        }
+        if let Some(from) = lost_from {
+            out.push(format!(
+                "(unreadable tar headers from byte {from} to the end)"
+            ));
+        }
+        out
+    }
+}
+
+/// A tar header block's checksum: the sum of its bytes with the checksum
+/// field read as spaces.
+fn header_checksum_ok(block: &[u8; 512]) -> bool {
+    let sum: u64 = block
+        .iter()
+        .enumerate()
+        .map(|(i, &x)| {
+            if (148..156).contains(&i) {
+                32
+            } else {
+                x as u64
+            }
+        })
+        .sum();
+    tar::Header::from_byte_slice(block)
+        .cksum()
+        .is_ok_and(|c| c as u64 == sum)
+}
+
+/// The byte stream of a backup with every damaged range read as zeros.
+struct TolerantStream<'a> {
+    repo: &'a Repository,
+    pieces: std::vec::IntoIter<(Fingerprint, u64, bool)>,
+    cache: LruCache,
+    salvaged: HashMap<ContainerId, Option<RawContainer>>,
+    current: Vec<u8>,
+    pos: usize,
+}
+
+impl<'a> TolerantStream<'a> {
+    fn new(repo: &'a Repository, b: &BackupEntry, damage: &Damage) -> Self {
+        // The recipe was walkable (damage is known per offset); collect it.
+        let bad: BTreeMap<u64, u64> = damage.ranges.iter().copied().collect();
+        let mut pieces = Vec::new();
+        let mut recipes = LruCache::new(16);
+        if let Ok(root) = b.root_fp() {
+            if let Ok(mut w) = RecipeWalker::new(root, b.root_level, |fp, _| {
+                repo.load_recipe_chunk(&mut recipes, fp)
+            }) {
+                let mut offset = 0u64;
+                while let Ok(Some(e)) = w.next() {
+                    pieces.push((e.fp, e.size, bad.contains_key(&offset)));
+                    offset += e.size;
+                }
+            }
+        }
+        TolerantStream {
+            repo,
+            pieces: pieces.into_iter(),
+            cache: LruCache::new(8),
+            salvaged: HashMap::new(),
+            current: Vec::new(),
+            pos: 0,
+        }
+    }
+}
+
+impl TolerantStream<'_> {
+    /// An intact chunk: from its verified container, or salvaged (and
+    /// rehashed) from a container whose data checksum fails.
+    fn chunk(&mut self, fp: &Fingerprint) -> Option<Vec<u8>> {
+        let id = self.repo.index.get(ChunkKind::Data, fp)?;
+        if let Ok(c) = self.cache.get(id, |id| self.repo.store.read(id)) {
+            return c.chunk(fp).map(|b| b.to_vec());
+        }
+        if !self.salvaged.contains_key(&id) {
+            let s = self.repo.salvage_object(id).map(|(o, _, m)| (o, m));
+            self.salvaged.insert(id, s);
+        }
+        let (object, metas) = self.salvaged.get(&id)?.as_ref()?;
+        let m = metas.iter().find(|m| m.fp == *fp)?;
+        let bytes = chunk_bytes(object, m);
+        (self.repo.manifest.config.hash.hash(bytes) == *fp).then(|| bytes.to_vec())
+    }
+}
+
+/// Bytes of a chunk inside a raw container object (bounds already checked
+/// by the metadata decoder against the data length).
+fn chunk_bytes<'o>(object: &'o [u8], m: &ChunkMeta) -> &'o [u8] {
+    let start = HEADER_LEN + m.offset as usize;
+    object.get(start..start + m.len as usize).unwrap_or(&[])
+}
+
+impl Read for TolerantStream<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.pos == self.current.len() {
+            let Some((fp, size, damaged)) = self.pieces.next() else {
+                return Ok(0);
+            };
+            self.pos = 0;
+            self.current.clear();
+            let bytes = (!damaged).then(|| self.chunk(&fp)).flatten();
+            match bytes {
+                Some(b) => self.current = b,
+                None => self.current.resize(size as usize, 0),
+            }
+        }
+        let n = buf.len().min(self.current.len() - self.pos);
+        buf[..n].copy_from_slice(&self.current[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+/// Error texts name the object; the problem's `object` field already does.
+fn strip_object(msg: &str, id: ContainerId) -> String {
+    let name = object_name(id);
+    for prefix in [
+        format!("corrupt {name}: "),
+        format!("missing object {name}"),
+    ] {
+        if let Some(rest) = msg.strip_prefix(&prefix) {
+            return if rest.is_empty() {
+                "missing".into()
+            } else {
+                rest.to_string()
+            };
+        }
+    }
+    msg.to_string()
+}
+
+/// Check whatever is at `backend`, including a repository that cannot be
+/// opened: a lost or unreadable manifest is a problem to report, not a
+/// reason to stop without a report.
+pub fn check_backend(
+    backend: std::sync::Arc<dyn crate::backend::Backend>,
+    opts: &CheckOptions,
+) -> Result<CheckReport> {
+    let problem = |object: &str, problem: String| CheckReport {
+        problems: vec![Problem {
+            object: object.into(),
+            problem,
+            backups: Vec::new(),
+            files: Vec::new(),
+        }],
+        ..Default::default()
+    };
+    match Repository::open(backend.clone()) {
+        Ok(repo) => repo.check(opts),
+        Err(Error::NoRepository(p)) => {
+            let containers = backend.list("containers/")?.len();
+            let segments = backend.list("index/")?.len();
+            if containers + segments == 0 {
+                return Err(Error::NoRepository(p));
+            }
+            Ok(problem(
+                "manifest",
+                format!(
+                    "no manifest generation found, yet {containers} containers and {segments} index segments exist: the manifest was deleted or lost, so no backup can be listed"
+                ),
+            ))
+        }
+        Err(
+            e
+            @ (Error::Corrupt { .. } | Error::MissingObject(_) | Error::UnsupportedVersion { .. }),
+        ) => Ok(problem("repository", e.to_string())),
+        Err(e) => Err(e),
+    }
+}

@@ -1,0 +1,82 @@
+//! Preprocessor (GCCDF §5.2): for one segment of GC-involved containers,
+//! load the valid chunks into the GC cache and gather the involved backups
+//! from the RRT.
+
+use crate::container::{ChunkKind, ContainerId};
+use crate::error::Result;
+use crate::fingerprint::{Fingerprint, FpSet};
+use crate::gc::mark::Mark;
+use crate::repo::Repository;
+use std::time::Instant;
+
+/// The valid chunks of one segment, in their old order. Data mode copies the
+/// bytes out so the containers can be dropped; trace mode keeps metadata.
+#[derive(Default)]
+pub struct GcCache {
+    pub fps: Vec<Fingerprint>,
+    pub lens: Vec<u32>,
+    starts: Vec<usize>,
+    data: Vec<u8>,
+    /// Logical bytes of the cached chunks (equal in data and trace mode).
+    pub logical: u64,
+}
+
+impl GcCache {
+    pub fn len(&self) -> usize {
+        self.fps.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.fps.is_empty()
+    }
+    pub fn bytes(&self, i: usize) -> &[u8] {
+        if self.data.is_empty() {
+            return &[];
+        }
+        &self.data[self.starts[i]..self.starts[i] + self.lens[i] as usize]
+    }
+}
+
+/// Read the segment's containers and keep their live chunks not yet placed.
+/// Returns the cache and the seconds spent reading.
+pub fn load_segment(
+    repo: &Repository,
+    mark: &Mark,
+    segment: &[ContainerId],
+    placed: &mut FpSet,
+) -> Result<(GcCache, f64)> {
+    let mut cache = GcCache::default();
+    let mut secs = 0.0;
+    for &id in segment {
+        let t = Instant::now();
+        let c = repo.store.read(id)?;
+        secs += t.elapsed().as_secs_f64();
+        for m in &c.meta {
+            if mark.valid.contains(&m.fp)
+                && repo.index.get(ChunkKind::Data, &m.fp) == Some(id)
+                && placed.insert(m.fp)
+            {
+                let b = c.bytes(m);
+                cache.starts.push(cache.data.len());
+                cache.data.extend_from_slice(b);
+                cache.fps.push(m.fp);
+                cache.lens.push(m.len);
+                cache.logical += m.len as u64;
+            }
+        }
+    }
+    Ok((cache, secs))
+}
+
+/// Involved backups of a segment (union of its containers' RRT entries),
+/// newest first, as the analyzer checks them.
+pub fn involved_backups(mark: &Mark, segment: &[ContainerId]) -> Vec<u64> {
+    let mut b: Vec<u64> = segment
+        .iter()
+        .filter_map(|id| mark.rrt.get(id))
+        .flatten()
+        .copied()
+        .collect();
+    b.sort_unstable_by(|a, b| b.cmp(a));
+    b.dedup();
+    b
+}

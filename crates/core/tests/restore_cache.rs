@@ -1,0 +1,168 @@
+//! Restore caches (LRU, OPT, FAA): read counts on hand-made recipes, end to
+//! end and simulated, and OPT never reading more containers than LRU.
+
+use proptest::prelude::*;
+use std::sync::Arc;
+use tessera_core::backend::{Backend, MemoryBackend};
+use tessera_core::catalog::SourceKind;
+use tessera_core::chunking::ChunkerConfig;
+use tessera_core::container::ContainerId;
+use tessera_core::restore::cache::{faa_reads, lru_reads, opt_reads};
+use tessera_core::restore::CacheSpec;
+use tessera_core::{BackupOptions, Fingerprint, HashAlgo, InitOptions, Repository, RestoreOptions};
+
+const CHUNK: u32 = 4096;
+
+fn fp(letter: char) -> Fingerprint {
+    HashAlgo::Blake3.hash(letter.to_string().as_bytes())
+}
+
+/// A trace repository whose containers hold one chunk each: a restore
+/// reads exactly the reference string of the recipe.
+fn repo_with(streams: &[&str]) -> Repository {
+    let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+    Repository::init(
+        b.clone(),
+        &InitOptions {
+            hash: HashAlgo::Blake3,
+            chunker: ChunkerConfig::default(),
+            container_size: CHUNK,
+            trace: true,
+        },
+    )
+    .unwrap();
+    let mut repo = Repository::open_writer(b, "test").unwrap();
+    for s in streams {
+        let opts = BackupOptions::new(*s, SourceKind::Trace);
+        repo.backup_trace(&opts, s.chars().map(|c| Ok((fp(c), CHUNK))))
+            .unwrap();
+    }
+    repo
+}
+
+fn reads(repo: &Repository, backup: usize, cache: &str) -> u64 {
+    let b = repo.backups()[backup].clone();
+    let opts = RestoreOptions {
+        cache: CacheSpec::parse(cache).unwrap(),
+    };
+    let r = repo
+        .restore_to(&b, &mut std::io::sink(), &opts, &mut |_| {})
+        .unwrap();
+    assert_eq!(r.restored_bytes, b.logical_bytes);
+    assert!(r.speed_factor > 0.0 && r.read_amplification > 0.0);
+    r.data_containers_read
+}
+
+#[test]
+fn cyclic_recipe_known_read_counts() {
+    // Backup 2 references containers A B C A B C … (12 chunks).
+    let repo = repo_with(&["ABC", "ABCABCABCABC"]);
+    assert_eq!(reads(&repo, 1, "lru:2"), 12);
+    assert_eq!(reads(&repo, 1, "opt:2"), 7);
+    assert_eq!(reads(&repo, 1, "lru:3"), 3);
+    assert_eq!(reads(&repo, 1, "opt:3"), 3);
+    // FAA area = (n − 1) containers: windows of 2, 3 and 6 chunks.
+    assert_eq!(reads(&repo, 1, "faa:3"), 12);
+    assert_eq!(reads(&repo, 1, "faa:4"), 12);
+    assert_eq!(reads(&repo, 1, "faa:7"), 6);
+    assert_eq!(reads(&repo, 1, "faa:13"), 3);
+}
+
+#[test]
+fn textbook_reference_string() {
+    // Belady's example: 3 frames, OPT 9 faults, LRU 12.
+    let s = "70120304230321201701";
+    let repo = repo_with(&["01234567", s]);
+    assert_eq!(reads(&repo, 1, "opt:3"), 9);
+    assert_eq!(reads(&repo, 1, "lru:3"), 12);
+    let ids: Vec<ContainerId> = s.bytes().map(|b| b as ContainerId).collect();
+    assert_eq!(opt_reads(&ids, 3, usize::MAX), 9);
+    assert_eq!(lru_reads(&ids, 3), 12);
+    let sized: Vec<(ContainerId, u64)> = ids.iter().map(|&i| (i, 1)).collect();
+    assert_eq!(faa_reads(&sized, 20), 6);
+    assert_eq!(faa_reads(&sized, 5), 4 + 4 + 4 + 3);
+}
+
+proptest! {
+    #[test]
+    fn opt_never_reads_more_than_lru(
+        refs in prop::collection::vec(0u64..12, 0..300),
+        n in 1usize..8,
+    ) {
+        let opt = opt_reads(&refs, n, usize::MAX);
+        let lru = lru_reads(&refs, n);
+        prop_assert!(opt <= lru, "opt {} > lru {}", opt, lru);
+        // Every policy reads each distinct container at least once.
+        let distinct = refs.iter().collect::<std::collections::HashSet<_>>().len() as u64;
+        prop_assert!(opt >= distinct);
+        let sized: Vec<(ContainerId, u64)> = refs.iter().map(|&i| (i, 1)).collect();
+        prop_assert!(faa_reads(&sized, u64::MAX) == distinct);
+    }
+
+    #[test]
+    fn opt_restore_never_reads_more_than_lru(
+        refs in prop::collection::vec(0u8..10, 1..120),
+        n in 1usize..6,
+    ) {
+        let s: String = refs.iter().map(|&i| (b'a' + i) as char).collect();
+        let repo = repo_with(&["abcdefghij", &s]);
+        let opt = reads(&repo, 1, &format!("opt:{n}"));
+        let lru = reads(&repo, 1, &format!("lru:{n}"));
+        prop_assert!(opt <= lru);
+        let ids: Vec<ContainerId> = refs.iter().map(|&i| i as ContainerId).collect();
+        prop_assert_eq!(lru, lru_reads(&ids, n));
+        prop_assert_eq!(opt, opt_reads(&ids, n, usize::MAX));
+    }
+}
+
+/// Restore throughput of one 256 MiB stream under each cache (memory
+/// backend: the CPU cost of the pipeline). Run by hand:
+/// `cargo test --release -p tessera-core --test restore_cache -- --ignored --nocapture`
+#[test]
+#[ignore = "benchmark; run by hand in release mode"]
+fn bench_restore_throughput_per_cache() {
+    let mut x = 0x1234_5678_9abc_def1u64;
+    let data: Vec<u8> = (0..(256usize << 20) / 8)
+        .flat_map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x.to_le_bytes()
+        })
+        .collect();
+    let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+    Repository::init(
+        b.clone(),
+        &InitOptions {
+            hash: HashAlgo::Blake3,
+            chunker: ChunkerConfig::default(),
+            container_size: 4 << 20,
+            trace: false,
+        },
+    )
+    .unwrap();
+    let mut repo = Repository::open_writer(b, "bench").unwrap();
+    let id = repo
+        .backup_reader(
+            &BackupOptions::new("s", SourceKind::Stream),
+            &mut &data[..],
+            &mut |_| {},
+        )
+        .unwrap()
+        .backup
+        .id;
+    let entry = repo.manifest().backup(id).unwrap().clone();
+    for cache in ["lru:32", "opt:32", "faa:32", "faa:8"] {
+        let opts = RestoreOptions {
+            cache: CacheSpec::parse(cache).unwrap(),
+        };
+        let mut best = 0f64;
+        for _ in 0..5 {
+            let r = repo
+                .restore_to(&entry, &mut std::io::sink(), &opts, &mut |_| {})
+                .unwrap();
+            best = best.max(r.throughput_mb_s);
+        }
+        println!("restore {cache} best of 5: {best:.0} MB/s");
+    }
+}

@@ -1,0 +1,584 @@
+//! Rewriting against fragmentation, end to end: the worked example of
+//! `smr-rewriting.md` (Fig. 3 and Fig. 6), HAR history across reopen, and a
+//! property test that every policy restores every backup byte for byte.
+
+use proptest::prelude::*;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use tessera_core::backend::{Backend, MemoryBackend};
+use tessera_core::catalog::SourceKind;
+use tessera_core::chunking::ChunkerConfig;
+use tessera_core::container::{ChunkKind, ContainerId};
+use tessera_core::rewrite::RewriteSpec;
+use tessera_core::{
+    BackupOptions, BackupReport, Fingerprint, HashAlgo, InitOptions, Repository, RestoreOptions,
+};
+
+/// Fig. 3: every chunk is one letter of 1000 bytes, a container holds 5.
+const CHUNK: u32 = 1000;
+
+fn fp(letter: char) -> Fingerprint {
+    HashAlgo::Blake3.hash(letter.to_string().as_bytes())
+}
+
+fn trace_repo() -> Repository {
+    let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+    Repository::init(
+        b.clone(),
+        &InitOptions {
+            hash: HashAlgo::Blake3,
+            chunker: ChunkerConfig::default(),
+            container_size: 5 * CHUNK,
+            trace: true,
+        },
+    )
+    .unwrap();
+    Repository::open_writer(b, "test").unwrap()
+}
+
+fn backup_letters(repo: &mut Repository, letters: &str, rewrite: RewriteSpec) -> BackupReport {
+    let opts = BackupOptions {
+        rewrite,
+        ..BackupOptions::new(letters, SourceKind::Trace)
+    };
+    repo.backup_trace(&opts, letters.chars().map(|c| Ok((fp(c), CHUNK))))
+        .unwrap()
+}
+
+fn containers_read(repo: &Repository, id: u64) -> u64 {
+    let b = repo.manifest().backup(id).unwrap().clone();
+    repo.restore_to(
+        &b,
+        &mut std::io::sink(),
+        &RestoreOptions::default(),
+        &mut |_| {},
+    )
+    .unwrap()
+    .data_containers_read
+}
+
+/// The container the index sends restores of `letter` to.
+fn at(repo: &Repository, letter: char) -> ContainerId {
+    repo.index().get(ChunkKind::Data, &fp(letter)).unwrap()
+}
+
+/// Stream 1 fills I = A–E, II = F–J, III = K–M. Stream 2 references I (5),
+/// II (F G) and III (3) plus unique N O P: both schemes keep I and III and
+/// rewrite F G next to N O P in IV. Stream 3 is A B C, F–J, O P and unique
+/// Q R S.
+fn paper_example(level_spec: RewriteSpec) -> (Repository, [BackupReport; 3], [ContainerId; 4]) {
+    let mut repo = trace_repo();
+    let r1 = backup_letters(&mut repo, "ABCDEFGHIJKLM", level_spec);
+    let (c1, c2, c3) = (at(&repo, 'A'), at(&repo, 'F'), at(&repo, 'K'));
+    assert_eq!(at(&repo, 'E'), c1);
+    assert_eq!(at(&repo, 'J'), c2);
+    assert_ne!(c1, c2);
+    let r2 = backup_letters(&mut repo, "ABCDEFGNOPKLM", level_spec);
+    assert_eq!(
+        (r2.rewritten_chunks, r2.new_chunks),
+        (2, 5),
+        "F G rewritten"
+    );
+    let c4 = at(&repo, 'N');
+    assert_eq!(at(&repo, 'F'), c4, "newest copy of F is in IV");
+    assert_eq!(at(&repo, 'P'), c4);
+    let r3 = backup_letters(&mut repo, "ABCFGHIJOPQRS", level_spec);
+    (repo, [r1, r2, r3], [c1, c2, c3, c4])
+}
+
+#[test]
+fn paper_fig3_capping_selects_ii_and_iv() {
+    let (repo, [_, _, r3], [i, ii, _, iv]) = paper_example(RewriteSpec::Capping { level: 2 });
+    // 7 deduplicated (F G H I J against II, O P against IV); A B C rewritten.
+    assert_eq!(r3.rewritten_chunks, 3);
+    assert_eq!(r3.new_chunks, 6);
+    assert_eq!(r3.stored_bytes, 6 * CHUNK as u64);
+    assert_eq!(r3.backup.new_bytes, 6 * CHUNK as u64);
+    for c in ['A', 'B', 'C'] {
+        assert_ne!(at(&repo, c), i, "{c} rewritten");
+    }
+    for c in ['F', 'G', 'H', 'I', 'J'] {
+        assert_eq!(at(&repo, c), ii);
+    }
+    assert_eq!((at(&repo, 'O'), at(&repo, 'P')), (iv, iv));
+    // Restoring the third stream reads II, IV, V and VI.
+    assert_eq!(containers_read(&repo, r3.backup.id), 4);
+}
+
+#[test]
+fn paper_fig6_smr_selects_i_and_ii() {
+    let (repo, [_, _, r3], [i, ii, _, iv]) = paper_example(RewriteSpec::Smr { level: 2 });
+    // 8 deduplicated (A B C against I, F–J against II); only O P rewritten.
+    assert_eq!(r3.rewritten_chunks, 2);
+    assert_eq!(r3.new_chunks, 5);
+    for c in ['A', 'B', 'C'] {
+        assert_eq!(at(&repo, c), i);
+    }
+    for c in ['F', 'G', 'H', 'I', 'J'] {
+        assert_eq!(at(&repo, c), ii, "{c} read from II, not IV");
+    }
+    let v = at(&repo, 'O');
+    assert!(v != iv && at(&repo, 'P') == v && at(&repo, 'Q') == v && at(&repo, 'S') == v);
+    // Restoring the third stream reads I, II and V.
+    assert_eq!(containers_read(&repo, r3.backup.id), 3);
+}
+
+#[test]
+fn naive_dedup_reads_more_containers_on_the_example() {
+    let (repo, [_, r2, r3], _) = {
+        let mut repo = trace_repo();
+        let a = backup_letters(&mut repo, "ABCDEFGHIJKLM", RewriteSpec::None);
+        let b = backup_letters(&mut repo, "ABCDEFGNOPKLM", RewriteSpec::None);
+        let c = backup_letters(&mut repo, "ABCFGHIJOPQRS", RewriteSpec::None);
+        (repo, [a, b, c], ())
+    };
+    assert_eq!(r2.rewritten_chunks + r3.rewritten_chunks, 0);
+    // I, II, IV (N O P) and the new one.
+    assert_eq!(containers_read(&repo, r3.backup.id), 4);
+}
+
+#[test]
+fn har_history_survives_reopen() {
+    let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+    Repository::init(
+        b.clone(),
+        &InitOptions {
+            hash: HashAlgo::Blake3,
+            chunker: ChunkerConfig::default(),
+            container_size: 5 * CHUNK,
+            trace: true,
+        },
+    )
+    .unwrap();
+    let har = RewriteSpec::Har { threshold: 0.5 };
+    let ii;
+    {
+        let mut repo = Repository::open_writer(b.clone(), "test").unwrap();
+        let r1 = backup_letters(&mut repo, "ABCDEFGHIJKLM", har);
+        // I, II full; III 3/5 used: nothing sparse.
+        assert_eq!(r1.sparse_containers, 0);
+        ii = at(&repo, 'F');
+        // Uses only F G of II (2/5 < 0.5): II becomes sparse.
+        let r2 = backup_letters(&mut repo, "ABCDEFGNOPKLM", har);
+        assert_eq!(r2.rewritten_chunks, 0);
+        assert_eq!(repo.manifest().har_sparse, vec![ii]);
+        repo.close().unwrap();
+    }
+    let mut repo = Repository::open_writer(b, "test").unwrap();
+    assert_eq!(repo.manifest().har_sparse, vec![ii]);
+    // The next HAR backup rewrites every duplicate held only in II.
+    let r3 = backup_letters(&mut repo, "ABCFGHIJOPQRS", har);
+    assert_eq!(r3.rewritten_chunks, 5);
+    for c in ['F', 'G', 'H', 'I', 'J'] {
+        assert_ne!(at(&repo, c), ii);
+    }
+    // A non-HAR backup leaves the history alone; HAR ignores dead ids.
+    let before = repo.manifest().har_sparse.clone();
+    backup_letters(&mut repo, "ABC", RewriteSpec::None);
+    assert_eq!(repo.manifest().har_sparse, before);
+}
+
+/// Cheap deterministic bytes (xorshift).
+fn bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = Vec::with_capacity(len + 8);
+    while out.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out.truncate(len);
+    out
+}
+
+/// Next version: an overwrite, an insertion, a deletion and a moved block,
+/// so later versions reference scattered old containers.
+fn mutate(base: &[u8], seed: u64) -> Vec<u8> {
+    let mut v = base.to_vec();
+    let n = v.len().max(1);
+    let at = (seed as usize).wrapping_mul(7919) % n;
+    let end = (at + 1500).min(v.len());
+    if at < end {
+        v[at..end].copy_from_slice(&bytes(seed ^ 1, end - at));
+    }
+    let ins = (seed as usize).wrapping_mul(104_729) % (v.len() + 1);
+    v.splice(ins..ins, bytes(seed ^ 2, 3000));
+    let del = (seed as usize).wrapping_mul(1_299_709) % v.len();
+    let moved: Vec<u8> = v.drain(del..(del + 4000).min(v.len())).collect();
+    let to = (seed as usize).wrapping_mul(31) % (v.len() + 1);
+    v.splice(to..to, moved);
+    v
+}
+
+fn policies() -> Vec<RewriteSpec> {
+    [
+        "none",
+        "capping:1",
+        "capping:3",
+        "smr:1",
+        "smr:3",
+        "har:0.5",
+        "har:0.9",
+    ]
+    .iter()
+    .map(|s| RewriteSpec::parse(s).unwrap())
+    .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Any sequence of backups under any mix of policies restores byte for
+    /// byte; with one segment per backup no backup stores a chunk twice;
+    /// stored bytes account every copy.
+    #[test]
+    fn every_policy_restores_every_backup(
+        seed in any::<u64>(),
+        size in 20_000usize..80_000,
+        picks in prop::collection::vec(0usize..7, 2..6),
+        big_segment in any::<bool>(),
+    ) {
+        let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+        Repository::init(b.clone(), &InitOptions {
+            hash: HashAlgo::Blake3,
+            chunker: ChunkerConfig::Fastcdc { min: 256, avg: 1024, max: 4096 },
+            container_size: 8 * 1024,
+            trace: false,
+        }).unwrap();
+        let mut repo = Repository::open_writer(b, "test").unwrap();
+        let segment_bytes = if big_segment { 1 << 30 } else { 6 * 1024 };
+        let mut versions = vec![bytes(seed, size)];
+        let mut ids = Vec::new();
+        let mut stored = 0u64;
+        for (k, &p) in picks.iter().enumerate() {
+            if k > 0 {
+                let next = mutate(versions.last().unwrap(), seed.wrapping_add(k as u64));
+                versions.push(next);
+            }
+            let data = versions.last().unwrap();
+            let first_new = repo.manifest().next_container_id;
+            let opts = BackupOptions {
+                rewrite: policies()[p],
+                segment_bytes,
+                ..BackupOptions::new(format!("v{k}"), SourceKind::Stream)
+            };
+            let rep = repo.backup_reader(&opts, &mut &data[..], &mut |_| {}).unwrap();
+            prop_assert_eq!(rep.logical_bytes, data.len() as u64);
+            prop_assert!(rep.rewritten_bytes <= rep.stored_bytes);
+            prop_assert_eq!(rep.backup.new_bytes, rep.stored_bytes);
+            stored += rep.stored_bytes;
+            ids.push(rep.backup.id);
+            // What this backup's data containers hold.
+            let mut held: HashMap<Fingerprint, usize> = HashMap::new();
+            let mut logical = 0u64;
+            for c in repo.manifest().containers.iter()
+                .filter(|c| c.id >= first_new && c.kind == ChunkKind::Data)
+            {
+                let cont = repo.store().read(c.id).unwrap();
+                let mut in_one = HashSet::new();
+                for m in &cont.meta {
+                    prop_assert!(in_one.insert(m.fp), "container holds a chunk twice");
+                    *held.entry(m.fp).or_default() += 1;
+                    logical += m.len as u64;
+                }
+            }
+            prop_assert_eq!(logical, rep.stored_bytes);
+            if big_segment {
+                prop_assert!(held.values().all(|&n| n == 1), "a segment stored a chunk twice");
+            }
+        }
+        prop_assert_eq!(repo.stats().stored_data_bytes, stored);
+        for (id, v) in ids.iter().zip(&versions) {
+            for cache in ["lru:2", "opt:2", "faa:2", "faa:5", "lru:64"] {
+                let b = repo.manifest().backup(*id).unwrap().clone();
+                let mut out = Vec::new();
+                let opts = RestoreOptions { cache: tessera_core::restore::CacheSpec::parse(cache).unwrap() };
+                repo.restore_to(&b, &mut out, &opts, &mut |_| {}).unwrap();
+                prop_assert!(out == *v, "backup {} differs under {}", id, cache);
+            }
+        }
+    }
+}
+
+/// The property test only means something if policies do rewrite: on
+/// fragmented versions each rewriting policy stores copies, naive none, and
+/// the rewriting policies read no more containers than naive for the last
+/// version.
+#[test]
+fn policies_rewrite_fragmented_versions() {
+    let mut reads = Vec::new();
+    for spec in ["none", "capping:2", "smr:2", "har:0.5"] {
+        let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+        Repository::init(
+            b.clone(),
+            &InitOptions {
+                hash: HashAlgo::Blake3,
+                chunker: ChunkerConfig::Fastcdc {
+                    min: 256,
+                    avg: 1024,
+                    max: 4096,
+                },
+                container_size: 8 * 1024,
+                trace: false,
+            },
+        )
+        .unwrap();
+        let mut repo = Repository::open_writer(b, "test").unwrap();
+        let mut v = bytes(7, 200_000);
+        let mut rewritten = 0;
+        let mut last = 0;
+        for k in 0..8u64 {
+            let opts = BackupOptions {
+                rewrite: RewriteSpec::parse(spec).unwrap(),
+                segment_bytes: 32 * 1024,
+                ..BackupOptions::new(format!("v{k}"), SourceKind::Stream)
+            };
+            let r = repo.backup_reader(&opts, &mut &v[..], &mut |_| {}).unwrap();
+            rewritten += r.rewritten_chunks;
+            last = r.backup.id;
+            v = mutate(&v, 1000 + k);
+        }
+        if spec == "none" {
+            assert_eq!(rewritten, 0);
+        } else {
+            assert!(rewritten > 0, "{spec} rewrote nothing");
+        }
+        reads.push((spec, containers_read(&repo, last)));
+    }
+    let naive = reads[0].1;
+    for &(spec, r) in &reads[1..] {
+        assert!(r <= naive, "{spec}: {r} containers read vs {naive} naive");
+    }
+}
+
+/// The index's data entries with their older copies, for comparison.
+fn index_state(repo: &Repository) -> Vec<(Fingerprint, ContainerId, Vec<ContainerId>)> {
+    let mut v: Vec<_> = repo
+        .index()
+        .entries()
+        .filter(|e| e.kind == ChunkKind::Data)
+        .map(|e| (e.fp, e.container, repo.index().copies(&e.fp).to_vec()))
+        .collect();
+    v.sort();
+    v
+}
+
+/// A rewriting backup that fails at any backend operation leaves the
+/// in-memory index exactly as it was (re-pointed and rewritten chunks
+/// included), and the repository still restores.
+#[test]
+fn failed_rewriting_backup_restores_the_index_exactly() {
+    use tessera_core::backend::FailingBackend;
+    let versions: Vec<Vec<u8>> = (0..4u64)
+        .scan(bytes(3, 60_000), |v, k| {
+            let cur = v.clone();
+            *v = mutate(v, 50 + k);
+            Some(cur)
+        })
+        .collect();
+    let setup = || {
+        let inner = Arc::new(MemoryBackend::new());
+        Repository::init(
+            inner.clone(),
+            &InitOptions {
+                hash: HashAlgo::Blake3,
+                chunker: ChunkerConfig::Fastcdc {
+                    min: 256,
+                    avg: 1024,
+                    max: 4096,
+                },
+                container_size: 8 * 1024,
+                trace: false,
+            },
+        )
+        .unwrap();
+        let mut repo = Repository::open_writer(inner.clone(), "test").unwrap();
+        for (k, v) in versions[..3].iter().enumerate() {
+            let opts = BackupOptions {
+                rewrite: RewriteSpec::Smr { level: 1 },
+                segment_bytes: 16 * 1024,
+                ..BackupOptions::new(format!("v{k}"), SourceKind::Stream)
+            };
+            repo.backup_reader(&opts, &mut &v[..], &mut |_| {}).unwrap();
+        }
+        repo.close().unwrap();
+        inner
+    };
+    let last = |repo: &mut Repository| {
+        let opts = BackupOptions {
+            rewrite: RewriteSpec::Capping { level: 1 },
+            segment_bytes: 16 * 1024,
+            ..BackupOptions::new("v3", SourceKind::Stream)
+        };
+        repo.backup_reader(&opts, &mut &versions[3][..], &mut |_| {})
+    };
+    let counting = Arc::new(FailingBackend::new(setup(), None));
+    let mut repo = Repository::open_writer(counting.clone(), "test").unwrap();
+    let base = counting.ops();
+    let rep = last(&mut repo).unwrap();
+    assert!(rep.rewritten_chunks > 0);
+    let total = counting.ops();
+    for n in (base + 1)..=total {
+        let failing = Arc::new(FailingBackend::new(setup(), Some(n)));
+        let mut repo = Repository::open_writer(failing.clone(), "test").unwrap();
+        let before = index_state(&repo);
+        if last(&mut repo).is_err() {
+            assert_eq!(index_state(&repo), before, "fail at {n}");
+            drop(repo);
+            let inner: Arc<dyn Backend> = failing.inner().clone();
+            let repo = Repository::open(inner).unwrap();
+            for (k, b) in repo.backups().iter().enumerate() {
+                let mut out = Vec::new();
+                repo.restore_to(b, &mut out, &RestoreOptions::default(), &mut |_| {})
+                    .unwrap();
+                assert!(out == versions[k]);
+            }
+        }
+    }
+}
+
+/// Ingest throughput of each policy relative to no rewriting, on a
+/// generated series of versions (memory backend, default chunking, 4 MiB
+/// containers): each version moves a quarter of the previous one's 256 KiB
+/// blocks elsewhere and replaces 5 % with new data, so segments reference
+/// many old containers. Also the last version's restore under each cache.
+/// Best of two runs per policy (the machine is shared). Run by hand:
+/// `cargo test --release -p tessera-core --test rewrite -- --ignored --nocapture bench`
+#[test]
+#[ignore = "benchmark; run by hand in release mode"]
+fn bench_ingest_throughput_per_policy() {
+    const SIZE: usize = 96 << 20;
+    const BLOCK: usize = 256 << 10;
+    const VERSIONS: u64 = 6;
+    let mut versions = vec![bytes(11, SIZE)];
+    for k in 1..VERSIONS {
+        let prev = versions.last().unwrap();
+        let mut blocks: Vec<Vec<u8>> = prev.chunks(BLOCK).map(|b| b.to_vec()).collect();
+        let n = blocks.len();
+        let mut x = k.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut rnd = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as usize
+        };
+        for _ in 0..n / 4 {
+            let (a, b) = (rnd() % n, rnd() % n);
+            blocks.swap(a, b);
+        }
+        for e in 0..n / 20 {
+            let i = rnd() % n;
+            blocks[i] = bytes(k * 10_000 + e as u64, BLOCK);
+        }
+        versions.push(blocks.concat());
+    }
+    let logical: usize = versions.iter().map(|v| v.len()).sum();
+    let mut base = 0.0;
+    for spec in [
+        "none",
+        "capping:5",
+        "capping:20",
+        "smr:5",
+        "smr:20",
+        "har:0.5",
+    ] {
+        let mut best = f64::MAX;
+        let mut result = None;
+        for _ in 0..2 {
+            let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+            Repository::init(
+                b.clone(),
+                &InitOptions {
+                    hash: HashAlgo::Blake3,
+                    chunker: ChunkerConfig::default(),
+                    container_size: 4 << 20,
+                    trace: false,
+                },
+            )
+            .unwrap();
+            let mut repo = Repository::open_writer(b, "bench").unwrap();
+            let started = std::time::Instant::now();
+            let mut rewritten = 0;
+            for (k, v) in versions.iter().enumerate() {
+                let opts = BackupOptions {
+                    rewrite: RewriteSpec::parse(spec).unwrap(),
+                    ..BackupOptions::new(format!("v{k}"), SourceKind::Stream)
+                };
+                rewritten += repo
+                    .backup_reader(&opts, &mut &v[..], &mut |_| {})
+                    .unwrap()
+                    .rewritten_bytes;
+            }
+            best = best.min(started.elapsed().as_secs_f64());
+            result = Some((repo, rewritten));
+        }
+        let (repo, rewritten) = result.unwrap();
+        let mb_s = logical as f64 / 1e6 / best;
+        if spec == "none" {
+            base = mb_s;
+        }
+        print!(
+            "{spec:>10}: ingest {mb_s:6.1} MB/s ({:5.1} % of none), rewritten {:6.1} MB, dedup ratio {:.2}",
+            100.0 * mb_s / base,
+            rewritten as f64 / 1e6,
+            repo.stats().dedup_ratio
+        );
+        let last = repo.backups().last().unwrap().clone();
+        for cache in ["lru:32", "opt:32", "faa:32"] {
+            let opts = RestoreOptions {
+                cache: tessera_core::restore::CacheSpec::parse(cache).unwrap(),
+            };
+            let r = repo
+                .restore_to(&last, &mut std::io::sink(), &opts, &mut |_| {})
+                .unwrap();
+            print!(
+                " | {cache} {} reads, sf {:.2}, {:.0} MB/s",
+                r.data_containers_read, r.speed_factor, r.throughput_mb_s
+            );
+        }
+        println!();
+    }
+}
+
+/// Every copy of a chunk stays known to the index across reopen and index
+/// compaction, so SMR keeps seeing redundancy among containers.
+#[test]
+fn older_copies_survive_reopen_and_compaction() {
+    let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+    Repository::init(
+        b.clone(),
+        &InitOptions {
+            hash: HashAlgo::Blake3,
+            chunker: ChunkerConfig::default(),
+            container_size: 5 * CHUNK,
+            trace: true,
+        },
+    )
+    .unwrap();
+    let capping = RewriteSpec::Capping { level: 2 };
+    let (ii, iv);
+    {
+        let mut repo = Repository::open_writer(b.clone(), "test").unwrap();
+        backup_letters(&mut repo, "ABCDEFGHIJKLM", capping);
+        ii = at(&repo, 'H');
+        backup_letters(&mut repo, "ABCDEFGNOPKLM", capping);
+        iv = at(&repo, 'N');
+        assert_eq!(at(&repo, 'F'), iv);
+        assert_eq!(repo.index().copies(&fp('F')), &[ii]);
+        // Enough backups for the index segments to be compacted into one.
+        for k in 0..40u32 {
+            let c = char::from_u32(0x100 + k).unwrap();
+            backup_letters(&mut repo, &c.to_string(), RewriteSpec::None);
+        }
+        assert!(repo.manifest().index_segments.len() < 40);
+        repo.close().unwrap();
+    }
+    let mut repo = Repository::open_writer(b, "test").unwrap();
+    assert_eq!(at(&repo, 'F'), iv);
+    assert_eq!(repo.index().copies(&fp('F')), &[ii]);
+    // And the third stream still comes out as in Fig. 6.
+    let r3 = backup_letters(&mut repo, "ABCFGHIJOPQRS", RewriteSpec::Smr { level: 2 });
+    assert_eq!(r3.rewritten_chunks, 2);
+    assert_eq!(containers_read(&repo, r3.backup.id), 3);
+}
