@@ -203,11 +203,14 @@ pub enum Command {
 
 #[derive(Subcommand)]
 pub enum LabCommand {
-    /// Generate a small synthetic version series, back it up, restore and verify every version
+    /// Generate a small multi-source synthetic series, run every demo approach on it, write the report
     Demo {
-        /// Work directory (dataset, repository, restores); removed and recreated
+        /// Output directory (dataset, results, report.html); must be new, empty, or an earlier demo's
         #[arg(long, default_value = "tessera-demo", value_name = "DIR")]
         dir: PathBuf,
+        /// Approaches to compare, comma-separated (built-in names)
+        #[arg(long, value_name = "LIST", default_value_t = tessera_lab::approach::DEMO_APPROACHES.join(","))]
+        approaches: String,
         #[command(flatten)]
         json: JsonArg,
     },
@@ -221,5 +224,88 @@ pub enum LabCommand {
         size: String,
         #[command(flatten)]
         json: JsonArg,
+    },
+    /// Generate a dataset: a synthetic version series, a git tag series, or traces of tar images
+    Gen {
+        #[command(subcommand)]
+        command: GenCommand,
+    },
+    /// Run an experiment file (see docs/LAB.md): results.csv, results.jsonl, report.html
+    Run {
+        /// Experiment file (TOML)
+        #[arg(value_name = "EXPERIMENT")]
+        experiment: PathBuf,
+        /// Output directory (default: lab-results/<experiment name>)
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        #[command(flatten)]
+        json: JsonArg,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum GenCommand {
+    /// Synthetic version series (file creations, deletions, modifications), as tar images or traces
+    Synth {
+        /// Output directory
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Independent sources interleaved into one backup sequence (MIX)
+        #[arg(long, default_value_t = 1)]
+        sources: usize,
+        /// Versions per source
+        #[arg(long, default_value_t = 10)]
+        versions: usize,
+        /// Files in each source's first version
+        #[arg(long, default_value_t = 64)]
+        files: usize,
+        /// Largest file (sizes are log-uniform from 4 KiB)
+        #[arg(long, default_value = "256KiB")]
+        file_size_max: String,
+        /// New files per version, relative to the file count
+        #[arg(long, default_value_t = 0.02)]
+        create_rate: f64,
+        /// Probability that a file is deleted in a version
+        #[arg(long, default_value_t = 0.01)]
+        delete_rate: f64,
+        /// Probability that a file is modified in a version
+        #[arg(long, default_value_t = 0.10)]
+        modify_rate: f64,
+        /// Write fingerprint traces of the chunks instead of tar images
+        #[arg(long)]
+        trace: bool,
+        /// Chunker for --trace
+        #[arg(long, default_value = "fastcdc:2k/8k/64k")]
+        chunker: String,
+        /// Fingerprint algorithm for --trace
+        #[arg(long, default_value = "blake3")]
+        hash: String,
+    },
+    /// One `git archive` tarball per tag matching GLOB, in version order
+    Git {
+        /// Local git repository
+        #[arg(long, value_name = "PATH")]
+        repo: PathBuf,
+        /// Tag pattern, e.g. 'v*'
+        #[arg(long, value_name = "GLOB")]
+        tags: String,
+        /// Output directory
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
+    /// Fingerprint traces of every version file of a directory (same chunks as data mode)
+    Trace {
+        /// Directory of version files (tar images), in name order
+        #[arg(value_name = "DIR")]
+        input: PathBuf,
+        /// Output directory
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        #[arg(long, default_value = "fastcdc:2k/8k/64k")]
+        chunker: String,
+        #[arg(long, default_value = "blake3")]
+        hash: String,
     },
 }

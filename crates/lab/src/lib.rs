@@ -1,1 +1,18 @@
+//! # tessera-lab
+//!
+//! Datasets, experiments and reports: every technique runs on the same input
+//! with the same metrics, from one experiment file.
+
+pub mod approach;
 pub mod bench;
+pub mod demo;
+pub mod experiment;
+pub mod git;
+pub mod report;
+pub mod retention;
+pub mod runner;
+pub mod scale;
+pub mod size;
+pub mod synth;
+pub mod tar;
+pub mod tracefile;

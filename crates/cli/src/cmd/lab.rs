@@ -1,16 +1,238 @@
-//! `tessera lab …`.
+//! `tessera lab …`: datasets, experiment runs, the demo.
 
-use crate::args::LabCommand;
-use anyhow::Result;
+use crate::args::{GenCommand, LabCommand};
+use crate::ui;
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Instant;
+use tessera_core::chunking::ChunkerConfig;
+use tessera_core::HashAlgo;
+use tessera_lab::experiment::Experiment;
+use tessera_lab::runner::{self, Results, RunOptions};
+use tessera_lab::size::Size;
+use tessera_lab::synth::SynthConfig;
+use tessera_lab::{approach, demo, git, report, synth, tracefile};
 
 pub fn run(cmd: LabCommand) -> Result<ExitCode> {
     match cmd {
+        LabCommand::Demo {
+            dir,
+            approaches,
+            json,
+        } => run_demo(&dir, &approaches, json.json),
         LabCommand::Bench { dir, size, json } => super::bench::run(&dir, &size, json.json),
-        LabCommand::Demo { .. } => {
-            anyhow::bail!(
-                "lab demo is not available yet: the lab's experiment runner has not landed"
-            )
-        }
+        LabCommand::Gen { command } => gen(command),
+        LabCommand::Run {
+            experiment,
+            out,
+            json,
+        } => run_experiment(&experiment, out, json.json),
     }
+}
+
+fn chunker_hash(chunker: &str, hash: &str) -> Result<(ChunkerConfig, HashAlgo)> {
+    let c = ChunkerConfig::parse(chunker).map_err(anyhow::Error::msg)?;
+    let h: HashAlgo = hash.parse().map_err(anyhow::Error::msg)?;
+    Ok((c, h))
+}
+
+fn gen(cmd: GenCommand) -> Result<ExitCode> {
+    let (what, paths) = match cmd {
+        GenCommand::Synth {
+            out,
+            seed,
+            sources,
+            versions,
+            files,
+            file_size_max,
+            create_rate,
+            delete_rate,
+            modify_rate,
+            trace,
+            chunker,
+            hash,
+        } => {
+            let cfg = SynthConfig {
+                seed,
+                sources,
+                versions,
+                files,
+                file_size_max: Size::parse(&file_size_max).map_err(anyhow::Error::msg)?,
+                create_rate,
+                delete_rate,
+                modify_rate,
+                ..SynthConfig::default()
+            };
+            cfg.validate().map_err(anyhow::Error::msg)?;
+            if trace {
+                let (c, h) = chunker_hash(&chunker, &hash)?;
+                std::fs::create_dir_all(&out)
+                    .with_context(|| format!("cannot create {}", out.display()))?;
+                let mut paths = Vec::new();
+                synth::for_each_image(&cfg, |sv, img| {
+                    let p = out.join(format!("{}.{}", sv.name, tracefile::EXT));
+                    let header = format!(
+                        "synthetic seed={seed} chunker={} hash={}",
+                        c.describe(),
+                        h.name()
+                    );
+                    tracefile::write(&p, &header, &tracefile::chunks_of(img, &c, h))?;
+                    paths.push(p);
+                    Ok(())
+                })?;
+                ("traces", paths)
+            } else {
+                ("tar images", synth::write_images(&cfg, &out)?)
+            }
+        }
+        GenCommand::Git { repo, tags, out } => ("tarballs", git::write_series(&repo, &tags, &out)?),
+        GenCommand::Trace {
+            input,
+            out,
+            chunker,
+            hash,
+        } => {
+            let (c, h) = chunker_hash(&chunker, &hash)?;
+            if !input.is_dir() {
+                bail!("dataset directory {} does not exist", input.display());
+            }
+            let mut images: Vec<PathBuf> = std::fs::read_dir(&input)
+                .with_context(|| format!("cannot list {}", input.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    p.is_file()
+                        && !p
+                            .file_name()
+                            .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+                })
+                .collect();
+            images.sort();
+            ("traces", tracefile::convert_all(&images, &out, &c, h)?)
+        }
+    };
+    let bytes: u64 = paths
+        .iter()
+        .filter_map(|p| std::fs::metadata(p).ok())
+        .map(|m| m.len())
+        .sum();
+    println!("wrote {} {what} ({})", paths.len(), ui::bytes(bytes));
+    if let (Some(a), Some(b)) = (paths.first(), paths.last()) {
+        println!("  {} … {}", a.display(), b.display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_summary(r: &Results) {
+    println!(
+        "{:<12} {:>7} {:>7} {:>7} {:>8} {:>8} {:>8} {:>7} {:>7} {:>8} {:>7}  status",
+        "approach",
+        "backups",
+        "dedup",
+        "classic",
+        "read amp",
+        "speed f",
+        "MB/s",
+        "Mref/s",
+        "GC recl",
+        "peak MiB",
+        "time s"
+    );
+    for s in &r.summaries {
+        println!(
+            "{:<12} {:>7} {:>7.2} {:>7.2} {:>8.3} {:>8.3} {:>8.1} {:>7.2} {:>7} {:>8.0} {:>7.1}  {}",
+            s.approach,
+            s.backups,
+            s.dedup_ratio,
+            s.classic_dedup_ratio,
+            s.mean_read_amplification,
+            s.mean_speed_factor,
+            s.backup_mb_s,
+            s.chunk_refs_per_s / 1e6,
+            s.gc_reclaimed_containers,
+            s.peak_rss_bytes as f64 / (1u64 << 20) as f64,
+            s.seconds,
+            s.status
+        );
+    }
+}
+
+/// Write the outputs, print them, and fail (after writing) if an approach failed.
+fn finish(r: &Results, out: &Path, started: Instant, json: bool) -> Result<ExitCode> {
+    let w = report::write_all(r, out)?;
+    let secs = started.elapsed().as_secs_f64();
+    if json {
+        ui::print_json(&serde_json::json!({
+            "experiment": r.experiment,
+            "report": w.html,
+            "csv": w.csv,
+            "jsonl": w.jsonl,
+            "seconds": secs,
+            "summaries": r.summaries,
+        }))?;
+    } else {
+        print_summary(r);
+        println!("\nreport: {}", w.html.display());
+        println!("data:   {}, {}", w.csv.display(), w.jsonl.display());
+        println!("time:   {secs:.1} s");
+    }
+    if let Some(f) = r.failed().first() {
+        bail!(
+            "approach '{}' {} (results of the others are in {})",
+            f.approach,
+            f.status,
+            w.html.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_experiment(file: &Path, out: Option<PathBuf>, json: bool) -> Result<ExitCode> {
+    let started = Instant::now();
+    let exp = Experiment::load(file)?;
+    let out = out.unwrap_or_else(|| Path::new("lab-results").join(&exp.name));
+    let r = runner::run(&exp, &RunOptions::new(&out.join("work")))?;
+    finish(&r, &out, started, json)
+}
+
+/// Marks a directory as the demo's, so a later demo may replace it.
+const DEMO_MARK: &str = ".tessera-lab-demo";
+
+fn run_demo(dir: &Path, approaches: &str, json: bool) -> Result<ExitCode> {
+    let started = Instant::now();
+    let list = approach::resolve_list(approaches).map_err(anyhow::Error::msg)?;
+    if list.is_empty() {
+        bail!("--approaches names no approach");
+    }
+    if dir.exists() {
+        let empty = std::fs::read_dir(dir)
+            .with_context(|| format!("cannot list {}", dir.display()))?
+            .next()
+            .is_none();
+        if !empty && !dir.join(DEMO_MARK).exists() {
+            bail!(
+                "{} exists and is not an earlier demo's directory; choose another --dir",
+                dir.display()
+            );
+        }
+        std::fs::remove_dir_all(dir).with_context(|| format!("cannot remove {}", dir.display()))?;
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    std::fs::write(dir.join(DEMO_MARK), b"")
+        .with_context(|| format!("cannot write in {}", dir.display()))?;
+    let exp = demo::experiment(list, &dir.join("demo.toml"));
+    if !json {
+        let d = demo::dataset();
+        eprintln!(
+            "demo: {} sources x {} versions, approaches {approaches}",
+            d.sources, d.versions
+        );
+    }
+    let work = dir.join("work");
+    let r = runner::run(&exp, &RunOptions::new(&work))?;
+    if r.failed().is_empty() {
+        // The dataset (~300 MB) is reproducible: `tessera lab run experiments/demo.toml`.
+        let _ = std::fs::remove_dir_all(&work);
+    }
+    finish(&r, dir, started, json)
 }

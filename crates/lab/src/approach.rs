@@ -1,0 +1,175 @@
+//! Approaches: a rewrite policy, a GC strategy and a restore cache, named so
+//! that experiments can compare them. Each only calls the core APIs, so a
+//! technique becomes available to the lab as soon as core implements it.
+
+use serde::{Deserialize, Serialize};
+use tessera_core::gc::{GcOptions, GcStrategy};
+use tessera_core::restore::CacheSpec;
+use tessera_core::rewrite::RewriteSpec;
+
+/// What `tessera lab demo` compares (the list). Levels are scaled
+/// to the demo's 1 MiB containers and ~6 MiB backups: at the papers' level
+/// of 20 a demo backup never references enough containers to rewrite.
+pub const DEMO_APPROACHES: &[&str] = &["naive", "capping:10", "smr:10", "har", "gccdf"];
+
+/// An approach as written in an experiment file (`[[approach]]`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ApproachDef {
+    pub name: String,
+    /// `none`, `capping:T`, `smr:T`, `har` or `har:U`.
+    #[serde(default = "none")]
+    pub rewrite: String,
+    /// `none`, `naive` or `gccdf`.
+    #[serde(default = "naive")]
+    pub gc: String,
+    #[serde(default = "segment")]
+    pub segment_containers: usize,
+    #[serde(default = "one")]
+    pub liveness_threshold: f64,
+    /// Overrides the experiment's restore cache.
+    #[serde(default)]
+    pub cache: Option<String>,
+}
+
+fn none() -> String {
+    "none".into()
+}
+fn naive() -> String {
+    "naive".into()
+}
+fn segment() -> usize {
+    GcOptions::default().segment_containers
+}
+fn one() -> f64 {
+    1.0
+}
+
+/// A resolved approach, ready to run.
+#[derive(Clone, Debug)]
+pub struct Approach {
+    pub name: String,
+    pub rewrite: RewriteSpec,
+    /// `None`: deleted backups' chunks are never reclaimed.
+    pub gc: Option<GcOptions>,
+    pub cache: Option<CacheSpec>,
+}
+
+impl Approach {
+    /// One line for reports: `rewrite=capping:10 gc=naive`.
+    pub fn describe(&self, default_cache: CacheSpec) -> String {
+        let rw = match self.rewrite {
+            RewriteSpec::None => "none".to_string(),
+            RewriteSpec::Capping { level } => format!("capping:{level}"),
+            RewriteSpec::Smr { level } => format!("smr:{level}"),
+            RewriteSpec::Har { threshold } => format!("har:{threshold}"),
+        };
+        let gc = self
+            .gc
+            .as_ref()
+            .map_or("none".to_string(), |g| g.strategy.to_string());
+        format!(
+            "rewrite={rw} gc={gc} cache={}",
+            self.cache.unwrap_or(default_cache)
+        )
+    }
+}
+
+/// Built-in approach names: `naive`, `nogc`, `capping[:T]`, `smr[:T]`,
+/// `har[:U]`, `gccdf`. Rewriting approaches use naive GC, as in the papers.
+pub fn builtin(name: &str) -> Result<ApproachDef, String> {
+    let (base, _) = name.split_once(':').unwrap_or((name, ""));
+    let def = |rewrite: &str, gc: &str| ApproachDef {
+        name: name.to_string(),
+        rewrite: rewrite.into(),
+        gc: gc.into(),
+        segment_containers: segment(),
+        liveness_threshold: 1.0,
+        cache: None,
+    };
+    let plain = base == name;
+    match base {
+        "naive" if plain => Ok(def("none", "naive")),
+        "nogc" if plain => Ok(def("none", "none")),
+        "gccdf" if plain => Ok(def("none", "gccdf")),
+        "capping" | "smr" if plain => Ok(def(&format!("{base}:20"), "naive")),
+        "capping" | "smr" | "har" => Ok(def(name, "naive")),
+        _ => Err(format!(
+            "unknown approach '{name}' (built-in: naive, nogc, capping[:T], smr[:T], har[:U], gccdf; or define it in an [[approach]] table)"
+        )),
+    }
+}
+
+impl ApproachDef {
+    // `..GcOptions::default()`: GC parameters core adds keep their defaults.
+    #[allow(clippy::needless_update)]
+    pub fn resolve(&self) -> Result<Approach, String> {
+        let ctx = |e: String| format!("approach '{}': {e}", self.name);
+        let rewrite = RewriteSpec::parse(&self.rewrite).map_err(ctx)?;
+        let gc = match self.gc.to_ascii_lowercase().as_str() {
+            "none" | "off" => None,
+            s => Some(GcOptions {
+                strategy: GcStrategy::parse(s).map_err(|e| ctx(format!("{e} (or none)")))?,
+                segment_containers: self.segment_containers.max(1),
+                liveness_threshold: self.liveness_threshold,
+                dry_run: false,
+                ..GcOptions::default()
+            }),
+        };
+        let cache = match &self.cache {
+            None => None,
+            Some(c) => Some(CacheSpec::parse(c).map_err(ctx)?),
+        };
+        // Names become directory names (local backend) and CSV fields.
+        let fine = |c: char| c.is_ascii_alphanumeric() || "-_.:+".contains(c);
+        if self.name.is_empty() || self.name.starts_with('.') || !self.name.chars().all(fine) {
+            return Err(ctx(
+                "a name may use letters, digits and - _ . : + (not starting with .)".into(),
+            ));
+        }
+        Ok(Approach {
+            name: self.name.clone(),
+            rewrite,
+            gc,
+            cache,
+        })
+    }
+}
+
+/// Resolve a comma-separated list of built-in names (the demo's `--approaches`).
+pub fn resolve_list(list: &str) -> Result<Vec<Approach>, String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|n| builtin(n).and_then(|d| d.resolve()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtins_resolve_and_unknown_names_fail() {
+        for n in DEMO_APPROACHES
+            .iter()
+            .chain(&["nogc", "capping", "har:0.7"])
+        {
+            builtin(n).unwrap().resolve().unwrap();
+        }
+        let a = builtin("capping").unwrap().resolve().unwrap();
+        assert_eq!(a.rewrite, RewriteSpec::Capping { level: 20 });
+        assert_eq!(a.gc.unwrap().strategy, GcStrategy::Naive);
+        assert!(builtin("nogc").unwrap().resolve().unwrap().gc.is_none());
+        let mut evil = builtin("naive").unwrap();
+        evil.name = "../../etc".into();
+        assert!(evil.resolve().unwrap_err().contains("a name may use"));
+        for bad in ["fancy", "naive:3", "capping:x"] {
+            let r = builtin(bad).and_then(|d| d.resolve());
+            assert!(r.is_err(), "{bad}");
+        }
+        assert!(builtin("fancy")
+            .unwrap_err()
+            .contains("unknown approach 'fancy'"));
+    }
+}

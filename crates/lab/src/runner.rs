@@ -1,0 +1,712 @@
+//! The experiment runner: every approach on identical input, one fresh
+//! repository each, with retention rounds, GC and restores, producing one
+//! row per backup, restore and retention round.
+
+use crate::approach::Approach;
+use crate::experiment::{BackendKind, Dataset, Experiment, Mode};
+use crate::scale::ScaleSeries;
+use crate::{synth, tracefile};
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+use tessera_core::backend::{Backend, LocalBackend, MemoryBackend};
+use tessera_core::catalog::SourceKind;
+use tessera_core::{BackupOptions, InitOptions, Repository, RestoreOptions};
+
+/// One backup of the sequence, as every approach ingests it.
+#[derive(Clone, Debug)]
+pub enum Input {
+    /// Bytes (data mode).
+    Image(PathBuf),
+    /// A trace file (trace mode).
+    Trace(PathBuf),
+    /// Version `n` of a generated scale series (trace mode).
+    Scale(usize),
+}
+
+#[derive(Clone, Debug)]
+pub struct Version {
+    pub name: String,
+    pub input: Input,
+}
+
+/// Per backup.
+#[derive(Clone, Debug, Serialize)]
+pub struct BackupRow {
+    pub approach: String,
+    /// Position in the backup sequence (0-based).
+    pub step: usize,
+    pub version: String,
+    pub backup_id: u64,
+    pub logical_bytes: u64,
+    pub chunks: u64,
+    /// Data bytes this backup stored anew (rewrites included).
+    pub new_bytes: u64,
+    /// Data bytes stored in the repository after it (all copies).
+    pub stored_bytes: u64,
+    pub data_containers: usize,
+    pub retained_backups: usize,
+    pub retained_logical_bytes: u64,
+    /// Logical bytes of retained backups / stored bytes.
+    pub dedup_ratio: f64,
+    /// Logical bytes of every backup ingested so far / stored bytes.
+    pub classic_dedup_ratio: f64,
+    pub seconds: f64,
+    pub throughput_mb_s: f64,
+    pub chunk_refs_per_s: f64,
+}
+
+/// Per restore.
+#[derive(Clone, Debug, Serialize)]
+pub struct RestoreRow {
+    pub approach: String,
+    /// `newest` (right after the backup) or `final` (after the last version).
+    pub when: &'static str,
+    pub step: usize,
+    pub version: String,
+    pub backup_id: u64,
+    pub restored_bytes: u64,
+    pub chunks: u64,
+    pub containers_read: u64,
+    pub container_bytes_read: u64,
+    pub read_amplification: f64,
+    pub speed_factor: f64,
+    pub cache: String,
+    pub seconds: f64,
+    pub throughput_mb_s: f64,
+}
+
+/// Per retention round (deletion, then GC if the approach has one).
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct GcRow {
+    pub approach: String,
+    pub round: usize,
+    /// The round ran after this step.
+    pub step: usize,
+    /// Deleted backups' versions, space-separated.
+    pub deleted: String,
+    pub gc: String,
+    pub involved_containers: u64,
+    pub reclaimed_containers: u64,
+    pub produced_containers: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub mark_seconds: f64,
+    pub analyze_seconds: f64,
+    pub sweep_read_seconds: f64,
+    pub sweep_write_seconds: f64,
+    pub total_seconds: f64,
+    pub gc_peak_memory_bytes: u64,
+    pub retained_backups: usize,
+    pub stored_bytes: u64,
+    pub data_containers: usize,
+    pub dedup_ratio: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Row {
+    Backup(BackupRow),
+    Restore(RestoreRow),
+    Gc(GcRow),
+}
+
+/// Per approach, over the whole run.
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct Summary {
+    pub approach: String,
+    pub description: String,
+    /// `ok`, or why the approach stopped.
+    pub status: String,
+    pub backups: usize,
+    pub retained: usize,
+    pub logical_bytes: u64,
+    pub stored_bytes: u64,
+    pub dedup_ratio: f64,
+    pub classic_dedup_ratio: f64,
+    pub mean_read_amplification: f64,
+    pub mean_speed_factor: f64,
+    pub backup_mb_s: f64,
+    pub chunk_refs_per_s: f64,
+    pub gc_rounds: usize,
+    pub gc_reclaimed_containers: u64,
+    pub gc_produced_containers: u64,
+    pub gc_bytes_read: u64,
+    pub gc_bytes_written: u64,
+    pub gc_seconds: f64,
+    /// Process peak resident memory when the approach finished (a high-water mark).
+    pub peak_rss_bytes: u64,
+    pub seconds: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Results {
+    pub experiment: String,
+    pub mode: Mode,
+    pub chunker: String,
+    pub hash: String,
+    pub container_size: u32,
+    pub versions: Vec<String>,
+    pub summaries: Vec<Summary>,
+    pub rows: Vec<Row>,
+}
+
+impl Results {
+    pub fn failed(&self) -> Vec<&Summary> {
+        self.summaries.iter().filter(|s| s.status != "ok").collect()
+    }
+}
+
+/// Process peak resident set size (getrusage; Linux reports KiB).
+pub fn peak_rss_bytes() -> u64 {
+    // SAFETY: getrusage only writes into the zeroed struct we pass.
+    unsafe {
+        let mut u: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_SELF, &mut u) == 0 {
+            u.ru_maxrss as u64 * 1024
+        } else {
+            0
+        }
+    }
+}
+
+/// List a dataset directory: regular, non-hidden files in name order.
+fn list_dir(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))? {
+        let e = e.with_context(|| format!("cannot list {}", dir.display()))?;
+        let name = e.file_name();
+        if name.to_string_lossy().starts_with('.') || !e.file_type()?.is_file() {
+            continue;
+        }
+        v.push(e.path());
+    }
+    v.sort();
+    if v.is_empty() {
+        bail!("dataset directory {} holds no version files", dir.display());
+    }
+    Ok(v)
+}
+
+fn stem(p: &Path) -> String {
+    p.file_stem()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .to_string()
+}
+
+/// Materialize the dataset once under `work` (generated images, traces).
+pub fn prepare(exp: &Experiment, work: &Path) -> Result<Vec<Version>> {
+    let trace_dir = work.join("traces");
+    let to_versions = |paths: Vec<PathBuf>, trace: bool| {
+        paths
+            .into_iter()
+            .map(|p| Version {
+                name: stem(&p),
+                input: if trace {
+                    Input::Trace(p)
+                } else {
+                    Input::Image(p)
+                },
+            })
+            .collect::<Vec<_>>()
+    };
+    Ok(match (&exp.dataset, exp.mode) {
+        (Dataset::Dir(d), mode) => {
+            let files = list_dir(d)?;
+            let (traces, images): (Vec<_>, Vec<_>) =
+                files.into_iter().partition(|p| tracefile::is_trace(p));
+            match (mode, traces.first(), images.first()) {
+                (Mode::Data, Some(t), _) => bail!(
+                    "{}: a fingerprint trace cannot be replayed in data mode (set mode = \"trace\")",
+                    t.display()
+                ),
+                (Mode::Trace, Some(_), Some(i)) => bail!(
+                    "{}: dataset {} mixes traces and other files",
+                    i.display(),
+                    d.display()
+                ),
+                (Mode::Data, None, _) => to_versions(images, false),
+                (Mode::Trace, Some(_), None) => {
+                    // A bad line is the dataset's fault, not an approach's: fail before running.
+                    for t in &traces {
+                        for c in tracefile::open(t)? {
+                            c?;
+                        }
+                    }
+                    to_versions(traces, true)
+                }
+                (Mode::Trace, None, _) => to_versions(
+                    tracefile::convert_all(&images, &trace_dir, &exp.chunker, exp.hash)?,
+                    true,
+                ),
+            }
+        }
+        (Dataset::Synthetic(cfg), Mode::Data) => {
+            to_versions(synth::write_images(cfg, &work.join("dataset"))?, false)
+        }
+        (Dataset::Synthetic(cfg), Mode::Trace) => {
+            std::fs::create_dir_all(&trace_dir)
+                .with_context(|| format!("cannot create {}", trace_dir.display()))?;
+            let mut paths = Vec::new();
+            synth::for_each_image(cfg, |sv, img| {
+                let p = trace_dir.join(format!("{}.{}", sv.name, tracefile::EXT));
+                let header = format!(
+                    "synthetic seed={} chunker={}",
+                    cfg.seed,
+                    exp.chunker.describe()
+                );
+                tracefile::write(
+                    &p,
+                    &header,
+                    &tracefile::chunks_of(img, &exp.chunker, exp.hash),
+                )?;
+                paths.push(p);
+                Ok(())
+            })?;
+            to_versions(paths, true)
+        }
+        (Dataset::Scale(cfg), _) => (0..cfg.versions)
+            .map(|n| Version {
+                name: format!("{n:05}"),
+                input: Input::Scale(n),
+            })
+            .collect(),
+    })
+}
+
+/// Progress on stderr (only when it is a terminal): versions done,
+/// approach, rate, ETA.
+struct Progress {
+    on: bool,
+    started: Instant,
+    total: usize,
+    done: usize,
+    bytes: u64,
+}
+
+impl Progress {
+    fn show(&self, approach: &str, version: usize, versions: usize) {
+        self.line(&format!("{approach}: version {version}/{versions}"));
+    }
+    fn line(&self, what: &str) {
+        if !self.on {
+            return;
+        }
+        let el = self.started.elapsed().as_secs_f64();
+        let rate = self.bytes as f64 / el.max(1e-9) / 1e6;
+        let eta = if self.done == 0 {
+            "--".to_string()
+        } else {
+            let s = (el / self.done as f64 * (self.total - self.done) as f64) as u64;
+            format!("{}:{:02}", s / 60, s % 60)
+        };
+        eprint!(
+            "\r\x1b[2K{what} ({}/{} backups, {rate:.0} MB/s logical, ETA {eta})",
+            self.done, self.total
+        );
+        let _ = std::io::stderr().flush();
+    }
+    fn finish(&self) {
+        if self.on {
+            eprint!("\r\x1b[2K");
+        }
+    }
+}
+
+/// Compares restored bytes with the version file as they arrive.
+struct Verify<'a> {
+    want: &'a [u8],
+    pos: usize,
+    ok: bool,
+}
+
+impl Write for Verify<'_> {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        let end = self.pos + b.len();
+        if end > self.want.len() || &self.want[self.pos..end] != b {
+            self.ok = false;
+        }
+        self.pos = end;
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+pub struct RunOptions {
+    /// Work directory: generated dataset, traces, local repositories.
+    pub work: PathBuf,
+    pub progress: bool,
+}
+
+impl RunOptions {
+    pub fn new(work: &Path) -> Self {
+        RunOptions {
+            work: work.to_path_buf(),
+            progress: std::io::stderr().is_terminal(),
+        }
+    }
+}
+
+/// Run every approach of `exp` and collect the results. An approach that
+/// fails stops there; its summary says why and the others still run.
+pub fn run(exp: &Experiment, opts: &RunOptions) -> Result<Results> {
+    std::fs::create_dir_all(&opts.work)
+        .with_context(|| format!("cannot create {}", opts.work.display()))?;
+    let versions = prepare(exp, &opts.work)?;
+    let mut progress = Progress {
+        on: opts.progress,
+        started: Instant::now(),
+        total: versions.len() * exp.approaches.len(),
+        done: 0,
+        bytes: 0,
+    };
+    let mut rows = Vec::new();
+    let mut summaries = Vec::new();
+    for a in &exp.approaches {
+        let started = Instant::now();
+        let mut summary = Summary {
+            approach: a.name.clone(),
+            description: a.describe(exp.restore.cache),
+            ..Default::default()
+        };
+        let mut mine = Vec::new();
+        let outcome = run_approach(exp, a, &versions, opts, &mut mine, &mut progress);
+        summary.status = match outcome {
+            Ok(()) => "ok".into(),
+            Err(e) => format!("failed: {e:#}").replace('\n', " "),
+        };
+        summary.seconds = started.elapsed().as_secs_f64();
+        summary.peak_rss_bytes = peak_rss_bytes();
+        summarize(&mut summary, &mine);
+        rows.extend(mine);
+        summaries.push(summary);
+    }
+    progress.finish();
+    Ok(Results {
+        experiment: exp.name.clone(),
+        mode: exp.mode,
+        chunker: exp.chunker.describe(),
+        hash: exp.hash.name().into(),
+        container_size: exp.container_size,
+        versions: versions.into_iter().map(|v| v.name).collect(),
+        summaries,
+        rows,
+    })
+}
+
+fn mean(v: impl Iterator<Item = f64>) -> f64 {
+    let (s, n) = v.fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
+    if n == 0 {
+        0.0
+    } else {
+        s / n as f64
+    }
+}
+
+fn summarize(s: &mut Summary, rows: &[Row]) {
+    let backups: Vec<&BackupRow> = rows
+        .iter()
+        .filter_map(|r| match r {
+            Row::Backup(b) => Some(b),
+            _ => None,
+        })
+        .collect();
+    let finals: Vec<&RestoreRow> = rows
+        .iter()
+        .filter_map(|r| match r {
+            Row::Restore(x) if x.when == "final" => Some(x),
+            _ => None,
+        })
+        .collect();
+    let gcs: Vec<&GcRow> = rows
+        .iter()
+        .filter_map(|r| match r {
+            Row::Gc(g) => Some(g),
+            _ => None,
+        })
+        .collect();
+    s.backups = backups.len();
+    let (mut logical, mut secs, mut chunks) = (0u64, 0f64, 0u64);
+    for b in &backups {
+        logical += b.logical_bytes;
+        secs += b.seconds;
+        chunks += b.chunks;
+    }
+    s.logical_bytes = logical;
+    s.backup_mb_s = tessera_core::metrics::mb_per_s(logical, secs);
+    s.chunk_refs_per_s = if secs > 0.0 {
+        chunks as f64 / secs
+    } else {
+        0.0
+    };
+    // The state after the last step: the last GC row if it came after the last backup.
+    if let Some(b) = backups.last() {
+        s.retained = b.retained_backups;
+        s.stored_bytes = b.stored_bytes;
+        s.dedup_ratio = b.dedup_ratio;
+        s.classic_dedup_ratio = b.classic_dedup_ratio;
+        if let Some(g) = gcs.last().filter(|g| g.step == b.step) {
+            s.retained = g.retained_backups;
+            s.stored_bytes = g.stored_bytes;
+            s.dedup_ratio = g.dedup_ratio;
+            s.classic_dedup_ratio = if g.stored_bytes == 0 {
+                0.0
+            } else {
+                logical as f64 / g.stored_bytes as f64
+            };
+        }
+    }
+    s.mean_read_amplification = mean(finals.iter().map(|r| r.read_amplification));
+    s.mean_speed_factor = mean(finals.iter().map(|r| r.speed_factor));
+    s.gc_rounds = gcs.len();
+    for g in gcs {
+        s.gc_reclaimed_containers += g.reclaimed_containers;
+        s.gc_produced_containers += g.produced_containers;
+        s.gc_bytes_read += g.bytes_read;
+        s.gc_bytes_written += g.bytes_written;
+        s.gc_seconds += g.total_seconds;
+    }
+}
+
+fn open_repo(exp: &Experiment, a: &Approach, work: &Path) -> Result<Repository> {
+    let backend: Arc<dyn Backend> = match exp.backend {
+        BackendKind::Memory => Arc::new(MemoryBackend::new()),
+        BackendKind::Local => {
+            let dir = work.join("repos").join(&a.name);
+            if dir.exists() {
+                std::fs::remove_dir_all(&dir)
+                    .with_context(|| format!("cannot remove {}", dir.display()))?;
+            }
+            Arc::new(LocalBackend::create(&dir)?)
+        }
+    };
+    Repository::init(
+        backend.clone(),
+        &InitOptions {
+            hash: exp.hash,
+            chunker: exp.chunker,
+            container_size: exp.container_size,
+            trace: exp.mode == Mode::Trace,
+        },
+    )?;
+    Ok(Repository::open_writer(backend, "tessera lab run")?)
+}
+
+fn run_approach(
+    exp: &Experiment,
+    a: &Approach,
+    versions: &[Version],
+    opts: &RunOptions,
+    rows: &mut Vec<Row>,
+    progress: &mut Progress,
+) -> Result<()> {
+    let mut repo = open_repo(exp, a, &opts.work)?;
+    let cache = a.cache.unwrap_or(exp.restore.cache);
+    let mut scale = match &exp.dataset {
+        Dataset::Scale(cfg) => Some(ScaleSeries::new(cfg)),
+        _ => None,
+    };
+    let mut rng = exp.retention.as_ref().map(|r| r.rng());
+    // Backup id → step, so rows can name versions.
+    let mut step_of = std::collections::HashMap::new();
+    let mut ingested = 0u64;
+    let mut round = 0usize;
+    for (step, v) in versions.iter().enumerate() {
+        progress.show(&a.name, step, versions.len());
+        let bopts = BackupOptions {
+            rewrite: a.rewrite,
+            ..BackupOptions::new(
+                v.name.clone(),
+                if exp.mode == Mode::Trace {
+                    SourceKind::Trace
+                } else {
+                    SourceKind::File
+                },
+            )
+        };
+        let report = match &v.input {
+            Input::Image(p) => {
+                let mut f = std::fs::File::open(p)
+                    .with_context(|| format!("cannot open {}", p.display()))?;
+                repo.backup_reader(&bopts, &mut f, &mut |_| {})?
+            }
+            Input::Trace(p) => repo.backup_trace(&bopts, tracefile::open(p)?)?,
+            Input::Scale(_) => {
+                let s = scale.as_mut().expect("scale dataset");
+                let ids = s.next_version().to_vec();
+                let s = &*s;
+                repo.backup_with(&bopts, |ing| {
+                    for id in ids {
+                        let (fp, n) = s.chunk(id);
+                        ing.push_trace(fp, n)?;
+                    }
+                    Ok(())
+                })?
+            }
+        };
+        ingested += report.logical_bytes;
+        progress.done += 1;
+        progress.bytes += report.logical_bytes;
+        step_of.insert(report.backup.id, step);
+        let st = repo.stats();
+        rows.push(Row::Backup(BackupRow {
+            approach: a.name.clone(),
+            step,
+            version: v.name.clone(),
+            backup_id: report.backup.id,
+            logical_bytes: report.logical_bytes,
+            chunks: report.chunks,
+            new_bytes: report.stored_bytes,
+            stored_bytes: st.stored_data_bytes,
+            data_containers: st.data_containers,
+            retained_backups: st.backups,
+            retained_logical_bytes: st.logical_bytes,
+            dedup_ratio: st.dedup_ratio,
+            classic_dedup_ratio: ratio(ingested, st.stored_data_bytes),
+            seconds: report.seconds,
+            throughput_mb_s: report.throughput_mb_s,
+            chunk_refs_per_s: report.chunks as f64 / report.seconds.max(1e-9),
+        }));
+        if exp.restore.newest_after_each {
+            let b = repo.backups().last().expect("just made").clone();
+            rows.push(Row::Restore(restore(
+                &repo,
+                &b,
+                v,
+                "newest",
+                step,
+                a,
+                cache,
+                exp.restore.verify,
+            )?));
+        }
+        if let (Some(ret), Some(rng)) = (&exp.retention, rng.as_mut()) {
+            let ids: Vec<u64> = repo.backups().iter().map(|b| b.id).collect();
+            let gone = ret.round(&ids, rng);
+            if gone.is_empty() {
+                continue;
+            }
+            round += 1;
+            repo.forget(&gone)?;
+            let mut g = GcRow {
+                approach: a.name.clone(),
+                round,
+                step,
+                deleted: gone
+                    .iter()
+                    .map(|id| versions[step_of[id]].name.clone())
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                gc: "none".into(),
+                ..Default::default()
+            };
+            if let (true, Some(gopts)) = (ret.gc, &a.gc) {
+                let r = repo
+                    .gc(gopts)
+                    .with_context(|| format!("gc after step {step}"))?;
+                g.gc = gopts.strategy.to_string();
+                g.involved_containers = r.involved_containers;
+                g.reclaimed_containers = r.reclaimed_containers;
+                g.produced_containers = r.produced_containers;
+                g.bytes_read = r.bytes_read;
+                g.bytes_written = r.bytes_written;
+                g.mark_seconds = r.mark_seconds;
+                g.analyze_seconds = r.analyze_seconds;
+                g.sweep_read_seconds = r.sweep_read_seconds;
+                g.sweep_write_seconds = r.sweep_write_seconds;
+                g.total_seconds = r.total_seconds;
+                g.gc_peak_memory_bytes = r.peak_memory_bytes;
+            }
+            let st = repo.stats();
+            g.retained_backups = st.backups;
+            g.stored_bytes = st.stored_data_bytes;
+            g.data_containers = st.data_containers;
+            g.dedup_ratio = st.dedup_ratio;
+            rows.push(Row::Gc(g));
+        }
+    }
+    if exp.restore.retained_at_end {
+        let retained = repo.backups().to_vec();
+        progress.line(&format!(
+            "{}: restoring {} retained backups",
+            a.name,
+            retained.len()
+        ));
+        for b in &retained {
+            let step = step_of[&b.id];
+            rows.push(Row::Restore(restore(
+                &repo,
+                b,
+                &versions[step],
+                "final",
+                step,
+                a,
+                cache,
+                exp.restore.verify,
+            )?));
+        }
+    }
+    repo.close()?;
+    Ok(())
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        a as f64 / b as f64
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn restore(
+    repo: &Repository,
+    b: &tessera_core::catalog::BackupEntry,
+    v: &Version,
+    when: &'static str,
+    step: usize,
+    a: &Approach,
+    cache: tessera_core::restore::CacheSpec,
+    verify: bool,
+) -> Result<RestoreRow> {
+    let ropts = RestoreOptions { cache };
+    let r = match &v.input {
+        Input::Image(p) if verify => {
+            let want = std::fs::read(p).with_context(|| format!("cannot read {}", p.display()))?;
+            let mut w = Verify {
+                want: &want,
+                pos: 0,
+                ok: true,
+            };
+            let r = repo.restore_to(b, &mut w, &ropts, &mut |_| {})?;
+            if !w.ok || w.pos != want.len() {
+                bail!("restore of {} does not match {}", v.name, p.display());
+            }
+            r
+        }
+        // Trace mode writes nothing; the container reads are still accounted.
+        _ => repo.restore_to(b, &mut std::io::sink(), &ropts, &mut |_| {})?,
+    };
+    Ok(RestoreRow {
+        approach: a.name.clone(),
+        when,
+        step,
+        version: v.name.clone(),
+        backup_id: b.id,
+        restored_bytes: r.restored_bytes,
+        chunks: r.chunks,
+        containers_read: r.data_containers_read,
+        container_bytes_read: r.data_container_bytes_read,
+        read_amplification: r.read_amplification,
+        speed_factor: r.speed_factor,
+        cache: cache.to_string(),
+        seconds: r.seconds,
+        throughput_mb_s: r.throughput_mb_s,
+    })
+}

@@ -1,0 +1,242 @@
+//! The runner end to end on small synthetic series.
+
+use std::path::Path;
+use tessera_lab::approach::builtin;
+use tessera_lab::experiment::{Experiment, Mode};
+use tessera_lab::report;
+use tessera_lab::runner::{run, Results, Row, RunOptions};
+
+const EXP: &str = r#"
+name = "small"
+mode = "MODE"
+approaches = ["nogc"]
+
+[[approach]]
+name = "nogc-lru4"
+gc = "none"
+cache = "lru:4"
+
+[dataset.synthetic]
+seed = 11
+sources = 2
+versions = 4
+files = 24
+file_size_max = "48KiB"
+modify_rate = 0.3
+edit_size_max = "8KiB"
+
+[repo]
+chunker = "fastcdc:1k/4k/32k"
+container_size = "64KiB"
+
+[retention]
+retain = 3
+delete = 2
+
+[restore]
+cache = "lru:8"
+newest_after_each = true
+"#;
+
+fn run_text(text: &str, work: &Path) -> Results {
+    let exp = Experiment::parse(text, Path::new("small.toml"), Path::new(".")).unwrap();
+    let mut opts = RunOptions::new(work);
+    opts.progress = false;
+    run(&exp, &opts).unwrap()
+}
+
+fn run_mode(mode: &str, work: &Path) -> Results {
+    let r = run_text(&EXP.replace("MODE", mode), work);
+    assert!(r.failed().is_empty(), "{:?}", r.failed());
+    r
+}
+
+/// Rewriting and GC approaches too. Core may not implement a technique yet;
+/// then it must fail the same way in both modes (and nothing else may fail).
+const ALL: &str = r#"approaches = ["nogc", "naive", "capping:4", "smr:4", "har", "gccdf"]
+
+[[approach]]
+name = "har-nogc"
+rewrite = "har"
+gc = "none"
+"#;
+
+#[test]
+fn data_and_trace_mode_agree_for_every_approach() {
+    let t = tempfile::tempdir().unwrap();
+    let text = EXP.replace("approaches = [\"nogc\"]\n", ALL);
+    let data = run_text(&text.replace("MODE", "data"), &t.path().join("d"));
+    let trace = run_text(&text.replace("MODE", "trace"), &t.path().join("t"));
+    assert_eq!(data.summaries.len(), 8);
+    for (d, tr) in data.summaries.iter().zip(&trace.summaries) {
+        assert_eq!(d.status, tr.status, "{}", d.approach);
+        assert!(
+            d.status == "ok" || d.status.contains("not implemented"),
+            "{}: {}",
+            d.approach,
+            d.status
+        );
+    }
+    assert_eq!(data.summaries[0].status, "ok");
+    let (a, b) = (layout(&data), layout(&trace));
+    assert_eq!(a.len(), b.len());
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(x, y);
+    }
+}
+
+/// Every layout-derived field of a row (timings and throughputs dropped).
+fn layout(r: &Results) -> Vec<serde_json::Value> {
+    r.rows
+        .iter()
+        .map(|row| {
+            let mut v = serde_json::to_value(row).unwrap();
+            let o = v.as_object_mut().unwrap();
+            o.retain(|k, _| {
+                !k.contains("seconds") && !k.contains("_s") && k != "gc_peak_memory_bytes"
+            });
+            v
+        })
+        .collect()
+}
+
+#[test]
+fn data_and_trace_mode_agree_on_every_layout_metric() {
+    let t = tempfile::tempdir().unwrap();
+    let data = run_mode("data", &t.path().join("d"));
+    let trace = run_mode("trace", &t.path().join("t"));
+    assert_eq!(data.mode, Mode::Data);
+    assert_eq!(trace.mode, Mode::Trace);
+    let (a, b) = (layout(&data), layout(&trace));
+    assert_eq!(a.len(), b.len());
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(x, y);
+    }
+    // The comparison is not vacuous: containers were read and the layout fragmented.
+    let restores: Vec<_> = data
+        .rows
+        .iter()
+        .filter_map(|r| match r {
+            Row::Restore(x) => Some(x),
+            _ => None,
+        })
+        .collect();
+    assert!(restores.len() >= 8);
+    assert!(restores
+        .iter()
+        .any(|r| r.containers_read > 2 && r.read_amplification > 1.0));
+    let dr: Vec<f64> = data
+        .rows
+        .iter()
+        .filter_map(|r| match r {
+            Row::Backup(b) => Some(b.dedup_ratio),
+            _ => None,
+        })
+        .collect();
+    assert!(dr.iter().any(|&d| d > 1.2), "{dr:?}");
+}
+
+#[test]
+fn retention_deletes_exactly_the_configured_backups() {
+    let t = tempfile::tempdir().unwrap();
+    let r = run_mode("trace", t.path());
+    let names = r.versions.clone();
+    assert_eq!(names.len(), 8);
+    for approach in ["nogc", "nogc-lru4"] {
+        // retain 3, delete the 2 oldest whenever more than 3 are retained:
+        // after steps 3, 5, 7 → versions 0-1, 2-3, 4-5 deleted.
+        let rounds: Vec<(usize, String)> = r
+            .rows
+            .iter()
+            .filter_map(|row| match row {
+                Row::Gc(g) if g.approach == approach => Some((g.step, g.deleted.clone())),
+                _ => None,
+            })
+            .collect();
+        let want: Vec<(usize, String)> = [(3, 0, 1), (5, 2, 3), (7, 4, 5)]
+            .iter()
+            .map(|&(s, a, b)| (s, format!("{} {}", names[a], names[b])))
+            .collect();
+        assert_eq!(rounds, want, "{approach}");
+        let finals: Vec<&str> = r
+            .rows
+            .iter()
+            .filter_map(|row| match row {
+                Row::Restore(x) if x.approach == approach && x.when == "final" => {
+                    Some(x.version.as_str())
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(finals, vec![names[6].as_str(), names[7].as_str()]);
+        let s = r.summaries.iter().find(|s| s.approach == approach).unwrap();
+        assert_eq!((s.backups, s.retained, s.gc_rounds), (8, 2, 3));
+    }
+    // Without GC nothing is reclaimed, so the actual ratio drops after deletions.
+    let s = &r.summaries[0];
+    assert!(
+        s.dedup_ratio < s.classic_dedup_ratio,
+        "{} vs {}",
+        s.dedup_ratio,
+        s.classic_dedup_ratio
+    );
+}
+
+#[test]
+fn report_has_every_plot_and_the_summary() {
+    let t = tempfile::tempdir().unwrap();
+    let r = run_mode("trace", &t.path().join("w"));
+    let w = report::write_all(&r, &t.path().join("out")).unwrap();
+    let html = std::fs::read_to_string(&w.html).unwrap();
+    for (id, title, _) in report::PLOTS {
+        assert_eq!(
+            html.matches(&format!("<svg id=\"{id}\"")).count(),
+            1,
+            "{id}"
+        );
+        assert!(html.contains(title));
+    }
+    assert_eq!(html.matches("<svg ").count(), report::PLOTS.len());
+    assert!(html.contains("<table id=\"summary\">"));
+    for s in &r.summaries {
+        assert!(html.contains(&format!("<tr><td>{}</td>", s.approach)));
+    }
+    // One polyline per approach in the plots that have data.
+    let dedup = html
+        .split("<svg id=\"dedup-ratio\"")
+        .nth(1)
+        .unwrap()
+        .split("</svg>")
+        .next()
+        .unwrap();
+    assert_eq!(dedup.matches("<polyline").count(), 2);
+    assert!(
+        !html.contains("<script") && !html.contains("src="),
+        "self-contained"
+    );
+    let csv = std::fs::read_to_string(&w.csv).unwrap();
+    assert_eq!(csv.lines().count(), r.rows.len() + 1);
+    assert!(csv.starts_with("kind,approach,step,version"));
+    let jl = std::fs::read_to_string(&w.jsonl).unwrap();
+    for l in jl.lines() {
+        serde_json::from_str::<serde_json::Value>(l).unwrap();
+    }
+    assert_eq!(jl.lines().count(), 1 + r.rows.len() + r.summaries.len());
+}
+
+#[test]
+fn bad_trace_line_fails_the_run_naming_file_and_line() {
+    let t = tempfile::tempdir().unwrap();
+    let ds = t.path().join("ds");
+    std::fs::create_dir(&ds).unwrap();
+    std::fs::write(ds.join("a.trace"), "# tessera trace\naa 100\n").unwrap();
+    std::fs::write(ds.join("b.trace"), "aa 100\nbb 100\nbb x\n").unwrap();
+    let text = "mode = \"trace\"\napproaches = [\"nogc\"]\n[dataset]\ndir = \"ds\"\n";
+    let exp = Experiment::parse(text, &t.path().join("e.toml"), t.path()).unwrap();
+    let e = format!(
+        "{:#}",
+        run(&exp, &RunOptions::new(&t.path().join("w"))).unwrap_err()
+    );
+    assert!(e.contains("b.trace:3:"), "{e}");
+    assert!(builtin("naive").is_ok());
+}
