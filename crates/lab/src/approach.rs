@@ -27,6 +27,11 @@ pub struct ApproachDef {
     pub segment_containers: usize,
     #[serde(default = "one")]
     pub liveness_threshold: f64,
+    /// GCCDF: a leaf is split only if at least this many of its chunks are
+    /// referenced by the backup checked (the artifact's 200 suits 4 MiB
+    /// containers of ~1000 chunks; scale it with the container size).
+    #[serde(default = "split")]
+    pub split_threshold: usize,
     /// Overrides the experiment's restore cache.
     #[serde(default)]
     pub cache: Option<String>,
@@ -43,6 +48,9 @@ fn segment() -> usize {
 }
 fn one() -> f64 {
     1.0
+}
+fn split() -> usize {
+    GcOptions::default().split_threshold
 }
 
 /// A resolved approach, ready to run.
@@ -85,6 +93,7 @@ pub fn builtin(name: &str) -> Result<ApproachDef, String> {
         gc: gc.into(),
         segment_containers: segment(),
         liveness_threshold: 1.0,
+        split_threshold: split(),
         cache: None,
     };
     let plain = base == name;
@@ -112,6 +121,7 @@ impl ApproachDef {
                 strategy: GcStrategy::parse(s).map_err(|e| ctx(format!("{e} (or none)")))?,
                 segment_containers: self.segment_containers.max(1),
                 liveness_threshold: self.liveness_threshold,
+                split_threshold: self.split_threshold.max(1),
                 dry_run: false,
                 ..GcOptions::default()
             }),
