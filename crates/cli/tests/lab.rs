@@ -283,12 +283,14 @@ fn gen_git_writes_one_tarball_per_tag_in_version_order() {
     assert!(String::from_utf8_lossy(&tar).contains("version 2"));
     // Deterministic: a second run gives the same bytes.
     std::thread::sleep(std::time::Duration::from_millis(1100));
+    // A relative --out is relative to where tessera runs, not to the
+    // repository git runs in.
     let again = t.path().join("again");
     ok(tessera()
+        .current_dir(t.path())
         .args(["lab", "gen", "git", "--tags", "v*", "--repo"])
         .arg(&repo)
-        .arg("--out")
-        .arg(&again));
+        .args(["--out", "again"]));
     assert_eq!(std::fs::read(again.join("00002-v10.tar")).unwrap(), tar);
     fails(
         tessera()

@@ -44,6 +44,8 @@ pub fn write_series(repo: &Path, glob: &str, out: &Path) -> Result<Vec<PathBuf>>
         bail!("no tags of {} match '{glob}'", repo.display());
     }
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    // git runs in the repository: a relative output path must not follow it.
+    let out = &std::path::absolute(out).with_context(|| format!("bad path {}", out.display()))?;
     let mut paths = Vec::new();
     for (i, tag) in tags.iter().enumerate() {
         let safe: String = tag
