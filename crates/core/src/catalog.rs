@@ -106,6 +106,11 @@ pub struct Manifest {
     /// containers that no longer exist are ignored.
     #[serde(default)]
     pub har_sparse: Vec<ContainerId>,
+    /// Backups forgotten since the last GC. Their recipes stay until a GC
+    /// runs, which walks them to find the containers the deletion involves
+    /// (the papers' GS list), then clears this list.
+    #[serde(default)]
+    pub forgotten: Vec<BackupEntry>,
 }
 
 pub fn manifest_key(generation: u64) -> String {
@@ -133,6 +138,7 @@ impl Manifest {
             containers: Vec::new(),
             index_segments: Vec::new(),
             har_sparse: Vec::new(),
+            forgotten: Vec::new(),
         }
     }
 

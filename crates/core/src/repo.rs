@@ -382,6 +382,7 @@ impl Repository {
         let (gone, kept): (Vec<_>, Vec<_>) =
             next.backups.into_iter().partition(|b| ids.contains(&b.id));
         next.backups = kept;
+        next.forgotten.extend(gone.iter().cloned());
         self.publish(next, &[])?;
         Ok(gone)
     }

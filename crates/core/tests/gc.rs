@@ -165,7 +165,11 @@ fn naive_gc_reclaims_forgotten_data_and_keeps_the_rest() {
         let before_gc_next_id = before_gc.next_container_id;
         let r = gc(&mut repo, strategy);
         let after = repo.stats();
-        assert!(r.involved_containers > 0 && r.reclaimed_containers == r.involved_containers);
+        assert!(r.reclaimed_containers > 0);
+        assert_eq!(
+            r.reclaimed_containers + r.skipped_containers,
+            r.involved_containers
+        );
         // v3 shared nothing: its containers are dropped unread.
         assert!(r.deleted_without_copy >= 100_000 / 16_384, "{r:?}");
         assert!(r.recipe_reclaimed_containers > 0);
@@ -189,10 +193,17 @@ fn naive_gc_reclaims_forgotten_data_and_keeps_the_rest() {
             r.bytes_written,
             new.iter().map(|c| c.logical_bytes).sum::<u64>()
         );
-        // Each involved container still holding live chunks was read once.
+        // Each reclaimed container still holding live chunks was read once.
+        let kept: HashSet<u64> = repo.manifest().containers.iter().map(|c| c.id).collect();
+        let reclaimed_bytes: u64 = before_gc
+            .containers
+            .iter()
+            .filter(|c| c.kind == ChunkKind::Data && !kept.contains(&c.id))
+            .map(|c| c.logical_bytes)
+            .sum();
         assert_eq!(
             r.bytes_read,
-            r.involved_bytes - deleted_bytes(&before_gc, &repo, r.deleted_without_copy)
+            reclaimed_bytes - deleted_bytes(&before_gc, &repo, r.deleted_without_copy)
         );
         assert_eq!(restore(&repo, id2).unwrap(), v2);
         assert_only_live_chunks(&repo);
@@ -851,4 +862,39 @@ fn gc_rounds_benchmark() {
             s.data_containers, s.dedup_ratio
         );
     }
+}
+
+/// Involved containers are those a deleted backup referenced (the papers'
+/// GS list), counted once per GC: a fully live one is involved and skipped,
+/// one holding a dead chunk is reclaimed, and the next GC starts afresh.
+#[test]
+fn involved_counts_what_deleted_backups_referenced_once() {
+    let b = mem();
+    init_small(b.clone(), true);
+    let mut repo = Repository::open_writer(b, "t").unwrap();
+    // 16 KiB containers of 4 KiB trace chunks: 4 chunks per container.
+    let shared: Vec<u32> = (0..8).collect(); // containers 1, 2
+    let a = trace_backup(
+        &mut repo,
+        "a",
+        &[shared.clone(), (100..104).collect()].concat(),
+        4096,
+    );
+    let _keep = trace_backup(&mut repo, "b", &shared, 4096);
+    repo.forget(&[a]).unwrap();
+    assert_eq!(repo.manifest().forgotten.len(), 1);
+    let r = gc(&mut repo, GcStrategy::Naive);
+    // a referenced three containers: two still fully live (skipped), one dead.
+    assert_eq!(r.involved_containers, 3, "{r:?}");
+    assert_eq!(r.reclaimed_containers, 1);
+    assert_eq!(r.skipped_containers, 2);
+    assert!(repo.manifest().forgotten.is_empty());
+    let r = gc(&mut repo, GcStrategy::Naive);
+    assert_eq!((r.involved_containers, r.reclaimed_containers), (0, 0));
+    // Nothing to reclaim still clears the list.
+    let c = trace_backup(&mut repo, "c", &shared, 4096);
+    repo.forget(&[c]).unwrap();
+    let r = gc(&mut repo, GcStrategy::Gccdf);
+    assert_eq!((r.involved_containers, r.reclaimed_containers), (2, 0));
+    assert!(repo.manifest().forgotten.is_empty());
 }

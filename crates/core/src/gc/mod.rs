@@ -121,8 +121,12 @@ impl GcOptions {
 pub struct GcReport {
     pub strategy: GcStrategy,
     pub dry_run: bool,
-    /// Containers holding chunks no retained backup references.
+    /// Containers a deletion involves: referenced by a backup forgotten
+    /// since the last GC, or holding a chunk no retained backup references.
     pub involved_containers: u64,
+    /// Involved containers left alone: every chunk still live, or liveness
+    /// at or above the threshold.
+    pub skipped_containers: u64,
     /// Containers deleted (their live chunks, if any, copied forward).
     pub reclaimed_containers: u64,
     /// New containers written by the sweep (in a dry run: a lower bound,
@@ -191,6 +195,7 @@ impl Repository {
         r.involved_bytes = sel.involved.iter().map(|c| c.logical_bytes).sum();
         r.deleted_without_copy = sel.empty.len() as u64;
         r.reclaimed_containers = (sel.empty.len() + sel.copy.len()) as u64;
+        r.skipped_containers = r.involved_containers - r.reclaimed_containers;
         r.recipe_involved_containers = sel.recipe_involved.len() as u64;
         r.recipe_reclaimed_containers = (sel.recipe_empty.len() + sel.recipe_copy.len()) as u64;
         let reclaimed: HashSet<_> = sel
@@ -210,6 +215,12 @@ impl Repository {
             .map(|c| c.logical_bytes)
             .sum();
         if opts.dry_run || reclaimed.is_empty() {
+            if !opts.dry_run && !self.manifest.forgotten.is_empty() {
+                // Nothing to reclaim, but the deletions are now accounted for.
+                let mut next = self.manifest.clone();
+                next.forgotten.clear();
+                self.publish(next, &[])?;
+            }
             if opts.dry_run {
                 r.produced_containers = sel.copy_live_bytes.div_ceil(size);
                 r.reclaimed_bytes = freed.saturating_sub(sel.copy_live_bytes);

@@ -1,5 +1,6 @@
-//! Select: which GC-involved containers (those holding a dead chunk) the
-//! sweep cleans. A container with no live chunk is simply deleted; one with
+//! Select: which GC-involved containers the sweep cleans. Involved are the
+//! containers that hold a dead chunk or that a backup forgotten since the
+//! last GC referenced; only those holding a dead chunk are cleaned. A container with no live chunk is simply deleted; one with
 //! live chunks is copied forward when its liveness (live bytes / container
 //! bytes) is below the threshold (always, at threshold 1.0).
 
@@ -7,7 +8,10 @@ use super::mark::{Live, Mark};
 use crate::catalog::ContainerEntry;
 use crate::container::{ChunkKind, ContainerId};
 use crate::error::Result;
+use crate::recipe::RecipeWalker;
 use crate::repo::Repository;
+use crate::restore::LruCache;
+use std::collections::HashSet;
 
 #[derive(Default, Debug)]
 pub struct Selection {
@@ -26,6 +30,7 @@ pub struct Selection {
 
 pub fn select(repo: &Repository, mark: &Mark, threshold: f64) -> Result<Selection> {
     let mut s = Selection::default();
+    let gs = deleted_references(repo);
     let mut containers: Vec<ContainerEntry> = repo.manifest.containers.clone();
     containers.sort_by_key(|c| c.id);
     for c in containers {
@@ -36,6 +41,11 @@ pub fn select(repo: &Repository, mark: &Mark, threshold: f64) -> Result<Selectio
                     None => live_from_meta(repo, mark, c.id)?,
                 };
                 if live.chunks >= c.chunks {
+                    // Referenced by a deleted backup but fully live: involved,
+                    // examined and skipped (as the papers count it).
+                    if gs.contains(&c.id) {
+                        s.involved.push(c);
+                    }
                     continue;
                 }
                 s.involved.push(c);
@@ -66,6 +76,29 @@ pub fn select(repo: &Repository, mark: &Mark, threshold: f64) -> Result<Selectio
         }
     }
     Ok(s)
+}
+
+/// Data containers that chunks of the backups forgotten since the last GC
+/// are found in (through the index): the GS list of containers a deletion
+/// involves. Best effort: a recipe that can no longer be read (say, removed
+/// by hand) only makes the count smaller; reclaiming never depends on it.
+fn deleted_references(repo: &Repository) -> HashSet<ContainerId> {
+    let mut gs = HashSet::new();
+    let mut recipes = LruCache::new(16);
+    for b in &repo.manifest.forgotten {
+        let Ok(root) = b.root_fp() else { continue };
+        let Ok(mut w) = RecipeWalker::new(root, b.root_level, |fp, _| {
+            repo.load_recipe_chunk(&mut recipes, fp)
+        }) else {
+            continue;
+        };
+        while let Ok(Some(e)) = w.next() {
+            if let Some(c) = repo.index.get(ChunkKind::Data, &e.fp) {
+                gs.insert(c);
+            }
+        }
+    }
+    gs
 }
 
 /// With a Bloom VC the live chunks of a container are counted from its

@@ -196,6 +196,7 @@ pub fn commit(
     next.containers.retain(|c| !reclaimed.contains(&c.id));
     next.containers.extend_from_slice(produced);
     next.next_container_id = next_id;
+    next.forgotten.clear();
     let mut superseded = std::mem::take(&mut next.index_segments);
     repo.write_segment(&mut next, &entries)?;
     let mut gone: Vec<ContainerId> = reclaimed.iter().copied().collect();
