@@ -53,7 +53,10 @@ fuzz_target!(|input: &[u8]| {
         if let Ok((h, metas)) = decoded {
             for m in metas {
                 let end = m.offset as u64 + m.len as u64;
-                assert!(h.trace || end <= h.data_len, "chunk outside the data section");
+                assert!(
+                    h.trace || end <= h.data_len,
+                    "chunk outside the data section"
+                );
             }
         }
     }

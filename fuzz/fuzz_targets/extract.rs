@@ -14,6 +14,9 @@ fuzz_target!(|data: &[u8]| {
     let mut input = data;
     let _ = tessera_core::archive::extract(&mut input, &target);
     // Only the target itself may exist beside it.
-    assert!(count(outer.path()) <= 1, "extraction wrote outside the target");
+    assert!(
+        count(outer.path()) <= 1,
+        "extraction wrote outside the target"
+    );
     let _ = outer.close();
 });

@@ -11,7 +11,10 @@ use tessera_core::recipe::{self, RecipeWalker};
 use tessera_core::{Error, HashAlgo};
 
 fuzz_target!(|input: &[u8]| {
-    let parts: Vec<&[u8]> = input.split(|&b| b == b'|').filter(|p| !p.is_empty()).collect();
+    let parts: Vec<&[u8]> = input
+        .split(|&b| b == b'|')
+        .filter(|p| !p.is_empty())
+        .collect();
     let mut store = HashMap::new();
     for p in &parts {
         if let Ok(c) = recipe::decode(p, "fuzz") {
@@ -20,9 +23,13 @@ fuzz_target!(|input: &[u8]| {
         store.insert(HashAlgo::Blake3.hash(p), p.to_vec());
     }
     let Some(root) = parts.first() else { return };
-    let Ok(chunk) = recipe::decode(root, "fuzz") else { return };
+    let Ok(chunk) = recipe::decode(root, "fuzz") else {
+        return;
+    };
     let fetch = |fp: &tessera_core::Fingerprint, _level: u8| -> tessera_core::Result<_> {
-        let bytes = store.get(fp).ok_or_else(|| Error::MissingObject("chunk".into()))?;
+        let bytes = store
+            .get(fp)
+            .ok_or_else(|| Error::MissingObject("chunk".into()))?;
         recipe::decode(bytes, "fuzz")
     };
     if let Ok(mut w) = RecipeWalker::new(HashAlgo::Blake3.hash(root), chunk.level, fetch) {

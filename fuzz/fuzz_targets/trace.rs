@@ -6,7 +6,10 @@ use tessera_core::trace::read_trace;
 fuzz_target!(|data: &[u8]| {
     for entry in read_trace(data, "fuzz.trace".into()).take(100_000) {
         if let Err(e) = entry {
-            assert!(e.to_string().contains("fuzz.trace"), "error names the file: {e}");
+            assert!(
+                e.to_string().contains("fuzz.trace"),
+                "error names the file: {e}"
+            );
             break;
         }
     }
