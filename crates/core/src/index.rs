@@ -17,6 +17,7 @@ use crate::container::format::checksum;
 use crate::container::{ChunkKind, ContainerId};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FpMap, FP_LEN};
+use crate::fptable::FpTable;
 
 const MAGIC: [u8; 8] = *b"TSRAINDX";
 const VERSION: u32 = 1;
@@ -35,8 +36,8 @@ pub const MAX_COPIES: usize = 254;
 
 #[derive(Default)]
 pub struct Index {
-    data: FpMap<ContainerId>,
-    recipe: FpMap<ContainerId>,
+    data: FpTable,
+    recipe: FpTable,
     /// Older containers holding a data chunk that rewriting stored again:
     /// Capping and SMR must see every copy. May name containers GC deleted;
     /// users filter by the live containers.
@@ -44,8 +45,21 @@ pub struct Index {
 }
 
 impl Index {
+    #[inline]
     pub fn get(&self, kind: ChunkKind, fp: &Fingerprint) -> Option<ContainerId> {
-        self.map(kind).get(fp).copied()
+        self.map(kind).get(fp)
+    }
+    /// Whether the index holds a chunk of `kind` (reads less memory than
+    /// [`get`](Self::get)).
+    #[inline]
+    pub fn contains(&self, kind: ChunkKind, fp: &Fingerprint) -> bool {
+        self.map(kind).contains(fp)
+    }
+    /// Hint that `fp` will be looked up soon: start loading its table slot,
+    /// so a batch of lookups overlaps its cache misses.
+    #[inline]
+    pub fn prefetch(&self, kind: ChunkKind, fp: &Fingerprint) {
+        self.map(kind).prefetch(fp)
     }
     pub fn insert(&mut self, e: IndexEntry) {
         match e.kind {
@@ -80,7 +94,7 @@ impl Index {
     /// A data chunk's exact state (preferred copy and older copies), to undo
     /// a failed backup.
     pub fn data_state(&self, fp: &Fingerprint) -> (Option<ContainerId>, Vec<ContainerId>) {
-        (self.data.get(fp).copied(), self.copies(fp).to_vec())
+        (self.data.get(fp), self.copies(fp).to_vec())
     }
     pub fn set_data_state(
         &mut self,
@@ -97,7 +111,8 @@ impl Index {
             self.copies.insert(fp, copies);
         }
     }
-    fn map(&self, kind: ChunkKind) -> &FpMap<ContainerId> {
+    #[inline]
+    fn map(&self, kind: ChunkKind) -> &FpTable {
         match kind {
             ChunkKind::Data => &self.data,
             ChunkKind::Recipe => &self.recipe,
@@ -110,11 +125,10 @@ impl Index {
     pub fn is_empty(&self) -> bool {
         self.data.is_empty() && self.recipe.is_empty()
     }
-    /// Approximate heap bytes of the in-memory tables (hashbrown: key, value
-    /// and one control byte per bucket).
+    /// Approximate heap bytes of the in-memory tables (key and value per
+    /// slot; older copies not counted).
     pub fn memory_bytes(&self) -> usize {
-        let slot = std::mem::size_of::<(Fingerprint, ContainerId)>() + 1;
-        (self.data.capacity() + self.recipe.capacity()) * slot
+        self.data.memory_bytes() + self.recipe.memory_bytes()
     }
     /// Older copies as entries, oldest first per fingerprint. Written before
     /// [`entries`](Self::entries) (later wins), they survive compaction.
@@ -128,13 +142,13 @@ impl Index {
         })
     }
     pub fn entries(&self) -> impl Iterator<Item = IndexEntry> + '_ {
-        let d = self.data.iter().map(|(fp, &c)| IndexEntry {
-            fp: *fp,
+        let d = self.data.iter().map(|(fp, c)| IndexEntry {
+            fp,
             container: c,
             kind: ChunkKind::Data,
         });
-        let r = self.recipe.iter().map(|(fp, &c)| IndexEntry {
-            fp: *fp,
+        let r = self.recipe.iter().map(|(fp, c)| IndexEntry {
+            fp,
             container: c,
             kind: ChunkKind::Recipe,
         });

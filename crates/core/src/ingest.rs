@@ -49,6 +49,8 @@ use std::time::Instant;
 const BATCH_BYTES: usize = 4 << 20;
 /// Trace entries per batch.
 const TRACE_BATCH: usize = 8192;
+/// How many chunks ahead the worker prefetches index slots.
+const PREFETCH: usize = 16;
 
 /// How a backup is named in the catalog, and how its duplicates are treated.
 #[derive(Clone, Debug)]
@@ -169,7 +171,7 @@ pub(crate) struct Sink {
 impl Sink {
     /// Store a chunk unless the index already has it. Returns whether it was new.
     fn add(&mut self, kind: ChunkKind, fp: Fingerprint, len: u32, bytes: &[u8]) -> Result<bool> {
-        if self.index.get(kind, &fp).is_some() {
+        if self.index.contains(kind, &fp) {
             return Ok(false);
         }
         self.store(kind, fp, len, bytes)?;
@@ -442,7 +444,16 @@ fn worker(
                     let _ = spent.try_send(buf);
                 }
                 Batch::Trace(entries) => {
-                    for (fp, len) in entries {
+                    // Start loading the index slots PREFETCH chunks ahead,
+                    // so the probes' cache misses overlap.
+                    let ahead = if sink.rw.is_none() { PREFETCH } else { 0 };
+                    for &(fp, _) in entries.iter().take(ahead) {
+                        sink.index.prefetch(ChunkKind::Data, &fp);
+                    }
+                    for (i, &(fp, len)) in entries.iter().enumerate() {
+                        if let Some(&(next, _)) = entries.get(i + ahead).filter(|_| ahead > 0) {
+                            sink.index.prefetch(ChunkKind::Data, &next);
+                        }
                         sink.data_chunk(&mut recipe, fp, len, &[])?;
                     }
                 }
