@@ -146,10 +146,12 @@ impl RecipeBuilder {
     /// Emit the pending entries of level k+1 as one chunk; return its entry
     /// for the parent level.
     fn flush(&mut self, k: usize, sink: &mut dyn RecipeSink) -> Result<RecipeEntry> {
-        let entries = std::mem::take(&mut self.levels[k]);
+        // Keep the level's buffer (and its capacity) for the next chunk.
+        let entries = &mut self.levels[k];
         let size = entries.iter().map(|e| e.size).sum();
         let level = (k + 1) as u8;
-        let bytes = encode(level, &entries);
+        let bytes = encode(level, entries);
+        entries.clear();
         let fp = self.algo.hash(&bytes);
         sink.recipe_chunk(fp, level, bytes)?;
         self.emitted[k] += 1;
