@@ -29,13 +29,23 @@ const MAP_BYTES: usize = 2 << 20;
 
 #[inline]
 fn key_of(fp: &Fingerprint) -> Key {
-    let b = &fp.0;
-    [
-        u64::from_ne_bytes(b[0..8].try_into().unwrap()),
-        u64::from_ne_bytes(b[8..16].try_into().unwrap()),
-        u64::from_ne_bytes(b[16..24].try_into().unwrap()),
-        u64::from_ne_bytes(b[24..32].try_into().unwrap()),
-    ]
+    // One 32-byte load (the same words as u64::from_ne_bytes of each 8
+    // bytes): loading word by word and comparing as vectors stalls on
+    // store forwarding.
+    // SAFETY: 32 readable bytes, and any bytes are valid u64s.
+    unsafe { std::ptr::read_unaligned(fp.0.as_ptr().cast::<Key>()) }
+}
+
+/// Word-wise comparisons: the key usually sits in registers, and a vector
+/// compare would reload it from the stack (a store-forwarding stall).
+#[inline(always)]
+fn same(a: &Key, b: &Key) -> bool {
+    ((a[0] ^ b[0]) | (a[1] ^ b[1]) | (a[2] ^ b[2]) | (a[3] ^ b[3])) == 0
+}
+
+#[inline(always)]
+fn vacant(k: &Key) -> bool {
+    (k[0] | k[1] | k[2] | k[3]) == 0
 }
 
 #[inline]
@@ -144,20 +154,46 @@ impl<T: Copy> Drop for ZeroBuf<T> {
     }
 }
 
+/// The allocated arrays, indexed by slot.
+struct Arrays {
+    keys: ZeroBuf<Key>,
+    vals: ZeroBuf<u64>,
+    /// With a log: each entry's position in it.
+    pos: Option<ZeroBuf<u32>>,
+}
+
+/// Keys in insertion order (removed ones zeroed), for [`FpTable::contains_seq`].
+#[derive(Default)]
+struct Log {
+    keys: Vec<Key>,
+    dead: usize,
+}
+
 /// Fingerprint → u64 (see the module documentation).
 #[derive(Default)]
 pub struct FpTable {
-    /// Keys and values; `None` until the first insertion.
-    slots: Option<(ZeroBuf<Key>, ZeroBuf<u64>)>,
+    /// `None` until the first insertion.
+    slots: Option<Arrays>,
     /// 64 − log2(capacity).
     shift: u32,
     /// Entries in the arrays (the zero fingerprint's excluded).
     len: usize,
     /// The all-zero fingerprint's value.
     zero: Option<u64>,
+    log: Option<Log>,
 }
 
 impl FpTable {
+    /// A table that also logs its keys in insertion order, so a stream that
+    /// repeats an earlier one is checked sequentially by
+    /// [`contains_seq`](Self::contains_seq) instead of by random probes.
+    pub fn with_log() -> Self {
+        FpTable {
+            log: Some(Log::default()),
+            ..FpTable::default()
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.len + self.zero.is_some() as usize
     }
@@ -168,12 +204,19 @@ impl FpTable {
 
     /// Allocated slots.
     pub fn capacity(&self) -> usize {
-        self.slots.as_ref().map_or(0, |(k, _)| k.len)
+        self.slots.as_ref().map_or(0, |a| a.keys.len)
     }
 
-    /// Bytes of the allocated arrays.
+    /// Bytes of the allocated arrays and the log.
     pub fn memory_bytes(&self) -> usize {
-        self.capacity() * (std::mem::size_of::<Key>() + std::mem::size_of::<u64>())
+        let per_slot = std::mem::size_of::<Key>()
+            + std::mem::size_of::<u64>()
+            + if self.log.is_some() { 4 } else { 0 };
+        self.capacity() * per_slot
+            + self
+                .log
+                .as_ref()
+                .map_or(0, |l| l.keys.capacity() * std::mem::size_of::<Key>())
     }
 
     #[inline]
@@ -185,13 +228,13 @@ impl FpTable {
     #[inline]
     pub fn prefetch(&self, fp: &Fingerprint) {
         #[cfg(target_arch = "x86_64")]
-        if let Some((keys, _)) = &self.slots {
+        if let Some(a) = &self.slots {
             let i = self.home(&key_of(fp));
             // SAFETY: i < capacity; prefetching never faults (the line
             // after the last slot may lie past the array: harmless).
             unsafe {
                 use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-                let p = keys.ptr.as_ptr().add(i).cast::<i8>();
+                let p = a.keys.ptr.as_ptr().add(i).cast::<i8>();
                 _mm_prefetch::<_MM_HINT_T0>(p);
                 // A probe often runs on into the next line.
                 _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
@@ -201,18 +244,45 @@ impl FpTable {
         let _ = fp;
     }
 
+    /// Hint that the log entry at `at` will be read soon.
+    #[inline]
+    pub fn prefetch_log(&self, at: usize) {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(k) = self.log.as_ref().and_then(|l| l.keys.get(at)) {
+            // SAFETY: prefetching a valid address never faults.
+            unsafe {
+                use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+                _mm_prefetch::<_MM_HINT_T0>((k as *const Key).cast::<i8>());
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = at;
+    }
+
+    /// Whether the log has `fp` at position `at` (then
+    /// [`contains_seq`](Self::contains_seq) from there needs no probe).
+    #[inline]
+    pub fn logged_at(&self, at: usize, fp: &Fingerprint) -> bool {
+        let k = key_of(fp);
+        !vacant(&k)
+            && self
+                .log
+                .as_ref()
+                .is_some_and(|l| l.keys.get(at).is_some_and(|x| same(x, &k)))
+    }
+
     /// Slot holding `k` (Ok) or the empty slot ending its probe (Err).
-    /// `k` is not zero and the arrays exist.
+    /// `k` is not zero.
     #[inline]
     fn find(&self, keys: &[Key], k: &Key) -> Result<usize, usize> {
         let mask = keys.len() - 1;
         let mut i = self.home(k);
         loop {
             let s = &keys[i];
-            if s == k {
+            if same(s, k) {
                 return Ok(i);
             }
-            if *s == EMPTY {
+            if vacant(s) {
                 return Err(i);
             }
             i = (i + 1) & mask;
@@ -222,45 +292,91 @@ impl FpTable {
     #[inline]
     pub fn get(&self, fp: &Fingerprint) -> Option<u64> {
         let k = key_of(fp);
-        if k == EMPTY {
+        if vacant(&k) {
             return self.zero;
         }
-        let (keys, vals) = self.slots.as_ref()?;
-        self.find(keys.as_slice(), &k)
+        let a = self.slots.as_ref()?;
+        self.find(a.keys.as_slice(), &k)
             .ok()
-            .map(|i| vals.as_slice()[i])
+            .map(|i| a.vals.as_slice()[i])
     }
 
     #[inline]
     pub fn contains(&self, fp: &Fingerprint) -> bool {
         let k = key_of(fp);
-        if k == EMPTY {
+        if vacant(&k) {
             return self.zero.is_some();
         }
         match &self.slots {
             None => false,
-            Some((keys, _)) => self.find(keys.as_slice(), &k).is_ok(),
+            Some(a) => self.find(a.keys.as_slice(), &k).is_ok(),
+        }
+    }
+
+    /// [`contains`](Self::contains) for one key of a stream: `cursor` is
+    /// where the log is expected to hold the key (the position after the
+    /// stream's previous hit). A logged entry is always present in the table
+    /// (removal clears it), so a match there answers without probing; a
+    /// hit elsewhere moves the cursor after it.
+    #[inline]
+    pub fn contains_seq(&self, cursor: &mut usize, fp: &Fingerprint) -> bool {
+        let k = key_of(fp);
+        if vacant(&k) {
+            return self.zero.is_some();
+        }
+        let Some(a) = &self.slots else {
+            return false;
+        };
+        if let Some(l) = &self.log {
+            if l.keys.get(*cursor).is_some_and(|x| same(x, &k)) {
+                *cursor += 1;
+                return true;
+            }
+        }
+        match self.find(a.keys.as_slice(), &k) {
+            Ok(i) => {
+                if let Some(pos) = &a.pos {
+                    *cursor = pos.as_slice()[i] as usize + 1;
+                }
+                true
+            }
+            Err(_) => false,
         }
     }
 
     /// Insert or replace; returns the previous value.
     pub fn insert(&mut self, fp: Fingerprint, v: u64) -> Option<u64> {
         let k = key_of(&fp);
-        if k == EMPTY {
+        if vacant(&k) {
             return self.zero.replace(v);
         }
         // At most 3/4 full, so probes stay short.
         if (self.len + 1) * 4 > self.capacity() * 3 {
             self.grow();
         }
-        let (keys, _) = self.slots.as_ref().expect("grown");
-        let r = self.find(keys.as_slice(), &k);
-        let (keys, vals) = self.slots.as_mut().expect("grown");
+        if self
+            .log
+            .as_ref()
+            .is_some_and(|l| l.keys.len() >= u32::MAX as usize)
+        {
+            // Positions no longer fit: stop logging (lookups just probe).
+            self.log = None;
+            if let Some(a) = &mut self.slots {
+                a.pos = None;
+            }
+        }
+        let a = self.slots.as_ref().expect("grown");
+        let r = self.find(a.keys.as_slice(), &k);
+        let a = self.slots.as_mut().expect("grown");
         match r {
-            Ok(i) => Some(std::mem::replace(&mut vals.as_mut_slice()[i], v)),
+            Ok(i) => Some(std::mem::replace(&mut a.vals.as_mut_slice()[i], v)),
             Err(i) => {
-                keys.as_mut_slice()[i] = k;
-                vals.as_mut_slice()[i] = v;
+                a.keys.as_mut_slice()[i] = k;
+                a.vals.as_mut_slice()[i] = v;
+                if let (Some(l), Some(pos)) = (&mut self.log, &mut a.pos) {
+                    pos.as_mut_slice()[i] = l.keys.len() as u32;
+                    l.keys.push(k);
+                }
                 self.len += 1;
                 None
             }
@@ -270,14 +386,19 @@ impl FpTable {
     /// Remove; returns the value.
     pub fn remove(&mut self, fp: &Fingerprint) -> Option<u64> {
         let k = key_of(fp);
-        if k == EMPTY {
+        if vacant(&k) {
             return self.zero.take();
         }
-        let (keys, _) = self.slots.as_ref()?;
-        let mut hole = self.find(keys.as_slice(), &k).ok()?;
+        let a = self.slots.as_ref()?;
+        let mut hole = self.find(a.keys.as_slice(), &k).ok()?;
         let shift = self.shift;
-        let (keys, vals) = self.slots.as_mut().expect("present");
-        let (keys, vals) = (keys.as_mut_slice(), vals.as_mut_slice());
+        let a = self.slots.as_mut().expect("present");
+        let (keys, vals) = (a.keys.as_mut_slice(), a.vals.as_mut_slice());
+        let mut pos = a.pos.as_mut().map(|p| p.as_mut_slice());
+        if let (Some(l), Some(pos)) = (&mut self.log, &pos) {
+            l.keys[pos[hole] as usize] = EMPTY;
+            l.dead += 1;
+        }
         let mask = keys.len() - 1;
         let old = vals[hole];
         // Backward-shift deletion: move back every later entry of the run
@@ -285,7 +406,7 @@ impl FpTable {
         let mut j = hole;
         loop {
             j = (j + 1) & mask;
-            if keys[j] == EMPTY {
+            if vacant(&keys[j]) {
                 break;
             }
             let h = (hash(&keys[j]) >> shift) as usize;
@@ -297,53 +418,103 @@ impl FpTable {
             if !stays {
                 keys[hole] = keys[j];
                 vals[hole] = vals[j];
+                if let Some(p) = &mut pos {
+                    p[hole] = p[j];
+                }
                 hole = j;
             }
         }
         keys[hole] = EMPTY;
         vals[hole] = 0;
+        if let Some(p) = &mut pos {
+            p[hole] = 0;
+        }
         self.len -= 1;
+        if self
+            .log
+            .as_ref()
+            .is_some_and(|l| l.dead > 1024 && l.dead * 2 > l.keys.len())
+        {
+            self.compact_log();
+        }
         Some(old)
+    }
+
+    /// Drop the removed keys from the log and renumber the positions.
+    fn compact_log(&mut self) {
+        let Some(mut l) = self.log.take() else {
+            return;
+        };
+        l.keys.retain(|k| *k != EMPTY);
+        l.keys.shrink_to_fit();
+        l.dead = 0;
+        if let Some(a) = &self.slots {
+            let mut fixed = Vec::with_capacity(l.keys.len());
+            for (n, k) in l.keys.iter().enumerate() {
+                let i = self.find(a.keys.as_slice(), k).expect("logged key present");
+                fixed.push((i, n as u32));
+            }
+            let a = self.slots.as_mut().expect("present");
+            if let Some(pos) = &mut a.pos {
+                let pos = pos.as_mut_slice();
+                for (i, n) in fixed {
+                    pos[i] = n;
+                }
+            }
+        }
+        self.log = Some(l);
     }
 
     /// Double the capacity (or allocate the first arrays).
     fn grow(&mut self) {
         let cap = (self.capacity() * 2).max(MIN_CAPACITY);
-        let mut next = FpTable {
-            slots: Some((ZeroBuf::zeroed(cap), ZeroBuf::zeroed(cap))),
-            shift: 64 - cap.trailing_zeros(),
-            len: 0,
-            zero: self.zero,
+        let logged = self.log.is_some();
+        let mut next = Arrays {
+            keys: ZeroBuf::zeroed(cap),
+            vals: ZeroBuf::zeroed(cap),
+            pos: logged.then(|| ZeroBuf::zeroed(cap)),
         };
-        if let Some((keys, vals)) = self.slots.take() {
+        let shift = 64 - cap.trailing_zeros();
+        if let Some(old) = self.slots.take() {
             // The home slot is monotonic in the hash, so walking the old
             // slots in order fills the new ones nearly sequentially.
-            let (nk, nv) = next.slots.as_mut().expect("allocated");
-            let (nk, nv) = (nk.as_mut_slice(), nv.as_mut_slice());
+            let (nk, nv) = (next.keys.as_mut_slice(), next.vals.as_mut_slice());
+            let mut np = next.pos.as_mut().map(|p| p.as_mut_slice());
+            let op = old.pos.as_ref().map(|p| p.as_slice());
             let mask = cap - 1;
-            for (k, &v) in keys.as_slice().iter().zip(vals.as_slice()) {
-                if *k == EMPTY {
+            for (j, (k, &v)) in old
+                .keys
+                .as_slice()
+                .iter()
+                .zip(old.vals.as_slice())
+                .enumerate()
+            {
+                if vacant(k) {
                     continue;
                 }
-                let mut i = (hash(k) >> next.shift) as usize;
-                while nk[i] != EMPTY {
+                let mut i = (hash(k) >> shift) as usize;
+                while !vacant(&nk[i]) {
                     i = (i + 1) & mask;
                 }
                 nk[i] = *k;
                 nv[i] = v;
+                if let (Some(np), Some(op)) = (&mut np, op) {
+                    np[i] = op[j];
+                }
             }
-            next.len = self.len;
         }
-        *self = next;
+        self.slots = Some(next);
+        self.shift = shift;
     }
 
     /// Every entry, in slot order (the zero fingerprint first).
     pub fn iter(&self) -> impl Iterator<Item = (Fingerprint, u64)> + '_ {
         let zero = self.zero.map(|v| (Fingerprint::default(), v));
-        let slots = self.slots.iter().flat_map(|(keys, vals)| {
-            keys.as_slice()
+        let slots = self.slots.iter().flat_map(|a| {
+            a.keys
+                .as_slice()
                 .iter()
-                .zip(vals.as_slice())
+                .zip(a.vals.as_slice())
                 .filter(|(k, _)| **k != EMPTY)
                 .map(|(k, &v)| (fp_of(k), v))
         });
@@ -390,6 +561,60 @@ mod tests {
                 want.sort();
                 assert_eq!(all, want);
             }
+        }
+    }
+
+    #[test]
+    fn logged_lookups_agree_with_probes() {
+        let mut t = FpTable::with_log();
+        let mut x = 11u64;
+        let mut cursor = 0usize;
+        for step in 0..300_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let key = if x.is_multiple_of(97) {
+                Fingerprint::default()
+            } else {
+                fp((x >> 8) % 5000)
+            };
+            match (x >> 40) % 4 {
+                0 => {
+                    t.insert(key, step);
+                }
+                1 => {
+                    t.remove(&key);
+                }
+                _ => {
+                    // Replay a stretch of the log, then a random key.
+                    let seq = fp(step % 5000);
+                    assert_eq!(t.contains_seq(&mut cursor, &seq), t.contains(&seq));
+                    assert_eq!(t.contains_seq(&mut cursor, &key), t.contains(&key));
+                }
+            }
+        }
+        // A log replayed in order hits without probing; removal clears its
+        // entries, and enough removals compact it.
+        let mut t = FpTable::with_log();
+        for i in 0..5000 {
+            t.insert(fp(i), i);
+        }
+        for i in (0..5000).filter(|i| i % 3 != 0) {
+            t.remove(&fp(i));
+        }
+        assert!(t.log.as_ref().unwrap().keys.len() < 5000, "compacted");
+        let mut c = 0;
+        for i in 0..5000 {
+            assert!(!t.logged_at(c, &fp(i)) || i % 3 == 0);
+            assert_eq!(t.contains_seq(&mut c, &fp(i)), i % 3 == 0);
+        }
+        t.compact_log();
+        t.grow();
+        let mut c = 0;
+        for i in 0..5000 {
+            // Compacted: every surviving key follows the previous one.
+            assert_eq!(t.logged_at(c, &fp(i)), i % 3 == 0);
+            assert_eq!(t.contains_seq(&mut c, &fp(i)), i % 3 == 0);
         }
     }
 

@@ -34,7 +34,6 @@ pub struct IndexEntry {
 /// Older copies remembered per data chunk (as the SMR port does).
 pub const MAX_COPIES: usize = 254;
 
-#[derive(Default)]
 pub struct Index {
     data: FpTable,
     recipe: FpTable,
@@ -44,7 +43,46 @@ pub struct Index {
     copies: FpMap<Vec<ContainerId>>,
 }
 
+impl Default for Index {
+    fn default() -> Self {
+        Index {
+            // Logged: a backup mostly repeats an earlier stream in order.
+            data: FpTable::with_log(),
+            recipe: FpTable::default(),
+            copies: FpMap::default(),
+        }
+    }
+}
+
+/// Where a stream of data lookups expects its next fingerprint in the
+/// index's insertion log (see [`Index::contains_data_seq`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DataCursor(usize);
+
 impl Index {
+    /// Whether the index holds a data chunk, for consecutive chunks of one
+    /// stream: when the chunk follows the previous hit in the order chunks
+    /// were indexed (as most of a new version of a backup does), the answer
+    /// comes from one sequential comparison instead of a random probe.
+    /// Exact: the log only ever holds fingerprints the index holds.
+    #[inline]
+    pub fn contains_data_seq(&self, cursor: &mut DataCursor, fp: &Fingerprint) -> bool {
+        self.data.contains_seq(&mut cursor.0, fp)
+    }
+    /// Hint that the insertion-log entry `ahead` after `cursor` will be read
+    /// soon (by [`prefetch_data_seq`](Self::prefetch_data_seq)).
+    #[inline]
+    pub fn prefetch_data_log(&self, cursor: DataCursor, ahead: usize) {
+        self.data.prefetch_log(cursor.0 + ahead)
+    }
+    /// [`prefetch`](Self::prefetch) a data fingerprint expected `ahead`
+    /// lookups after `cursor`, unless the log predicts it there.
+    #[inline]
+    pub fn prefetch_data_seq(&self, cursor: DataCursor, ahead: usize, fp: &Fingerprint) {
+        if !self.data.logged_at(cursor.0 + ahead, fp) {
+            self.data.prefetch(fp)
+        }
+    }
     #[inline]
     pub fn get(&self, kind: ChunkKind, fp: &Fingerprint) -> Option<ContainerId> {
         self.map(kind).get(fp)

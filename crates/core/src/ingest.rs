@@ -34,7 +34,7 @@ use crate::container::{ChunkKind, ContainerBuilder, ContainerStore};
 use crate::error::{Error, Result};
 use crate::fingerprint::FpMap;
 use crate::fingerprint::{Fingerprint, FpSet, HashAlgo};
-use crate::index::{Index, IndexEntry};
+use crate::index::{DataCursor, Index, IndexEntry};
 use crate::recipe::{RecipeBuilder, RecipeEntry, RecipeSink};
 use crate::repo::{container_entry, Repository};
 use crate::rewrite::{RewritePolicy, RewriteSpec, Segment, SegmentChunk};
@@ -166,12 +166,18 @@ pub(crate) struct Sink {
     rewriting: bool,
     /// First container id of this backup: older ones predate it.
     first_id: ContainerId,
+    /// Where the index's log expects the next data chunk.
+    cursor: DataCursor,
 }
 
 impl Sink {
     /// Store a chunk unless the index already has it. Returns whether it was new.
     fn add(&mut self, kind: ChunkKind, fp: Fingerprint, len: u32, bytes: &[u8]) -> Result<bool> {
-        if self.index.contains(kind, &fp) {
+        let held = match kind {
+            ChunkKind::Data => self.index.contains_data_seq(&mut self.cursor, &fp),
+            ChunkKind::Recipe => self.index.contains(kind, &fp),
+        };
+        if held {
             return Ok(false);
         }
         self.store(kind, fp, len, bytes)?;
@@ -496,13 +502,20 @@ fn worker(
                     // Start loading the index slots PREFETCH chunks ahead,
                     // so the probes' cache misses overlap.
                     let ahead = if sink.rw.is_none() { PREFETCH } else { 0 };
-                    for &(fp, _) in entries.iter().take(ahead) {
-                        sink.index.prefetch(ChunkKind::Data, &fp);
+                    for (j, &(fp, _)) in entries.iter().take(ahead).enumerate() {
+                        sink.index.prefetch_data_seq(sink.cursor, j, &fp);
                     }
                     let mut events = ev.events.iter().peekable();
                     for (i, &(fp, len)) in entries.iter().enumerate() {
-                        if let Some(&(next, _)) = entries.get(i + ahead).filter(|_| ahead > 0) {
-                            sink.index.prefetch(ChunkKind::Data, &next);
+                        if ahead > 0 {
+                            // Two stages: the log entry expected 2·ahead on,
+                            // then (the log entry now cached) the index slot
+                            // ahead on unless the log predicts the chunk.
+                            sink.index.prefetch_data_log(sink.cursor, 2 * ahead);
+
+                            if let Some(&(next, _)) = entries.get(i + ahead) {
+                                sink.index.prefetch_data_seq(sink.cursor, ahead, &next);
+                            }
                         }
                         if recipe_upstream {
                             while let Some(e) = events.next_if(|e| e.pos <= i) {
@@ -781,6 +794,7 @@ impl Repository {
             saved: FpMap::default(),
             rewriting: opts.rewrite != RewriteSpec::None,
             first_id: self.manifest.next_container_id,
+            cursor: DataCursor::default(),
         };
         debug_assert!(sink.capacity > 0);
         let mut ingest = Ingest::start(sink, cfg.chunker.build(), cfg.hash, cfg.trace);
