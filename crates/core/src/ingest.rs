@@ -431,8 +431,8 @@ impl Sink {
 }
 
 impl RecipeSink for Sink {
-    fn recipe_chunk(&mut self, fp: Fingerprint, _level: u8, bytes: Vec<u8>) -> Result<()> {
-        self.recipe_bytes(fp, &bytes)
+    fn recipe_chunk(&mut self, fp: Fingerprint, _level: u8, bytes: &[u8]) -> Result<()> {
+        self.recipe_bytes(fp, bytes)
     }
 }
 
@@ -457,14 +457,14 @@ struct RecipeEvent {
 }
 
 impl RecipeSink for RecipeEvents {
-    fn recipe_chunk(&mut self, fp: Fingerprint, _level: u8, bytes: Vec<u8>) -> Result<()> {
+    fn recipe_chunk(&mut self, fp: Fingerprint, _level: u8, bytes: &[u8]) -> Result<()> {
         self.events.push(RecipeEvent {
             pos: self.pos,
             fp,
             start: self.bytes.len(),
             len: bytes.len(),
         });
-        self.bytes.extend_from_slice(&bytes);
+        self.bytes.extend_from_slice(bytes);
         Ok(())
     }
 }
@@ -481,7 +481,7 @@ type WorkerResult = (Sink, RecipeBuilder, Result<()>);
 fn worker(
     rx: Receiver<Batch>,
     spent: SyncSender<Vec<u8>>,
-    trace_spent: SyncSender<Vec<(Fingerprint, u32)>>,
+    trace_spent: SyncSender<(Vec<(Fingerprint, u32)>, RecipeEvents)>,
     mut sink: Sink,
     mut recipe: RecipeBuilder,
     algo: HashAlgo,
@@ -529,8 +529,8 @@ fn worker(
                     for e in events {
                         sink.recipe_bytes(e.fp, &ev.bytes[e.start..e.start + e.len])?;
                     }
-                    // Hand the buffer back: no allocation per batch.
-                    let _ = trace_spent.try_send(entries);
+                    // Hand the buffers back: no allocation per batch.
+                    let _ = trace_spent.try_send((entries, ev));
                 }
             }
         }
@@ -547,7 +547,7 @@ pub struct Ingest {
     trace: bool,
     buf: Vec<u8>,
     trace_buf: Vec<(Fingerprint, u32)>,
-    trace_spent: Receiver<Vec<(Fingerprint, u32)>>,
+    trace_spent: Receiver<(Vec<(Fingerprint, u32)>, RecipeEvents)>,
     /// Trace mode without rewriting: the recipe is built here, not in the
     /// worker (which only stores the chunks in `events`).
     recipe: Option<RecipeBuilder>,
@@ -654,15 +654,18 @@ impl Ingest {
 
     /// Send the buffered trace entries and recipe chunks to the worker.
     fn send_trace(&mut self) -> io::Result<()> {
-        let next = match self.trace_spent.try_recv() {
-            Ok(mut v) => {
+        let (next, next_ev) = match self.trace_spent.try_recv() {
+            Ok((mut v, mut ev)) => {
                 v.clear();
-                v
+                ev.bytes.clear();
+                ev.events.clear();
+                ev.pos = 0;
+                (v, ev)
             }
-            Err(_) => Vec::with_capacity(TRACE_BATCH),
+            Err(_) => (Vec::with_capacity(TRACE_BATCH), RecipeEvents::default()),
         };
         let b = std::mem::replace(&mut self.trace_buf, next);
-        let ev = std::mem::take(&mut self.events);
+        let ev = std::mem::replace(&mut self.events, next_ev);
         self.send(Batch::Trace(b, ev))
     }
 
