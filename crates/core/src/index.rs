@@ -195,21 +195,26 @@ impl Index {
 }
 
 pub fn encode_segment(entries: &[IndexEntry]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(20 + entries.len() * ENTRY_LEN + 16);
-    out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&VERSION.to_le_bytes());
-    out.extend_from_slice(&(entries.len() as u64).to_le_bytes());
-    for e in entries {
-        out.extend_from_slice(&e.fp.0);
-        out.extend_from_slice(&e.container.to_le_bytes());
-        out.push(match e.kind {
+    // Zeroed up front (reserved bytes stay zero), then filled in place: a
+    // compaction encodes millions of entries.
+    let body = 20 + entries.len() * ENTRY_LEN;
+    let mut out = vec![0u8; body + 16];
+    out[..8].copy_from_slice(&MAGIC);
+    out[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    out[12..20].copy_from_slice(&(entries.len() as u64).to_le_bytes());
+    for (e, b) in entries
+        .iter()
+        .zip(out[20..body].chunks_exact_mut(ENTRY_LEN))
+    {
+        b[..FP_LEN].copy_from_slice(&e.fp.0);
+        b[32..40].copy_from_slice(&e.container.to_le_bytes());
+        b[40] = match e.kind {
             ChunkKind::Data => 0,
             ChunkKind::Recipe => 1,
-        });
-        out.extend_from_slice(&[0u8; 7]);
+        };
     }
-    let sum = checksum(&out);
-    out.extend_from_slice(&sum);
+    let sum = checksum(&out[..body]);
+    out[body..].copy_from_slice(&sum);
     out
 }
 

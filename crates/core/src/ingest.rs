@@ -49,7 +49,8 @@ use std::time::Instant;
 const BATCH_BYTES: usize = 4 << 20;
 /// Trace entries per batch.
 const TRACE_BATCH: usize = 8192;
-/// How many chunks ahead the worker prefetches index slots.
+/// How many chunks ahead the trace worker prefetches index slots (and twice
+/// as far, the index's insertion log).
 const PREFETCH: usize = 16;
 
 /// How a backup is named in the catalog, and how its duplicates are treated.
@@ -512,7 +513,6 @@ fn worker(
                             // then (the log entry now cached) the index slot
                             // ahead on unless the log predicts the chunk.
                             sink.index.prefetch_data_log(sink.cursor, 2 * ahead);
-
                             if let Some(&(next, _)) = entries.get(i + ahead) {
                                 sink.index.prefetch_data_seq(sink.cursor, ahead, &next);
                             }
