@@ -280,7 +280,7 @@ impl Repository {
         }
         let key = segment_key(next.next_segment_id);
         next.next_segment_id += 1;
-        self.backend.put(&key, &encode_segment(entries))?;
+        self.backend.put_vec(&key, encode_segment(entries))?;
         next.index_segments.push(key);
         Ok(())
     }
