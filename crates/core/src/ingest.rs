@@ -13,7 +13,15 @@
 //!
 //! Memory is bounded: at most two batches in flight plus one open container
 //! of each kind, whatever the input size. Trace mode feeds (fingerprint, size)
-//! pairs into the same worker, so layout decisions are identical.
+//! pairs into the same worker, so layout decisions are identical. Without a
+//! rewrite policy, trace mode builds and hashes the recipe tree on the
+//! feeding thread (it depends only on the stream), and the worker stores
+//! each recipe chunk exactly where it would have emitted it.
+//!
+//! Lookups follow the index's insertion log ([`Index::contains_data_seq`]):
+//! a backup mostly repeats an earlier one in order, so the chunk logged after
+//! the previous hit is compared first and the table is probed (prefetched
+//! ahead in trace mode) only when that fails.
 //!
 //! With a rewrite policy the worker buffers an ingest segment (20 MiB of
 //! chunks by default), hands its distinct duplicates with every live copy to
