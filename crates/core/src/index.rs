@@ -17,6 +17,7 @@ use crate::container::format::checksum;
 use crate::container::{ChunkKind, ContainerId};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FpMap, FP_LEN};
+use crate::fptable::FpTable;
 
 const MAGIC: [u8; 8] = *b"TSRAINDX";
 const VERSION: u32 = 1;
@@ -33,19 +34,70 @@ pub struct IndexEntry {
 /// Older copies remembered per data chunk (as the SMR port does).
 pub const MAX_COPIES: usize = 254;
 
-#[derive(Default)]
 pub struct Index {
-    data: FpMap<ContainerId>,
-    recipe: FpMap<ContainerId>,
+    data: FpTable,
+    recipe: FpTable,
     /// Older containers holding a data chunk that rewriting stored again:
     /// Capping and SMR must see every copy. May name containers GC deleted;
     /// users filter by the live containers.
     copies: FpMap<Vec<ContainerId>>,
 }
 
+impl Default for Index {
+    fn default() -> Self {
+        Index {
+            // Logged: a backup mostly repeats an earlier stream in order.
+            data: FpTable::with_log(),
+            recipe: FpTable::default(),
+            copies: FpMap::default(),
+        }
+    }
+}
+
+/// Where a stream of data lookups expects its next fingerprint in the
+/// index's insertion log (see [`Index::contains_data_seq`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DataCursor(usize);
+
 impl Index {
+    /// Whether the index holds a data chunk, for consecutive chunks of one
+    /// stream: when the chunk follows the previous hit in the order chunks
+    /// were indexed (as most of a new version of a backup does), the answer
+    /// comes from one sequential comparison instead of a random probe.
+    /// Exact: the log only ever holds fingerprints the index holds.
+    #[inline]
+    pub fn contains_data_seq(&self, cursor: &mut DataCursor, fp: &Fingerprint) -> bool {
+        self.data.contains_seq(&mut cursor.0, fp)
+    }
+    /// Hint that the insertion-log entry `ahead` after `cursor` will be read
+    /// soon (by [`prefetch_data_seq`](Self::prefetch_data_seq)).
+    #[inline]
+    pub fn prefetch_data_log(&self, cursor: DataCursor, ahead: usize) {
+        self.data.prefetch_log(cursor.0 + ahead)
+    }
+    /// [`prefetch`](Self::prefetch) a data fingerprint expected `ahead`
+    /// lookups after `cursor`, unless the log predicts it there.
+    #[inline]
+    pub fn prefetch_data_seq(&self, cursor: DataCursor, ahead: usize, fp: &Fingerprint) {
+        if !self.data.logged_at(cursor.0 + ahead, fp) {
+            self.data.prefetch(fp)
+        }
+    }
+    #[inline]
     pub fn get(&self, kind: ChunkKind, fp: &Fingerprint) -> Option<ContainerId> {
-        self.map(kind).get(fp).copied()
+        self.map(kind).get(fp)
+    }
+    /// Whether the index holds a chunk of `kind` (reads less memory than
+    /// [`get`](Self::get)).
+    #[inline]
+    pub fn contains(&self, kind: ChunkKind, fp: &Fingerprint) -> bool {
+        self.map(kind).contains(fp)
+    }
+    /// Hint that `fp` will be looked up soon: start loading its table slot,
+    /// so a batch of lookups overlaps its cache misses.
+    #[inline]
+    pub fn prefetch(&self, kind: ChunkKind, fp: &Fingerprint) {
+        self.map(kind).prefetch(fp)
     }
     pub fn insert(&mut self, e: IndexEntry) {
         match e.kind {
@@ -80,7 +132,7 @@ impl Index {
     /// A data chunk's exact state (preferred copy and older copies), to undo
     /// a failed backup.
     pub fn data_state(&self, fp: &Fingerprint) -> (Option<ContainerId>, Vec<ContainerId>) {
-        (self.data.get(fp).copied(), self.copies(fp).to_vec())
+        (self.data.get(fp), self.copies(fp).to_vec())
     }
     pub fn set_data_state(
         &mut self,
@@ -97,7 +149,8 @@ impl Index {
             self.copies.insert(fp, copies);
         }
     }
-    fn map(&self, kind: ChunkKind) -> &FpMap<ContainerId> {
+    #[inline]
+    fn map(&self, kind: ChunkKind) -> &FpTable {
         match kind {
             ChunkKind::Data => &self.data,
             ChunkKind::Recipe => &self.recipe,
@@ -110,11 +163,10 @@ impl Index {
     pub fn is_empty(&self) -> bool {
         self.data.is_empty() && self.recipe.is_empty()
     }
-    /// Approximate heap bytes of the in-memory tables (hashbrown: key, value
-    /// and one control byte per bucket).
+    /// Approximate heap bytes of the in-memory tables (key and value per
+    /// slot; older copies not counted).
     pub fn memory_bytes(&self) -> usize {
-        let slot = std::mem::size_of::<(Fingerprint, ContainerId)>() + 1;
-        (self.data.capacity() + self.recipe.capacity()) * slot
+        self.data.memory_bytes() + self.recipe.memory_bytes()
     }
     /// Older copies as entries, oldest first per fingerprint. Written before
     /// [`entries`](Self::entries) (later wins), they survive compaction.
@@ -128,13 +180,13 @@ impl Index {
         })
     }
     pub fn entries(&self) -> impl Iterator<Item = IndexEntry> + '_ {
-        let d = self.data.iter().map(|(fp, &c)| IndexEntry {
-            fp: *fp,
+        let d = self.data.iter().map(|(fp, c)| IndexEntry {
+            fp,
             container: c,
             kind: ChunkKind::Data,
         });
-        let r = self.recipe.iter().map(|(fp, &c)| IndexEntry {
-            fp: *fp,
+        let r = self.recipe.iter().map(|(fp, c)| IndexEntry {
+            fp,
             container: c,
             kind: ChunkKind::Recipe,
         });
@@ -143,21 +195,26 @@ impl Index {
 }
 
 pub fn encode_segment(entries: &[IndexEntry]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(20 + entries.len() * ENTRY_LEN + 16);
-    out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&VERSION.to_le_bytes());
-    out.extend_from_slice(&(entries.len() as u64).to_le_bytes());
-    for e in entries {
-        out.extend_from_slice(&e.fp.0);
-        out.extend_from_slice(&e.container.to_le_bytes());
-        out.push(match e.kind {
+    // Zeroed up front (reserved bytes stay zero), then filled in place: a
+    // compaction encodes millions of entries.
+    let body = 20 + entries.len() * ENTRY_LEN;
+    let mut out = vec![0u8; body + 16];
+    out[..8].copy_from_slice(&MAGIC);
+    out[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    out[12..20].copy_from_slice(&(entries.len() as u64).to_le_bytes());
+    for (e, b) in entries
+        .iter()
+        .zip(out[20..body].chunks_exact_mut(ENTRY_LEN))
+    {
+        b[..FP_LEN].copy_from_slice(&e.fp.0);
+        b[32..40].copy_from_slice(&e.container.to_le_bytes());
+        b[40] = match e.kind {
             ChunkKind::Data => 0,
             ChunkKind::Recipe => 1,
-        });
-        out.extend_from_slice(&[0u8; 7]);
+        };
     }
-    let sum = checksum(&out);
-    out.extend_from_slice(&sum);
+    let sum = checksum(&out[..body]);
+    out[body..].copy_from_slice(&sum);
     out
 }
 

@@ -13,7 +13,15 @@
 //!
 //! Memory is bounded: at most two batches in flight plus one open container
 //! of each kind, whatever the input size. Trace mode feeds (fingerprint, size)
-//! pairs into the same worker, so layout decisions are identical.
+//! pairs into the same worker, so layout decisions are identical. Without a
+//! rewrite policy, trace mode builds and hashes the recipe tree on the
+//! feeding thread (it depends only on the stream), and the worker stores
+//! each recipe chunk exactly where it would have emitted it.
+//!
+//! Lookups follow the index's insertion log ([`Index::contains_data_seq`]):
+//! a backup mostly repeats an earlier one in order, so the chunk logged after
+//! the previous hit is compared first and the table is probed (prefetched
+//! ahead in trace mode) only when that fails.
 //!
 //! With a rewrite policy the worker buffers an ingest segment (20 MiB of
 //! chunks by default), hands its distinct duplicates with every live copy to
@@ -34,8 +42,8 @@ use crate::container::{ChunkKind, ContainerBuilder, ContainerStore};
 use crate::error::{Error, Result};
 use crate::fingerprint::FpMap;
 use crate::fingerprint::{Fingerprint, FpSet, HashAlgo};
-use crate::index::{Index, IndexEntry};
-use crate::recipe::{RecipeBuilder, RecipeSink};
+use crate::index::{DataCursor, Index, IndexEntry};
+use crate::recipe::{RecipeBuilder, RecipeEntry, RecipeSink};
 use crate::repo::{container_entry, Repository};
 use crate::rewrite::{RewritePolicy, RewriteSpec, Segment, SegmentChunk};
 use serde::Serialize;
@@ -49,6 +57,9 @@ use std::time::Instant;
 const BATCH_BYTES: usize = 4 << 20;
 /// Trace entries per batch.
 const TRACE_BATCH: usize = 8192;
+/// How many chunks ahead the trace worker prefetches index slots (and twice
+/// as far, the index's insertion log).
+const PREFETCH: usize = 16;
 
 /// How a backup is named in the catalog, and how its duplicates are treated.
 #[derive(Clone, Debug)]
@@ -164,12 +175,18 @@ pub(crate) struct Sink {
     rewriting: bool,
     /// First container id of this backup: older ones predate it.
     first_id: ContainerId,
+    /// Where the index's log expects the next data chunk.
+    cursor: DataCursor,
 }
 
 impl Sink {
     /// Store a chunk unless the index already has it. Returns whether it was new.
     fn add(&mut self, kind: ChunkKind, fp: Fingerprint, len: u32, bytes: &[u8]) -> Result<bool> {
-        if self.index.get(kind, &fp).is_some() {
+        let held = match kind {
+            ChunkKind::Data => self.index.contains_data_seq(&mut self.cursor, &fp),
+            ChunkKind::Recipe => self.index.contains(kind, &fp),
+        };
+        if held {
             return Ok(false);
         }
         self.store(kind, fp, len, bytes)?;
@@ -286,13 +303,29 @@ impl Sink {
             }
             return Ok(());
         }
+        self.dedup_chunk(fp, len, bytes)?;
+        recipe.push(fp, len as u64, self)
+    }
+
+    /// Without rewriting: count a data chunk and store it unless the index
+    /// has it (the recipe is built by the caller).
+    #[inline]
+    fn dedup_chunk(&mut self, fp: Fingerprint, len: u32, bytes: &[u8]) -> Result<()> {
         self.counts.logical += len as u64;
         self.counts.chunks += 1;
         if self.add(ChunkKind::Data, fp, len, bytes)? {
             self.counts.new_bytes += len as u64;
             self.counts.new_chunks += 1;
         }
-        recipe.push(fp, len as u64, self)
+        Ok(())
+    }
+
+    /// Store a recipe chunk unless the index has it.
+    fn recipe_bytes(&mut self, fp: Fingerprint, bytes: &[u8]) -> Result<()> {
+        if self.add(ChunkKind::Recipe, fp, bytes.len() as u32, bytes)? {
+            self.counts.new_recipe_chunks += 1;
+        }
+        Ok(())
     }
 }
 
@@ -407,10 +440,40 @@ impl Sink {
 }
 
 impl RecipeSink for Sink {
-    fn recipe_chunk(&mut self, fp: Fingerprint, _level: u8, bytes: Vec<u8>) -> Result<()> {
-        if self.add(ChunkKind::Recipe, fp, bytes.len() as u32, &bytes)? {
-            self.counts.new_recipe_chunks += 1;
-        }
+    fn recipe_chunk(&mut self, fp: Fingerprint, _level: u8, bytes: &[u8]) -> Result<()> {
+        self.recipe_bytes(fp, bytes)
+    }
+}
+
+/// Recipe chunks built on the feeding side (trace mode without rewriting),
+/// so the BLAKE3 work over recipe chunks runs beside the worker's index
+/// probes. Each chunk is stored after the first `pos` data chunks of its
+/// batch: exactly where the worker would have emitted it, so containers are
+/// filled and numbered the same.
+#[derive(Default)]
+struct RecipeEvents {
+    bytes: Vec<u8>,
+    events: Vec<RecipeEvent>,
+    /// Data chunks of the batch before the chunks emitted now.
+    pos: usize,
+}
+
+struct RecipeEvent {
+    pos: usize,
+    fp: Fingerprint,
+    start: usize,
+    len: usize,
+}
+
+impl RecipeSink for RecipeEvents {
+    fn recipe_chunk(&mut self, fp: Fingerprint, _level: u8, bytes: &[u8]) -> Result<()> {
+        self.events.push(RecipeEvent {
+            pos: self.pos,
+            fp,
+            start: self.bytes.len(),
+            len: bytes.len(),
+        });
+        self.bytes.extend_from_slice(bytes);
         Ok(())
     }
 }
@@ -418,7 +481,8 @@ impl RecipeSink for Sink {
 enum Batch {
     /// Bytes and the (start, len) of each chunk in them.
     Data(Vec<u8>, Vec<(usize, usize)>),
-    Trace(Vec<(Fingerprint, u32)>),
+    /// Trace entries, and the recipe chunks built upstream (if so).
+    Trace(Vec<(Fingerprint, u32)>, RecipeEvents),
 }
 
 type WorkerResult = (Sink, RecipeBuilder, Result<()>);
@@ -426,9 +490,11 @@ type WorkerResult = (Sink, RecipeBuilder, Result<()>);
 fn worker(
     rx: Receiver<Batch>,
     spent: SyncSender<Vec<u8>>,
+    trace_spent: SyncSender<(Vec<(Fingerprint, u32)>, RecipeEvents)>,
     mut sink: Sink,
     mut recipe: RecipeBuilder,
     algo: HashAlgo,
+    recipe_upstream: bool,
 ) -> WorkerResult {
     let run = || -> Result<()> {
         for batch in rx {
@@ -441,10 +507,38 @@ fn worker(
                     // Hand the buffer back: no 5 MiB allocation per batch.
                     let _ = spent.try_send(buf);
                 }
-                Batch::Trace(entries) => {
-                    for (fp, len) in entries {
-                        sink.data_chunk(&mut recipe, fp, len, &[])?;
+                Batch::Trace(entries, ev) => {
+                    // Start loading the index slots PREFETCH chunks ahead,
+                    // so the probes' cache misses overlap.
+                    let ahead = if sink.rw.is_none() { PREFETCH } else { 0 };
+                    for (j, &(fp, _)) in entries.iter().take(ahead).enumerate() {
+                        sink.index.prefetch_data_seq(sink.cursor, j, &fp);
                     }
+                    let mut events = ev.events.iter().peekable();
+                    for (i, &(fp, len)) in entries.iter().enumerate() {
+                        if ahead > 0 {
+                            // Two stages: the log entry expected 2·ahead on,
+                            // then (the log entry now cached) the index slot
+                            // ahead on unless the log predicts the chunk.
+                            sink.index.prefetch_data_log(sink.cursor, 2 * ahead);
+                            if let Some(&(next, _)) = entries.get(i + ahead) {
+                                sink.index.prefetch_data_seq(sink.cursor, ahead, &next);
+                            }
+                        }
+                        if recipe_upstream {
+                            while let Some(e) = events.next_if(|e| e.pos <= i) {
+                                sink.recipe_bytes(e.fp, &ev.bytes[e.start..e.start + e.len])?;
+                            }
+                            sink.dedup_chunk(fp, len, &[])?;
+                        } else {
+                            sink.data_chunk(&mut recipe, fp, len, &[])?;
+                        }
+                    }
+                    for e in events {
+                        sink.recipe_bytes(e.fp, &ev.bytes[e.start..e.start + e.len])?;
+                    }
+                    // Hand the buffers back: no allocation per batch.
+                    let _ = trace_spent.try_send((entries, ev));
                 }
             }
         }
@@ -461,6 +555,13 @@ pub struct Ingest {
     trace: bool,
     buf: Vec<u8>,
     trace_buf: Vec<(Fingerprint, u32)>,
+    trace_spent: Receiver<(Vec<(Fingerprint, u32)>, RecipeEvents)>,
+    /// Trace mode without rewriting: the recipe is built here, not in the
+    /// worker (which only stores the chunks in `events`).
+    recipe: Option<RecipeBuilder>,
+    events: RecipeEvents,
+    /// The recipe root, once `recipe` is finished.
+    root: Option<(RecipeEntry, u8)>,
     tx: Option<SyncSender<Batch>>,
     spent: Receiver<Vec<u8>>,
     handle: Option<JoinHandle<WorkerResult>>,
@@ -471,16 +572,28 @@ impl Ingest {
     fn start(sink: Sink, chunker: Box<dyn Chunker>, algo: HashAlgo, trace: bool) -> Ingest {
         let (tx, rx) = sync_channel(1);
         let (spent_tx, spent) = sync_channel(2);
+        let (trace_spent_tx, trace_spent) = sync_channel(2);
         let recipe = RecipeBuilder::new(algo);
+        // With rewriting, recipe entries follow the segment's decisions, so
+        // the worker builds the recipe; in data mode it has the fingerprints.
+        let upstream = trace && sink.rw.is_none();
         let handle = std::thread::Builder::new()
             .name("tessera-ingest".into())
-            .spawn(move || worker(rx, spent_tx, sink, recipe, algo))
+            .spawn(move || worker(rx, spent_tx, trace_spent_tx, sink, recipe, algo, upstream))
             .expect("spawn ingest worker");
         Ingest {
             chunker,
             trace,
-            buf: Vec::with_capacity(BATCH_BYTES + (1 << 20)),
+            buf: if trace {
+                Vec::new()
+            } else {
+                Vec::with_capacity(BATCH_BYTES + (1 << 20))
+            },
             trace_buf: Vec::new(),
+            trace_spent,
+            recipe: upstream.then(|| RecipeBuilder::new(algo)),
+            events: RecipeEvents::default(),
+            root: None,
             tx: Some(tx),
             spent,
             handle: Some(handle),
@@ -537,23 +650,50 @@ impl Ingest {
         }
         self.fed += len as u64;
         self.trace_buf.push((fp, len));
+        if let Some(r) = &mut self.recipe {
+            self.events.pos = self.trace_buf.len();
+            r.push(fp, len as u64, &mut self.events)?;
+        }
         if self.trace_buf.len() >= TRACE_BATCH {
-            let b = std::mem::take(&mut self.trace_buf);
-            self.send(Batch::Trace(b))
-                .map_err(|e| Error::io("backup", e))?;
+            self.send_trace().map_err(|e| Error::io("backup", e))?;
         }
         Ok(())
     }
 
+    /// Send the buffered trace entries and recipe chunks to the worker.
+    fn send_trace(&mut self) -> io::Result<()> {
+        let (next, next_ev) = match self.trace_spent.try_recv() {
+            Ok((mut v, mut ev)) => {
+                v.clear();
+                ev.bytes.clear();
+                ev.events.clear();
+                ev.pos = 0;
+                (v, ev)
+            }
+            Err(_) => (Vec::with_capacity(TRACE_BATCH), RecipeEvents::default()),
+        };
+        let b = std::mem::replace(&mut self.trace_buf, next);
+        let ev = std::mem::replace(&mut self.events, next_ev);
+        self.send(Batch::Trace(b, ev))
+    }
+
     /// Flush what is buffered, stop the worker and take back its state.
-    fn stop(mut self, flush: bool) -> WorkerResult {
+    /// With the recipe built upstream, also its root (when flushed).
+    fn stop(mut self, flush: bool) -> (Sink, RecipeBuilder, Result<()>, Option<(RecipeEntry, u8)>) {
         let flushed = if flush {
             if self.trace {
-                let b = std::mem::take(&mut self.trace_buf);
-                if b.is_empty() {
-                    Ok(())
+                let mut closed = Ok(());
+                if let Some(r) = self.recipe.take() {
+                    self.events.pos = self.trace_buf.len();
+                    match r.finish(&mut self.events) {
+                        Ok(root) => self.root = Some(root),
+                        Err(e) => closed = Err(io::Error::other(e.to_string())),
+                    }
+                }
+                if self.trace_buf.is_empty() && self.events.events.is_empty() {
+                    closed
                 } else {
-                    self.send(Batch::Trace(b))
+                    closed.and_then(|()| self.send_trace())
                 }
             } else {
                 self.cut_batch(true)
@@ -570,7 +710,7 @@ impl Ingest {
             .unwrap_or_else(|p| std::panic::resume_unwind(p));
         // A worker error explains a failed send better than the send error.
         let result = result.and(flushed.map_err(|e| Error::io("backup", e)));
-        (sink, recipe, result)
+        (sink, recipe, result, self.root)
     }
 }
 
@@ -665,13 +805,17 @@ impl Repository {
             saved: FpMap::default(),
             rewriting: opts.rewrite != RewriteSpec::None,
             first_id: self.manifest.next_container_id,
+            cursor: DataCursor::default(),
         };
         debug_assert!(sink.capacity > 0);
         let mut ingest = Ingest::start(sink, cfg.chunker.build(), cfg.hash, cfg.trace);
         let fed = feed(&mut ingest);
-        let (mut sink, recipe, worker) = ingest.stop(fed.is_ok());
+        let (mut sink, recipe, worker, upstream_root) = ingest.stop(fed.is_ok());
         let outcome = worker.and(fed).and_then(|()| {
-            let (root, root_level) = recipe.finish(&mut sink)?;
+            let (root, root_level) = match upstream_root {
+                Some(r) => r,
+                None => recipe.finish(&mut sink)?,
+            };
             sink.seal(ChunkKind::Data)?;
             sink.seal(ChunkKind::Recipe)?;
             let mut next = self.manifest.clone();

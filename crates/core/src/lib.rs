@@ -13,6 +13,7 @@ pub mod chunking;
 pub mod container;
 pub mod error;
 pub mod fingerprint;
+mod fptable;
 pub mod gc;
 pub mod index;
 pub mod ingest;

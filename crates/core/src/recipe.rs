@@ -52,6 +52,13 @@ impl RecipeChunk {
 
 pub fn encode(level: u8, entries: &[RecipeEntry]) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_LEN + entries.len() * ENTRY_LEN);
+    encode_into(level, entries, &mut out);
+    out
+}
+
+/// [`encode`] appending to `out` (so a buffer can be reused).
+pub fn encode_into(level: u8, entries: &[RecipeEntry], out: &mut Vec<u8>) {
+    out.reserve(HEADER_LEN + entries.len() * ENTRY_LEN);
     out.extend_from_slice(&MAGIC);
     out.push(VERSION);
     out.push(level);
@@ -60,7 +67,6 @@ pub fn encode(level: u8, entries: &[RecipeEntry]) -> Vec<u8> {
         out.extend_from_slice(&e.fp.0);
         out.extend_from_slice(&e.size.to_le_bytes());
     }
-    out
 }
 
 /// Decode a recipe chunk; `name` identifies it in errors.
@@ -97,7 +103,7 @@ pub fn decode(bytes: &[u8], name: &str) -> Result<RecipeChunk> {
 /// Receives the recipe chunks a [`RecipeBuilder`] emits, in bottom-up order
 /// (a chunk is always emitted before its parent).
 pub trait RecipeSink {
-    fn recipe_chunk(&mut self, fp: Fingerprint, level: u8, bytes: Vec<u8>) -> Result<()>;
+    fn recipe_chunk(&mut self, fp: Fingerprint, level: u8, bytes: &[u8]) -> Result<()>;
 }
 
 /// Builds the Merkle tree of one backup while its data chunks stream in.
@@ -107,6 +113,8 @@ pub struct RecipeBuilder {
     levels: Vec<Vec<RecipeEntry>>,
     /// Chunks emitted so far at each level.
     emitted: Vec<u64>,
+    /// Encoding buffer, reused for every chunk.
+    buf: Vec<u8>,
 }
 
 fn is_boundary(fp: &Fingerprint, count: usize) -> bool {
@@ -122,6 +130,7 @@ impl RecipeBuilder {
             algo,
             levels: vec![Vec::new()],
             emitted: vec![0],
+            buf: Vec::new(),
         }
     }
 
@@ -146,12 +155,15 @@ impl RecipeBuilder {
     /// Emit the pending entries of level k+1 as one chunk; return its entry
     /// for the parent level.
     fn flush(&mut self, k: usize, sink: &mut dyn RecipeSink) -> Result<RecipeEntry> {
-        let entries = std::mem::take(&mut self.levels[k]);
+        // Keep the level's buffer (and its capacity) for the next chunk.
+        let entries = &mut self.levels[k];
         let size = entries.iter().map(|e| e.size).sum();
         let level = (k + 1) as u8;
-        let bytes = encode(level, &entries);
-        let fp = self.algo.hash(&bytes);
-        sink.recipe_chunk(fp, level, bytes)?;
+        self.buf.clear();
+        encode_into(level, entries, &mut self.buf);
+        entries.clear();
+        let fp = self.algo.hash(&self.buf);
+        sink.recipe_chunk(fp, level, &self.buf)?;
         self.emitted[k] += 1;
         Ok(RecipeEntry { fp, size })
     }
@@ -253,15 +265,15 @@ mod tests {
         order: Vec<(Fingerprint, u8)>,
     }
     impl RecipeSink for MapSink {
-        fn recipe_chunk(&mut self, fp: Fingerprint, level: u8, bytes: Vec<u8>) -> Result<()> {
+        fn recipe_chunk(&mut self, fp: Fingerprint, level: u8, bytes: &[u8]) -> Result<()> {
             // A child is always emitted before its parent.
             if level > 1 {
-                for e in decode(&bytes, "t").unwrap().entries {
+                for e in decode(bytes, "t").unwrap().entries {
                     assert!(self.chunks.contains_key(&e.fp));
                 }
             }
             self.order.push((fp, level));
-            self.chunks.insert(fp, bytes);
+            self.chunks.insert(fp, bytes.to_vec());
             Ok(())
         }
     }

@@ -280,7 +280,7 @@ impl Repository {
         }
         let key = segment_key(next.next_segment_id);
         next.next_segment_id += 1;
-        self.backend.put(&key, &encode_segment(entries))?;
+        self.backend.put_vec(&key, encode_segment(entries))?;
         next.index_segments.push(key);
         Ok(())
     }
@@ -294,13 +294,25 @@ impl Repository {
             return Ok(Vec::new());
         }
         // Older copies first, so the preferred copy still wins on load.
-        let mut entries: Vec<IndexEntry> = self
-            .index
-            .copy_entries()
-            .chain(self.index.entries())
-            .collect();
+        let (d, r) = self.index.len();
+        let mut entries: Vec<IndexEntry> = Vec::with_capacity(d + r);
+        entries.extend(self.index.copy_entries());
+        let copies = entries.len();
+        entries.extend(self.index.entries());
         // Deterministic content: sorted (stably) by kind, then fingerprint.
-        entries.sort_by_key(|e| (e.kind == ChunkKind::Recipe, e.fp));
+        let key = |e: &IndexEntry| e.kind == ChunkKind::Recipe;
+        let by_fp = |a: &IndexEntry, b: &IndexEntry| {
+            // Lexicographic, decided by the first 8 bytes almost always.
+            let p = |e: &IndexEntry| u64::from_be_bytes(e.fp.0[..8].try_into().unwrap());
+            p(a).cmp(&p(b)).then_with(|| a.fp.cmp(&b.fp))
+        };
+        if copies == 0 {
+            // Every (kind, fingerprint) occurs once: an unstable sort gives
+            // the same order, several times faster on millions of entries.
+            entries.sort_unstable_by(|a, b| key(a).cmp(&key(b)).then_with(|| by_fp(a, b)));
+        } else {
+            entries.sort_by(|a, b| key(a).cmp(&key(b)).then_with(|| by_fp(a, b)));
+        }
         let superseded = std::mem::take(&mut next.index_segments);
         self.write_segment(next, &entries)?;
         Ok(superseded)

@@ -98,7 +98,13 @@ impl ScaleSeries {
             part.copy_from_slice(&h.to_le_bytes());
         }
         let mean = self.cfg.chunk_size.0.max(2);
-        let size = mean / 2 + mix(h) % mean;
+        // (A mask when the mean is a power of two: the same value, no division.)
+        let r = if mean.is_power_of_two() {
+            mix(h) & (mean - 1)
+        } else {
+            mix(h) % mean
+        };
+        let size = mean / 2 + r;
         (Fingerprint(fp), size as u32)
     }
 }

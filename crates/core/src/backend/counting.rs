@@ -128,6 +128,17 @@ impl<B: Backend> Backend for CountingBackend<B> {
         r
     }
 
+    fn put_vec(&self, key: &str, data: Vec<u8>) -> Result<()> {
+        let len = data.len() as u64;
+        let r = self.inner.put_vec(key, data);
+        let bytes = if r.is_ok() { len } else { 0 };
+        self.count(key, |c| {
+            c.puts += 1;
+            c.put_bytes += bytes;
+        });
+        r
+    }
+
     fn prefetch(&self, key: &str) {
         self.inner.prefetch(key)
     }

@@ -56,6 +56,12 @@ impl Backend for MemoryBackend {
         Ok(())
     }
 
+    fn put_vec(&self, key: &str, data: Vec<u8>) -> Result<()> {
+        validate_key(key)?;
+        self.objects().insert(key.to_string(), Arc::new(data));
+        Ok(())
+    }
+
     fn get(&self, key: &str) -> Result<Vec<u8>> {
         Ok(self.object(key)?.as_ref().clone())
     }

@@ -29,6 +29,11 @@ pub trait Backend: Send + Sync {
     /// Store `data` under `key` atomically (all or nothing). Overwrites an
     /// existing object of the same key (used only for leftovers and tests).
     fn put(&self, key: &str, data: &[u8]) -> Result<()>;
+    /// [`put`](Self::put) an owned buffer: a backend that keeps objects in
+    /// memory takes it without copying (index segments run to hundreds of MB).
+    fn put_vec(&self, key: &str, data: Vec<u8>) -> Result<()> {
+        self.put(key, &data)
+    }
     /// Read a whole object. A missing key is `Error::MissingObject(key)`.
     fn get(&self, key: &str) -> Result<Vec<u8>>;
     /// Read `len` bytes at `offset`. Reading past the end is `Error::Corrupt`
@@ -61,6 +66,9 @@ pub trait Backend: Send + Sync {
 impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
     fn put(&self, key: &str, data: &[u8]) -> Result<()> {
         (**self).put(key, data)
+    }
+    fn put_vec(&self, key: &str, data: Vec<u8>) -> Result<()> {
+        (**self).put_vec(key, data)
     }
     fn get(&self, key: &str) -> Result<Vec<u8>> {
         (**self).get(key)
