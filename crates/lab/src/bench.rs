@@ -146,8 +146,10 @@ pub fn run(opts: &BenchOptions, step: &mut dyn FnMut(&str)) -> Result<BenchRepor
     step("generating the stream");
     let stream = generate_stream(size, opts.seed);
     let stream_path = opts.dir.join("stream.bin");
+    // Flushed before anything is timed: the backup must not compete with
+    // the write-back of its own input.
     File::create(&stream_path)
-        .and_then(|mut f| f.write_all(&stream))
+        .and_then(|mut f| f.write_all(&stream).and_then(|()| f.sync_all()))
         .with_context(|| format!("cannot write {}", stream_path.display()))?;
 
     step("chunking");
