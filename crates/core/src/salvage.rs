@@ -327,51 +327,12 @@ impl Repository {
         target: &Path,
         progress: &mut dyn FnMut(u64),
     ) -> Result<(SalvageReport, ExtractReport)> {
-        if b.source == SourceKind::Trace {
-            return Err(Error::invalid(format!(
-                "backup {} is a fingerprint trace: it has no bytes to restore",
-                b.id
-            )));
-        }
-        if b.source != SourceKind::Tree {
-            let name = Path::new(&b.name)
-                .file_name()
-                .map(|s| s.to_os_string())
-                .unwrap_or_else(|| format!("backup-{}", b.id).into());
-            std::fs::create_dir_all(target)
-                .ctx(|| format!("cannot create {}", target.display()))?;
-            let path = target.join(name);
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&path)
-                .ctx(|| format!("cannot create {}", path.display()))?;
-            let rep = self.restore_damaged_to(b, &mut f, progress)?;
-            f.sync_all()
-                .ctx(|| format!("cannot write {}", path.display()))?;
-            let ext = ExtractReport {
-                files: 1,
-                bytes: rep.restored_bytes,
-                ..Default::default()
-            };
-            return Ok((rep, ext));
-        }
-        let (mut reader, writer) = std::io::pipe().ctx(|| "cannot create a pipe".into())?;
-        let dir = target.to_path_buf();
-        let extractor = std::thread::Builder::new()
-            .name("tessera-extract".into())
-            .spawn(move || {
-                let r = crate::archive::extract(&mut reader, &dir);
-                let _ = std::io::copy(&mut reader, &mut std::io::sink());
-                r
-            })
-            .ctx(|| "cannot start the extraction thread".into())?;
-        let mut w = std::io::BufWriter::with_capacity(1 << 20, writer);
-        let restored = self.restore_damaged_to(b, &mut w, progress);
-        drop(w);
-        let extracted = extractor
-            .join()
-            .unwrap_or_else(|p| std::panic::resume_unwind(p));
+        let (restored, extracted) = crate::restore::into_directory(
+            b,
+            target,
+            |out| self.restore_damaged_to(b, out, progress),
+            |r| r.restored_bytes,
+        )?;
         let rep = restored?;
         Ok((rep, extracted?))
     }

@@ -483,64 +483,12 @@ impl Repository {
         opts: &RestoreOptions,
         progress: &mut dyn FnMut(u64),
     ) -> Result<(RestoreReport, ExtractReport)> {
-        match backup.source {
-            SourceKind::Tree => self.restore_tree(backup, target, opts, progress),
-            SourceKind::Trace => Err(Error::invalid(format!(
-                "backup {} is a fingerprint trace: it has no bytes to restore into a directory",
-                backup.id
-            ))),
-            SourceKind::File | SourceKind::Stream => {
-                let base = Path::new(&backup.name)
-                    .file_name()
-                    .map(|s| s.to_os_string())
-                    .unwrap_or_else(|| format!("backup-{}", backup.id).into());
-                std::fs::create_dir_all(target)
-                    .ctx(|| format!("cannot create {}", target.display()))?;
-                let path = target.join(base);
-                let mut f = std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .open(&path)
-                    .ctx(|| format!("cannot create {}", path.display()))?;
-                let mut w = std::io::BufWriter::with_capacity(1 << 20, &mut f);
-                let report = self.restore_to(backup, &mut w, opts, progress)?;
-                drop(w);
-                f.sync_all()
-                    .ctx(|| format!("cannot write {}", path.display()))?;
-                let ext = ExtractReport {
-                    files: 1,
-                    bytes: report.restored_bytes,
-                    ..Default::default()
-                };
-                Ok((report, ext))
-            }
-        }
-    }
-
-    fn restore_tree(
-        &self,
-        backup: &BackupEntry,
-        target: &Path,
-        opts: &RestoreOptions,
-        progress: &mut dyn FnMut(u64),
-    ) -> Result<(RestoreReport, ExtractReport)> {
-        let (mut reader, writer) = std::io::pipe().ctx(|| "cannot create a pipe".into())?;
-        let dir = target.to_path_buf();
-        let extractor = std::thread::Builder::new()
-            .name("tessera-extract".into())
-            .spawn(move || {
-                let r = crate::archive::extract(&mut reader, &dir);
-                // Drain, so the restore side never blocks on a full pipe.
-                let _ = std::io::copy(&mut reader, &mut std::io::sink());
-                r
-            })
-            .ctx(|| "cannot start the extraction thread".into())?;
-        let mut w = std::io::BufWriter::with_capacity(1 << 20, writer);
-        let restored = self.restore_to(backup, &mut w, opts, progress);
-        drop(w);
-        let extracted = extractor
-            .join()
-            .unwrap_or_else(|p| std::panic::resume_unwind(p));
+        let (restored, extracted) = into_directory(
+            backup,
+            target,
+            |out| self.restore_to(backup, out, opts, progress),
+            |r| r.restored_bytes,
+        )?;
         match restored {
             // Damage explains the truncated stream the extractor saw; name
             // the files it touches.
@@ -553,6 +501,73 @@ impl Repository {
                 let ext = extracted?;
                 Ok((restored?, ext))
             }
+        }
+    }
+}
+
+/// Restore into a directory: `produce` writes the backup's byte stream.
+/// A directory backup's tar stream is extracted on a second thread (unsafe
+/// entries refused and listed); a file or stream backup becomes one file
+/// named after its source; a trace has no bytes. Returns what `produce` and
+/// the extraction each returned, for the caller to tell which error explains
+/// the other.
+pub(crate) fn into_directory<R>(
+    backup: &BackupEntry,
+    target: &Path,
+    produce: impl FnOnce(&mut dyn Write) -> Result<R>,
+    restored_bytes: impl Fn(&R) -> u64,
+) -> Result<(Result<R>, Result<ExtractReport>)> {
+    match backup.source {
+        SourceKind::Trace => Err(Error::invalid(format!(
+            "backup {} is a fingerprint trace: it has no bytes to restore into a directory",
+            backup.id
+        ))),
+        SourceKind::File | SourceKind::Stream => {
+            let base = Path::new(&backup.name)
+                .file_name()
+                .map(|s| s.to_os_string())
+                .unwrap_or_else(|| format!("backup-{}", backup.id).into());
+            std::fs::create_dir_all(target)
+                .ctx(|| format!("cannot create {}", target.display()))?;
+            let path = target.join(base);
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+                .ctx(|| format!("cannot create {}", path.display()))?;
+            let mut w = std::io::BufWriter::with_capacity(1 << 20, &mut f);
+            let report = produce(&mut w)?;
+            w.flush()
+                .ctx(|| format!("cannot write {}", path.display()))?;
+            drop(w);
+            f.sync_all()
+                .ctx(|| format!("cannot write {}", path.display()))?;
+            let ext = ExtractReport {
+                files: 1,
+                bytes: restored_bytes(&report),
+                ..Default::default()
+            };
+            Ok((Ok(report), Ok(ext)))
+        }
+        SourceKind::Tree => {
+            let (mut reader, writer) = std::io::pipe().ctx(|| "cannot create a pipe".into())?;
+            let dir = target.to_path_buf();
+            let extractor = std::thread::Builder::new()
+                .name("tessera-extract".into())
+                .spawn(move || {
+                    let r = crate::archive::extract(&mut reader, &dir);
+                    // Drain, so the restore side never blocks on a full pipe.
+                    let _ = std::io::copy(&mut reader, &mut std::io::sink());
+                    r
+                })
+                .ctx(|| "cannot start the extraction thread".into())?;
+            let mut w = std::io::BufWriter::with_capacity(1 << 20, writer);
+            let restored = produce(&mut w);
+            drop(w);
+            let extracted = extractor
+                .join()
+                .unwrap_or_else(|p| std::panic::resume_unwind(p));
+            Ok((restored, extracted))
         }
     }
 }
