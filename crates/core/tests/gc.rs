@@ -12,18 +12,8 @@ use tessera_core::gc::{GcOptions, GcReport, GcStrategy};
 use tessera_core::recipe::{self, RecipeWalker};
 use tessera_core::{BackupOptions, Fingerprint, HashAlgo, InitOptions, Repository, RestoreOptions};
 
-fn bytes(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.extend_from_slice(&x.to_le_bytes());
-    }
-    out.truncate(len);
-    out
-}
+mod common;
+use common::bytes;
 
 /// A new version of `base`: an overwrite, an insertion and a deletion.
 fn mutate(base: &[u8], seed: u64) -> Vec<u8> {

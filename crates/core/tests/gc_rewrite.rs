@@ -14,18 +14,8 @@ use tessera_core::restore::CacheSpec;
 use tessera_core::rewrite::RewriteSpec;
 use tessera_core::{BackupOptions, HashAlgo, InitOptions, Repository, RestoreOptions};
 
-fn bytes(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.extend_from_slice(&x.to_le_bytes());
-    }
-    out.truncate(len);
-    out
-}
+mod common;
+use common::bytes;
 
 /// Version `v` of a stream: blocks of a shared pool, shuffled per version,
 /// so later versions reference many old containers (fragmentation to fight).

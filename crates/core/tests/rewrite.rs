@@ -178,19 +178,8 @@ fn har_history_survives_reopen() {
     assert_eq!(repo.manifest().har_sparse, before);
 }
 
-/// Cheap deterministic bytes (xorshift).
-fn bytes(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut out = Vec::with_capacity(len + 8);
-    while out.len() < len {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        out.extend_from_slice(&x.to_le_bytes());
-    }
-    out.truncate(len);
-    out
-}
+mod common;
+use common::bytes;
 
 /// Next version: an overwrite, an insertion, a deletion and a moved block,
 /// so later versions reference scattered old containers.
