@@ -77,6 +77,28 @@ fn missing_ancestors(dir: &Path, stop: Option<&Path>) -> Vec<PathBuf> {
     missing
 }
 
+/// Objects at least this large start their write-back as soon as they are
+/// written (containers, index segments); small ones wait for `sync`.
+const EARLY_WRITEBACK: usize = 256 << 10;
+
+/// Ask the kernel to start writing `file` to disk now, without waiting.
+///
+/// Why: a backup writes hundreds of MB of containers and then `sync`s them.
+/// Left alone, the kernel holds that data dirty until the final fsync, which
+/// then waits for all of it while nothing else runs; started early, the
+/// write-back overlaps chunking and hashing and the fsync finds little left.
+/// Durability still comes only from `sync`; this is a hint and never fails.
+fn start_writeback(file: &File, len: usize) {
+    #[cfg(target_os = "linux")]
+    if len >= EARLY_WRITEBACK {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a valid open descriptor; the call only schedules I/O.
+        unsafe { libc::sync_file_range(file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (file, len);
+}
+
 /// Whether a directory entry name is a temporary file of an unfinished `put`.
 fn is_temporary(name: &str) -> bool {
     name.starts_with('.') && name.ends_with(".tmp")
@@ -208,9 +230,14 @@ impl LocalBackend {
             other => other,
         }
         .ctx(|| format!("cannot create {}", tmp.display()))?;
-        let written = file
-            .write_all(data)
-            .and_then(|()| if fsync { file.sync_all() } else { Ok(()) });
+        let written = file.write_all(data).and_then(|()| {
+            if fsync {
+                file.sync_all()
+            } else {
+                start_writeback(&file, data.len());
+                Ok(())
+            }
+        });
         if let Err(e) = written {
             let _ = fs::remove_file(&tmp);
             return Err(Error::io(format!("cannot write {}", tmp.display()), e));
