@@ -153,6 +153,16 @@ impl<B: Backend> Backend for CountingBackend<B> {
         r
     }
 
+    fn get_into(&self, key: &str, buf: &mut Vec<u8>) -> Result<()> {
+        let r = self.inner.get_into(key, buf);
+        let bytes = if r.is_ok() { buf.len() as u64 } else { 0 };
+        self.count(key, |c| {
+            c.gets += 1;
+            c.get_bytes += bytes;
+        });
+        r
+    }
+
     fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
         let r = self.inner.get_range(key, offset, len);
         let bytes = r.as_ref().map_or(0, |v| v.len() as u64);

@@ -182,6 +182,11 @@ impl<B: Backend> Backend for FailingBackend<B> {
         self.inner.get(key)
     }
 
+    fn get_into(&self, key: &str, buf: &mut Vec<u8>) -> Result<()> {
+        self.check()?;
+        self.inner.get_into(key, buf)
+    }
+
     fn prefetch(&self, key: &str) {
         self.inner.prefetch(key)
     }

@@ -354,6 +354,22 @@ impl Backend for LocalBackend {
         fs::read(&path).map_err(|e| Self::missing_or(key, &path, "read", e))
     }
 
+    fn get_into(&self, key: &str, buf: &mut Vec<u8>) -> Result<()> {
+        use std::io::Read;
+        let path = self.path(key)?;
+        let mut file = File::open(&path).map_err(|e| Self::missing_or(key, &path, "open", e))?;
+        let size = file
+            .metadata()
+            .ctx(|| format!("cannot stat {}", path.display()))?
+            .len();
+        buf.clear();
+        // A hint only: the read takes whatever the file holds by then.
+        buf.reserve(usize::try_from(size).unwrap_or(0));
+        file.read_to_end(buf)
+            .map_err(|e| Self::missing_or(key, &path, "read", e))?;
+        Ok(())
+    }
+
     fn prefetch(&self, key: &str) {
         #[cfg(target_os = "linux")]
         if let Ok(f) = self

@@ -151,6 +151,11 @@ impl Container {
     pub fn chunk(&self, fp: &Fingerprint) -> Option<&[u8]> {
         self.find(fp).map(|m| self.bytes(m))
     }
+    /// The buffer the container was read into, for
+    /// [`ContainerStore::read_into`] to reuse.
+    pub fn into_buffer(self) -> Vec<u8> {
+        self.object
+    }
 }
 
 /// Puts and gets containers through a backend; verifies and counts.
@@ -228,9 +233,14 @@ impl ContainerStore {
 
     /// Read and verify a whole container.
     pub fn read(&self, id: ContainerId) -> Result<Container> {
-        let object = self
-            .backend
-            .get(&container_key(id))
+        self.read_into(id, Vec::new())
+    }
+
+    /// [`read`](Self::read) into `buf` (from [`Container::into_buffer`]), so
+    /// a restore reuses the memory of the containers it evicts.
+    pub fn read_into(&self, id: ContainerId, mut object: Vec<u8>) -> Result<Container> {
+        self.backend
+            .get_into(&container_key(id), &mut object)
             .map_err(|e| missing_as(id, e))?;
         let (header, meta) = format::decode(id, &object)?;
         self.check_algo(&header)?;

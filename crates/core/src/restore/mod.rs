@@ -12,25 +12,29 @@ use crate::container::{format::object_name, ChunkKind, ChunkMeta, Container, Con
 use crate::error::{Error, IoContext, Result};
 use crate::fingerprint::Fingerprint;
 use crate::metrics::{mb_per_s, read_amplification, speed_factor};
-use crate::recipe::{self, RecipeChunk, RecipeEntry, RecipeWalker};
+use crate::recipe::{self, RecipeChunk, RecipeEntry};
 use crate::repo::Repository;
 use serde::Serialize;
+use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
-use std::sync::Arc;
+use std::sync::mpsc::sync_channel;
 use std::time::Instant;
 
 pub mod cache;
+mod loader;
+mod plan;
 
 pub use cache::LruCache;
-use cache::{faa, OptCache, OPT_WINDOW};
+use loader::{receive, Buffers, Loaders};
+use plan::{Op, Planner};
 
-/// Recipe entries looked ahead to hint upcoming containers to the backend
-/// (about 16 MiB of 8 KiB chunks): enough for the disk to work while the
-/// current containers are copied out, not so far that the page cache drops
-/// hinted containers before they are used.
-const PREFETCH_WINDOW: usize = 2048;
+/// Threads reading containers. Reads mostly wait on the disk or copy out of
+/// the page cache, so a few more than the cores keep the disk's queue full.
+const LOADERS: usize = 4;
+/// Loaded containers that may wait for the assembler beyond the cache
+/// itself: the read-ahead depth, and its memory (8 × 4 MiB by default).
+const READ_AHEAD: usize = 8;
 
 /// Restore parameters.
 #[derive(Clone, Debug, Default)]
@@ -116,22 +120,6 @@ pub struct RestoreReport {
     pub throughput_mb_s: f64,
 }
 
-/// One chunk to restore: its container (kept alive while queued) and where
-/// in it the chunk is.
-struct Piece {
-    container: Arc<Container>,
-    meta: ChunkMeta,
-}
-
-/// What the reader stage hands the writer.
-enum Batch {
-    /// Chunks in order, still inside their containers (LRU, OPT).
-    Pieces(Vec<Piece>),
-    /// An assembled window of the output (FAA): bytes (empty in trace
-    /// mode), logical length and chunk count.
-    Assembled(Vec<u8>, u64, u64),
-}
-
 /// Where `e` is in container `c`, checked against the recipe.
 fn chunk_meta(c: &Container, e: &RecipeEntry, bid: u64, offset: u64) -> Result<ChunkMeta> {
     let meta = *c.find(&e.fp).ok_or_else(|| {
@@ -155,8 +143,20 @@ fn chunk_meta(c: &Container, e: &RecipeEntry, bid: u64, offset: u64) -> Result<C
     Ok(meta)
 }
 
+/// The planner sent a chunk of a container it never loaded: a bug, reported
+/// as an error rather than a panic.
+fn unplanned(id: ContainerId, bid: u64, offset: u64) -> Error {
+    Error::io(
+        format!("restore of backup {bid} at offset {offset}"),
+        std::io::Error::other(format!(
+            "{} was used before it was read (restore planner bug)",
+            object_name(id)
+        )),
+    )
+}
+
 /// Name the backup (and offset) in an error about one of its objects.
-fn in_backup(e: Error, backup: u64, offset: Option<u64>) -> Error {
+pub(crate) fn in_backup(e: Error, backup: u64, offset: Option<u64>) -> Error {
     let at = match offset {
         Some(o) => format!(" at offset {o}"),
         None => String::new(),
@@ -211,44 +211,81 @@ impl Repository {
         let started = Instant::now();
         let before = self.metrics.snapshot();
         let bid = backup.id;
-        // Two stages: a reader thread walks the recipe and reads, verifies and
-        // caches containers; this thread copies chunks to `out`. The cache
-        // decisions (and so the metrics) are those of a sequential restore.
-        // FAA hands over whole areas: a rendezvous keeps memory at two areas
-        // (one assembling, one being written); spent areas come back.
-        let depth = if matches!(opts.cache, CacheSpec::Faa(_)) {
-            0
-        } else {
-            4
-        };
-        let (tx, rx) = sync_channel::<Result<Batch>>(depth);
-        let (spent_tx, spent) = sync_channel::<Vec<u8>>(1);
+        // Three stages: the planner walks the recipe and decides the cache
+        // (on this repository's index), the loaders read and verify the
+        // containers it asks for, and this thread copies chunks out of them
+        // into `out`. The cache decisions, and so the metrics, are those of
+        // a sequential restore.
+        let trace = self.manifest.config.trace;
         let (offset, chunks) = std::thread::scope(|scope| {
-            scope.spawn(move || {
-                if let Err(e) = self.read_pieces(backup, opts, &tx, &spent) {
-                    let _ = tx.send(Err(e));
-                }
-            });
+            // Made here so that an early return drops this thread's ends
+            // and a planner blocked on either stops.
+            let (ops, planned) = sync_channel::<plan::Batch>(4);
+            let (permits, permit_return) = loader::permits(READ_AHEAD);
+            let buffers = Buffers::default();
+            let loaders = Loaders::spawn(scope, &self.store, LOADERS, &buffers)?;
+            let planner = Planner::new(ops, loaders, permits);
+            std::thread::Builder::new()
+                .name("tessera-plan".into())
+                .spawn_scoped(scope, move || planner.run(self, backup, opts))
+                .ctx(|| "cannot start the restore planner thread".into())?;
+            // The containers the cache holds (and those being filled in).
+            let mut cached: HashMap<ContainerId, Container> = HashMap::new();
+            let mut area = Vec::new();
             let mut offset = 0u64;
             let mut chunks = 0u64;
-            for batch in rx {
-                match batch? {
-                    Batch::Pieces(pieces) => {
-                        for p in pieces {
-                            if !p.container.header.trace {
-                                out.write_all(p.container.bytes(&p.meta))
+            for batch in planned {
+                for op in batch? {
+                    match op {
+                        Op::Evict(id) => {
+                            if let Some(c) = cached.remove(&id) {
+                                buffers.give(c);
+                            }
+                        }
+                        Op::Load(id, loaded) => {
+                            let c =
+                                receive(&loaded).map_err(|e| in_backup(e, bid, Some(offset)))?;
+                            permit_return.give_back();
+                            cached.insert(id, c);
+                        }
+                        Op::Chunk(e, id) => {
+                            let c = cached.get(&id).ok_or_else(|| unplanned(id, bid, offset))?;
+                            let meta = chunk_meta(c, &e, bid, offset)?;
+                            if !trace {
+                                out.write_all(c.bytes(&meta))
                                     .ctx(|| "cannot write restored data".into())?;
                             }
-                            offset += p.meta.len as u64;
+                            offset += e.size;
                             chunks += 1;
                         }
-                    }
-                    Batch::Assembled(bytes, len, n) => {
-                        out.write_all(&bytes)
-                            .ctx(|| "cannot write restored data".into())?;
-                        offset += len;
-                        chunks += n;
-                        let _ = spent_tx.try_send(bytes);
+                        Op::Window(w) => {
+                            // Every byte of the area is overwritten below.
+                            if !trace {
+                                area.resize(w.filled as usize, 0);
+                            }
+                            for (_, idx, loaded) in &w.containers {
+                                let first = offset + w.entries[idx[0]].1;
+                                let c =
+                                    receive(loaded).map_err(|e| in_backup(e, bid, Some(first)))?;
+                                permit_return.give_back();
+                                for &i in idx {
+                                    let (e, at) = &w.entries[i];
+                                    let meta = chunk_meta(&c, e, bid, offset + at)?;
+                                    if !trace {
+                                        let at = *at as usize;
+                                        area[at..at + e.size as usize]
+                                            .copy_from_slice(c.bytes(&meta));
+                                    }
+                                }
+                                buffers.give(c);
+                            }
+                            if !trace {
+                                out.write_all(&area)
+                                    .ctx(|| "cannot write restored data".into())?;
+                            }
+                            offset += w.filled;
+                            chunks += w.entries.len() as u64;
+                        }
                     }
                 }
                 progress(offset);
@@ -282,195 +319,6 @@ impl Repository {
             seconds: secs,
             throughput_mb_s: mb_per_s(offset, secs),
         })
-    }
-
-    /// The reader stage of [`restore_to`](Self::restore_to): every chunk of
-    /// the backup in order, with its (verified) container, in batches.
-    fn read_pieces(
-        &self,
-        backup: &BackupEntry,
-        opts: &RestoreOptions,
-        tx: &SyncSender<Result<Batch>>,
-        spent: &Receiver<Vec<u8>>,
-    ) -> Result<()> {
-        const BATCH: usize = 1024;
-        let bid = backup.id;
-        let mut recipes = LruCache::new(8);
-        let root = backup.root_fp()?;
-        let mut walker = RecipeWalker::new(root, backup.root_level, |fp, _| {
-            self.load_recipe_chunk(&mut recipes, fp)
-        })
-        .map_err(|e| in_backup(e, bid, None))?;
-        // The next recipe entry with the container the index sends it to.
-        let mut offset = 0u64;
-        let mut next = |offset: u64| -> Result<Option<(RecipeEntry, ContainerId)>> {
-            let Some(e) = walker.next().map_err(|e| in_backup(e, bid, Some(offset)))? else {
-                return Ok(None);
-            };
-            let id = self.index.get(ChunkKind::Data, &e.fp).ok_or_else(|| {
-                Error::corrupt(
-                    format!("backup {bid}"),
-                    format!(
-                        "chunk {} at offset {offset} is not in the index",
-                        e.fp.to_hex()
-                    ),
-                )
-            })?;
-            Ok(Some((e, id)))
-        };
-        let load = |id: ContainerId, offset: u64| {
-            self.store
-                .read(id)
-                .map_err(|err| in_backup(err, bid, Some(offset)))
-        };
-        let mut batch = Vec::with_capacity(BATCH);
-        let emit = |p: Piece, batch: &mut Vec<Piece>| -> bool {
-            batch.push(p);
-            if batch.len() == BATCH {
-                let full = std::mem::replace(batch, Vec::with_capacity(BATCH));
-                // A closed channel: the writer stopped and reports why.
-                return tx.send(Ok(Batch::Pieces(full))).is_ok();
-            }
-            true
-        };
-        match opts.cache {
-            CacheSpec::Lru(n) => {
-                let mut data = LruCache::new(n);
-                let mut window = std::collections::VecDeque::new();
-                let mut hinted = std::collections::HashSet::new();
-                let mut ahead = 0u64;
-                let mut done = false;
-                loop {
-                    while !done && window.len() < PREFETCH_WINDOW {
-                        match next(ahead)? {
-                            Some((e, id)) => {
-                                ahead += e.size;
-                                if !data.contains(id) && hinted.insert(id) {
-                                    self.store.prefetch(id);
-                                }
-                                window.push_back((e, id));
-                            }
-                            None => done = true,
-                        }
-                    }
-                    let Some((e, id)) = window.pop_front() else {
-                        break;
-                    };
-                    // Hint the container entering the prefetch distance.
-                    if let Some(&(_, soon)) = window.get(PREFETCH_WINDOW) {
-                        if !data.contains(soon) && hinted.insert(soon) {
-                            self.store.prefetch(soon);
-                        }
-                    }
-                    let c = data.get(id, |id| {
-                        hinted.remove(&id);
-                        load(id, offset)
-                    })?;
-                    let meta = chunk_meta(&c, &e, bid, offset)?;
-                    offset += e.size;
-                    if !emit(Piece { container: c, meta }, &mut batch) {
-                        return Ok(());
-                    }
-                }
-            }
-            CacheSpec::Opt(n) => {
-                let mut data = OptCache::new(n);
-                let mut window = std::collections::VecDeque::new();
-                let mut hinted = std::collections::HashSet::new();
-                let mut ahead = 0u64;
-                let mut done = false;
-                loop {
-                    while !done && window.len() < OPT_WINDOW {
-                        match next(ahead)? {
-                            Some((e, id)) => {
-                                ahead += e.size;
-                                data.announce(id);
-                                if window.len() < PREFETCH_WINDOW
-                                    && !data.contains(id)
-                                    && hinted.insert(id)
-                                {
-                                    self.store.prefetch(id);
-                                }
-                                window.push_back((e, id));
-                            }
-                            None => done = true,
-                        }
-                    }
-                    let Some((e, id)) = window.pop_front() else {
-                        break;
-                    };
-                    let c = data.get(id, |id| {
-                        hinted.remove(&id);
-                        load(id, offset)
-                    })?;
-                    let meta = chunk_meta(&c, &e, bid, offset)?;
-                    offset += e.size;
-                    if !emit(Piece { container: c, meta }, &mut batch) {
-                        return Ok(());
-                    }
-                }
-            }
-            CacheSpec::Faa(n) => {
-                let area = faa::area_bytes(n, self.manifest.config.container_size as u64);
-                let trace = self.manifest.config.trace;
-                let mut pending = next(offset)?;
-                while pending.is_some() {
-                    // One window: its entries and, per container in order of
-                    // first use, the entries it supplies.
-                    let start = offset;
-                    let mut entries: Vec<(RecipeEntry, u64)> = Vec::new();
-                    let mut by_container: Vec<(ContainerId, Vec<usize>)> = Vec::new();
-                    let mut slot: std::collections::HashMap<ContainerId, usize> =
-                        std::collections::HashMap::new();
-                    let mut filled = 0u64;
-                    while let Some((e, id)) = pending.take() {
-                        if !faa::fits(filled, e.size, area) {
-                            pending = Some((e, id));
-                            break;
-                        }
-                        let k = *slot.entry(id).or_insert_with(|| {
-                            by_container.push((id, Vec::new()));
-                            by_container.len() - 1
-                        });
-                        by_container[k].1.push(entries.len());
-                        entries.push((e, filled));
-                        filled += e.size;
-                        pending = next(start + filled)?;
-                    }
-                    let mut area_buf = if trace {
-                        Vec::new()
-                    } else {
-                        // Every byte of the window is overwritten below.
-                        let mut b = spent.try_recv().unwrap_or_default();
-                        b.resize(filled as usize, 0);
-                        b
-                    };
-                    for (id, _) in &by_container {
-                        self.store.prefetch(*id);
-                    }
-                    for (id, idx) in &by_container {
-                        let c = load(*id, start + entries[idx[0]].1)?;
-                        for &i in idx {
-                            let (e, at) = &entries[i];
-                            let meta = chunk_meta(&c, e, bid, start + at)?;
-                            if !trace {
-                                let at = *at as usize;
-                                area_buf[at..at + e.size as usize].copy_from_slice(c.bytes(&meta));
-                            }
-                        }
-                    }
-                    offset += filled;
-                    let n = entries.len() as u64;
-                    if tx.send(Ok(Batch::Assembled(area_buf, filled, n))).is_err() {
-                        return Ok(());
-                    }
-                }
-            }
-        }
-        if !batch.is_empty() {
-            let _ = tx.send(Ok(Batch::Pieces(batch)));
-        }
-        Ok(())
     }
 
     /// Restore a backup into a directory: a tree backup is extracted (unsafe

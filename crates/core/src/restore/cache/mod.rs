@@ -7,40 +7,41 @@ pub mod lru;
 pub mod opt;
 
 pub use faa::{area_bytes, faa_reads};
-pub use lru::LruCache;
-pub use opt::{OptCache, OPT_WINDOW};
+pub use lru::{Lru, LruCache};
+pub use opt::{Opt, OPT_WINDOW};
 
 use crate::container::ContainerId;
 
+/// What a cache policy decided for one reference.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// The container is cached.
+    Hit,
+    /// The container must be read; it replaces `evict` when the cache is full.
+    Miss { evict: Option<ContainerId> },
+}
+
 /// Containers an LRU cache of `n` reads for the reference string `refs`.
 pub fn lru_reads(refs: &[ContainerId], n: usize) -> u64 {
-    let mut reads = 0;
-    let mut c = LruCache::<()>::new(n);
-    for &id in refs {
-        c.get(id, |_| {
-            reads += 1;
-            Ok(())
-        })
-        .expect("no load error");
-    }
-    reads
+    let mut c = Lru::new(n);
+    refs.iter()
+        .filter(|&&id| c.access(id) != Access::Hit)
+        .count() as u64
 }
 
 /// Containers an OPT cache of `n` reads with a look-ahead of `window` references.
 pub fn opt_reads(refs: &[ContainerId], n: usize, window: usize) -> u64 {
     let mut reads = 0;
-    let mut c = OptCache::<()>::new(n);
+    let mut c = Opt::new(n);
     let mut ahead = 0;
     for (i, &id) in refs.iter().enumerate() {
         while ahead < refs.len() && ahead < i + window.max(1) {
             c.announce(refs[ahead]);
             ahead += 1;
         }
-        c.get(id, |_| {
+        if c.access(id) != Access::Hit {
             reads += 1;
-            Ok(())
-        })
-        .expect("no load error");
+        }
     }
     reads
 }

@@ -3,31 +3,32 @@
 //! future is (partly) known; evicting the container needed farthest ahead
 //! is optimal for a whole-container cache.
 
-use crate::container::{Container, ContainerId};
-use crate::error::Result;
+use super::Access;
+use crate::container::ContainerId;
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
 
 /// Default look-ahead in recipe entries (Destor's OPT uses 1,000,000).
 pub const OPT_WINDOW: usize = 1 << 20;
 
-pub struct OptCache<V = Container> {
+/// The OPT policy on bare container ids. References are announced as they
+/// enter the look-ahead window, then accessed in the same order.
+pub struct Opt {
     capacity: usize,
     clock: u64,
     /// Cached containers and when they were last used (ties among
     /// containers with no reference in the window fall back to LRU).
-    items: HashMap<ContainerId, (Arc<V>, u64)>,
-    /// Positions of the announced, not yet consumed references per container.
+    stamps: HashMap<ContainerId, u64>,
+    /// Positions of the announced, not yet accessed references per container.
     future: HashMap<ContainerId, VecDeque<u64>>,
     announced: u64,
 }
 
-impl<V> OptCache<V> {
+impl Opt {
     pub fn new(capacity: usize) -> Self {
-        OptCache {
+        Opt {
             capacity: capacity.max(1),
             clock: 0,
-            items: HashMap::new(),
+            stamps: HashMap::new(),
             future: HashMap::new(),
             announced: 0,
         }
@@ -35,7 +36,7 @@ impl<V> OptCache<V> {
 
     /// Whether `id` is cached (does not count as a use).
     pub fn contains(&self, id: ContainerId) -> bool {
-        self.items.contains_key(&id)
+        self.stamps.contains_key(&id)
     }
 
     /// A reference entering the look-ahead window (in recipe order).
@@ -44,13 +45,9 @@ impl<V> OptCache<V> {
         self.announced += 1;
     }
 
-    /// The next reference, which must have been announced: the container
-    /// from the cache, or loaded, evicting the one used farthest ahead.
-    pub fn get(
-        &mut self,
-        id: ContainerId,
-        load: impl FnOnce(ContainerId) -> Result<V>,
-    ) -> Result<Arc<V>> {
+    /// The next reference, which must have been announced: a hit, or a miss
+    /// that evicts (when full) the container used farthest ahead.
+    pub fn access(&mut self, id: ContainerId) -> Access {
         self.clock += 1;
         if let Some(q) = self.future.get_mut(&id) {
             q.pop_front();
@@ -58,29 +55,29 @@ impl<V> OptCache<V> {
                 self.future.remove(&id);
             }
         }
-        if let Some((c, stamp)) = self.items.get_mut(&id) {
+        if let Some(stamp) = self.stamps.get_mut(&id) {
             *stamp = self.clock;
-            return Ok(c.clone());
+            return Access::Hit;
         }
-        let c = Arc::new(load(id)?);
-        if self.items.len() >= self.capacity {
+        let mut evict = None;
+        if self.stamps.len() >= self.capacity {
             let future = &self.future;
-            let victim = self
-                .items
+            evict = self
+                .stamps
                 .iter()
-                .max_by_key(|(k, (_, stamp))| {
+                .max_by_key(|(k, stamp)| {
                     let next = future
                         .get(k)
                         .and_then(|q| q.front().copied())
                         .unwrap_or(u64::MAX);
-                    (next, std::cmp::Reverse(*stamp))
+                    (next, std::cmp::Reverse(**stamp))
                 })
                 .map(|(k, _)| *k);
-            if let Some(v) = victim {
-                self.items.remove(&v);
+            if let Some(v) = evict {
+                self.stamps.remove(&v);
             }
         }
-        self.items.insert(id, (c.clone(), self.clock));
-        Ok(c)
+        self.stamps.insert(id, self.clock);
+        Access::Miss { evict }
     }
 }

@@ -1,0 +1,281 @@
+//! The restore planner: walks a backup's recipe, finds each chunk's
+//! container in the index, and runs the cache policy on container ids
+//! ahead of the data. Its output is a stream of [`Op`]s in recipe order;
+//! each container read is requested from the [loaders](super::loader) as
+//! soon as it is planned, so reads are in flight before the assembler
+//! needs them.
+//!
+//! The policies are exactly those a sequential restore would apply (the
+//! same [`Lru`]/[`Opt`] decisions, the same FAA windows), so the containers
+//! read, and every metric, are those of the papers' restore.
+
+use super::cache::{faa, Access, Lru, Opt, OPT_WINDOW};
+use super::loader::{Loaded, Loaders, Permit, Permits};
+use super::{in_backup, CacheSpec, LruCache, RestoreOptions};
+use crate::catalog::BackupEntry;
+use crate::container::{ChunkKind, ContainerId};
+use crate::error::{Error, Result};
+use crate::recipe::{RecipeEntry, RecipeWalker};
+use crate::repo::Repository;
+use std::collections::{HashMap, VecDeque};
+use std::sync::mpsc::SyncSender;
+
+/// Ops per message to the assembler.
+const BATCH: usize = 1024;
+
+/// One step for the assembler, in recipe order.
+pub(crate) enum Op {
+    /// Container `0` leaves the cache.
+    Evict(ContainerId),
+    /// Container `0` enters the cache; it arrives on `1`.
+    Load(ContainerId, Loaded),
+    /// The next chunk, from a cached container.
+    Chunk(RecipeEntry, ContainerId),
+    /// An FAA window, assembled from its containers and written whole.
+    Window(Window),
+}
+
+/// One forward-assembly window.
+pub(crate) struct Window {
+    /// The window's chunks and where each goes in the area.
+    pub entries: Vec<(RecipeEntry, u64)>,
+    /// Per container, in order of first use: the entries it supplies and
+    /// where it arrives.
+    pub containers: Vec<(ContainerId, Vec<usize>, Loaded)>,
+    /// Bytes the window fills.
+    pub filled: u64,
+}
+
+/// What the planner hands the assembler.
+pub(crate) type Batch = Result<Vec<Op>>;
+
+/// The planner's outputs: ops to the assembler, reads to the loaders.
+pub(crate) struct Planner {
+    ops: SyncSender<Batch>,
+    batch: Vec<Op>,
+    loaders: Loaders,
+    permits: Permits,
+}
+
+/// The assembler stopped (it reports why); the planner just ends.
+struct Stopped;
+
+impl Planner {
+    pub(crate) fn new(ops: SyncSender<Batch>, loaders: Loaders, permits: Permits) -> Self {
+        Planner {
+            ops,
+            batch: Vec::with_capacity(BATCH),
+            loaders,
+            permits,
+        }
+    }
+
+    /// Plan the whole restore; an error goes to the assembler.
+    pub(crate) fn run(mut self, repo: &Repository, backup: &BackupEntry, opts: &RestoreOptions) {
+        match self.plan(repo, backup, opts) {
+            Ok(()) => {
+                let _ = self.flush();
+            }
+            Err(PlanError::Stopped(Stopped)) => {}
+            Err(PlanError::Failed(e)) => {
+                // Ops already planned come first, so the assembler restores
+                // up to the failure before reporting it.
+                if self.flush().is_ok() {
+                    let _ = self.ops.send(Err(e));
+                }
+            }
+        }
+    }
+
+    fn push(&mut self, op: Op) -> std::result::Result<(), Stopped> {
+        self.batch.push(op);
+        if self.batch.len() >= BATCH {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> std::result::Result<(), Stopped> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let full = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH));
+        self.ops.send(Ok(full)).map_err(|_| Stopped)
+    }
+
+    /// Take a read permit. When none is free, the assembler must first see
+    /// the ops planned so far (it returns permits as it consumes them).
+    fn permit(&mut self) -> std::result::Result<(), Stopped> {
+        match self.permits.try_take() {
+            Permit::Granted => Ok(()),
+            Permit::Closed => Err(Stopped),
+            Permit::Exhausted => {
+                self.flush()?;
+                if self.permits.wait() {
+                    Ok(())
+                } else {
+                    Err(Stopped)
+                }
+            }
+        }
+    }
+
+    /// Request a read of `id` (permit first).
+    fn request(&mut self, id: ContainerId) -> std::result::Result<Loaded, Stopped> {
+        self.permit()?;
+        self.loaders.request(id).ok_or(Stopped)
+    }
+
+    fn plan(
+        &mut self,
+        repo: &Repository,
+        backup: &BackupEntry,
+        opts: &RestoreOptions,
+    ) -> std::result::Result<(), PlanError> {
+        let bid = backup.id;
+        let mut recipes = LruCache::new(8);
+        let root = backup.root_fp()?;
+        let mut walker = RecipeWalker::new(root, backup.root_level, |fp, _| {
+            repo.load_recipe_chunk(&mut recipes, fp)
+        })
+        .map_err(|e| in_backup(e, bid, None))?;
+        // The next recipe entry with the container the index sends it to;
+        // `offset` is where it starts in the backup, for messages.
+        let mut next = |offset: u64| -> Result<Option<(RecipeEntry, ContainerId)>> {
+            let Some(e) = walker.next().map_err(|e| in_backup(e, bid, Some(offset)))? else {
+                return Ok(None);
+            };
+            let id = repo.index.get(ChunkKind::Data, &e.fp).ok_or_else(|| {
+                Error::corrupt(
+                    format!("backup {bid}"),
+                    format!(
+                        "chunk {} at offset {offset} is not in the index",
+                        e.fp.to_hex()
+                    ),
+                )
+            })?;
+            Ok(Some((e, id)))
+        };
+        let mut offset = 0u64;
+        match opts.cache {
+            CacheSpec::Lru(n) => {
+                let mut lru = Lru::new(n);
+                while let Some((e, id)) = next(offset)? {
+                    offset += e.size;
+                    self.access(lru.access(id), id)?;
+                    self.push(Op::Chunk(e, id))?;
+                }
+            }
+            CacheSpec::Opt(n) => {
+                let mut opt = Opt::new(n);
+                let mut window = VecDeque::new();
+                let mut ahead = 0u64;
+                let mut done = false;
+                loop {
+                    while !done && window.len() < OPT_WINDOW {
+                        match next(ahead)? {
+                            Some((e, id)) => {
+                                ahead += e.size;
+                                opt.announce(id);
+                                window.push_back((e, id));
+                            }
+                            None => done = true,
+                        }
+                    }
+                    let Some((e, id)) = window.pop_front() else {
+                        break;
+                    };
+                    self.access(opt.access(id), id)?;
+                    self.push(Op::Chunk(e, id))?;
+                }
+            }
+            CacheSpec::Faa(n) => {
+                let area = faa::area_bytes(n, repo.manifest.config.container_size as u64);
+                let mut pending = next(offset)?;
+                while pending.is_some() {
+                    let start = offset;
+                    let mut entries = Vec::new();
+                    let mut order: Vec<(ContainerId, Vec<usize>)> = Vec::new();
+                    let mut slot: HashMap<ContainerId, usize> = HashMap::new();
+                    let mut filled = 0u64;
+                    while let Some((e, id)) = pending.take() {
+                        if !faa::fits(filled, e.size, area) {
+                            pending = Some((e, id));
+                            break;
+                        }
+                        let k = *slot.entry(id).or_insert_with(|| {
+                            order.push((id, Vec::new()));
+                            order.len() - 1
+                        });
+                        order[k].1.push(entries.len());
+                        entries.push((e, filled));
+                        filled += e.size;
+                        pending = next(start + filled)?;
+                    }
+                    offset += filled;
+                    self.window(entries, order, filled)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Turn one cache decision into ops (and a read).
+    fn access(&mut self, access: Access, id: ContainerId) -> std::result::Result<(), Stopped> {
+        if let Access::Miss { evict } = access {
+            if let Some(v) = evict {
+                self.push(Op::Evict(v))?;
+            }
+            let loaded = self.request(id)?;
+            self.push(Op::Load(id, loaded))?;
+        }
+        Ok(())
+    }
+
+    /// Hand over an FAA window, then request its containers in order. The
+    /// window goes first: it may need more reads than there are permits,
+    /// and the assembler returns them only as it works through the window.
+    fn window(
+        &mut self,
+        entries: Vec<(RecipeEntry, u64)>,
+        order: Vec<(ContainerId, Vec<usize>)>,
+        filled: u64,
+    ) -> std::result::Result<(), Stopped> {
+        let mut replies = Vec::with_capacity(order.len());
+        let mut containers = Vec::with_capacity(order.len());
+        for (id, idx) in order {
+            let (reply, loaded) = std::sync::mpsc::sync_channel(1);
+            replies.push((id, reply));
+            containers.push((id, idx, loaded));
+        }
+        self.push(Op::Window(Window {
+            entries,
+            containers,
+            filled,
+        }))?;
+        self.flush()?;
+        for (id, reply) in replies {
+            self.permit()?;
+            self.loaders.forward(id, reply).ok_or(Stopped)?;
+        }
+        Ok(())
+    }
+}
+
+/// Why planning ended early.
+enum PlanError {
+    Stopped(Stopped),
+    Failed(Error),
+}
+
+impl From<Stopped> for PlanError {
+    fn from(s: Stopped) -> Self {
+        PlanError::Stopped(s)
+    }
+}
+
+impl From<Error> for PlanError {
+    fn from(e: Error) -> Self {
+        PlanError::Failed(e)
+    }
+}
