@@ -222,6 +222,12 @@ pub enum LabCommand {
         /// Stream size (e.g. 1GiB)
         #[arg(long, default_value = "1GiB")]
         size: String,
+        /// How many times to repeat the measurements (medians are reported)
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+        runs: u32,
+        /// Restore cache: lru:N, opt:N or faa:N (as for `restore --cache`)
+        #[arg(long, value_name = "SPEC", default_value_t = tessera_core::restore::CacheSpec::default().to_string())]
+        cache: String,
         #[command(flatten)]
         json: JsonArg,
     },

@@ -12,6 +12,11 @@
 //! The two comparisons that matter: backup against chunking + hashing done
 //! one after the other (what a single thread would reach), and restore
 //! against a sequential read of the same number of bytes.
+//!
+//! The whole sequence runs `runs` times on the same stream (a fresh
+//! repository each time) and the report gives medians. Each ratio is taken
+//! within one run, between measurements seconds apart, so a machine whose
+//! speed drifts (shared disks, noisy neighbours) moves both sides together.
 
 use anyhow::{Context, Result};
 use rand::{Rng, RngExt, SeedableRng};
@@ -26,6 +31,7 @@ use tessera_core::backend::{Backend, LocalBackend};
 use tessera_core::catalog::SourceKind;
 use tessera_core::chunking::{chunk_all, ChunkerConfig};
 use tessera_core::metrics::mb_per_s;
+use tessera_core::restore::CacheSpec;
 use tessera_core::{BackupOptions, HashAlgo, InitOptions, Repository, RestoreOptions};
 
 /// Size of the pieces the stream is assembled from.
@@ -42,6 +48,10 @@ pub struct BenchOptions {
     pub hash: HashAlgo,
     /// Seed of the generated stream.
     pub seed: u64,
+    /// How many times the measurements are repeated (medians are reported).
+    pub runs: usize,
+    /// The restore cache.
+    pub cache: CacheSpec,
 }
 
 impl BenchOptions {
@@ -52,11 +62,14 @@ impl BenchOptions {
             chunker: ChunkerConfig::default(),
             hash: HashAlgo::default(),
             seed: 42,
+            runs: 3,
+            cache: CacheSpec::default(),
         }
     }
 }
 
-/// The figures, in MB/s (10^6 bytes per second).
+/// The figures, in MB/s (10^6 bytes per second): medians over the runs,
+/// each ratio the median of the per-run ratios.
 #[derive(Clone, Debug, Serialize)]
 pub struct BenchReport {
     pub stream_bytes: u64,
@@ -65,6 +78,10 @@ pub struct BenchReport {
     pub chunks: u64,
     /// Share of the stream's bytes the backup found duplicate.
     pub duplicate_fraction: f64,
+    /// The restore cache.
+    pub cache: CacheSpec,
+    /// Every run's figures, in order.
+    pub runs: Vec<RunFigures>,
     pub chunking_mb_s: f64,
     pub hashing_mb_s: f64,
     /// Chunking then hashing on one thread: 1 / (1/chunking + 1/hashing).
@@ -81,6 +98,30 @@ pub struct BenchReport {
     pub restore_read_amplification: f64,
     /// Whether the page cache could be dropped before the cold reads.
     pub cold_reads: bool,
+}
+
+/// One run's measurements, in MB/s.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunFigures {
+    pub chunking_mb_s: f64,
+    pub hashing_mb_s: f64,
+    pub chunk_then_hash_mb_s: f64,
+    pub backup_mb_s: f64,
+    pub backup_vs_chunk_then_hash: f64,
+    pub sequential_read_mb_s: f64,
+    pub restore_mb_s: f64,
+    pub restore_vs_sequential_read: f64,
+}
+
+/// The median of `values` (the mean of the middle two for an even count).
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    match n {
+        0 => 0.0,
+        _ if n % 2 == 1 => values[n / 2],
+        _ => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
 }
 
 /// Fill `out` with `size` bytes: fresh pieces, or (probability 1/2) copies of
@@ -137,6 +178,19 @@ pub fn run(opts: &BenchOptions, step: &mut dyn FnMut(&str)) -> Result<BenchRepor
     anyhow::ensure!(size > 0, "the stream size must be positive");
     opts.chunker.validate().map_err(anyhow::Error::msg)?;
     if opts.dir.exists() {
+        // Only an earlier bench's directory is cleared: never a directory
+        // that someone pointed --dir at by mistake.
+        for e in std::fs::read_dir(&opts.dir)
+            .with_context(|| format!("cannot read {}", opts.dir.display()))?
+        {
+            let name = e?.file_name();
+            anyhow::ensure!(
+                name == "stream.bin" || name == "repo",
+                "{} holds {:?}, which an earlier bench did not leave; choose a new or empty --dir",
+                opts.dir.display(),
+                name
+            );
+        }
         std::fs::remove_dir_all(&opts.dir)
             .with_context(|| format!("cannot clear {}", opts.dir.display()))?;
     }
@@ -152,94 +206,122 @@ pub fn run(opts: &BenchOptions, step: &mut dyn FnMut(&str)) -> Result<BenchRepor
         .and_then(|mut f| f.write_all(&stream).and_then(|()| f.sync_all()))
         .with_context(|| format!("cannot write {}", stream_path.display()))?;
 
-    step("chunking");
     let chunker = opts.chunker.build();
-    let t = Instant::now();
-    let cuts = chunk_all(&*chunker, &stream);
-    let chunking = mb_per_s(size as u64, t.elapsed().as_secs_f64());
-
-    step("hashing");
-    let t = Instant::now();
-    let mut pos = 0;
-    let mut sink = 0u8;
-    for &n in &cuts {
-        sink ^= opts.hash.hash(&stream[pos..pos + n]).0[0];
-        pos += n;
-    }
-    std::hint::black_box(sink);
-    let hashing = mb_per_s(size as u64, t.elapsed().as_secs_f64());
-    drop(stream);
-
-    step("backup");
     let repo_dir = opts.dir.join("repo");
-    let backend: Arc<dyn Backend> = Arc::new(LocalBackend::create(&repo_dir)?);
-    Repository::init(
-        backend.clone(),
-        &InitOptions {
-            hash: opts.hash,
-            chunker: opts.chunker,
-            ..InitOptions::default()
-        },
-    )?;
-    let mut repo = Repository::open_writer(backend.clone(), "tessera lab bench")?;
-    let mut f = File::open(&stream_path)?;
-    let backup = repo.backup_reader(
-        &BackupOptions::new("stream.bin", SourceKind::Stream),
-        &mut f,
-        &mut |_| {},
-    )?;
-    repo.close()?;
+    let mut runs = Vec::new();
+    let mut last = None;
+    for run in 1..=opts.runs.max(1) {
+        let of = |what: &str| {
+            if opts.runs > 1 {
+                format!("{what} (run {run} of {})", opts.runs)
+            } else {
+                what.to_string()
+            }
+        };
+        step(&of("chunking"));
+        let t = Instant::now();
+        let cuts = chunk_all(&*chunker, &stream);
+        let chunking = mb_per_s(size as u64, t.elapsed().as_secs_f64());
 
-    step("sequential read (cold)");
-    let mut cold = evict(&stream_path)?;
-    let t = Instant::now();
-    let mut f = File::open(&stream_path)?;
-    let mut buf = vec![0u8; PIECE];
-    let mut read = 0u64;
-    loop {
-        let n = f.read(&mut buf)?;
-        if n == 0 {
-            break;
+        step(&of("hashing"));
+        let t = Instant::now();
+        let mut pos = 0;
+        let mut sink = 0u8;
+        for &n in &cuts {
+            sink ^= opts.hash.hash(&stream[pos..pos + n]).0[0];
+            pos += n;
         }
-        read += n as u64;
+        std::hint::black_box(sink);
+        let hashing = mb_per_s(size as u64, t.elapsed().as_secs_f64());
+
+        step(&of("backup"));
+        if repo_dir.exists() {
+            std::fs::remove_dir_all(&repo_dir)
+                .with_context(|| format!("cannot clear {}", repo_dir.display()))?;
+        }
+        let backend: Arc<dyn Backend> = Arc::new(LocalBackend::create(&repo_dir)?);
+        Repository::init(
+            backend.clone(),
+            &InitOptions {
+                hash: opts.hash,
+                chunker: opts.chunker,
+                ..InitOptions::default()
+            },
+        )?;
+        let mut repo = Repository::open_writer(backend.clone(), "tessera lab bench")?;
+        let mut f = File::open(&stream_path)?;
+        let backup = repo.backup_reader(
+            &BackupOptions::new("stream.bin", SourceKind::Stream),
+            &mut f,
+            &mut |_| {},
+        )?;
+        repo.close()?;
+
+        step(&of("sequential read (cold)"));
+        let mut cold = evict(&stream_path)?;
+        let t = Instant::now();
+        let mut f = File::open(&stream_path)?;
+        let mut buf = vec![0u8; PIECE];
+        let mut read = 0u64;
+        loop {
+            let n = f.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            read += n as u64;
+        }
+        let seq = mb_per_s(read, t.elapsed().as_secs_f64());
+
+        step(&of("restore (cold)"));
+        cold &= evict(&repo_dir)?;
+        let repo = Repository::open(backend)?;
+        let entry = repo.resolve("latest")?.clone();
+        let restore = repo.restore_to(
+            &entry,
+            &mut std::io::sink(),
+            &RestoreOptions { cache: opts.cache },
+            &mut |_| {},
+        )?;
+        anyhow::ensure!(
+            restore.restored_bytes == size as u64,
+            "restore returned {} bytes of {size}",
+            restore.restored_bytes
+        );
+        let chunk_then_hash = 1.0 / (1.0 / chunking + 1.0 / hashing);
+        runs.push(RunFigures {
+            chunking_mb_s: chunking,
+            hashing_mb_s: hashing,
+            chunk_then_hash_mb_s: chunk_then_hash,
+            backup_mb_s: backup.throughput_mb_s,
+            backup_vs_chunk_then_hash: backup.throughput_mb_s / chunk_then_hash,
+            sequential_read_mb_s: seq,
+            restore_mb_s: restore.throughput_mb_s,
+            restore_vs_sequential_read: restore.throughput_mb_s / seq,
+        });
+        last = Some((cuts.len(), backup, restore, cold));
     }
-    let seq = mb_per_s(read, t.elapsed().as_secs_f64());
-
-    step("restore (cold)");
-    cold &= evict(&repo_dir)?;
-    let repo = Repository::open(backend)?;
-    let entry = repo.resolve("latest")?.clone();
-    let restore = repo.restore_to(
-        &entry,
-        &mut std::io::sink(),
-        &RestoreOptions::default(),
-        &mut |_| {},
-    )?;
-    anyhow::ensure!(
-        restore.restored_bytes == size as u64,
-        "restore returned {} bytes of {size}",
-        restore.restored_bytes
-    );
-
-    let chunk_then_hash = 1.0 / (1.0 / chunking + 1.0 / hashing);
+    let (chunks, backup, restore, cold) = last.expect("at least one run");
+    let med = |f: fn(&RunFigures) -> f64| median(runs.iter().map(f).collect());
     Ok(BenchReport {
         stream_bytes: size as u64,
         chunker: opts.chunker.describe(),
         hash: opts.hash.name().to_string(),
-        chunks: cuts.len() as u64,
+        chunks: chunks as u64,
         duplicate_fraction: backup.duplicate_bytes as f64 / size as f64,
-        chunking_mb_s: chunking,
-        hashing_mb_s: hashing,
-        chunk_then_hash_mb_s: chunk_then_hash,
-        backup_mb_s: backup.throughput_mb_s,
-        backup_vs_chunk_then_hash: backup.throughput_mb_s / chunk_then_hash,
+        cache: opts.cache,
+        chunking_mb_s: med(|r| r.chunking_mb_s),
+        hashing_mb_s: med(|r| r.hashing_mb_s),
+        chunk_then_hash_mb_s: med(|r| r.chunk_then_hash_mb_s),
+        backup_mb_s: med(|r| r.backup_mb_s),
+        backup_vs_chunk_then_hash: med(|r| r.backup_vs_chunk_then_hash),
         containers_written: backup.data_containers_written + backup.recipe_containers_written,
-        sequential_read_mb_s: seq,
-        restore_mb_s: restore.throughput_mb_s,
-        restore_vs_sequential_read: restore.throughput_mb_s / seq,
+        sequential_read_mb_s: med(|r| r.sequential_read_mb_s),
+        restore_mb_s: med(|r| r.restore_mb_s),
+        restore_vs_sequential_read: med(|r| r.restore_vs_sequential_read),
         restore_containers_read: restore.data_containers_read,
         restore_read_amplification: restore.read_amplification,
         cold_reads: cold,
+        runs,
     })
 }
 
@@ -261,9 +343,11 @@ mod tests {
     #[test]
     fn small_bench_restores_everything_and_finds_the_duplicates() {
         let t = tempfile::tempdir().unwrap();
-        let opts = BenchOptions::new(t.path().join("b"), 24 << 20);
+        let mut opts = BenchOptions::new(t.path().join("b"), 24 << 20);
+        opts.runs = 2;
         let mut steps = Vec::new();
         let r = run(&opts, &mut |s| steps.push(s.to_string())).unwrap();
+        assert_eq!(r.runs.len(), 2);
         assert_eq!(r.stream_bytes, 24 << 20);
         assert!(
             (0.25..0.75).contains(&r.duplicate_fraction),
@@ -272,6 +356,23 @@ mod tests {
         );
         assert!(r.restore_containers_read >= 1);
         assert!(r.chunking_mb_s > 0.0 && r.hashing_mb_s > 0.0 && r.restore_mb_s > 0.0);
-        assert_eq!(steps.len(), 6, "{steps:?}");
+        assert_eq!(steps.len(), 1 + 2 * 5, "{steps:?}");
+        assert!(
+            steps.contains(&"restore (cold) (run 2 of 2)".to_string()),
+            "{steps:?}"
+        );
+        // Its own directory is cleared and reused.
+        opts.runs = 1;
+        run(&opts, &mut |_| {}).unwrap();
+    }
+
+    #[test]
+    fn refuses_a_directory_it_did_not_make() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::write(t.path().join("notes.txt"), "keep me").unwrap();
+        let opts = BenchOptions::new(t.path().to_path_buf(), 1 << 20);
+        let err = run(&opts, &mut |_| {}).unwrap_err().to_string();
+        assert!(err.contains("notes.txt"), "{err}");
+        assert!(t.path().join("notes.txt").exists());
     }
 }

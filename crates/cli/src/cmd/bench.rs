@@ -5,11 +5,14 @@ use anyhow::Result;
 use std::path::Path;
 use std::process::ExitCode;
 use tessera_core::chunking::parse_bytes;
-use tessera_lab::bench::{self, BenchOptions};
+use tessera_core::restore::CacheSpec;
+use tessera_lab::bench::{self, BenchOptions, RunFigures};
 
-pub fn run(dir: &Path, size: &str, json: bool) -> Result<ExitCode> {
+pub fn run(dir: &Path, size: &str, runs: u32, cache: &str, json: bool) -> Result<ExitCode> {
     let size = parse_bytes(size).map_err(anyhow::Error::msg)?;
-    let opts = BenchOptions::new(dir.to_path_buf(), size);
+    let mut opts = BenchOptions::new(dir.to_path_buf(), size);
+    opts.runs = runs as usize;
+    opts.cache = CacheSpec::parse(cache).map_err(anyhow::Error::msg)?;
     let r = bench::run(&opts, &mut |s| {
         if !json {
             eprintln!("bench: {s}…");
@@ -19,36 +22,100 @@ pub fn run(dir: &Path, size: &str, json: bool) -> Result<ExitCode> {
         ui::print_json(&r)?;
         return Ok(ExitCode::SUCCESS);
     }
+    // "min–max over the runs", when there are several.
+    let range = |f: fn(&RunFigures) -> f64, digits: usize| {
+        if r.runs.len() < 2 {
+            return String::new();
+        }
+        let v: Vec<f64> = r.runs.iter().map(f).collect();
+        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        format!("runs {lo:.digits$}–{hi:.digits$}")
+    };
     println!(
-        "stream {} ({} chunks, {}, {}), {:.0} % duplicate",
+        "stream {} ({} chunks, {}, {}), {:.0} % duplicate; median of {} run(s)",
         ui::bytes(r.stream_bytes),
         r.chunks,
         r.chunker,
         r.hash,
-        r.duplicate_fraction * 100.0
+        r.duplicate_fraction * 100.0,
+        r.runs.len()
     );
-    println!("  chunking alone          {:>8.0} MB/s", r.chunking_mb_s);
-    println!("  hashing alone           {:>8.0} MB/s", r.hashing_mb_s);
-    println!(
-        "  chunking then hashing   {:>8.0} MB/s",
-        r.chunk_then_hash_mb_s
+    let line = |name: &str, value: f64, f: fn(&RunFigures) -> f64, extra: String| {
+        let runs = range(f, 0);
+        let sep = if runs.is_empty() || extra.is_empty() {
+            ""
+        } else {
+            "; "
+        };
+        let paren = if runs.is_empty() && extra.is_empty() {
+            String::new()
+        } else {
+            format!("   {runs}{sep}{extra}")
+        };
+        println!("  {name:<24}{value:>8.0} MB/s{paren}");
+    };
+    line(
+        "chunking alone",
+        r.chunking_mb_s,
+        |x| x.chunking_mb_s,
+        String::new(),
     );
-    println!(
-        "  backup                  {:>8.0} MB/s   ({:.2} × chunking then hashing; target ≥ 0.8)",
-        r.backup_mb_s, r.backup_vs_chunk_then_hash
+    line(
+        "hashing alone",
+        r.hashing_mb_s,
+        |x| x.hashing_mb_s,
+        String::new(),
+    );
+    line(
+        "chunking then hashing",
+        r.chunk_then_hash_mb_s,
+        |x| x.chunk_then_hash_mb_s,
+        String::new(),
+    );
+    line(
+        "backup",
+        r.backup_mb_s,
+        |x| x.backup_mb_s,
+        format!(
+            "{:.2} × chunking then hashing{}, target ≥ 0.8",
+            r.backup_vs_chunk_then_hash,
+            with_space(range(|x| x.backup_vs_chunk_then_hash, 2))
+        ),
     );
     let cold = if r.cold_reads {
         "cold"
     } else {
-        "page cache could not be dropped"
+        "page cache kept"
     };
-    println!(
-        "  sequential read ({cold}) {:>8.0} MB/s",
-        r.sequential_read_mb_s
+    line(
+        &format!("sequential read ({cold})"),
+        r.sequential_read_mb_s,
+        |x| x.sequential_read_mb_s,
+        String::new(),
+    );
+    line(
+        &format!("restore ({cold})"),
+        r.restore_mb_s,
+        |x| x.restore_mb_s,
+        format!(
+            "{:.2} × sequential read{}, target ≥ 0.8",
+            r.restore_vs_sequential_read,
+            with_space(range(|x| x.restore_vs_sequential_read, 2))
+        ),
     );
     println!(
-        "  restore ({cold})         {:>8.0} MB/s   ({:.2} × sequential read; target ≥ 0.8), {} containers read, read amplification {:.2}",
-        r.restore_mb_s, r.restore_vs_sequential_read, r.restore_containers_read, r.restore_read_amplification
+        "  restore cache {}: {} containers read, read amplification {:.2}",
+        r.cache, r.restore_containers_read, r.restore_read_amplification
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// `" (s)"`, or nothing for an empty `s`.
+fn with_space(s: String) -> String {
+    if s.is_empty() {
+        s
+    } else {
+        format!(" ({s})")
+    }
 }

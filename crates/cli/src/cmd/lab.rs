@@ -21,7 +21,13 @@ pub fn run(cmd: LabCommand) -> Result<ExitCode> {
             approaches,
             json,
         } => run_demo(&dir, &approaches, json.json),
-        LabCommand::Bench { dir, size, json } => super::bench::run(&dir, &size, json.json),
+        LabCommand::Bench {
+            dir,
+            size,
+            runs,
+            cache,
+            json,
+        } => super::bench::run(&dir, &size, runs, &cache, json.json),
         LabCommand::Gen { command } => gen(command),
         LabCommand::Run {
             experiment,

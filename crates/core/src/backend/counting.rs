@@ -139,10 +139,6 @@ impl<B: Backend> Backend for CountingBackend<B> {
         r
     }
 
-    fn prefetch(&self, key: &str) {
-        self.inner.prefetch(key)
-    }
-
     fn get(&self, key: &str) -> Result<Vec<u8>> {
         let r = self.inner.get(key);
         let bytes = r.as_ref().map_or(0, |v| v.len() as u64);

@@ -187,10 +187,6 @@ impl<B: Backend> Backend for FailingBackend<B> {
         self.inner.get_into(key, buf)
     }
 
-    fn prefetch(&self, key: &str) {
-        self.inner.prefetch(key)
-    }
-
     fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
         self.check()?;
         self.inner.get_range(key, offset, len)

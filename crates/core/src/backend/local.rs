@@ -77,26 +77,71 @@ fn missing_ancestors(dir: &Path, stop: Option<&Path>) -> Vec<PathBuf> {
     missing
 }
 
-/// Objects at least this large start their write-back as soon as they are
-/// written (containers, index segments); small ones wait for `sync`.
-const EARLY_WRITEBACK: usize = 256 << 10;
+/// Objects at least this large are written behind (containers, index
+/// segments); small ones wait for `sync`.
+pub(super) const WRITE_BEHIND_MIN: usize = 256 << 10;
+/// How many written-behind objects may still be on their way to disk.
+pub(super) const WRITE_BEHIND_DEPTH: usize = 2;
 
-/// Ask the kernel to start writing `file` to disk now, without waiting.
+/// Large objects whose write-back has started, oldest first.
 ///
-/// Why: a backup writes hundreds of MB of containers and then `sync`s them.
-/// Left alone, the kernel holds that data dirty until the final fsync, which
-/// then waits for all of it while nothing else runs; started early, the
-/// write-back overlaps chunking and hashing and the fsync finds little left.
-/// Durability still comes only from `sync`; this is a hint and never fails.
-fn start_writeback(file: &File, len: usize) {
+/// Why: a backup writes hundreds of MB of containers that nobody reads
+/// soon. Left in the page cache, every container takes fresh pages (on the
+/// reference VM that costs more than chunking and hashing it), and the
+/// final fsync waits for all of it at once. Instead each large object's
+/// write-back starts as soon as it is written, and once `WRITE_BEHIND_DEPTH`
+/// newer ones follow it, we wait for it to reach the disk and drop its
+/// pages, which the next containers then reuse. Durability still comes only
+/// from `sync` (fsync of files and directories); this changes when data
+/// moves, never what a crash can leave.
+#[derive(Default)]
+struct WriteBehind {
+    files: std::collections::VecDeque<File>,
+}
+
+impl WriteBehind {
+    /// Start writing `file` back; retire the oldest beyond the depth.
+    fn push(&mut self, file: File) {
+        start_writeback(&file);
+        self.files.push_back(file);
+        while self.files.len() > WRITE_BEHIND_DEPTH {
+            if let Some(old) = self.files.pop_front() {
+                retire(&old);
+            }
+        }
+    }
+}
+
+/// Ask the kernel to start writing `file` to disk, without waiting.
+fn start_writeback(file: &File) {
     #[cfg(target_os = "linux")]
-    if len >= EARLY_WRITEBACK {
+    {
         use std::os::fd::AsRawFd;
         // SAFETY: a valid open descriptor; the call only schedules I/O.
         unsafe { libc::sync_file_range(file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
     }
     #[cfg(not(target_os = "linux"))]
-    let _ = (file, len);
+    let _ = file;
+}
+
+/// Wait until `file`'s data has been written back, then drop its pages.
+/// Failures are ignored: the fsync of `sync` reports real I/O errors.
+fn retire(file: &File) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let fd = file.as_raw_fd();
+        let all = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+            | libc::SYNC_FILE_RANGE_WRITE
+            | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+        // SAFETY: a valid open descriptor; no memory is passed.
+        unsafe {
+            libc::sync_file_range(fd, 0, 0, all);
+            libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = file;
 }
 
 /// Whether a directory entry name is a temporary file of an unfinished `put`.
@@ -114,6 +159,7 @@ struct Pending {
 pub struct LocalBackend {
     root: PathBuf,
     pending: Mutex<Pending>,
+    write_behind: Mutex<WriteBehind>,
     /// Held for the whole of `sync`, so a second `sync` cannot return while
     /// the first is still flushing entries it took from `pending`.
     sync_lock: Mutex<()>,
@@ -164,6 +210,7 @@ impl LocalBackend {
         LocalBackend {
             root: root.to_path_buf(),
             pending: Mutex::new(Pending::default()),
+            write_behind: Mutex::new(WriteBehind::default()),
             sync_lock: Mutex::new(()),
         }
     }
@@ -230,17 +277,18 @@ impl LocalBackend {
             other => other,
         }
         .ctx(|| format!("cannot create {}", tmp.display()))?;
-        let written = file.write_all(data).and_then(|()| {
-            if fsync {
-                file.sync_all()
-            } else {
-                start_writeback(&file, data.len());
-                Ok(())
-            }
-        });
+        let written = file
+            .write_all(data)
+            .and_then(|()| if fsync { file.sync_all() } else { Ok(()) });
         if let Err(e) = written {
             let _ = fs::remove_file(&tmp);
             return Err(Error::io(format!("cannot write {}", tmp.display()), e));
+        }
+        if !fsync && data.len() >= WRITE_BEHIND_MIN {
+            self.write_behind
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(file);
         }
         Ok((tmp, new_dirs))
     }
@@ -368,21 +416,6 @@ impl Backend for LocalBackend {
         file.read_to_end(buf)
             .map_err(|e| Self::missing_or(key, &path, "read", e))?;
         Ok(())
-    }
-
-    fn prefetch(&self, key: &str) {
-        #[cfg(target_os = "linux")]
-        if let Ok(f) = self
-            .path(key)
-            .and_then(|p| File::open(p).map_err(|e| Error::io(key, e)))
-        {
-            use std::os::fd::AsRawFd;
-            // SAFETY: a valid open descriptor; advice only, no memory is
-            // touched. The kernel starts reading the whole file ahead.
-            unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_WILLNEED) };
-        }
-        #[cfg(not(target_os = "linux"))]
-        let _ = key;
     }
 
     fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {

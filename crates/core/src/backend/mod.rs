@@ -59,10 +59,6 @@ pub trait Backend: Send + Sync {
     fn create_new(&self, key: &str, data: &[u8]) -> Result<bool>;
     /// Human-readable location, for messages.
     fn location(&self) -> String;
-    /// A hint that `key` will be read soon, so the backend can start
-    /// fetching it while the caller works (the local backend asks the kernel
-    /// to read the file ahead). Changes nothing, never fails, counts nothing.
-    fn prefetch(&self, _key: &str) {}
     /// Remove temporary files an interrupted `put` left behind; returns how
     /// many. Only the writer holding the lock may call it.
     fn remove_temporaries(&self) -> Result<usize> {
@@ -103,9 +99,6 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
     }
     fn location(&self) -> String {
         (**self).location()
-    }
-    fn prefetch(&self, key: &str) {
-        (**self).prefetch(key)
     }
     fn remove_temporaries(&self) -> Result<usize> {
         (**self).remove_temporaries()

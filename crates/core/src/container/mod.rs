@@ -223,14 +223,6 @@ impl ContainerStore {
         Ok((object.len() as u64, object))
     }
 
-    /// Tell the backend a container will be read soon (see
-    /// [`Backend::prefetch`]); no I/O is counted.
-    pub fn prefetch(&self, id: ContainerId) {
-        if !self.trace {
-            self.backend.prefetch(&container_key(id));
-        }
-    }
-
     /// Read and verify a whole container.
     pub fn read(&self, id: ContainerId) -> Result<Container> {
         self.read_into(id, Vec::new())
