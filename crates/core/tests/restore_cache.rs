@@ -1,6 +1,9 @@
 //! Restore caches (LRU, OPT, FAA): read counts on hand-made recipes, end to
 //! end and simulated, and OPT never reading more containers than LRU.
 
+mod common;
+
+use common::{bytes, repo_with_stream};
 use proptest::prelude::*;
 use std::sync::Arc;
 use tessera_core::backend::{Backend, MemoryBackend};
@@ -121,37 +124,9 @@ proptest! {
 #[test]
 #[ignore = "benchmark; run by hand in release mode"]
 fn bench_restore_throughput_per_cache() {
-    let mut x = 0x1234_5678_9abc_def1u64;
-    let data: Vec<u8> = (0..(256usize << 20) / 8)
-        .flat_map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x.to_le_bytes()
-        })
-        .collect();
+    let data = bytes(0x1234, 256 << 20);
     let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
-    Repository::init(
-        b.clone(),
-        &InitOptions {
-            hash: HashAlgo::Blake3,
-            chunker: ChunkerConfig::default(),
-            container_size: 4 << 20,
-            trace: false,
-        },
-    )
-    .unwrap();
-    let mut repo = Repository::open_writer(b, "bench").unwrap();
-    let id = repo
-        .backup_reader(
-            &BackupOptions::new("s", SourceKind::Stream),
-            &mut &data[..],
-            &mut |_| {},
-        )
-        .unwrap()
-        .backup
-        .id;
-    let entry = repo.manifest().backup(id).unwrap().clone();
+    let (repo, entry) = repo_with_stream(b, ChunkerConfig::default(), 4 << 20, &data);
     for cache in ["lru:32", "opt:32", "faa:32", "faa:8"] {
         let opts = RestoreOptions {
             cache: CacheSpec::parse(cache).unwrap(),

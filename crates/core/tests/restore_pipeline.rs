@@ -6,16 +6,16 @@
 
 mod common;
 
-use common::bytes;
+use common::{bytes, repo_with_stream};
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tessera_core::backend::{Backend, MemoryBackend};
-use tessera_core::catalog::{BackupEntry, SourceKind};
+use tessera_core::catalog::BackupEntry;
 use tessera_core::chunking::ChunkerConfig;
 use tessera_core::restore::CacheSpec;
 use tessera_core::Result;
-use tessera_core::{BackupOptions, HashAlgo, InitOptions, Repository, RestoreOptions};
+use tessera_core::{Repository, RestoreOptions};
 
 /// A memory backend whose `n`-th container read (1-based, `get` or
 /// `get_into`) fails; 0 never fails. Counts container reads.
@@ -98,28 +98,12 @@ fn setup() -> (Arc<FailingReads>, Repository, BackupEntry, Vec<u8>) {
         fail_at: AtomicU64::new(0),
         reads: AtomicU64::new(0),
     });
-    let b: Arc<dyn Backend> = backend.clone();
-    Repository::init(
-        b.clone(),
-        &InitOptions {
-            hash: HashAlgo::Blake3,
-            chunker: ChunkerConfig::Fixed { size: 4096 },
-            container_size: 32 << 10,
-            trace: false,
-        },
-    )
-    .unwrap();
-    let mut repo = Repository::open_writer(b, "test").unwrap();
-    let id = repo
-        .backup_reader(
-            &BackupOptions::new("s", SourceKind::Stream),
-            &mut &data[..],
-            &mut |_| {},
-        )
-        .unwrap()
-        .backup
-        .id;
-    let entry = repo.manifest().backup(id).unwrap().clone();
+    let (repo, entry) = repo_with_stream(
+        backend.clone(),
+        ChunkerConfig::Fixed { size: 4096 },
+        32 << 10,
+        &data,
+    );
     (backend, repo, entry, data)
 }
 

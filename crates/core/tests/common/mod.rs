@@ -13,3 +13,34 @@ pub fn bytes(seed: u64, len: usize) -> Vec<u8> {
     out.truncate(len);
     out
 }
+
+/// A new data-mode repository on `backend` (BLAKE3) holding one stream
+/// backup of `data`, and that backup.
+#[allow(dead_code)] // not every test file restores a single stream
+pub fn repo_with_stream(
+    backend: std::sync::Arc<dyn tessera_core::backend::Backend>,
+    chunker: tessera_core::chunking::ChunkerConfig,
+    container_size: u32,
+    data: &[u8],
+) -> (tessera_core::Repository, tessera_core::catalog::BackupEntry) {
+    use tessera_core::{BackupOptions, HashAlgo, InitOptions, Repository};
+    Repository::init(
+        backend.clone(),
+        &InitOptions {
+            hash: HashAlgo::Blake3,
+            chunker,
+            container_size,
+            trace: false,
+        },
+    )
+    .unwrap();
+    let mut repo = Repository::open_writer(backend, "test").unwrap();
+    let opts = BackupOptions::new("s", tessera_core::catalog::SourceKind::Stream);
+    let id = repo
+        .backup_reader(&opts, &mut &data[..], &mut |_| {})
+        .unwrap()
+        .backup
+        .id;
+    let entry = repo.manifest().backup(id).unwrap().clone();
+    (repo, entry)
+}
