@@ -11,7 +11,7 @@
 //! separate containers and must never deduplicate against each other.
 //!
 //! Segment format: `b"TSRAINDX"` | version u32 | count u64 |
-//! count × (fingerprint[32], container u64, kind u8, 7 zero bytes) | XXH3-128 of all before.
+//! count × (fingerprint\[32\], container u64, kind u8, 7 zero bytes) | XXH3-128 of all before.
 
 use crate::container::format::checksum;
 use crate::container::{ChunkKind, ContainerId};

@@ -12,7 +12,7 @@
 //! are fingerprinted and deduplicated like data.
 //!
 //! Encoding of a recipe chunk (little endian):
-//! `b"TR"` | version u8 (=1) | level u8 | count u32 | count × (fingerprint[32], size u64)
+//! `b"TR"` | version u8 (=1) | level u8 | count u32 | count × (fingerprint\[32\], size u64)
 
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, HashAlgo, FP_LEN};

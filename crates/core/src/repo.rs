@@ -1,7 +1,7 @@
 //! The repository: opening, locking, publishing manifest generations, and the
 //! operations on backups (backup, restore, forget, stats).
 //!
-//! Crash safety rests on one rule, enforced in [`Repository::publish`]: new
+//! Crash safety rests on one rule, enforced in `Repository::publish`: new
 //! objects are made durable, then the new manifest generation is put
 //! (atomically), then — and only then — superseded objects are deleted.
 //! Anything a crash leaves behind is not listed by any manifest and is removed

@@ -1,6 +1,6 @@
 //! Containers: the fixed-capacity, immutable unit of storage and of I/O.
 //!
-//! [`format`] is the byte layout; [`ContainerBuilder`] fills one container;
+//! [`format`](mod@format) is the byte layout; [`ContainerBuilder`] fills one container;
 //! [`ContainerStore`] puts and gets container objects through the backend,
 //! verifying every read and counting every read and write in [`Metrics`].
 

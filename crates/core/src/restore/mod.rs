@@ -5,6 +5,13 @@
 //! Every container read is verified (checksums) and counted; the report gives
 //! read amplification (container bytes read / bytes restored) and speed factor
 //! (MB restored per container read), the papers' restore metrics.
+//!
+//! Three stages run at once: the planner (`plan.rs`) walks the recipe and runs
+//! the cache policy on container ids, the loaders (`loader.rs`) read and verify
+//! the containers it decides to read (several in flight), and the caller's
+//! thread, the assembler, copies chunks out of them in recipe order. The
+//! decisions are those of a sequential restore with the same cache, so the
+//! metrics do not depend on the pipeline.
 
 use crate::archive::ExtractReport;
 use crate::catalog::{BackupEntry, SourceKind};
