@@ -2,7 +2,7 @@
 //! report (and assert) how much I/O an operation really did, in total and
 //! per kind of object (`containers/`, `index/`, `manifests/`, `lock`).
 
-use super::Backend;
+use super::{Backend, ObjectBytes};
 use crate::error::Result;
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
@@ -152,6 +152,16 @@ impl<B: Backend> Backend for CountingBackend<B> {
     fn get_into(&self, key: &str, buf: &mut Vec<u8>) -> Result<()> {
         let r = self.inner.get_into(key, buf);
         let bytes = if r.is_ok() { buf.len() as u64 } else { 0 };
+        self.count(key, |c| {
+            c.gets += 1;
+            c.get_bytes += bytes;
+        });
+        r
+    }
+
+    fn get_shared(&self, key: &str, reuse: Vec<u8>) -> Result<ObjectBytes> {
+        let r = self.inner.get_shared(key, reuse);
+        let bytes = r.as_ref().map_or(0, |o| o.len() as u64);
         self.count(key, |c| {
             c.gets += 1;
             c.get_bytes += bytes;

@@ -27,7 +27,7 @@
 //! `remove_temporaries` is passed through uncounted: the backends used with
 //! this wrapper have no temporaries that could change what a reader sees.
 
-use super::Backend;
+use super::{Backend, ObjectBytes};
 use crate::error::{Error, Result};
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
@@ -185,6 +185,11 @@ impl<B: Backend> Backend for FailingBackend<B> {
     fn get_into(&self, key: &str, buf: &mut Vec<u8>) -> Result<()> {
         self.check()?;
         self.inner.get_into(key, buf)
+    }
+
+    fn get_shared(&self, key: &str, reuse: Vec<u8>) -> Result<ObjectBytes> {
+        self.check()?;
+        self.inner.get_shared(key, reuse)
     }
 
     fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {

@@ -8,7 +8,7 @@
 //! durable). A crash before `sync` may lose those objects, which the engine
 //! tolerates because no manifest references an object before a `sync`.
 
-use super::Backend;
+use super::{Backend, ObjectBytes};
 use crate::error::{Error, IoContext, Result};
 use std::collections::BTreeSet;
 use std::fs::{self, File, OpenOptions};
@@ -76,6 +76,9 @@ fn missing_ancestors(dir: &Path, stop: Option<&Path>) -> Vec<PathBuf> {
     }
     missing
 }
+
+/// Objects at least this large are mapped by `get_shared` instead of read.
+const MAP_MIN: u64 = 1 << 20;
 
 /// Objects at least this large are written behind (containers, index
 /// segments); small ones wait for `sync`.
@@ -400,6 +403,35 @@ impl Backend for LocalBackend {
     fn get(&self, key: &str) -> Result<Vec<u8>> {
         let path = self.path(key)?;
         fs::read(&path).map_err(|e| Self::missing_or(key, &path, "read", e))
+    }
+
+    /// Objects of [`MAP_MIN`] bytes or more are mapped, not copied: a
+    /// restore reads each container once or more and only looks at it, and
+    /// on the reference machine the copy out of the page cache was the
+    /// restore's largest cost. The mapping is populated at once (the whole
+    /// file is read in, here, on the loader thread that asked).
+    ///
+    /// Objects are immutable and replaced only by rename, and deleting a
+    /// mapped file keeps its pages, so a mapping never changes under the
+    /// reader. A file truncated in place by someone else while it is mapped
+    /// would fault the reader (SIGBUS); nothing in Tessera does that.
+    fn get_shared(&self, key: &str, reuse: Vec<u8>) -> Result<ObjectBytes> {
+        let path = self.path(key)?;
+        let file = File::open(&path).map_err(|e| Self::missing_or(key, &path, "open", e))?;
+        let size = file
+            .metadata()
+            .ctx(|| format!("cannot stat {}", path.display()))?
+            .len();
+        if size < MAP_MIN {
+            let mut buf = reuse;
+            self.get_into(key, &mut buf)?;
+            return Ok(ObjectBytes::Owned(buf));
+        }
+        // SAFETY: see above; the length is the file's at open, and a shorter
+        // file than its header promises is caught by the container decoder.
+        let map = unsafe { memmap2::MmapOptions::new().populate().map(&file) }
+            .ctx(|| format!("cannot map {}", path.display()))?;
+        Ok(ObjectBytes::Mapped(map))
     }
 
     fn get_into(&self, key: &str, buf: &mut Vec<u8>) -> Result<()> {

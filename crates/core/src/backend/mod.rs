@@ -25,6 +25,33 @@ pub use failing::FailingBackend;
 pub use local::LocalBackend;
 pub use memory::MemoryBackend;
 
+/// A whole object as read for a reader that only looks at it: its bytes in
+/// memory, or the file that holds it mapped (no copy out of the page cache).
+pub enum ObjectBytes {
+    Owned(Vec<u8>),
+    Mapped(memmap2::Mmap),
+}
+
+impl std::ops::Deref for ObjectBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            ObjectBytes::Owned(v) => v,
+            ObjectBytes::Mapped(m) => m,
+        }
+    }
+}
+
+impl ObjectBytes {
+    /// The buffer, for the next read to reuse (none for a mapping).
+    pub fn into_buffer(self) -> Vec<u8> {
+        match self {
+            ObjectBytes::Owned(v) => v,
+            ObjectBytes::Mapped(_) => Vec::new(),
+        }
+    }
+}
+
 pub trait Backend: Send + Sync {
     /// Store `data` under `key` atomically (all or nothing). Overwrites an
     /// existing object of the same key (used only for leftovers and tests).
@@ -42,6 +69,13 @@ pub trait Backend: Send + Sync {
     fn get_into(&self, key: &str, buf: &mut Vec<u8>) -> Result<()> {
         *buf = self.get(key)?;
         Ok(())
+    }
+    /// Read a whole object to look at it, into `reuse` or, where the backend
+    /// can, by mapping it (see [`LocalBackend`]).
+    fn get_shared(&self, key: &str, reuse: Vec<u8>) -> Result<ObjectBytes> {
+        let mut buf = reuse;
+        self.get_into(key, &mut buf)?;
+        Ok(ObjectBytes::Owned(buf))
     }
     /// Read `len` bytes at `offset`. Reading past the end is `Error::Corrupt`
     /// (the object is shorter than its header promised).
@@ -78,6 +112,9 @@ impl<B: Backend + ?Sized> Backend for std::sync::Arc<B> {
     }
     fn get_into(&self, key: &str, buf: &mut Vec<u8>) -> Result<()> {
         (**self).get_into(key, buf)
+    }
+    fn get_shared(&self, key: &str, reuse: Vec<u8>) -> Result<ObjectBytes> {
+        (**self).get_shared(key, reuse)
     }
     fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
         (**self).get_range(key, offset, len)

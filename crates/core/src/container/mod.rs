@@ -6,7 +6,7 @@
 
 pub mod format;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, ObjectBytes};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FpMap, HashAlgo};
 use crate::metrics::Metrics;
@@ -115,12 +115,12 @@ impl ContainerBuilder {
 pub struct Container {
     pub header: Header,
     pub meta: Vec<ChunkMeta>,
-    object: Vec<u8>,
+    object: ObjectBytes,
     by_fp: FpMap<u32>,
 }
 
 impl Container {
-    fn new(header: Header, meta: Vec<ChunkMeta>, object: Vec<u8>) -> Self {
+    fn new(header: Header, meta: Vec<ChunkMeta>, object: ObjectBytes) -> Self {
         let mut by_fp = FpMap::with_capacity_and_hasher(meta.len(), Default::default());
         for (i, m) in meta.iter().enumerate() {
             by_fp.entry(m.fp).or_insert(i as u32);
@@ -154,7 +154,7 @@ impl Container {
     /// The buffer the container was read into, for
     /// [`ContainerStore::read_into`] to reuse.
     pub fn into_buffer(self) -> Vec<u8> {
-        self.object
+        self.object.into_buffer()
     }
 }
 
@@ -230,9 +230,10 @@ impl ContainerStore {
 
     /// [`read`](Self::read) into `buf` (from [`Container::into_buffer`]), so
     /// a restore reuses the memory of the containers it evicts.
-    pub fn read_into(&self, id: ContainerId, mut object: Vec<u8>) -> Result<Container> {
-        self.backend
-            .get_into(&container_key(id), &mut object)
+    pub fn read_into(&self, id: ContainerId, reuse: Vec<u8>) -> Result<Container> {
+        let object = self
+            .backend
+            .get_shared(&container_key(id), reuse)
             .map_err(|e| missing_as(id, e))?;
         let (header, meta) = format::decode(id, &object)?;
         self.check_algo(&header)?;
