@@ -124,6 +124,45 @@ struct Counts {
     segments: u64,
 }
 
+/// A backup about to be committed: how it is named, its recipe root (and
+/// level), and what its ingest counted.
+struct Member {
+    name: String,
+    source: SourceKind,
+    root: (RecipeEntry, u8),
+    counts: Counts,
+}
+
+/// The report of a committed backup. `io` is what the whole ingest did (for
+/// an interleaved group, the group's containers).
+fn report(
+    backup: BackupEntry,
+    c: Counts,
+    sparse_containers: u64,
+    io: &crate::metrics::MetricsSnapshot,
+    started: Instant,
+) -> BackupReport {
+    let secs = started.elapsed().as_secs_f64();
+    BackupReport {
+        logical_bytes: c.logical,
+        stored_bytes: c.new_bytes,
+        duplicate_bytes: c.logical - c.new_bytes,
+        chunks: c.chunks,
+        new_chunks: c.new_chunks,
+        duplicate_chunks: c.chunks - c.new_chunks,
+        new_recipe_chunks: c.new_recipe_chunks,
+        rewritten_bytes: c.rewritten_bytes,
+        rewritten_chunks: c.rewritten_chunks,
+        segments: c.segments,
+        sparse_containers,
+        data_containers_written: io.data_containers_written,
+        recipe_containers_written: io.recipe_containers_written,
+        seconds: secs,
+        throughput_mb_s: crate::metrics::mb_per_s(c.logical, secs),
+        backup,
+    }
+}
+
 /// Segment buffering and the rewrite policy (absent without rewriting, so
 /// the naive path stays a straight per-chunk loop).
 struct Rewriter {
@@ -783,12 +822,42 @@ impl Repository {
     ) -> Result<BackupReport> {
         self.require_writer()?;
         let started = Instant::now();
-        let time = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
         let cfg = self.manifest.config.clone();
         let before = self.metrics.snapshot();
+        let rw = self.rewriter(opts);
+        let sink = self.sink(rw, opts.rewrite != RewriteSpec::None);
+        let mut ingest = Ingest::start(sink, cfg.chunker.build(), cfg.hash, cfg.trace);
+        let fed = feed(&mut ingest);
+        let (mut sink, recipe, worker, upstream_root) = ingest.stop(fed.is_ok());
+        let member = worker.and(fed).and_then(|()| {
+            let root = match upstream_root {
+                Some(r) => r,
+                None => recipe.finish(&mut sink)?,
+            };
+            Ok(vec![Member {
+                name: opts.name.clone(),
+                source: opts.source,
+                root,
+                counts: sink.counts,
+            }])
+        });
+        let entry = self
+            .commit(&mut sink, member)?
+            .pop()
+            .expect("one member, one entry");
+        let sparse = if matches!(opts.rewrite, RewriteSpec::Har { .. }) {
+            self.manifest.har_sparse.len() as u64
+        } else {
+            0
+        };
+        let io = self.metrics.snapshot().since(&before);
+        Ok(report(entry, sink.counts, sparse, &io, started))
+    }
+
+    /// The sink of a new backup (or group): it owns the index until
+    /// [`commit`](Self::commit) gives it back.
+    fn sink(&mut self, rw: Option<Rewriter>, rewriting: bool) -> Sink {
+        let cfg = &self.manifest.config;
         let sink = Sink {
             index: std::mem::take(&mut self.index),
             store: self.store.clone(),
@@ -801,21 +870,32 @@ impl Repository {
             new_entries: Vec::new(),
             containers: Vec::new(),
             counts: Counts::default(),
-            rw: self.rewriter(opts),
+            rw,
             saved: FpMap::default(),
-            rewriting: opts.rewrite != RewriteSpec::None,
+            rewriting,
             first_id: self.manifest.next_container_id,
             cursor: DataCursor::default(),
         };
         debug_assert!(sink.capacity > 0);
-        let mut ingest = Ingest::start(sink, cfg.chunker.build(), cfg.hash, cfg.trace);
-        let fed = feed(&mut ingest);
-        let (mut sink, recipe, worker, upstream_root) = ingest.stop(fed.is_ok());
-        let outcome = worker.and(fed).and_then(|()| {
-            let (root, root_level) = match upstream_root {
-                Some(r) => r,
-                None => recipe.finish(&mut sink)?,
-            };
+        sink
+    }
+
+    /// Seal the open containers, write the index segment and publish one
+    /// manifest generation listing `members` as new backups, in order.
+    /// The index goes back to the repository either way; on failure (of the
+    /// ingest, given as `members`, or here) every entry the sink added is
+    /// removed and every repointed one restored, so the repository is
+    /// exactly as before.
+    fn commit(
+        &mut self,
+        sink: &mut Sink,
+        members: Result<Vec<Member>>,
+    ) -> Result<Vec<BackupEntry>> {
+        let time = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        let outcome = members.and_then(|members| {
             sink.seal(ChunkKind::Data)?;
             sink.seal(ChunkKind::Recipe)?;
             let mut next = self.manifest.clone();
@@ -825,68 +905,45 @@ impl Repository {
                 next.har_sparse = crate::rewrite::har_sparse(used, sink.capacity, *threshold);
             }
             self.write_segment(&mut next, &sink.new_entries)?;
-            let c = sink.counts;
-            let entry = BackupEntry {
-                id: next.next_backup_id,
-                root: root.fp.to_hex(),
-                root_level,
-                name: opts.name.clone(),
-                source: opts.source,
-                time,
-                logical_bytes: c.logical,
-                chunks: c.chunks,
-                new_bytes: c.new_bytes,
-                new_chunks: c.new_chunks,
-            };
-            next.next_backup_id += 1;
-            next.backups.push(entry.clone());
-            Ok((next, entry))
+            let mut entries = Vec::with_capacity(members.len());
+            for m in members {
+                let (root, root_level) = m.root;
+                let c = m.counts;
+                let entry = BackupEntry {
+                    id: next.next_backup_id,
+                    root: root.fp.to_hex(),
+                    root_level,
+                    name: m.name,
+                    source: m.source,
+                    time,
+                    logical_bytes: c.logical,
+                    chunks: c.chunks,
+                    new_bytes: c.new_bytes,
+                    new_chunks: c.new_chunks,
+                };
+                next.next_backup_id += 1;
+                next.backups.push(entry.clone());
+                entries.push(entry);
+            }
+            Ok((next, entries))
         });
         // Give the index back before publishing, so a failed publish can undo.
         let new_entries = std::mem::take(&mut sink.new_entries);
         let saved = std::mem::take(&mut sink.saved);
-        self.index = sink.index;
-        let published = outcome.and_then(|(mut next, entry)| {
+        self.index = std::mem::take(&mut sink.index);
+        let published = outcome.and_then(|(mut next, entries)| {
             let superseded = self.compact_segments(&mut next)?;
-            self.publish(next, &superseded).map(|()| entry)
+            self.publish(next, &superseded).map(|()| entries)
         });
-        let entry = match published {
-            Ok(e) => e,
-            Err(e) => {
-                for ne in &new_entries {
-                    self.index.remove(ne.kind, &ne.fp);
-                }
-                for (fp, state) in saved {
-                    self.index.set_data_state(fp, state);
-                }
-                return Err(e);
+        if published.is_err() {
+            for ne in &new_entries {
+                self.index.remove(ne.kind, &ne.fp);
             }
-        };
-        let io = self.metrics.snapshot().since(&before);
-        let secs = started.elapsed().as_secs_f64();
-        let c = sink.counts;
-        Ok(BackupReport {
-            logical_bytes: c.logical,
-            stored_bytes: c.new_bytes,
-            duplicate_bytes: c.logical - c.new_bytes,
-            chunks: c.chunks,
-            new_chunks: c.new_chunks,
-            duplicate_chunks: c.chunks - c.new_chunks,
-            new_recipe_chunks: c.new_recipe_chunks,
-            rewritten_bytes: c.rewritten_bytes,
-            rewritten_chunks: c.rewritten_chunks,
-            segments: c.segments,
-            sparse_containers: if matches!(opts.rewrite, RewriteSpec::Har { .. }) {
-                self.manifest.har_sparse.len() as u64
-            } else {
-                0
-            },
-            data_containers_written: io.data_containers_written,
-            recipe_containers_written: io.recipe_containers_written,
-            seconds: secs,
-            throughput_mb_s: crate::metrics::mb_per_s(c.logical, secs),
-            backup: entry,
-        })
+            for (fp, state) in saved {
+                self.index.set_data_state(fp, state);
+            }
+        }
+        published
     }
 
     /// The segment buffer and policy for a backup, or `None` without rewriting.
