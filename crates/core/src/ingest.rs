@@ -53,6 +53,9 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+mod interleave;
+pub use interleave::GroupInput;
+
 /// Bytes the chunking stage accumulates before handing a batch to the worker.
 const BATCH_BYTES: usize = 4 << 20;
 /// Trace entries per batch.

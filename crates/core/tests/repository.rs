@@ -413,6 +413,24 @@ fn crash_at_every_operation_of_a_forget() {
 }
 
 #[test]
+fn crash_at_every_operation_of_an_interleaved_group() {
+    // The whole group or none of it: never some members without the others.
+    for lose in 0..8 {
+        let ops = crash_sweep(lose, 0, &[&["v1"], &["v1", "v2", "v3"]], |repo, v2| {
+            let member = |name: &str| {
+                (
+                    stream(name),
+                    tessera_core::ingest::GroupInput::Bytes(v2.to_vec()),
+                )
+            };
+            repo.backup_interleaved(vec![member("v2"), member("v3")])
+                .map(|_| ())
+        });
+        assert!(ops >= 4, "{ops}");
+    }
+}
+
+#[test]
 fn second_writer_is_refused_and_unknown_snapshot_is_clear() {
     let b = mem();
     init(b.clone(), HashAlgo::Blake3, ChunkerConfig::default());

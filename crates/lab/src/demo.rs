@@ -55,5 +55,6 @@ pub fn experiment(approaches: Vec<Approach>, file: &Path) -> Experiment {
             newest_after_each: false,
             verify: true,
         },
+        interleave: 1,
     }
 }

@@ -64,6 +64,9 @@ pub struct Experiment {
     pub approaches: Vec<Approach>,
     pub retention: Option<Retention>,
     pub restore: RestorePlan,
+    /// Backups ingested together, round-robin into shared containers (the
+    /// GCCDF artifact's baseline ingest); 1 = one backup at a time.
+    pub interleave: usize,
 }
 
 #[derive(Deserialize)]
@@ -170,14 +173,16 @@ impl Experiment {
                 ))
             }
         };
-        if let Some(i) = &def.interleave {
-            if *i.get_ref() > 1 {
+        let interleave = match &def.interleave {
+            None => 1,
+            Some(i) if *i.get_ref() >= 1 => *i.get_ref(),
+            Some(i) => {
                 return Err(err(
                     i.span(),
-                    "interleave > 1 needs several backups ingested concurrently into one repository, which tessera-core does not offer yet".into(),
-                ));
+                    "interleave must be at least 1 (1 = one backup at a time)".into(),
+                ))
             }
-        }
+        };
 
         let ds = def.dataset.get_ref();
         let given =
@@ -278,6 +283,7 @@ impl Experiment {
                 newest_after_each: rd.newest_after_each,
                 verify: rd.verify,
             },
+            interleave,
         })
     }
 }

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use tessera_core::backend::{Backend, LocalBackend, MemoryBackend};
 use tessera_core::catalog::SourceKind;
+use tessera_core::ingest::GroupInput;
 use tessera_core::{BackupOptions, InitOptions, Repository, RestoreOptions};
 
 /// One backup of the sequence, as every approach ingests it.
@@ -517,118 +518,155 @@ fn run_approach(
     let mut step_of = std::collections::HashMap::new();
     let mut ingested = 0u64;
     let mut round = 0usize;
-    for (step, v) in versions.iter().enumerate() {
-        progress.show(&a.name, step, versions.len());
-        let bopts = BackupOptions {
-            rewrite: a.rewrite,
-            ..BackupOptions::new(
-                v.name.clone(),
-                if exp.mode == Mode::Trace {
-                    SourceKind::Trace
-                } else {
-                    SourceKind::File
-                },
-            )
-        };
-        let report = match &v.input {
-            Input::Image(p) => {
-                let mut f = std::fs::File::open(p)
-                    .with_context(|| format!("cannot open {}", p.display()))?;
-                repo.backup_reader(&bopts, &mut f, &mut |_| {})?
-            }
-            Input::Trace(p) => repo.backup_trace(&bopts, tracefile::open(p)?)?,
-            Input::Scale(_) => {
-                let s = scale.as_mut().expect("scale dataset");
-                let ids = s.next_version().to_vec();
-                let s = &*s;
-                repo.backup_with(&bopts, |ing| {
-                    for id in ids {
-                        let (fp, n) = s.chunk(id);
-                        ing.push_trace(fp, n)?;
+    let bopts = |v: &Version| BackupOptions {
+        rewrite: a.rewrite,
+        ..BackupOptions::new(
+            v.name.clone(),
+            if exp.mode == Mode::Trace {
+                SourceKind::Trace
+            } else {
+                SourceKind::File
+            },
+        )
+    };
+    let group = exp.interleave.max(1);
+    for (g, members) in versions.chunks(group).enumerate() {
+        progress.show(&a.name, g * group, versions.len());
+        let reports = if group == 1 {
+            let v = &members[0];
+            let bopts = bopts(v);
+            vec![match &v.input {
+                Input::Image(p) => {
+                    let mut f = std::fs::File::open(p)
+                        .with_context(|| format!("cannot open {}", p.display()))?;
+                    repo.backup_reader(&bopts, &mut f, &mut |_| {})?
+                }
+                Input::Trace(p) => repo.backup_trace(&bopts, tracefile::open(p)?)?,
+                Input::Scale(_) => {
+                    let s = scale.as_mut().expect("scale dataset");
+                    let ids = s.next_version().to_vec();
+                    let s = &*s;
+                    repo.backup_with(&bopts, |ing| {
+                        for id in ids {
+                            let (fp, n) = s.chunk(id);
+                            ing.push_trace(fp, n)?;
+                        }
+                        Ok(())
+                    })?
+                }
+            }]
+        } else {
+            let mut inputs = Vec::with_capacity(members.len());
+            for v in members {
+                let input = match &v.input {
+                    Input::Image(p) => GroupInput::Bytes(
+                        std::fs::read(p).with_context(|| format!("cannot read {}", p.display()))?,
+                    ),
+                    Input::Trace(p) => GroupInput::Trace(
+                        tracefile::open(p)?.collect::<tessera_core::Result<Vec<_>>>()?,
+                    ),
+                    Input::Scale(_) => {
+                        let s = scale.as_mut().expect("scale dataset");
+                        let ids = s.next_version().to_vec();
+                        GroupInput::Trace(ids.into_iter().map(|id| s.chunk(id)).collect())
                     }
-                    Ok(())
-                })?
+                };
+                inputs.push((bopts(v), input));
             }
+            repo.backup_interleaved(inputs)?
         };
-        ingested += report.logical_bytes;
-        progress.done += 1;
-        progress.bytes += report.logical_bytes;
-        step_of.insert(report.backup.id, step);
-        let st = repo.stats();
-        rows.push(Row::Backup(BackupRow {
-            approach: a.name.clone(),
-            step,
-            version: v.name.clone(),
-            backup_id: report.backup.id,
-            logical_bytes: report.logical_bytes,
-            chunks: report.chunks,
-            new_bytes: report.stored_bytes,
-            stored_bytes: st.stored_data_bytes,
-            data_containers: st.data_containers,
-            retained_backups: st.backups,
-            retained_logical_bytes: st.logical_bytes,
-            dedup_ratio: st.dedup_ratio,
-            classic_dedup_ratio: ratio(ingested, st.stored_data_bytes),
-            seconds: report.seconds,
-            throughput_mb_s: report.throughput_mb_s,
-            chunk_refs_per_s: report.chunks as f64 / report.seconds.max(1e-9),
-        }));
-        if exp.restore.newest_after_each {
-            let b = repo.backups().last().expect("just made").clone();
-            rows.push(Row::Restore(restore(
-                &repo,
-                &b,
-                v,
-                "newest",
-                step,
-                a,
-                cache,
-                exp.restore.verify,
-            )?));
-        }
-        if let (Some(ret), Some(rng)) = (&exp.retention, rng.as_mut()) {
-            let ids: Vec<u64> = repo.backups().iter().map(|b| b.id).collect();
-            let gone = ret.round(&ids, rng);
-            if gone.is_empty() {
-                continue;
-            }
-            round += 1;
-            repo.forget(&gone)?;
-            let mut g = GcRow {
-                approach: a.name.clone(),
-                round,
-                step,
-                deleted: gone
-                    .iter()
-                    .map(|id| versions[step_of[id]].name.clone())
-                    .collect::<Vec<_>>()
-                    .join(" "),
-                gc: "none".into(),
-                ..Default::default()
-            };
-            if let (true, Some(gopts)) = (ret.gc, &a.gc) {
-                let r = repo
-                    .gc(gopts)
-                    .with_context(|| format!("gc after step {step}"))?;
-                g.gc = gopts.strategy.to_string();
-                g.involved_containers = r.involved_containers;
-                g.reclaimed_containers = r.reclaimed_containers;
-                g.produced_containers = r.produced_containers;
-                g.bytes_read = r.bytes_read;
-                g.bytes_written = r.bytes_written;
-                g.mark_seconds = r.mark_seconds;
-                g.analyze_seconds = r.analyze_seconds;
-                g.sweep_read_seconds = r.sweep_read_seconds;
-                g.sweep_write_seconds = r.sweep_write_seconds;
-                g.total_seconds = r.total_seconds;
-                g.gc_peak_memory_bytes = r.peak_memory_bytes;
-            }
+        for (k, report) in reports.into_iter().enumerate() {
+            let step = g * group + k;
+            let v = &versions[step];
+            ingested += report.logical_bytes;
+            progress.done += 1;
+            progress.bytes += report.logical_bytes;
+            step_of.insert(report.backup.id, step);
             let st = repo.stats();
-            g.retained_backups = st.backups;
-            g.stored_bytes = st.stored_data_bytes;
-            g.data_containers = st.data_containers;
-            g.dedup_ratio = st.dedup_ratio;
-            rows.push(Row::Gc(g));
+            rows.push(Row::Backup(BackupRow {
+                approach: a.name.clone(),
+                step,
+                version: v.name.clone(),
+                backup_id: report.backup.id,
+                logical_bytes: report.logical_bytes,
+                chunks: report.chunks,
+                new_bytes: report.stored_bytes,
+                stored_bytes: st.stored_data_bytes,
+                data_containers: st.data_containers,
+                retained_backups: st.backups,
+                retained_logical_bytes: st.logical_bytes,
+                dedup_ratio: st.dedup_ratio,
+                classic_dedup_ratio: ratio(ingested, st.stored_data_bytes),
+                seconds: report.seconds,
+                throughput_mb_s: report.throughput_mb_s,
+                chunk_refs_per_s: report.chunks as f64 / report.seconds.max(1e-9),
+            }));
+            if exp.restore.newest_after_each {
+                // The member just made (with interleaving, not the last listed).
+                let b = report.backup.clone();
+                rows.push(Row::Restore(restore(
+                    &repo,
+                    &b,
+                    v,
+                    "newest",
+                    step,
+                    a,
+                    cache,
+                    exp.restore.verify,
+                )?));
+            }
+            if let (Some(ret), Some(rng)) = (&exp.retention, rng.as_mut()) {
+                // Backups up to this one: with interleaving, the group's later
+                // members exist already but are not yet due for retention, so
+                // every approach and interleave deletes the same backups.
+                let ids: Vec<u64> = repo
+                    .backups()
+                    .iter()
+                    .map(|b| b.id)
+                    .filter(|&id| id <= report.backup.id)
+                    .collect();
+                let gone = ret.round(&ids, rng);
+                if gone.is_empty() {
+                    continue;
+                }
+                round += 1;
+                repo.forget(&gone)?;
+                let mut g = GcRow {
+                    approach: a.name.clone(),
+                    round,
+                    step,
+                    deleted: gone
+                        .iter()
+                        .map(|id| versions[step_of[id]].name.clone())
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                    gc: "none".into(),
+                    ..Default::default()
+                };
+                if let (true, Some(gopts)) = (ret.gc, &a.gc) {
+                    let r = repo
+                        .gc(gopts)
+                        .with_context(|| format!("gc after step {step}"))?;
+                    g.gc = gopts.strategy.to_string();
+                    g.involved_containers = r.involved_containers;
+                    g.reclaimed_containers = r.reclaimed_containers;
+                    g.produced_containers = r.produced_containers;
+                    g.bytes_read = r.bytes_read;
+                    g.bytes_written = r.bytes_written;
+                    g.mark_seconds = r.mark_seconds;
+                    g.analyze_seconds = r.analyze_seconds;
+                    g.sweep_read_seconds = r.sweep_read_seconds;
+                    g.sweep_write_seconds = r.sweep_write_seconds;
+                    g.total_seconds = r.total_seconds;
+                    g.gc_peak_memory_bytes = r.peak_memory_bytes;
+                }
+                let st = repo.stats();
+                g.retained_backups = st.backups;
+                g.stored_bytes = st.stored_data_bytes;
+                g.data_containers = st.data_containers;
+                g.dedup_ratio = st.dedup_ratio;
+                rows.push(Row::Gc(g));
+            }
         }
     }
     if exp.restore.retained_at_end {
