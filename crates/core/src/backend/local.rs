@@ -352,6 +352,34 @@ impl LocalBackend {
         Ok(())
     }
 
+    /// Open an object for reading: its path, the file and its size.
+    fn open_object(&self, key: &str) -> Result<(PathBuf, File, u64)> {
+        let path = self.path(key)?;
+        let file = File::open(&path).map_err(|e| Self::missing_or(key, &path, "open", e))?;
+        let size = file
+            .metadata()
+            .ctx(|| format!("cannot stat {}", path.display()))?
+            .len();
+        Ok((path, file, size))
+    }
+
+    /// Read all of `file` (of `size` bytes when opened) into `buf`.
+    fn read_whole(
+        key: &str,
+        path: &Path,
+        mut file: File,
+        size: u64,
+        buf: &mut Vec<u8>,
+    ) -> Result<()> {
+        use std::io::Read;
+        buf.clear();
+        // A hint only: the read takes whatever the file holds by then.
+        buf.reserve(usize::try_from(size).unwrap_or(0));
+        file.read_to_end(buf)
+            .map_err(|e| Self::missing_or(key, path, "read", e))?;
+        Ok(())
+    }
+
     fn missing_or(key: &str, path: &Path, what: &str, e: std::io::Error) -> Error {
         if e.kind() == ErrorKind::NotFound {
             Error::MissingObject(key.to_string())
@@ -416,15 +444,10 @@ impl Backend for LocalBackend {
     /// reader. A file truncated in place by someone else while it is mapped
     /// would fault the reader (SIGBUS); nothing in Tessera does that.
     fn get_shared(&self, key: &str, reuse: Vec<u8>) -> Result<ObjectBytes> {
-        let path = self.path(key)?;
-        let file = File::open(&path).map_err(|e| Self::missing_or(key, &path, "open", e))?;
-        let size = file
-            .metadata()
-            .ctx(|| format!("cannot stat {}", path.display()))?
-            .len();
+        let (path, file, size) = self.open_object(key)?;
         if size < MAP_MIN {
             let mut buf = reuse;
-            self.get_into(key, &mut buf)?;
+            Self::read_whole(key, &path, file, size, &mut buf)?;
             return Ok(ObjectBytes::Owned(buf));
         }
         // SAFETY: see above; the length is the file's at open, and a shorter
@@ -435,28 +458,12 @@ impl Backend for LocalBackend {
     }
 
     fn get_into(&self, key: &str, buf: &mut Vec<u8>) -> Result<()> {
-        use std::io::Read;
-        let path = self.path(key)?;
-        let mut file = File::open(&path).map_err(|e| Self::missing_or(key, &path, "open", e))?;
-        let size = file
-            .metadata()
-            .ctx(|| format!("cannot stat {}", path.display()))?
-            .len();
-        buf.clear();
-        // A hint only: the read takes whatever the file holds by then.
-        buf.reserve(usize::try_from(size).unwrap_or(0));
-        file.read_to_end(buf)
-            .map_err(|e| Self::missing_or(key, &path, "read", e))?;
-        Ok(())
+        let (path, file, size) = self.open_object(key)?;
+        Self::read_whole(key, &path, file, size, buf)
     }
 
     fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
-        let path = self.path(key)?;
-        let file = File::open(&path).map_err(|e| Self::missing_or(key, &path, "open", e))?;
-        let size = file
-            .metadata()
-            .ctx(|| format!("cannot stat {}", path.display()))?
-            .len();
+        let (path, file, size) = self.open_object(key)?;
         let truncated = || {
             Error::corrupt(
                 key,
