@@ -178,9 +178,18 @@ struct Rewriter {
     logical: u64,
     /// Sealed data containers a chunk may be deduplicated against.
     live: HashSet<ContainerId>,
-    /// HAR bookkeeping: bytes of distinct chunks this backup referenced per
-    /// container.
-    har: Option<(f64, FpSet, HashMap<ContainerId, u64>)>,
+    /// HAR bookkeeping (absent for other policies).
+    har: Option<HarUse>,
+}
+
+/// What HAR needs to mark the next backup's sparse containers.
+struct HarUse {
+    threshold: f64,
+    limit: f64,
+    /// Distinct chunks seen so far in this backup.
+    seen: FpSet,
+    /// Bytes of distinct chunks this backup referenced, per container.
+    used: HashMap<ContainerId, u64>,
 }
 
 /// What the second pass of a segment does with a fingerprint.
@@ -468,9 +477,9 @@ impl Sink {
                     Some(c)
                 }
             };
-            if let (Some(c), Some((_, seen, bytes_used))) = (used, &mut rw.har) {
-                if seen.insert(fp) {
-                    *bytes_used.entry(c).or_default() += len as u64;
+            if let (Some(c), Some(h)) = (used, &mut rw.har) {
+                if h.seen.insert(fp) {
+                    *h.used.entry(c).or_default() += len as u64;
                 }
             }
             self.counts.logical += len as u64;
@@ -904,8 +913,9 @@ impl Repository {
             let mut next = self.manifest.clone();
             next.next_container_id = sink.next_id;
             next.containers.extend(sink.containers.iter().copied());
-            if let Some((threshold, _, used)) = sink.rw.as_ref().and_then(|r| r.har.as_ref()) {
-                next.har_sparse = crate::rewrite::har_sparse(used, sink.capacity, *threshold);
+            if let Some(h) = sink.rw.as_ref().and_then(|r| r.har.as_ref()) {
+                next.har_sparse =
+                    crate::rewrite::har_sparse(&h.used, sink.capacity, h.threshold, h.limit);
             }
             self.write_segment(&mut next, &sink.new_entries)?;
             let mut entries = Vec::with_capacity(members.len());
@@ -978,9 +988,12 @@ impl Repository {
             logical: 0,
             live,
             har: match opts.rewrite {
-                RewriteSpec::Har { threshold } => {
-                    Some((threshold, FpSet::default(), HashMap::new()))
-                }
+                RewriteSpec::Har { threshold, limit } => Some(HarUse {
+                    threshold,
+                    limit,
+                    seen: FpSet::default(),
+                    used: HashMap::new(),
+                }),
                 _ => None,
             },
         })

@@ -45,7 +45,7 @@ fn op() -> impl Strategy<Value = Op> {
         Just(RewriteSpec::None),
         (1usize..4).prop_map(|level| RewriteSpec::Capping { level }),
         (1usize..4).prop_map(|level| RewriteSpec::Smr { level }),
-        Just(RewriteSpec::Har { threshold: 0.5 }),
+        Just(RewriteSpec::parse("har:0.5:1").unwrap()),
     ];
     prop_oneof![
         4 => (0u64..12, spec).prop_map(|(v, s)| Op::Backup(v, s)),

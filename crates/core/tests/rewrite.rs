@@ -150,7 +150,7 @@ fn har_history_survives_reopen() {
         },
     )
     .unwrap();
-    let har = RewriteSpec::Har { threshold: 0.5 };
+    let har = RewriteSpec::parse("har:0.5:1").unwrap();
     let ii;
     {
         let mut repo = Repository::open_writer(b.clone(), "test").unwrap();
@@ -166,6 +166,26 @@ fn har_history_survives_reopen() {
     }
     let mut repo = Repository::open_writer(b, "test").unwrap();
     assert_eq!(repo.manifest().har_sparse, vec![ii]);
+    // With the default cap (5 % of the referenced bytes) the same history
+    // is trimmed away: II holds 2 of the backup's 13 chunks.
+    {
+        let b2: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+        Repository::init(
+            b2.clone(),
+            &InitOptions {
+                hash: HashAlgo::Blake3,
+                chunker: ChunkerConfig::default(),
+                container_size: 5 * CHUNK,
+                trace: true,
+            },
+        )
+        .unwrap();
+        let mut r = Repository::open_writer(b2, "test").unwrap();
+        let capped = RewriteSpec::parse("har").unwrap();
+        backup_letters(&mut r, "ABCDEFGHIJKLM", capped);
+        backup_letters(&mut r, "ABCDEFGNOPKLM", capped);
+        assert!(r.manifest().har_sparse.is_empty());
+    }
     // The next HAR backup rewrites every duplicate held only in II.
     let r3 = backup_letters(&mut repo, "ABCFGHIJOPQRS", har);
     assert_eq!(r3.rewritten_chunks, 5);

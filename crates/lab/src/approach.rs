@@ -66,12 +66,7 @@ pub struct Approach {
 impl Approach {
     /// One line for reports: `rewrite=capping:10 gc=naive`.
     pub fn describe(&self, default_cache: CacheSpec) -> String {
-        let rw = match self.rewrite {
-            RewriteSpec::None => "none".to_string(),
-            RewriteSpec::Capping { level } => format!("capping:{level}"),
-            RewriteSpec::Smr { level } => format!("smr:{level}"),
-            RewriteSpec::Har { threshold } => format!("har:{threshold}"),
-        };
+        let rw = self.rewrite.to_string();
         let gc = self
             .gc
             .as_ref()

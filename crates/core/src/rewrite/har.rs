@@ -35,18 +35,40 @@ impl RewritePolicy for Har {
     }
 }
 
+/// Default utilization below which a container is sparse (Destor, HAR).
+pub const HAR_THRESHOLD: f64 = 0.5;
+/// Default cap on the sparse list: its referenced bytes at most this share
+/// of all the bytes the backup referenced (Destor: 5 %; the GCCDF artifact
+/// uses 1 %, with threshold 0.7).
+pub const HAR_LIMIT: f64 = 0.05;
+
 /// Containers whose utilization by a backup (bytes of distinct chunks it
 /// referenced in them / container capacity) is below `threshold`, sorted.
+/// If they hold more than `limit` of all the bytes the backup referenced,
+/// the most used are dropped from the list until they do not: rewriting
+/// them would cost the most and gain the least.
 pub fn har_sparse(
     used: &HashMap<ContainerId, u64>,
     capacity: u64,
     threshold: f64,
+    limit: f64,
 ) -> Vec<ContainerId> {
-    let mut v: Vec<ContainerId> = used
+    let mut v: Vec<(u64, ContainerId)> = used
         .iter()
         .filter(|(_, &b)| (b as f64) < threshold * capacity as f64)
-        .map(|(&id, _)| id)
+        .map(|(&id, &b)| (b, id))
         .collect();
+    let total: u64 = used.values().sum();
+    let mut sparse: u64 = v.iter().map(|(b, _)| b).sum();
+    // Least used first; ties by id, so the list is deterministic.
     v.sort_unstable();
-    v
+    while sparse as f64 > limit * total as f64 {
+        match v.pop() {
+            Some((b, _)) => sparse -= b,
+            None => break,
+        }
+    }
+    let mut ids: Vec<ContainerId> = v.into_iter().map(|(_, id)| id).collect();
+    ids.sort_unstable();
+    ids
 }

@@ -10,7 +10,7 @@ mod har;
 mod smr;
 
 pub use capping::{capping_select, Capping};
-pub use har::{har_sparse, Har};
+pub use har::{har_sparse, Har, HAR_LIMIT, HAR_THRESHOLD};
 pub use smr::{smr_select, Smr};
 
 use crate::container::ContainerId;
@@ -89,12 +89,14 @@ pub enum RewriteSpec {
     /// Greedy submodular choice of `level` containers covering the most distinct chunks.
     Smr { level: usize },
     /// History-aware rewriting: rewrite duplicates held in containers the
-    /// previous backup used below `threshold`.
-    Har { threshold: f64 },
+    /// previous backup used below `threshold`, the sparse list trimmed (most
+    /// used first) until its referenced bytes are at most `limit` of the
+    /// previous backup's.
+    Har { threshold: f64, limit: f64 },
 }
 
 impl RewriteSpec {
-    /// Parse `none`, `capping:T`, `smr:T`, `har` or `har:U`.
+    /// Parse `none`, `capping:T`, `smr:T`, `har`, `har:U` or `har:U:L`.
     pub fn parse(spec: &str) -> Result<Self, String> {
         let (name, arg) = match spec.split_once(':') {
             Some((n, a)) => (n, Some(a)),
@@ -118,17 +120,27 @@ impl RewriteSpec {
                 level: level("smr")?,
             }),
             "har" => {
-                let threshold = match arg {
-                    None => 0.5,
-                    Some(a) => match a.parse::<f64>() {
-                        Ok(t) if (0.0..=1.0).contains(&t) => t,
-                        _ => return Err(format!("bad har threshold '{a}': expected 0..1")),
+                let (u, l) = match arg {
+                    None => (None, None),
+                    Some(a) => match a.split_once(':') {
+                        Some((u, l)) => (Some(u), Some(l)),
+                        None => (Some(a), None),
                     },
                 };
-                Ok(RewriteSpec::Har { threshold })
+                let fraction = |v: Option<&str>, default: f64, what: &str| match v {
+                    None => Ok(default),
+                    Some(a) => match a.parse::<f64>() {
+                        Ok(t) if (0.0..=1.0).contains(&t) => Ok(t),
+                        _ => Err(format!("bad har {what} '{a}': expected 0..1")),
+                    },
+                };
+                Ok(RewriteSpec::Har {
+                    threshold: fraction(u, HAR_THRESHOLD, "threshold")?,
+                    limit: fraction(l, HAR_LIMIT, "limit")?,
+                })
             }
             _ => Err(format!(
-                "unknown rewrite policy '{spec}' (expected none, capping:T, smr:T, har or har:U)"
+                "unknown rewrite policy '{spec}' (expected none, capping:T, smr:T, har, har:U or har:U:L)"
             )),
         }
     }
@@ -153,7 +165,10 @@ impl fmt::Display for RewriteSpec {
             RewriteSpec::None => write!(f, "none"),
             RewriteSpec::Capping { level } => write!(f, "capping:{level}"),
             RewriteSpec::Smr { level } => write!(f, "smr:{level}"),
-            RewriteSpec::Har { threshold } => write!(f, "har:{threshold}"),
+            RewriteSpec::Har { threshold, limit } if *limit == HAR_LIMIT => {
+                write!(f, "har:{threshold}")
+            }
+            RewriteSpec::Har { threshold, limit } => write!(f, "har:{threshold}:{limit}"),
         }
     }
 }
@@ -270,19 +285,48 @@ mod tests {
         assert_eq!(rewritten(&names, &d), ["a"]);
         assert_eq!(d[2], Some(3));
         let used = HashMap::from([(1, 40), (2, 60), (3, 50)]);
-        assert_eq!(har_sparse(&used, 100, 0.5), vec![1]);
+        assert_eq!(har_sparse(&used, 100, 0.5, 1.0), vec![1]);
+    }
+
+    #[test]
+    fn har_trims_the_most_used_sparse_containers_to_the_limit() {
+        // Sparse (< 50 of 100): 1, 2, 3 with 85 of the 285 bytes referenced.
+        let used = HashMap::from([(1, 10), (2, 30), (3, 45), (4, 100), (5, 100)]);
+        assert_eq!(har_sparse(&used, 100, 0.5, 1.0), vec![1, 2, 3]);
+        assert_eq!(har_sparse(&used, 100, 0.5, 0.3), vec![1, 2, 3]);
+        // 57 allowed: drop 3 (45), leaving 40.
+        assert_eq!(har_sparse(&used, 100, 0.5, 0.2), vec![1, 2]);
+        // 28.5 allowed: drop 3, then 2.
+        assert_eq!(har_sparse(&used, 100, 0.5, 0.1), vec![1]);
+        assert!(har_sparse(&used, 100, 0.5, 0.0).is_empty());
+        assert!(har_sparse(&HashMap::new(), 100, 0.5, 0.05).is_empty());
     }
 
     #[test]
     fn parse_and_display_round_trip() {
-        for s in ["none", "capping:20", "smr:5", "har:0.5"] {
+        for s in ["none", "capping:20", "smr:5", "har:0.5", "har:0.7:0.01"] {
             assert_eq!(RewriteSpec::parse(s).unwrap().to_string(), s);
         }
         assert_eq!(
             RewriteSpec::parse("har").unwrap(),
-            RewriteSpec::Har { threshold: 0.5 }
+            RewriteSpec::Har {
+                threshold: 0.5,
+                limit: 0.05
+            }
         );
-        for bad in ["capping", "smr:0", "har:2", "lru:3", "none:1"] {
+        assert_eq!(
+            RewriteSpec::parse("har:0.5:0.05").unwrap().to_string(),
+            "har:0.5"
+        );
+        for bad in [
+            "capping",
+            "smr:0",
+            "har:2",
+            "har:0.5:2",
+            "har:0.5:x",
+            "lru:3",
+            "none:1",
+        ] {
             assert!(RewriteSpec::parse(bad).is_err(), "{bad}");
         }
     }
