@@ -67,7 +67,7 @@ pub enum Command {
         /// Ingest a fingerprint trace (`<hex> <size>` per line) into a trace-mode repository
         #[arg(long, value_name = "FILE", conflicts_with = "path")]
         trace_file: Option<PathBuf>,
-        /// Rewrite policy against fragmentation: none, capping:T, smr:T, har, har:U or har:U:L (U: sparse below this utilization, default 0.5; L: sparse list capped at this share of the bytes referenced, default 0.05)
+        /// Rewrite policy against fragmentation: none, capping:T, smr:T, ned:T, har, har:U or har:U:L (T: containers kept per segment, or for NED the utilization below which a container's duplicates are rewritten; U: sparse below this utilization, default 0.5; L: sparse list capped at this share of the bytes referenced, default 0.05)
         #[arg(long, value_name = "SPEC", default_value = "none")]
         rewrite: String,
         /// Chunks per rewriting decision (the ingest segment), e.g. 20MiB

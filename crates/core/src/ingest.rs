@@ -326,6 +326,7 @@ impl Sink {
         self.builder(kind).recycle(buf);
         if let (ChunkKind::Data, Some(rw)) = (kind, &mut self.rw) {
             rw.live.insert(id);
+            rw.policy.sealed(id, logical);
         }
         self.containers.push(container_entry(
             id,
@@ -980,7 +981,14 @@ impl Repository {
             .collect();
         let trace = self.manifest.config.trace;
         Some(Rewriter {
-            policy: opts.rewrite.policy(&sparse),
+            policy: opts.rewrite.policy(&sparse, || {
+                self.manifest
+                    .containers
+                    .iter()
+                    .filter(|c| c.kind == ChunkKind::Data)
+                    .map(|c| (c.id, c.logical_bytes))
+                    .collect()
+            }),
             segment_bytes: opts.segment_bytes.max(1),
             trace,
             buf: Vec::new(),

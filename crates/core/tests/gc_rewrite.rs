@@ -45,6 +45,9 @@ fn op() -> impl Strategy<Value = Op> {
         Just(RewriteSpec::None),
         (1usize..4).prop_map(|level| RewriteSpec::Capping { level }),
         (1usize..4).prop_map(|level| RewriteSpec::Smr { level }),
+        (1u32..10).prop_map(|t| RewriteSpec::Ned {
+            threshold: t as f64 / 10.0
+        }),
         Just(RewriteSpec::parse("har:0.5:1").unwrap()),
     ];
     prop_oneof![

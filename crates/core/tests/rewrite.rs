@@ -227,6 +227,8 @@ fn policies() -> Vec<RewriteSpec> {
         "capping:3",
         "smr:1",
         "smr:3",
+        "ned:0.3",
+        "ned:0.9",
         "har:0.5",
         "har:0.9",
     ]
@@ -317,7 +319,7 @@ proptest! {
 #[test]
 fn policies_rewrite_fragmented_versions() {
     let mut reads = Vec::new();
-    for spec in ["none", "capping:2", "smr:2", "har:0.5"] {
+    for spec in ["none", "capping:2", "smr:2", "ned:0.5", "har:0.5"] {
         let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
         Repository::init(
             b.clone(),

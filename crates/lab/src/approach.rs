@@ -17,7 +17,7 @@ pub const DEMO_APPROACHES: &[&str] = &["naive", "capping:10", "smr:10", "har", "
 #[serde(deny_unknown_fields)]
 pub struct ApproachDef {
     pub name: String,
-    /// `none`, `capping:T`, `smr:T`, `har` or `har:U`.
+    /// `none`, `capping:T`, `smr:T`, `ned:T`, `har`, `har:U` or `har:U:L`.
     #[serde(default = "none")]
     pub rewrite: String,
     /// `none`, `naive` or `gccdf`.
@@ -98,8 +98,10 @@ pub fn builtin(name: &str) -> Result<ApproachDef, String> {
         "gccdf" if plain => Ok(def("none", "gccdf")),
         "capping" | "smr" if plain => Ok(def(&format!("{base}:20"), "naive")),
         "capping" | "smr" | "har" => Ok(def(name, "naive")),
+        "ned" if plain => Ok(def("ned:0.5", "naive")),
+        "ned" => Ok(def(name, "naive")),
         _ => Err(format!(
-            "unknown approach '{name}' (built-in: naive, nogc, capping[:T], smr[:T], har[:U], gccdf; or define it in an [[approach]] table)"
+            "unknown approach '{name}' (built-in: naive, nogc, capping[:T], smr[:T], ned[:T], har[:U[:L]], gccdf; or define it in an [[approach]] table)"
         )),
     }
 }
@@ -158,7 +160,7 @@ mod tests {
     fn builtins_resolve_and_unknown_names_fail() {
         for n in DEMO_APPROACHES
             .iter()
-            .chain(&["nogc", "capping", "har:0.7"])
+            .chain(&["nogc", "capping", "har:0.7", "ned", "ned:0.2"])
         {
             builtin(n).unwrap().resolve().unwrap();
         }
@@ -169,7 +171,7 @@ mod tests {
         let mut evil = builtin("naive").unwrap();
         evil.name = "../../etc".into();
         assert!(evil.resolve().unwrap_err().contains("a name may use"));
-        for bad in ["fancy", "naive:3", "capping:x"] {
+        for bad in ["fancy", "naive:3", "capping:x", "ned:2"] {
             let r = builtin(bad).and_then(|d| d.resolve());
             assert!(r.is_err(), "{bad}");
         }

@@ -1,4 +1,4 @@
-//! Rewriting of fragmented duplicates at backup time (Capping, SMR, HAR).
+//! Rewriting of fragmented duplicates at backup time (Capping, NED, SMR, HAR).
 //!
 //! A rewrite policy looks at each ingest segment (a run of chunks, 20 MiB by
 //! default) and decides which duplicate chunks are deduplicated and which are
@@ -7,10 +7,12 @@
 
 mod capping;
 mod har;
+mod ned;
 mod smr;
 
 pub use capping::{capping_select, Capping};
 pub use har::{har_sparse, Har, HAR_LIMIT, HAR_THRESHOLD};
+pub use ned::{ned_select, Ned};
 pub use smr::{smr_select, Smr};
 
 use crate::container::ContainerId;
@@ -45,6 +47,9 @@ pub trait RewritePolicy: Send {
     /// For each chunk of `seg` (same order), `Some(container)` to reference
     /// that copy, `None` to rewrite it.
     fn decide(&mut self, seg: &Segment) -> Vec<Option<ContainerId>>;
+    /// The backup sealed data container `id` holding `chunk_bytes` of
+    /// chunks (it may be referenced by later segments).
+    fn sealed(&mut self, _id: ContainerId, _chunk_bytes: u64) {}
 }
 
 /// Reference each chunk's copy in the earliest-selected container holding
@@ -88,6 +93,9 @@ pub enum RewriteSpec {
     Capping { level: usize },
     /// Greedy submodular choice of `level` containers covering the most distinct chunks.
     Smr { level: usize },
+    /// Rewrite duplicates whose containers the segment uses below `threshold`
+    /// (bytes referenced / bytes stored).
+    Ned { threshold: f64 },
     /// History-aware rewriting: rewrite duplicates held in containers the
     /// previous backup used below `threshold`, the sparse list trimmed (most
     /// used first) until its referenced bytes are at most `limit` of the
@@ -96,7 +104,7 @@ pub enum RewriteSpec {
 }
 
 impl RewriteSpec {
-    /// Parse `none`, `capping:T`, `smr:T`, `har`, `har:U` or `har:U:L`.
+    /// Parse `none`, `capping:T`, `smr:T`, `ned:T`, `har`, `har:U` or `har:U:L`.
     pub fn parse(spec: &str) -> Result<Self, String> {
         let (name, arg) = match spec.split_once(':') {
             Some((n, a)) => (n, Some(a)),
@@ -119,6 +127,13 @@ impl RewriteSpec {
             "smr" => Ok(RewriteSpec::Smr {
                 level: level("smr")?,
             }),
+            "ned" => {
+                let a = arg.ok_or("ned needs a threshold, e.g. ned:0.5")?;
+                match a.parse::<f64>() {
+                    Ok(t) if t > 0.0 && t <= 1.0 => Ok(RewriteSpec::Ned { threshold: t }),
+                    _ => Err(format!("bad ned threshold '{a}': expected a number in (0, 1]")),
+                }
+            }
             "har" => {
                 let (u, l) = match arg {
                     None => (None, None),
@@ -140,7 +155,7 @@ impl RewriteSpec {
                 })
             }
             _ => Err(format!(
-                "unknown rewrite policy '{spec}' (expected none, capping:T, smr:T, har, har:U or har:U:L)"
+                "unknown rewrite policy '{spec}' (expected none, capping:T, smr:T, ned:T, har, har:U or har:U:L)"
             )),
         }
     }
@@ -148,12 +163,18 @@ impl RewriteSpec {
 
 impl RewriteSpec {
     /// The policy object for one backup. HAR needs the sparse containers
-    /// the previous backup left (from the manifest).
-    pub fn policy(&self, sparse: &[ContainerId]) -> Box<dyn RewritePolicy> {
+    /// the previous backup left, NED the chunk bytes stored in each live
+    /// data container (both from the manifest).
+    pub fn policy(
+        &self,
+        sparse: &[ContainerId],
+        stored: impl FnOnce() -> std::collections::HashMap<ContainerId, u64>,
+    ) -> Box<dyn RewritePolicy> {
         match *self {
             RewriteSpec::None => Box::new(NoRewrite),
             RewriteSpec::Capping { level } => Box::new(Capping { level }),
             RewriteSpec::Smr { level } => Box::new(Smr { level }),
+            RewriteSpec::Ned { threshold } => Box::new(Ned::new(threshold, stored())),
             RewriteSpec::Har { .. } => Box::new(Har::new(sparse)),
         }
     }
@@ -165,6 +186,7 @@ impl fmt::Display for RewriteSpec {
             RewriteSpec::None => write!(f, "none"),
             RewriteSpec::Capping { level } => write!(f, "capping:{level}"),
             RewriteSpec::Smr { level } => write!(f, "smr:{level}"),
+            RewriteSpec::Ned { threshold } => write!(f, "ned:{threshold}"),
             RewriteSpec::Har { threshold, limit } if *limit == HAR_LIMIT => {
                 write!(f, "har:{threshold}")
             }
@@ -289,6 +311,44 @@ mod tests {
     }
 
     #[test]
+    fn ned_keeps_containers_the_segment_uses_at_or_above_the_threshold() {
+        // Fig. 3's second stream with 5-chunk containers: I holds 5 of the
+        // segment's chunks (1.0), III 3 (0.6), II 2 (0.4).
+        let (names, seg) = segment(&[
+            ("A", &[I]),
+            ("B", &[I]),
+            ("C", &[I]),
+            ("D", &[I]),
+            ("E", &[I]),
+            ("F", &[II]),
+            ("G", &[II]),
+            ("K", &[III]),
+            ("L", &[III]),
+            ("M", &[III]),
+        ]);
+        let stored = HashMap::from([(I, 5), (II, 5), (III, 5)]);
+        assert_eq!(ned_select(&seg, &stored, 0.5), vec![I, III]);
+        assert_eq!(ned_select(&seg, &stored, 0.4), vec![I, III, II]);
+        assert_eq!(ned_select(&seg, &stored, 1.0), vec![I]);
+        let mut ned = Ned::new(0.5, stored.clone());
+        assert_eq!(rewritten(&names, &ned.decide(&seg)), ["F", "G"]);
+        let mut all = Ned::new(0.3, stored.clone());
+        assert!(rewritten(&names, &all.decide(&seg)).is_empty());
+        // A copy counts in every container holding it: F and G also in IV
+        // (stored 2) make IV fully used, so they are kept there.
+        let (names, seg) = segment(&[("A", &[I]), ("F", &[II, IV]), ("G", &[II, IV])]);
+        let mut ned = Ned::new(0.5, HashMap::from([(I, 5), (II, 5), (IV, 2)]));
+        let d = ned.decide(&seg);
+        assert_eq!(rewritten(&names, &d), ["A"]);
+        assert_eq!(d[1], Some(IV));
+        // A container sealed by this backup is known once sealed; before
+        // that an unknown container counts as fully used.
+        assert_eq!(ned_select(&seg, &HashMap::new(), 1.0), vec![I, II, IV]);
+        ned.sealed(I, 1);
+        assert_eq!(ned.decide(&seg)[0], Some(I));
+    }
+
+    #[test]
     fn har_trims_the_most_used_sparse_containers_to_the_limit() {
         // Sparse (< 50 of 100): 1, 2, 3 with 85 of the 285 bytes referenced.
         let used = HashMap::from([(1, 10), (2, 30), (3, 45), (4, 100), (5, 100)]);
@@ -304,7 +364,14 @@ mod tests {
 
     #[test]
     fn parse_and_display_round_trip() {
-        for s in ["none", "capping:20", "smr:5", "har:0.5", "har:0.7:0.01"] {
+        for s in [
+            "none",
+            "capping:20",
+            "smr:5",
+            "ned:0.5",
+            "har:0.5",
+            "har:0.7:0.01",
+        ] {
             assert_eq!(RewriteSpec::parse(s).unwrap().to_string(), s);
         }
         assert_eq!(
@@ -324,6 +391,9 @@ mod tests {
             "har:2",
             "har:0.5:2",
             "har:0.5:x",
+            "ned",
+            "ned:0",
+            "ned:1.5",
             "lru:3",
             "none:1",
         ] {
