@@ -84,6 +84,18 @@ pub enum Command {
         #[command(flatten)]
         json: JsonArg,
     },
+    /// List the files of a backup (a directory backup's entries, in stream order)
+    Ls {
+        #[command(flatten)]
+        repo: RepoArg,
+        /// Backup id, `latest`, or a prefix of its root fingerprint
+        snapshot: String,
+        /// Also show type and permissions, size and modification time (UTC)
+        #[arg(long, short = 'l')]
+        long: bool,
+        #[command(flatten)]
+        json: JsonArg,
+    },
     /// Restore a backup into a directory or to standard output
     Restore {
         #[command(flatten)]

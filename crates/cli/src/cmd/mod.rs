@@ -42,6 +42,12 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             json.json,
         ),
         Command::Snapshots { repo, json } => manage::snapshots(&repo, json.json),
+        Command::Ls {
+            repo,
+            snapshot,
+            long,
+            json,
+        } => restore::ls(&repo, &snapshot, long, json.json),
         Command::Restore {
             repo,
             snapshot,

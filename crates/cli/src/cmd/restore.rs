@@ -160,3 +160,94 @@ pub fn restore_damaged(
         Ok(ExitCode::from(3))
     }
 }
+
+/// `tessera ls`: one line per entry (or, with `--json`, one array).
+pub fn ls(repo: &RepoArg, snapshot: &str, long: bool, json: bool) -> Result<ExitCode> {
+    let r = Repository::open(open_backend(repo)?)?;
+    let backup = r.resolve(snapshot)?.clone();
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut entries = Vec::new();
+    // A reader that stops early (`tessera ls … | head`) ends the listing
+    // quietly, as `ls` does.
+    let mut closed = false;
+    let listed = r.list_entries(&backup, &mut |e| {
+        if json {
+            entries.push(e);
+            return Ok(());
+        }
+        let line = if long {
+            let kind = match e.kind {
+                "dir" => 'd',
+                "symlink" => 'l',
+                "hardlink" => 'h',
+                "file" => '-',
+                _ => '?',
+            };
+            let link = e.link.as_ref().map_or(String::new(), |l| {
+                if e.kind == "symlink" {
+                    format!(" -> {l}")
+                } else {
+                    format!(" => {l}")
+                }
+            });
+            format!(
+                "{kind}{} {:>12} {} {}{link}",
+                permissions(e.mode),
+                e.size,
+                ui::time(e.mtime),
+                e.path
+            )
+        } else {
+            e.path
+        };
+        writeln!(out, "{line}").map_err(|err| {
+            closed = err.kind() == std::io::ErrorKind::BrokenPipe;
+            tessera_core::Error::io("cannot write the listing", err)
+        })
+    });
+    match listed {
+        Err(_) if closed => return Ok(ExitCode::SUCCESS),
+        other => other?,
+    }
+    if json {
+        drop(out);
+        ui::print_json(&entries)?;
+    } else if let Err(e) = out.flush() {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            return Err(e.into());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `rwxr-xr-x` for permission bits (setuid, setgid and sticky as s, s, t).
+fn permissions(mode: u32) -> String {
+    let mut s: Vec<char> = "rwxrwxrwx"
+        .chars()
+        .enumerate()
+        .map(|(i, c)| if mode & (1 << (8 - i)) != 0 { c } else { '-' })
+        .collect();
+    for (bit, at, set) in [(0o4000, 2, 's'), (0o2000, 5, 's'), (0o1000, 8, 't')] {
+        if mode & bit != 0 {
+            s[at] = if s[at] == '-' {
+                set.to_ascii_uppercase()
+            } else {
+                set
+            };
+        }
+    }
+    s.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn permissions_read_like_ls() {
+        assert_eq!(super::permissions(0o755), "rwxr-xr-x");
+        assert_eq!(super::permissions(0o640), "rw-r-----");
+        assert_eq!(super::permissions(0o4755), "rwsr-xr-x");
+        assert_eq!(super::permissions(0o1777), "rwxrwxrwt");
+        assert_eq!(super::permissions(0o2644), "rw-r-Sr--");
+    }
+}

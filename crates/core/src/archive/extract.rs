@@ -83,6 +83,54 @@ pub fn extract(input: &mut dyn Read, target: &Path) -> Result<ExtractReport> {
     x.finish()
 }
 
+/// List the entries of a tar stream (`tessera ls`): each is passed to
+/// `visit` in stream order, its data skipped. The stream is parsed as
+/// [`extract`] parses it, with the same limits and errors.
+pub fn list(input: &mut dyn Read, visit: &mut dyn FnMut(Listed) -> Result<()>) -> Result<()> {
+    let mut stream = Stream {
+        inner: BufReader::with_capacity(COPY_BUF, input),
+        pos: 0,
+    };
+    while let Some(e) = next_entry(&mut stream)? {
+        let kind = match e.kind {
+            REGULAR | b'\0' | b'7' => "file",
+            DIRECTORY => "dir",
+            SYMLINK => "symlink",
+            HARDLINK => "hardlink",
+            _ => "other",
+        };
+        let has_link = e.kind == SYMLINK || e.kind == HARDLINK;
+        visit(Listed {
+            path: String::from_utf8_lossy(&e.path).into_owned(),
+            kind,
+            size: if kind == "file" { e.size } else { 0 },
+            mode: e.mode & 0o7777,
+            mtime: e.mtime,
+            link: has_link.then(|| String::from_utf8_lossy(&e.link).into_owned()),
+        })?;
+        stream.skip(e.size + padding(e.size) as u64)?;
+    }
+    Ok(())
+}
+
+/// One entry of a tar stream, as [`list`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Listed {
+    /// As stored (directories end in `/`), lossily decoded as UTF-8.
+    pub path: String,
+    /// `file`, `dir`, `symlink`, `hardlink` or `other`.
+    pub kind: &'static str,
+    /// Content bytes (files only).
+    pub size: u64,
+    /// Permission bits.
+    pub mode: u32,
+    /// Modification time, unix seconds.
+    pub mtime: u64,
+    /// Symlink target or hard-link source.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub link: Option<String>,
+}
+
 /// The input, counting bytes so that errors can say where the stream broke.
 struct Stream<'a> {
     inner: BufReader<&'a mut dyn Read>,

@@ -43,7 +43,7 @@ mod serialize;
 #[cfg(test)]
 mod tests;
 
-pub use self::extract::extract;
+pub use self::extract::{extract, list, Listed};
 pub use self::serialize::write_tree;
 
 /// Summary of a serialized tree.

@@ -253,6 +253,49 @@ fn round_trip_preserves_every_entry() {
 }
 
 #[test]
+fn list_gives_every_entry_in_stream_order() {
+    let src = tempfile::tempdir().unwrap();
+    build_fixture(src.path());
+    let (tar, stats) = tar_of(src.path());
+    let mut listed = Vec::new();
+    super::list(&mut &tar[..], &mut |e| {
+        listed.push(e);
+        Ok(())
+    })
+    .unwrap();
+    // The same paths, in the same order, as the tar crate reads them.
+    let paths: Vec<String> = listed.iter().map(|e| e.path.clone()).collect();
+    assert_eq!(paths, tar_crate_paths(&tar));
+    let count = |k: &str| listed.iter().filter(|e| e.kind == k).count() as u64;
+    assert_eq!(
+        (
+            count("file"),
+            count("dir"),
+            count("symlink"),
+            count("hardlink")
+        ),
+        (stats.files, stats.dirs, stats.symlinks, stats.hardlinks)
+    );
+    assert_eq!(listed.iter().map(|e| e.size).sum::<u64>(), stats.bytes);
+    // The first path of the inode in stream order is the file.
+    let h1 = listed.iter().find(|e| e.path == "h1").unwrap();
+    assert_eq!((h1.kind, h1.link.as_deref()), ("hardlink", Some("a/h2")));
+    assert!(listed
+        .iter()
+        .all(|e| (e.kind == "symlink" || e.kind == "hardlink") == e.link.is_some()));
+    // A truncated stream is an error, as for extraction.
+    let err = super::list(&mut &tar[..tar.len() / 2], &mut |_| Ok(())).unwrap_err();
+    assert!(err.to_string().contains("truncated"), "{err}");
+    // The visitor can stop the listing.
+    let mut n = 0;
+    let stop = super::list(&mut &tar[..], &mut |_| {
+        n += 1;
+        Err(crate::Error::invalid("enough"))
+    });
+    assert!(stop.is_err() && n == 1);
+}
+
+#[test]
 fn write_tree_is_deterministic() {
     let src = tempfile::tempdir().unwrap();
     build_fixture(src.path());

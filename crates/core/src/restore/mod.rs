@@ -360,6 +360,67 @@ impl Repository {
     }
 }
 
+impl Repository {
+    /// The entries of a backup (`tessera ls`): a directory backup's tar
+    /// entries in stream order; a file or stream backup is one file named
+    /// after its source. The backup is restored (to a pipe) to read them,
+    /// so a damaged backup fails as its restore would.
+    pub fn list_entries(
+        &self,
+        backup: &BackupEntry,
+        visit: &mut dyn FnMut(crate::archive::Listed) -> Result<()>,
+    ) -> Result<()> {
+        match backup.source {
+            SourceKind::Trace => Err(Error::invalid(format!(
+                "backup {} is a fingerprint trace: it has no files to list",
+                backup.id
+            ))),
+            SourceKind::File | SourceKind::Stream => visit(crate::archive::Listed {
+                path: Path::new(&backup.name)
+                    .file_name()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| format!("backup-{}", backup.id)),
+                kind: "file",
+                size: backup.logical_bytes,
+                mode: 0o644,
+                mtime: backup.time,
+                link: None,
+            }),
+            SourceKind::Tree => {
+                let (mut reader, writer) = std::io::pipe().ctx(|| "cannot create a pipe".into())?;
+                std::thread::scope(|scope| {
+                    let producer = std::thread::Builder::new()
+                        .name("tessera-list".into())
+                        .spawn_scoped(scope, move || {
+                            let mut w = std::io::BufWriter::with_capacity(1 << 20, writer);
+                            let opts = RestoreOptions::default();
+                            self.restore_to(backup, &mut w, &opts, &mut |_| {})
+                        })
+                        .ctx(|| "cannot start the restore thread".into())?;
+                    let listed = crate::archive::list(&mut reader, visit);
+                    if listed.is_ok() {
+                        // The second end-of-archive block (and anything a
+                        // hostile stream adds) must not fail the producer.
+                        let _ = std::io::copy(&mut reader, &mut std::io::sink());
+                    }
+                    // Otherwise stop the producer: its writes now fail.
+                    drop(reader);
+                    let restored = producer
+                        .join()
+                        .unwrap_or_else(|p| std::panic::resume_unwind(p));
+                    match (restored, listed) {
+                        // Damage explains the broken stream the lister saw.
+                        (Err(e @ (Error::Corrupt { .. } | Error::MissingObject(_))), _) => Err(e),
+                        (_, Err(e)) => Err(e),
+                        (Err(e), Ok(())) => Err(e),
+                        (Ok(_), Ok(())) => Ok(()),
+                    }
+                })
+            }
+        }
+    }
+}
+
 /// Restore into a directory: `produce` writes the backup's byte stream.
 /// A directory backup's tar stream is extracted on a second thread (unsafe
 /// entries refused and listed); a file or stream backup becomes one file
