@@ -1,13 +1,7 @@
 //! `tessera check` on a healthy and a damaged repository, and bad input.
 
-use assert_cmd::Command;
-use std::path::Path;
-
-fn tessera(repo: &Path) -> Command {
-    let mut c = Command::cargo_bin("tessera").unwrap();
-    c.env("TESSERA_REPO", repo).env_remove("RUST_BACKTRACE");
-    c
-}
+mod common;
+use common::tessera;
 
 fn json(out: &[u8]) -> serde_json::Value {
     serde_json::from_slice(out).unwrap_or_else(|e| panic!("bad json ({e})"))

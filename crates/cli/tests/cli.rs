@@ -4,37 +4,13 @@ use assert_cmd::Command;
 use std::path::Path;
 use std::sync::Arc;
 
-fn tessera(repo: &Path) -> Command {
-    let mut c = Command::cargo_bin("tessera").unwrap();
-    c.env("TESSERA_REPO", repo).env_remove("RUST_BACKTRACE");
-    c
-}
+mod common;
+use common::{json, ok, tessera};
 
-/// Run and return stdout; panics with stderr on failure.
-fn ok(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// Run, expect failure with one `error:` line that contains `needle`.
+/// [`common::fails`], and the error is not a panic.
 fn fails(cmd: &mut Command, needle: &str) {
-    let out = cmd.output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "stderr: {err}");
-    let lines: Vec<_> = err.lines().collect();
-    assert_eq!(lines.len(), 1, "one line expected: {err}");
-    assert!(lines[0].starts_with("error: "), "{err}");
-    assert!(err.contains(needle), "expected '{needle}' in: {err}");
+    let err = common::fails(cmd, needle);
     assert!(!err.contains("panicked"), "{err}");
-}
-
-fn json(s: &str) -> serde_json::Value {
-    serde_json::from_str(s).unwrap_or_else(|e| panic!("bad json ({e}): {s}"))
 }
 
 fn make_tree(root: &Path) {

@@ -3,37 +3,13 @@
 use assert_cmd::Command;
 use std::path::Path;
 
-fn tessera(repo: &Path) -> Command {
-    let mut c = Command::cargo_bin("tessera").unwrap();
-    c.env("TESSERA_REPO", repo).env_remove("RUST_BACKTRACE");
-    c
-}
-
-fn ok(cmd: &mut Command) -> Vec<u8> {
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
-}
+mod common;
+use common::{fails, ok, ok_bytes, tessera};
 
 fn json(cmd: &mut Command) -> serde_json::Value {
-    let s = ok(cmd);
+    let s = ok_bytes(cmd);
     serde_json::from_slice(&s)
         .unwrap_or_else(|e| panic!("bad json ({e}): {}", String::from_utf8_lossy(&s)))
-}
-
-/// Expect failure with one `error:` line containing `needle`.
-fn fails(cmd: &mut Command, needle: &str) {
-    let out = cmd.output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "stderr: {err}");
-    let lines: Vec<_> = err.lines().collect();
-    assert_eq!(lines.len(), 1, "one line expected: {err}");
-    assert!(lines[0].starts_with("error: "), "{err}");
-    assert!(err.contains(needle), "expected '{needle}' in: {err}");
 }
 
 fn data(seed: u64, len: usize) -> Vec<u8> {
@@ -51,7 +27,7 @@ fn data(seed: u64, len: usize) -> Vec<u8> {
 /// A repository with small containers and backups of v1, v2, v3 (file
 /// versions sharing most chunks); returns the versions.
 fn setup(repo: &Path, dir: &Path) -> Vec<Vec<u8>> {
-    ok(tessera(repo).args([
+    ok_bytes(tessera(repo).args([
         "init",
         "--chunker",
         "fastcdc:1k/4k/16k",
@@ -66,13 +42,13 @@ fn setup(repo: &Path, dir: &Path) -> Vec<Vec<u8>> {
     let f = dir.join("file.bin");
     for v in [&v1, &v2, &v3] {
         std::fs::write(&f, v).unwrap();
-        ok(tessera(repo).arg("backup").arg(&f));
+        ok_bytes(tessera(repo).arg("backup").arg(&f));
     }
     vec![v1, v2, v3]
 }
 
 fn restore(repo: &Path, id: &str) -> Vec<u8> {
-    ok(tessera(repo).args(["restore", id, "--stdout"]))
+    ok_bytes(tessera(repo).args(["restore", id, "--stdout"]))
 }
 
 fn listing(dir: &Path) -> Vec<String> {
@@ -94,7 +70,7 @@ fn gc_naive_then_gccdf_report_json_and_keep_backups_restorable() {
     let t = tempfile::tempdir().unwrap();
     let repo = t.path().join("repo");
     let v = setup(&repo, t.path());
-    ok(tessera(&repo).args(["forget", "1"]));
+    ok_bytes(tessera(&repo).args(["forget", "1"]));
     let r = json(tessera(&repo).args(["gc", "--vc-fp-rate", "0.01", "--json"]));
     assert_eq!(r["strategy"], "naive");
     assert_eq!(r["dry_run"], false);
@@ -122,7 +98,7 @@ fn gc_naive_then_gccdf_report_json_and_keep_backups_restorable() {
     assert_eq!(restore(&repo, "2"), v[1]);
     assert_eq!(restore(&repo, "3"), v[2]);
 
-    ok(tessera(&repo).args(["forget", "2"]));
+    ok_bytes(tessera(&repo).args(["forget", "2"]));
     let r = json(tessera(&repo).args([
         "gc",
         "--strategy",
@@ -140,7 +116,7 @@ fn gc_naive_then_gccdf_report_json_and_keep_backups_restorable() {
     // Nothing left to collect.
     let r = json(tessera(&repo).args(["gc", "--json"]));
     assert_eq!(r["involved_containers"], 0);
-    let human = String::from_utf8(ok(tessera(&repo).arg("gc"))).unwrap();
+    let human = ok(tessera(&repo).arg("gc"));
     assert!(human.contains("0 containers involved"), "{human}");
 }
 
@@ -161,7 +137,7 @@ fn dry_runs_change_nothing() {
     assert_eq!(gone, vec![1, 2]);
     assert_eq!(r["remaining"], 1);
     assert_eq!(listing(&repo), before);
-    ok(tessera(&repo).args(["forget", "1"]));
+    ok_bytes(tessera(&repo).args(["forget", "1"]));
     let before = listing(&repo);
     for s in ["naive", "gccdf"] {
         let r = json(tessera(&repo).args(["gc", "--dry-run", "--strategy", s, "--json"]));
@@ -176,7 +152,7 @@ fn forget_keep_last_then_gc() {
     let t = tempfile::tempdir().unwrap();
     let repo = t.path().join("repo");
     let v = setup(&repo, t.path());
-    let out = String::from_utf8(ok(tessera(&repo).args(["forget", "--keep-last", "2"]))).unwrap();
+    let out = ok(tessera(&repo).args(["forget", "--keep-last", "2"]));
     assert!(out.contains("forgot backup 1"), "{out}");
     let snaps = json(tessera(&repo).args(["snapshots", "--json"]));
     let ids: Vec<u64> = snaps
@@ -186,7 +162,7 @@ fn forget_keep_last_then_gc() {
         .map(|b| b["id"].as_u64().unwrap())
         .collect();
     assert_eq!(ids, vec![2, 3]);
-    ok(tessera(&repo).args(["gc", "--strategy", "gccdf"]));
+    ok_bytes(tessera(&repo).args(["gc", "--strategy", "gccdf"]));
     assert_eq!(restore(&repo, "2"), v[1]);
     assert_eq!(restore(&repo, "latest"), v[2]);
     // Dry run by id lists without forgetting.

@@ -3,37 +3,13 @@
 use assert_cmd::Command;
 use std::path::Path;
 
+mod common;
+use common::{fails_all, json, ok};
+
 fn tessera() -> Command {
     let mut c = Command::cargo_bin("tessera").unwrap();
     c.env_remove("RUST_BACKTRACE").env_remove("TESSERA_REPO");
     c
-}
-
-fn ok(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// Expect failure with one `error:` line containing every needle.
-fn fails(cmd: &mut Command, needles: &[&str]) {
-    let out = cmd.output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "stderr: {err}");
-    let lines: Vec<_> = err.lines().collect();
-    assert_eq!(lines.len(), 1, "one line expected: {err}");
-    assert!(lines[0].starts_with("error: "), "{err}");
-    for n in needles {
-        assert!(err.contains(n), "expected '{n}' in: {err}");
-    }
-}
-
-fn json(s: &str) -> serde_json::Value {
-    serde_json::from_str(s).unwrap_or_else(|e| panic!("bad json ({e}): {s}"))
 }
 
 #[test]
@@ -61,12 +37,12 @@ fn demo_writes_a_report_and_refuses_foreign_directories() {
     let mine = t.path().join("mine");
     std::fs::create_dir(&mine).unwrap();
     std::fs::write(mine.join("thesis.tex"), "x").unwrap();
-    fails(
+    fails_all(
         tessera().args(["lab", "demo", "--dir"]).arg(&mine),
         &["not an earlier demo"],
     );
     assert!(mine.join("thesis.tex").exists());
-    fails(
+    fails_all(
         tessera()
             .args(["lab", "demo", "--approaches", "nogc,fancy", "--dir"])
             .arg(&dir),
@@ -215,7 +191,7 @@ fn bad_input_names_file_and_line() {
     ];
     for (name, text, needles) in cases {
         let e = write(name, &text);
-        fails(
+        fails_all(
             tessera()
                 .args(["lab", "run", "--out"])
                 .arg(p.join("o"))
@@ -223,11 +199,11 @@ fn bad_input_names_file_and_line() {
             &needles,
         );
     }
-    fails(
+    fails_all(
         tessera().args(["lab", "run"]).arg(p.join("absent.toml")),
         &["absent.toml"],
     );
-    fails(
+    fails_all(
         tessera()
             .args(["lab", "gen", "git", "--tags", "v*", "--repo"])
             .arg(p.join("nogit"))
@@ -292,7 +268,7 @@ fn gen_git_writes_one_tarball_per_tag_in_version_order() {
         .arg(&repo)
         .args(["--out", "again"]));
     assert_eq!(std::fs::read(again.join("00002-v10.tar")).unwrap(), tar);
-    fails(
+    fails_all(
         tessera()
             .args(["lab", "gen", "git", "--tags", "nomatch*", "--repo"])
             .arg(&repo)

@@ -8,10 +8,10 @@ use tessera_core::catalog::{manifest_key, SourceKind};
 use tessera_core::check::{check_backend, CheckOptions, CheckReport, ReadData};
 use tessera_core::chunking::ChunkerConfig;
 use tessera_core::container::{container_key, ChunkKind, ContainerId};
-use tessera_core::{BackupOptions, HashAlgo, InitOptions, Repository};
+use tessera_core::{BackupOptions, Repository};
 
 mod common;
-use common::bytes;
+use common::{bytes, open_new};
 
 struct Fixture {
     _dir: tempfile::TempDir,
@@ -32,21 +32,16 @@ fn fixture() -> Fixture {
     std::fs::write(src.join("z-big.bin"), bytes(1, 600_000)).unwrap();
     let repo = dir.path().join("repo");
     let backend: Arc<dyn Backend> = Arc::new(LocalBackend::create(&repo).unwrap());
-    Repository::init(
+    let mut r = open_new(
         backend.clone(),
-        &InitOptions {
-            hash: HashAlgo::Blake3,
-            chunker: ChunkerConfig::Fastcdc {
-                min: 1024,
-                avg: 4096,
-                max: 16384,
-            },
-            container_size: 64 * 1024,
-            trace: false,
+        ChunkerConfig::Fastcdc {
+            min: 1024,
+            avg: 4096,
+            max: 16384,
         },
-    )
-    .unwrap();
-    let mut r = Repository::open_writer(backend.clone(), "test").unwrap();
+        64 * 1024,
+        false,
+    );
     let (t, _) = r
         .backup_tree(
             &BackupOptions::new("src", SourceKind::Tree),
@@ -99,6 +94,15 @@ fn recipe_container(f: &Fixture) -> ContainerId {
         .id
 }
 
+/// The tree backup's last data container: it holds the tail of z-big.bin.
+fn last_tree_container(f: &Fixture) -> ContainerId {
+    *data_containers(f)
+        .iter()
+        .filter(|&&c| c < recipe_container(f))
+        .max()
+        .unwrap()
+}
+
 fn path(f: &Fixture, id: ContainerId) -> std::path::PathBuf {
     f.repo.join(container_key(id))
 }
@@ -139,11 +143,7 @@ fn flipped_data_byte_is_found_by_read_data_with_backup_and_file() {
     let f = fixture();
     // The tree backup's last data container holds the tail of z-big.bin;
     // its first chunk starts right after the 128-byte header.
-    let tree_last = *data_containers(&f)
-        .iter()
-        .filter(|&&c| c < recipe_container(&f))
-        .max()
-        .unwrap();
+    let tree_last = last_tree_container(&f);
     flip(&path(&f, tree_last), 128 + 100);
     assert!(
         check(&f, ReadData::None).ok(),
@@ -252,11 +252,7 @@ fn leftovers_are_reported_and_removed_by_the_next_writer_only() {
 #[test]
 fn restore_of_damaged_backup_names_backup_offset_and_file_or_skips_it() {
     let f = fixture();
-    let tree_last = *data_containers(&f)
-        .iter()
-        .filter(|&&c| c < recipe_container(&f))
-        .max()
-        .unwrap();
+    let tree_last = last_tree_container(&f);
     flip(&path(&f, tree_last), 128 + 100);
     let r = Repository::open(f.backend.clone()).unwrap();
     let b = r.resolve(&f.tree.to_string()).unwrap().clone();

@@ -4,7 +4,7 @@
 use proptest::prelude::*;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
-use tessera_core::backend::{Backend, FailingBackend, MemoryBackend};
+use tessera_core::backend::{Backend, FailingBackend};
 use tessera_core::catalog::SourceKind;
 use tessera_core::chunking::ChunkerConfig;
 use tessera_core::container::ChunkKind;
@@ -13,59 +13,24 @@ use tessera_core::recipe::{self, RecipeWalker};
 use tessera_core::{BackupOptions, Fingerprint, HashAlgo, InitOptions, Repository, RestoreOptions};
 
 mod common;
-use common::bytes;
+use common::{backup, bytes, init_blake3, mem, restore, trace_of};
 
 /// A new version of `base`: an overwrite, an insertion and a deletion.
 fn mutate(base: &[u8], seed: u64) -> Vec<u8> {
-    let mut v = base.to_vec();
-    if v.is_empty() {
-        return bytes(seed, 1000);
-    }
-    let n = v.len();
-    let at = (seed as usize).wrapping_mul(7919) % n;
-    let end = (at + 3000).min(n);
-    v[at..end].copy_from_slice(&bytes(seed ^ 1, end - at));
-    let ins = (seed as usize).wrapping_mul(104_729) % v.len();
-    v.splice(ins..ins, bytes(seed ^ 2, 4000));
-    let del = (seed as usize).wrapping_mul(1_299_709) % v.len();
-    let del_end = (del + 2000).min(v.len());
-    v.drain(del..del_end);
-    v
-}
-
-fn mem() -> Arc<MemoryBackend> {
-    Arc::new(MemoryBackend::new())
+    common::mutate(base, seed, 4000)
 }
 
 fn init_small(b: Arc<dyn Backend>, trace: bool) {
-    Repository::init(
+    init_blake3(
         b,
-        &InitOptions {
-            hash: HashAlgo::Blake3,
-            chunker: ChunkerConfig::Fastcdc {
-                min: 256,
-                avg: 1024,
-                max: 4096,
-            },
-            container_size: 16 * 1024,
-            trace,
+        ChunkerConfig::Fastcdc {
+            min: 256,
+            avg: 1024,
+            max: 4096,
         },
-    )
-    .unwrap();
-}
-
-fn backup(repo: &mut Repository, name: &str, data: &[u8]) -> tessera_core::Result<u64> {
-    let mut r = data;
-    let opts = BackupOptions::new(name, SourceKind::Stream);
-    repo.backup_reader(&opts, &mut r, &mut |_| {})
-        .map(|rep| rep.backup.id)
-}
-
-fn restore(repo: &Repository, id: u64) -> tessera_core::Result<Vec<u8>> {
-    let b = repo.manifest().backup(id).expect("listed").clone();
-    let mut out = Vec::new();
-    repo.restore_to(&b, &mut out, &RestoreOptions::default(), &mut |_| {})?;
-    Ok(out)
+        16 * 1024,
+        trace,
+    );
 }
 
 /// Data containers read to restore every retained backup (each restore on
@@ -489,18 +454,11 @@ fn trace_mode_gc_matches_data_mode() {
         let mut ids = Vec::new();
         for v in [&v1, &v2, &v3] {
             ids.push(if trace {
-                let lens = tessera_core::chunking::chunk_all(&*cfg.build(), v);
-                let mut pos = 0;
-                let t: Vec<_> = lens
-                    .iter()
-                    .map(|&n| {
-                        let fp = HashAlgo::Blake3.hash(&v[pos..pos + n]);
-                        pos += n;
-                        Ok((fp, n as u32))
-                    })
-                    .collect();
                 let opts = BackupOptions::new("v", SourceKind::Stream);
-                repo.backup_trace(&opts, t).unwrap().backup.id
+                repo.backup_trace(&opts, trace_of(&cfg, v))
+                    .unwrap()
+                    .backup
+                    .id
             } else {
                 backup(&mut repo, "v", v).unwrap()
             });

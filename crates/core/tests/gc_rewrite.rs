@@ -12,10 +12,10 @@ use tessera_core::chunking::ChunkerConfig;
 use tessera_core::gc::{GcOptions, GcStrategy};
 use tessera_core::restore::CacheSpec;
 use tessera_core::rewrite::RewriteSpec;
-use tessera_core::{BackupOptions, HashAlgo, InitOptions, Repository, RestoreOptions};
+use tessera_core::{BackupOptions, Repository, RestoreOptions};
 
 mod common;
-use common::bytes;
+use common::{bytes, open_new};
 
 /// Version `v` of a stream: blocks of a shared pool, shuffled per version,
 /// so later versions reference many old containers (fragmentation to fight).
@@ -63,13 +63,12 @@ proptest! {
     #[test]
     fn rewrites_forgets_and_gcs_keep_every_backup(ops in proptest::collection::vec(op(), 1..14)) {
         let backend: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
-        Repository::init(backend.clone(), &InitOptions {
-            hash: HashAlgo::Blake3,
-            chunker: ChunkerConfig::Fastcdc { min: 512, avg: 2048, max: 8192 },
-            container_size: 16 * 1024,
-            trace: false,
-        }).unwrap();
-        let mut repo = Repository::open_writer(backend.clone(), "test").unwrap();
+        let mut repo = open_new(
+            backend.clone(),
+            ChunkerConfig::Fastcdc { min: 512, avg: 2048, max: 8192 },
+            16 * 1024,
+            false,
+        );
         let mut model: BTreeMap<u64, u64> = BTreeMap::new();
         for op in ops {
             match op {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use tessera_core::backend::{Backend, LocalBackend};
 use tessera_core::catalog::{manifest_key, SourceKind};
 use tessera_core::container::format::checksum;
-use tessera_core::container::{container_key, ChunkKind};
+use tessera_core::container::{container_key, ChunkKind, ContainerId};
 use tessera_core::{BackupOptions, Error, InitOptions, Repository, RestoreOptions};
 
 fn repo_with_backup() -> (tempfile::TempDir, Arc<dyn Backend>, u64) {
@@ -29,6 +29,16 @@ fn repo_with_backup() -> (tempfile::TempDir, Arc<dyn Backend>, u64) {
 
 fn generation(b: &Arc<dyn Backend>) -> u64 {
     Repository::open(b.clone()).unwrap().manifest().generation
+}
+
+/// The first container of `kind` the manifest lists.
+fn first_container(r: &Repository, kind: ChunkKind) -> ContainerId {
+    r.manifest()
+        .containers
+        .iter()
+        .find(|c| c.kind == kind)
+        .unwrap()
+        .id
 }
 
 /// Rewrite an object's version field (u32 at offset 8) and fix its trailing
@@ -68,13 +78,7 @@ fn manifest_of_another_format_version_is_refused_by_name() {
 fn container_of_another_format_version_is_refused_by_name() {
     let (_d, b, id) = repo_with_backup();
     let r = Repository::open(b.clone()).unwrap();
-    let c = r
-        .manifest()
-        .containers
-        .iter()
-        .find(|c| c.kind == ChunkKind::Data)
-        .unwrap()
-        .id;
+    let c = first_container(&r, ChunkKind::Data);
     let mut obj = b.get(&container_key(c)).unwrap();
     set_version(&mut obj, 9, true);
     b.put(&container_key(c), &obj).unwrap();
@@ -138,20 +142,8 @@ fn swapped_recipe_container_content_is_detected() {
     // fingerprints disagree, and restore says so instead of emitting bytes.
     let (_d, b, id) = repo_with_backup();
     let r = Repository::open(b.clone()).unwrap();
-    let rc = r
-        .manifest()
-        .containers
-        .iter()
-        .find(|c| c.kind == ChunkKind::Recipe)
-        .unwrap()
-        .id;
-    let dc = r
-        .manifest()
-        .containers
-        .iter()
-        .find(|c| c.kind == ChunkKind::Data)
-        .unwrap()
-        .id;
+    let rc = first_container(&r, ChunkKind::Recipe);
+    let dc = first_container(&r, ChunkKind::Data);
     let obj = b.get(&container_key(dc)).unwrap();
     b.put(&container_key(rc), &obj).unwrap();
     let entry = r.resolve(&id.to_string()).unwrap().clone();

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::bytes;
+use common::{bytes, open_new};
 use std::sync::Arc;
 use tessera_core::backend::{Backend, MemoryBackend};
 use tessera_core::catalog::SourceKind;
@@ -12,7 +12,7 @@ use tessera_core::chunking::ChunkerConfig;
 use tessera_core::container::ChunkKind;
 use tessera_core::ingest::GroupInput;
 use tessera_core::rewrite::RewriteSpec;
-use tessera_core::{BackupOptions, Fingerprint, HashAlgo, InitOptions, Repository, RestoreOptions};
+use tessera_core::{BackupOptions, Fingerprint, HashAlgo, Repository, RestoreOptions};
 
 const CHUNK: u32 = 4096;
 
@@ -22,17 +22,12 @@ fn fp(name: &str) -> Fingerprint {
 
 fn repo(trace: bool, container_size: u32) -> Repository {
     let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
-    Repository::init(
-        b.clone(),
-        &InitOptions {
-            hash: HashAlgo::Blake3,
-            chunker: ChunkerConfig::Fixed { size: CHUNK },
-            container_size,
-            trace,
-        },
+    open_new(
+        b,
+        ChunkerConfig::Fixed { size: CHUNK },
+        container_size,
+        trace,
     )
-    .unwrap();
-    Repository::open_writer(b, "test").unwrap()
 }
 
 fn trace(names: &[&str]) -> GroupInput {

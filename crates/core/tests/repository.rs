@@ -4,31 +4,18 @@
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use tessera_core::backend::{Backend, FailingBackend, LocalBackend, MemoryBackend};
+use tessera_core::backend::{Backend, FailingBackend, LocalBackend};
 use tessera_core::catalog::SourceKind;
 use tessera_core::chunking::ChunkerConfig;
 use tessera_core::container::container_key;
 use tessera_core::{BackupOptions, Error, HashAlgo, InitOptions, Repository, RestoreOptions};
 
 mod common;
-use common::bytes;
+use common::{backup, bytes, init_blake3, mem, restore, trace_of};
 
 /// A new version of `base`: a few edits, an insertion and a deletion.
 fn mutate(base: &[u8], seed: u64) -> Vec<u8> {
-    let mut v = base.to_vec();
-    if v.is_empty() {
-        return bytes(seed, 1000);
-    }
-    let n = v.len();
-    let at = (seed as usize).wrapping_mul(7919) % n;
-    let end = (at + 3000).min(n);
-    v[at..end].copy_from_slice(&bytes(seed ^ 1, end - at));
-    let ins = (seed as usize).wrapping_mul(104_729) % v.len();
-    v.splice(ins..ins, bytes(seed ^ 2, 5000));
-    let del = (seed as usize).wrapping_mul(1_299_709) % v.len();
-    let del_end = (del + 2000).min(v.len());
-    v.drain(del..del_end);
-    v
+    common::mutate(base, seed, 5000)
 }
 
 fn init(backend: Arc<dyn Backend>, hash: HashAlgo, chunker: ChunkerConfig) {
@@ -46,23 +33,6 @@ fn init(backend: Arc<dyn Backend>, hash: HashAlgo, chunker: ChunkerConfig) {
 
 fn stream(name: &str) -> BackupOptions {
     BackupOptions::new(name, SourceKind::Stream)
-}
-
-fn backup(repo: &mut Repository, name: &str, data: &[u8]) -> tessera_core::Result<u64> {
-    let mut r = data;
-    repo.backup_reader(&stream(name), &mut r, &mut |_| {})
-        .map(|rep| rep.backup.id)
-}
-
-fn restore(repo: &Repository, id: u64) -> tessera_core::Result<Vec<u8>> {
-    let b = repo.manifest().backup(id).expect("listed").clone();
-    let mut out = Vec::new();
-    repo.restore_to(&b, &mut out, &RestoreOptions::default(), &mut |_| {})?;
-    Ok(out)
-}
-
-fn mem() -> Arc<MemoryBackend> {
-    Arc::new(MemoryBackend::new())
 }
 
 #[test]
@@ -474,32 +444,13 @@ fn trace_mode_matches_data_mode_layout() {
         max: 8192,
     };
     init(data_b.clone(), HashAlgo::Blake3, cfg);
-    Repository::init(
-        trace_b.clone(),
-        &InitOptions {
-            hash: HashAlgo::Blake3,
-            chunker: cfg,
-            container_size: 256 * 1024,
-            trace: true,
-        },
-    )
-    .unwrap();
+    init_blake3(trace_b.clone(), cfg, 256 * 1024, true);
     let mut dr = Repository::open_writer(data_b, "t").unwrap();
     let mut tr = Repository::open_writer(trace_b, "t").unwrap();
     let v1 = bytes(21, 1 << 20);
     let v2 = mutate(&v1, 22);
     for v in [&v1, &v2] {
-        let chunker = cfg.build();
-        let lens = tessera_core::chunking::chunk_all(&*chunker, v);
-        let mut pos = 0;
-        let trace: Vec<_> = lens
-            .iter()
-            .map(|&n| {
-                let fp = HashAlgo::Blake3.hash(&v[pos..pos + n]);
-                pos += n;
-                Ok((fp, n as u32))
-            })
-            .collect();
+        let trace = trace_of(&cfg, v);
         let a = backup(&mut dr, "v", v).unwrap();
         let b = tr.backup_trace(&stream("v"), trace).unwrap().backup.id;
         let (ea, eb) = (

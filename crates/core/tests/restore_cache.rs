@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{bytes, repo_with_stream};
+use common::{bytes, fp, open_new, repo_with_stream};
 use proptest::prelude::*;
 use std::sync::Arc;
 use tessera_core::backend::{Backend, MemoryBackend};
@@ -12,29 +12,15 @@ use tessera_core::chunking::ChunkerConfig;
 use tessera_core::container::ContainerId;
 use tessera_core::restore::cache::{faa_reads, lru_reads, opt_reads};
 use tessera_core::restore::CacheSpec;
-use tessera_core::{BackupOptions, Fingerprint, HashAlgo, InitOptions, Repository, RestoreOptions};
+use tessera_core::{BackupOptions, Repository, RestoreOptions};
 
 const CHUNK: u32 = 4096;
-
-fn fp(letter: char) -> Fingerprint {
-    HashAlgo::Blake3.hash(letter.to_string().as_bytes())
-}
 
 /// A trace repository whose containers hold one chunk each: a restore
 /// reads exactly the reference string of the recipe.
 fn repo_with(streams: &[&str]) -> Repository {
     let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
-    Repository::init(
-        b.clone(),
-        &InitOptions {
-            hash: HashAlgo::Blake3,
-            chunker: ChunkerConfig::default(),
-            container_size: CHUNK,
-            trace: true,
-        },
-    )
-    .unwrap();
-    let mut repo = Repository::open_writer(b, "test").unwrap();
+    let mut repo = open_new(b, ChunkerConfig::default(), CHUNK, true);
     for s in streams {
         let opts = BackupOptions::new(*s, SourceKind::Trace);
         repo.backup_trace(&opts, s.chars().map(|c| Ok((fp(c), CHUNK))))

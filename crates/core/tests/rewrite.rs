@@ -10,30 +10,17 @@ use tessera_core::catalog::SourceKind;
 use tessera_core::chunking::ChunkerConfig;
 use tessera_core::container::{ChunkKind, ContainerId};
 use tessera_core::rewrite::RewriteSpec;
-use tessera_core::{
-    BackupOptions, BackupReport, Fingerprint, HashAlgo, InitOptions, Repository, RestoreOptions,
-};
+use tessera_core::{BackupOptions, BackupReport, Fingerprint, Repository, RestoreOptions};
+
+mod common;
+use common::{bytes, fp, init_blake3, open_new};
 
 /// Fig. 3: every chunk is one letter of 1000 bytes, a container holds 5.
 const CHUNK: u32 = 1000;
 
-fn fp(letter: char) -> Fingerprint {
-    HashAlgo::Blake3.hash(letter.to_string().as_bytes())
-}
-
 fn trace_repo() -> Repository {
     let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
-    Repository::init(
-        b.clone(),
-        &InitOptions {
-            hash: HashAlgo::Blake3,
-            chunker: ChunkerConfig::default(),
-            container_size: 5 * CHUNK,
-            trace: true,
-        },
-    )
-    .unwrap();
-    Repository::open_writer(b, "test").unwrap()
+    open_new(b, ChunkerConfig::default(), 5 * CHUNK, true)
 }
 
 fn backup_letters(repo: &mut Repository, letters: &str, rewrite: RewriteSpec) -> BackupReport {
@@ -140,16 +127,7 @@ fn naive_dedup_reads_more_containers_on_the_example() {
 #[test]
 fn har_history_survives_reopen() {
     let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
-    Repository::init(
-        b.clone(),
-        &InitOptions {
-            hash: HashAlgo::Blake3,
-            chunker: ChunkerConfig::default(),
-            container_size: 5 * CHUNK,
-            trace: true,
-        },
-    )
-    .unwrap();
+    init_blake3(b.clone(), ChunkerConfig::default(), 5 * CHUNK, true);
     let har = RewriteSpec::parse("har:0.5:1").unwrap();
     let ii;
     {
@@ -170,17 +148,7 @@ fn har_history_survives_reopen() {
     // is trimmed away: II holds 2 of the backup's 13 chunks.
     {
         let b2: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
-        Repository::init(
-            b2.clone(),
-            &InitOptions {
-                hash: HashAlgo::Blake3,
-                chunker: ChunkerConfig::default(),
-                container_size: 5 * CHUNK,
-                trace: true,
-            },
-        )
-        .unwrap();
-        let mut r = Repository::open_writer(b2, "test").unwrap();
+        let mut r = open_new(b2, ChunkerConfig::default(), 5 * CHUNK, true);
         let capped = RewriteSpec::parse("har").unwrap();
         backup_letters(&mut r, "ABCDEFGHIJKLM", capped);
         backup_letters(&mut r, "ABCDEFGNOPKLM", capped);
@@ -197,9 +165,6 @@ fn har_history_survives_reopen() {
     backup_letters(&mut repo, "ABC", RewriteSpec::None);
     assert_eq!(repo.manifest().har_sparse, before);
 }
-
-mod common;
-use common::bytes;
 
 /// Next version: an overwrite, an insertion, a deletion and a moved block,
 /// so later versions reference scattered old containers.
@@ -251,13 +216,12 @@ proptest! {
         big_segment in any::<bool>(),
     ) {
         let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
-        Repository::init(b.clone(), &InitOptions {
-            hash: HashAlgo::Blake3,
-            chunker: ChunkerConfig::Fastcdc { min: 256, avg: 1024, max: 4096 },
-            container_size: 8 * 1024,
-            trace: false,
-        }).unwrap();
-        let mut repo = Repository::open_writer(b, "test").unwrap();
+        let mut repo = open_new(
+            b,
+            ChunkerConfig::Fastcdc { min: 256, avg: 1024, max: 4096 },
+            8 * 1024,
+            false,
+        );
         let segment_bytes = if big_segment { 1 << 30 } else { 6 * 1024 };
         let mut versions = vec![bytes(seed, size)];
         let mut ids = Vec::new();
@@ -321,21 +285,16 @@ fn policies_rewrite_fragmented_versions() {
     let mut reads = Vec::new();
     for spec in ["none", "capping:2", "smr:2", "ned:0.5", "har:0.5"] {
         let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
-        Repository::init(
-            b.clone(),
-            &InitOptions {
-                hash: HashAlgo::Blake3,
-                chunker: ChunkerConfig::Fastcdc {
-                    min: 256,
-                    avg: 1024,
-                    max: 4096,
-                },
-                container_size: 8 * 1024,
-                trace: false,
+        let mut repo = open_new(
+            b,
+            ChunkerConfig::Fastcdc {
+                min: 256,
+                avg: 1024,
+                max: 4096,
             },
-        )
-        .unwrap();
-        let mut repo = Repository::open_writer(b, "test").unwrap();
+            8 * 1024,
+            false,
+        );
         let mut v = bytes(7, 200_000);
         let mut rewritten = 0;
         let mut last = 0;
@@ -390,21 +349,16 @@ fn failed_rewriting_backup_restores_the_index_exactly() {
         .collect();
     let setup = || {
         let inner = Arc::new(MemoryBackend::new());
-        Repository::init(
+        let mut repo = open_new(
             inner.clone(),
-            &InitOptions {
-                hash: HashAlgo::Blake3,
-                chunker: ChunkerConfig::Fastcdc {
-                    min: 256,
-                    avg: 1024,
-                    max: 4096,
-                },
-                container_size: 8 * 1024,
-                trace: false,
+            ChunkerConfig::Fastcdc {
+                min: 256,
+                avg: 1024,
+                max: 4096,
             },
-        )
-        .unwrap();
-        let mut repo = Repository::open_writer(inner.clone(), "test").unwrap();
+            8 * 1024,
+            false,
+        );
         for (k, v) in versions[..3].iter().enumerate() {
             let opts = BackupOptions {
                 rewrite: RewriteSpec::Smr { level: 1 },
@@ -498,16 +452,7 @@ fn bench_ingest_throughput_per_policy() {
         let mut result = None;
         for _ in 0..2 {
             let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
-            Repository::init(
-                b.clone(),
-                &InitOptions {
-                    hash: HashAlgo::Blake3,
-                    chunker: ChunkerConfig::default(),
-                    container_size: 4 << 20,
-                    trace: false,
-                },
-            )
-            .unwrap();
+            init_blake3(b.clone(), ChunkerConfig::default(), 4 << 20, false);
             let mut repo = Repository::open_writer(b, "bench").unwrap();
             let started = std::time::Instant::now();
             let mut rewritten = 0;
@@ -557,16 +502,7 @@ fn bench_ingest_throughput_per_policy() {
 #[test]
 fn older_copies_survive_reopen_and_compaction() {
     let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
-    Repository::init(
-        b.clone(),
-        &InitOptions {
-            hash: HashAlgo::Blake3,
-            chunker: ChunkerConfig::default(),
-            container_size: 5 * CHUNK,
-            trace: true,
-        },
-    )
-    .unwrap();
+    init_blake3(b.clone(), ChunkerConfig::default(), 5 * CHUNK, true);
     let capping = RewriteSpec::Capping { level: 2 };
     let (ii, iv);
     {

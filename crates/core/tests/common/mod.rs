@@ -1,4 +1,11 @@
-//! Helpers shared by the integration tests.
+//! Helpers shared by the integration tests. Each test file is its own
+//! crate, so a helper one file does not use is dead code there.
+
+use std::sync::Arc;
+use tessera_core::backend::{Backend, MemoryBackend};
+use tessera_core::catalog::{BackupEntry, SourceKind};
+use tessera_core::chunking::ChunkerConfig;
+use tessera_core::{BackupOptions, Fingerprint, HashAlgo, InitOptions, Repository, RestoreOptions};
 
 /// Cheap deterministic bytes (xorshift), so tests can make megabytes quickly.
 pub fn bytes(seed: u64, len: usize) -> Vec<u8> {
@@ -14,28 +21,117 @@ pub fn bytes(seed: u64, len: usize) -> Vec<u8> {
     out
 }
 
-/// A new data-mode repository on `backend` (BLAKE3) holding one stream
-/// backup of `data`, and that backup.
-#[allow(dead_code)] // not every test file restores a single stream
-pub fn repo_with_stream(
-    backend: std::sync::Arc<dyn tessera_core::backend::Backend>,
-    chunker: tessera_core::chunking::ChunkerConfig,
+/// A memory backend.
+#[allow(dead_code)] // used by gc.rs and repository.rs
+pub fn mem() -> Arc<MemoryBackend> {
+    Arc::new(MemoryBackend::new())
+}
+
+/// A new version of `base`: an overwrite, an insertion of `insert` bytes
+/// and a deletion.
+#[allow(dead_code)] // used by gc.rs and repository.rs
+pub fn mutate(base: &[u8], seed: u64, insert: usize) -> Vec<u8> {
+    let mut v = base.to_vec();
+    if v.is_empty() {
+        return bytes(seed, 1000);
+    }
+    let n = v.len();
+    let at = (seed as usize).wrapping_mul(7919) % n;
+    let end = (at + 3000).min(n);
+    v[at..end].copy_from_slice(&bytes(seed ^ 1, end - at));
+    let ins = (seed as usize).wrapping_mul(104_729) % v.len();
+    v.splice(ins..ins, bytes(seed ^ 2, insert));
+    let del = (seed as usize).wrapping_mul(1_299_709) % v.len();
+    let del_end = (del + 2000).min(v.len());
+    v.drain(del..del_end);
+    v
+}
+
+/// The fingerprint of a one-letter chunk in the trace scenarios.
+#[allow(dead_code)] // used by the trace-mode rewrite and cache tests
+pub fn fp(letter: char) -> Fingerprint {
+    HashAlgo::Blake3.hash(letter.to_string().as_bytes())
+}
+
+/// Initialise a BLAKE3 repository on `backend`.
+#[allow(dead_code)] // not every test file sets its repository up so
+pub fn init_blake3(
+    backend: Arc<dyn Backend>,
+    chunker: ChunkerConfig,
     container_size: u32,
-    data: &[u8],
-) -> (tessera_core::Repository, tessera_core::catalog::BackupEntry) {
-    use tessera_core::{BackupOptions, HashAlgo, InitOptions, Repository};
+    trace: bool,
+) {
     Repository::init(
-        backend.clone(),
+        backend,
         &InitOptions {
             hash: HashAlgo::Blake3,
             chunker,
             container_size,
-            trace: false,
+            trace,
         },
     )
     .unwrap();
-    let mut repo = Repository::open_writer(backend, "test").unwrap();
-    let opts = BackupOptions::new("s", tessera_core::catalog::SourceKind::Stream);
+}
+
+/// [`init_blake3`], then open the repository as writer "test".
+#[allow(dead_code)] // not every test file sets its repository up so
+pub fn open_new(
+    backend: Arc<dyn Backend>,
+    chunker: ChunkerConfig,
+    container_size: u32,
+    trace: bool,
+) -> Repository {
+    init_blake3(backend.clone(), chunker, container_size, trace);
+    Repository::open_writer(backend, "test").unwrap()
+}
+
+/// Back `data` up as the stream `name`; the new backup's id.
+#[allow(dead_code)] // used by gc.rs and repository.rs
+pub fn backup(repo: &mut Repository, name: &str, data: &[u8]) -> tessera_core::Result<u64> {
+    let mut r = data;
+    let opts = BackupOptions::new(name, SourceKind::Stream);
+    repo.backup_reader(&opts, &mut r, &mut |_| {})
+        .map(|rep| rep.backup.id)
+}
+
+/// Restore backup `id` into memory.
+#[allow(dead_code)] // used by gc.rs and repository.rs
+pub fn restore(repo: &Repository, id: u64) -> tessera_core::Result<Vec<u8>> {
+    let b = repo.manifest().backup(id).expect("listed").clone();
+    let mut out = Vec::new();
+    repo.restore_to(&b, &mut out, &RestoreOptions::default(), &mut |_| {})?;
+    Ok(out)
+}
+
+/// The trace of `data` as `chunker` cuts it: each chunk's BLAKE3
+/// fingerprint and length, as a trace-mode backup takes them.
+#[allow(dead_code)] // used by the trace-versus-data-mode tests
+pub fn trace_of(
+    chunker: &ChunkerConfig,
+    data: &[u8],
+) -> Vec<tessera_core::Result<(Fingerprint, u32)>> {
+    let lens = tessera_core::chunking::chunk_all(&*chunker.build(), data);
+    let mut pos = 0;
+    lens.iter()
+        .map(|&n| {
+            let fp = HashAlgo::Blake3.hash(&data[pos..pos + n]);
+            pos += n;
+            Ok((fp, n as u32))
+        })
+        .collect()
+}
+
+/// A new data-mode repository on `backend` (BLAKE3) holding one stream
+/// backup of `data`, and that backup.
+#[allow(dead_code)] // not every test file restores a single stream
+pub fn repo_with_stream(
+    backend: Arc<dyn Backend>,
+    chunker: ChunkerConfig,
+    container_size: u32,
+    data: &[u8],
+) -> (Repository, BackupEntry) {
+    let mut repo = open_new(backend, chunker, container_size, false);
+    let opts = BackupOptions::new("s", SourceKind::Stream);
     let id = repo
         .backup_reader(&opts, &mut &data[..], &mut |_| {})
         .unwrap()
