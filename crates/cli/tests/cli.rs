@@ -250,6 +250,50 @@ fn trace_repository_ingests_traces() {
 }
 
 #[test]
+fn ls_lists_a_backups_entries() {
+    let t = tempfile::tempdir().unwrap();
+    let repo = t.path().join("repo");
+    let src = t.path().join("src");
+    make_tree(&src);
+    ok(tessera(&repo).arg("init"));
+    ok(tessera(&repo).arg("backup").arg(&src));
+    let plain = ok(tessera(&repo).args(["ls", "latest"]));
+    assert_eq!(
+        plain.lines().collect::<Vec<_>>(),
+        ["a.txt", "link", "sub/", "sub/big.bin", "sub/empty/"]
+    );
+    let long = ok(tessera(&repo).args(["ls", "1", "-l"]));
+    let lines: Vec<&str> = long.lines().collect();
+    assert!(
+        lines[0].starts_with("-rw") && lines[0].contains(" 14 "),
+        "{long}"
+    );
+    assert!(
+        lines[1].starts_with("l") && lines[1].ends_with("link -> a.txt"),
+        "{long}"
+    );
+    assert!(
+        lines[2].starts_with("d") && lines[3].contains(" 300000 "),
+        "{long}"
+    );
+    let j = json(&ok(tessera(&repo).args(["ls", "latest", "--json"])));
+    let entries = j.as_array().unwrap();
+    assert_eq!(entries.len(), 5);
+    assert_eq!(entries[3]["path"], "sub/big.bin");
+    assert_eq!(entries[3]["kind"], "file");
+    assert_eq!(entries[3]["size"], 300_000);
+    assert_eq!(entries[1]["link"], "a.txt");
+    // A stream backup is one file named after its source.
+    let f = t.path().join("db.dump");
+    std::fs::write(&f, b"0123456789").unwrap();
+    ok(tessera(&repo).arg("backup").arg(&f));
+    let j = json(&ok(tessera(&repo).args(["ls", "latest", "--json"])));
+    assert_eq!(j[0]["path"], "db.dump");
+    assert_eq!(j[0]["size"], 10);
+    fails(tessera(&repo).args(["ls", "42"]), "no snapshot '42'");
+}
+
+#[test]
 fn help_lists_every_command() {
     let out = Command::cargo_bin("tessera")
         .unwrap()
@@ -265,6 +309,9 @@ fn help_lists_every_command() {
         "forget",
         "stats",
         "unlock",
+        "ls",
+        "check",
+        "gc",
         "lab",
     ] {
         assert!(help.contains(c), "{c} missing from --help");
