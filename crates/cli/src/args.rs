@@ -120,6 +120,9 @@ pub enum Command {
         /// Restore everything that is intact: damaged chunks are written as zeros and listed, with the files they fall in (exit status 3)
         #[arg(long)]
         skip_damaged: bool,
+        /// Restore only this path of a directory backup (a file, or a directory with everything below it); repeat for several. Paths as `tessera ls` prints them
+        #[arg(long, value_name = "PATH", conflicts_with_all = ["stdout", "skip_damaged"])]
+        include: Vec<String>,
         #[command(flatten)]
         json: JsonArg,
     },

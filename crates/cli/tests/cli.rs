@@ -250,7 +250,7 @@ fn trace_repository_ingests_traces() {
 }
 
 #[test]
-fn ls_lists_a_backups_entries() {
+fn ls_lists_a_backups_entries_and_restore_includes_some() {
     let t = tempfile::tempdir().unwrap();
     let repo = t.path().join("repo");
     let src = t.path().join("src");
@@ -283,6 +283,31 @@ fn ls_lists_a_backups_entries() {
     assert_eq!(entries[3]["kind"], "file");
     assert_eq!(entries[3]["size"], 300_000);
     assert_eq!(entries[1]["link"], "a.txt");
+    // A partial restore: one file, with the directory above it.
+    let part = t.path().join("part");
+    ok(tessera(&repo)
+        .args(["restore", "1", "--include", "sub/big.bin", "-t"])
+        .arg(&part));
+    assert_eq!(
+        std::fs::read(part.join("sub/big.bin")).unwrap().len(),
+        300_000
+    );
+    assert!(!part.join("a.txt").exists() && !part.join("sub/empty").exists());
+    fails(
+        tessera(&repo)
+            .args([
+                "restore",
+                "1",
+                "--include",
+                "nope",
+                "--include",
+                "a.txt",
+                "-t",
+            ])
+            .arg(t.path().join("part2")),
+        "--include matched nothing in backup 1: nope",
+    );
+    assert!(t.path().join("part2/a.txt").exists());
     // A stream backup is one file named after its source.
     let f = t.path().join("db.dump");
     std::fs::write(&f, b"0123456789").unwrap();
@@ -291,6 +316,12 @@ fn ls_lists_a_backups_entries() {
     assert_eq!(j[0]["path"], "db.dump");
     assert_eq!(j[0]["size"], 10);
     fails(tessera(&repo).args(["ls", "42"]), "no snapshot '42'");
+    fails(
+        tessera(&repo)
+            .args(["restore", "latest", "--include", "x", "-t"])
+            .arg(t.path().join("part3")),
+        "only a directory backup has paths to include",
+    );
 }
 
 #[test]

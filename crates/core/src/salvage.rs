@@ -330,6 +330,7 @@ impl Repository {
         let (restored, extracted) = crate::restore::into_directory(
             b,
             target,
+            &[],
             |out| self.restore_damaged_to(b, out, progress),
             |r| r.restored_bytes,
         )?;

@@ -55,12 +55,14 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             stdout,
             cache,
             skip_damaged,
+            include,
             json,
         } => {
             if skip_damaged {
                 restore::restore_damaged(&repo, &snapshot, target, stdout, json.json)
             } else {
-                restore::restore(&repo, &snapshot, target, stdout, &cache, json.json)
+                let to = restore::To { target, stdout };
+                restore::restore(&repo, &snapshot, to, &include, &cache, json.json)
             }
         }
         Command::Forget {

@@ -21,14 +21,21 @@ struct Report {
     extract: Option<ExtractReport>,
 }
 
+/// Where a restore goes: a directory, or standard output.
+pub struct To {
+    pub target: Option<PathBuf>,
+    pub stdout: bool,
+}
+
 pub fn restore(
     repo: &RepoArg,
     snapshot: &str,
-    target: Option<PathBuf>,
-    to_stdout: bool,
+    to: To,
+    include: &[String],
     cache: &str,
     json: bool,
 ) -> Result<ExitCode> {
+    let (target, to_stdout) = (to.target, to.stdout);
     let cache = CacheSpec::parse(cache).map_err(|e| anyhow::anyhow!("--cache: {e}"))?;
     let r = Repository::open(open_backend(repo)?)?;
     let backup = r.resolve(snapshot)?.clone();
@@ -45,7 +52,8 @@ pub fn restore(
         }
     } else {
         let t = target.expect("clap requires a target");
-        let (rep, ext) = r.restore_into(&backup, &t, &opts, &mut |n| pb.set_position(n))?;
+        let (rep, ext) =
+            r.restore_into_selected(&backup, &t, &opts, include, &mut |n| pb.set_position(n))?;
         Report {
             restore: rep,
             extract: Some(ext),
@@ -86,9 +94,20 @@ pub fn restore(
     }
     if refused > 0 {
         eprintln!(
-            "error: {refused} entries were refused (unsafe paths); everything else was restored"
+            "error: {refused} entries were refused (reasons above); everything else was restored"
         );
         return Ok(ExitCode::from(3));
+    }
+    let unmatched = report
+        .extract
+        .as_ref()
+        .map_or(&[][..], |e| &e.unmatched[..]);
+    if !unmatched.is_empty() {
+        anyhow::bail!(
+            "--include matched nothing in backup {}: {} (see `tessera ls`)",
+            report.restore.backup_id,
+            unmatched.join(", ")
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -56,6 +56,27 @@ const COPY_BUF: usize = 256 * 1024;
 /// not restored. A malformed or truncated stream is an error; what was
 /// extracted before it stays on disk.
 pub fn extract(input: &mut dyn Read, target: &Path) -> Result<ExtractReport> {
+    extract_selected(input, target, &[])
+}
+
+/// [`extract`] only the entries at or below the `include` paths (all when
+/// empty), with the directories leading to them. An include that matches
+/// no entry is listed in [`ExtractReport::unmatched`].
+pub fn extract_selected(
+    input: &mut dyn Read,
+    target: &Path,
+    include: &[String],
+) -> Result<ExtractReport> {
+    let select = if include.is_empty() {
+        None
+    } else {
+        let paths = include_paths(include)?;
+        Some(Selection {
+            matched: vec![false; paths.len()],
+            paths,
+            names: include.to_vec(),
+        })
+    };
     fs::create_dir_all(target).ctx(|| format!("cannot create {}", target.display()))?;
     let mut stream = Stream {
         inner: BufReader::with_capacity(COPY_BUF, input),
@@ -70,10 +91,13 @@ pub fn extract(input: &mut dyn Read, target: &Path) -> Result<ExtractReport> {
         symlink_paths: HashSet::new(),
         dirs: HashMap::new(),
         buf: vec![0; COPY_BUF],
+        select,
     };
     while let Some(entry) = next_entry(&mut stream)? {
         let mut data = (&mut stream).take(entry.size);
-        x.entry(&entry, &mut data)?;
+        if x.selected(&entry) {
+            x.entry(&entry, &mut data)?;
+        }
         // Whatever the entry did not consume (refused entries, unexpected
         // data on a link) is skipped, then the block padding.
         let rest = data.limit();
@@ -129,6 +153,19 @@ pub struct Listed {
     /// Symlink target or hard-link source.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub link: Option<String>,
+}
+
+/// `--include` paths as components; an absolute, empty or `..` path is an
+/// error (it could never name an entry that extraction would restore).
+pub fn include_paths(include: &[String]) -> Result<Vec<Vec<Vec<u8>>>> {
+    include
+        .iter()
+        .map(|i| match components(i.as_bytes()) {
+            Ok(c) if !c.is_empty() => Ok(c.iter().map(|c| c.to_vec()).collect()),
+            Ok(_) => Err(Error::invalid(format!("--include {i:?}: empty path"))),
+            Err(reason) => Err(Error::invalid(format!("--include {i:?}: {reason}"))),
+        })
+        .collect()
 }
 
 /// The input, counting bytes so that errors can say where the stream broke.
@@ -428,9 +465,44 @@ struct Extractor {
     /// Directories and their (mode, mtime), applied once their contents exist.
     dirs: HashMap<Vec<u8>, (u32, u64)>,
     buf: Vec<u8>,
+    /// `--include`: which entries to restore (all without one).
+    select: Option<Selection>,
+}
+
+/// The paths a partial restore asks for, as components.
+struct Selection {
+    paths: Vec<Vec<Vec<u8>>>,
+    matched: Vec<bool>,
+    /// As given, for the report.
+    names: Vec<String>,
 }
 
 impl Extractor {
+    /// Whether an entry is restored: without a selection all are; with one,
+    /// those at or below an included path, and the directories above one.
+    /// Entries with unusable paths go to `entry`, which refuses them.
+    fn selected(&mut self, e: &Entry) -> bool {
+        let Some(sel) = self.select.as_mut() else {
+            return true;
+        };
+        let Ok(comps) = components(&e.path) else {
+            return true;
+        };
+        let mut keep = false;
+        for (inc, matched) in sel.paths.iter().zip(sel.matched.iter_mut()) {
+            if comps.len() >= inc.len() && comps.iter().zip(inc).all(|(a, b)| *a == &b[..]) {
+                *matched = true;
+                keep = true;
+            } else if e.kind == DIRECTORY
+                && comps.len() < inc.len()
+                && comps.iter().zip(inc).all(|(a, b)| *a == &b[..])
+            {
+                keep = true;
+            }
+        }
+        keep
+    }
+
     fn abs(&self, key: &[u8]) -> PathBuf {
         self.root.join(OsStr::from_bytes(key))
     }
@@ -644,6 +716,13 @@ impl Extractor {
             Err(reason) => return Ok(Err(format!("hard link target: {reason}"))),
         };
         if !self.files.contains(&target) {
+            if self.select.is_some() {
+                // Its data is stored with the first path of the inode.
+                return Ok(Err(format!(
+                    "a hard link to {0}, which the --include paths leave out (include {0} too)",
+                    lossy(&e.link)
+                )));
+            }
             return Ok(Err(format!(
                 "hard link target {} is not a file extracted earlier",
                 lossy(&e.link)
@@ -667,6 +746,15 @@ impl Extractor {
     /// Create the queued symlinks, then give directories their mode and mtime,
     /// deepest first, now that nothing more is created inside them.
     fn finish(mut self) -> Result<ExtractReport> {
+        if let Some(sel) = self.select.take() {
+            self.report.unmatched = sel
+                .names
+                .into_iter()
+                .zip(sel.matched)
+                .filter(|(_, m)| !m)
+                .map(|(n, _)| n)
+                .collect();
+        }
         for link in std::mem::take(&mut self.symlinks) {
             if let Err(reason) = self.create_symlink(&link)? {
                 self.refuse(&link.shown, None, reason);

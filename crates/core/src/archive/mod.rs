@@ -43,7 +43,7 @@ mod serialize;
 #[cfg(test)]
 mod tests;
 
-pub use self::extract::{extract, list, Listed};
+pub use self::extract::{extract, extract_selected, include_paths, list, Listed};
 pub use self::serialize::write_tree;
 
 /// Summary of a serialized tree.
@@ -82,4 +82,7 @@ pub struct ExtractReport {
     pub bytes: u64,
     /// Entries skipped for safety or because they are unsupported.
     pub refused: Vec<Refused>,
+    /// `--include` paths that matched no entry.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unmatched: Vec<String>,
 }

@@ -296,6 +296,70 @@ fn list_gives_every_entry_in_stream_order() {
 }
 
 #[test]
+fn extract_selected_restores_only_the_included_paths() {
+    let src = tempfile::tempdir().unwrap();
+    build_fixture(src.path());
+    let (tar, _) = tar_of(src.path());
+    let dst = tempfile::tempdir().unwrap();
+    let run = |name: &str, include: &[&str]| {
+        let target = dst.path().join(name);
+        let include: Vec<String> = include.iter().map(|s| s.to_string()).collect();
+        let report = super::extract_selected(&mut &tar[..], &target, &include).unwrap();
+        let paths: Vec<String> = all_paths(&target)
+            .iter()
+            .map(|p| {
+                p.strip_prefix(&target)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        (report, paths, target)
+    };
+    // A directory brings everything below it, and the directories above.
+    let (r, paths, target) = run("dir", &["a/b"]);
+    assert_eq!(
+        paths,
+        ["a", "a/b", "a/b/c", "a/b/c/deep.txt", "a/b/up"],
+        "{r:?}"
+    );
+    assert!(r.refused.is_empty() && r.unmatched.is_empty(), "{r:?}");
+    assert_eq!(fs::read(target.join("a/b/c/deep.txt")).unwrap(), b"deep\n");
+    // Selected entries keep their modes: a/b is 0o750.
+    let mode = fs::metadata(target.join("a/b"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o750);
+    // A file deep down, `./` and a trailing slash are accepted forms.
+    let (r, paths, _) = run("file", &["./a/b/c/deep.txt", "empty/"]);
+    assert_eq!(
+        paths,
+        ["a", "a/b", "a/b/c", "a/b/c/deep.txt", "empty"],
+        "{r:?}"
+    );
+    assert_eq!((r.files, r.dirs), (1, 4));
+    // What matched nothing is reported; the rest is still restored.
+    let (r, paths, _) = run("miss", &["nope/x", "bin.dat"]);
+    assert_eq!(paths, ["bin.dat"]);
+    assert_eq!(r.unmatched, ["nope/x"]);
+    // A hard link whose data lies with a path left out is refused, saying so.
+    let (r, paths, _) = run("link", &["h1"]);
+    assert!(paths.is_empty(), "{paths:?}");
+    assert!(
+        refused_reason(&r, "h1").contains("include a/h2 too"),
+        "{r:?}"
+    );
+    let (r, paths, _) = run("both", &["h1", "a/h2"]);
+    assert_eq!(paths, ["a", "a/h2", "h1"], "{r:?}");
+    // Paths that could never be restored are refused up front.
+    for bad in ["/etc", "../x", "a/../../x", "", "."] {
+        let err = super::extract_selected(&mut &tar[..], dst.path(), &[bad.to_string()]);
+        assert!(err.is_err(), "{bad}");
+    }
+}
+
+#[test]
 fn write_tree_is_deterministic() {
     let src = tempfile::tempdir().unwrap();
     build_fixture(src.path());

@@ -338,9 +338,28 @@ impl Repository {
         opts: &RestoreOptions,
         progress: &mut dyn FnMut(u64),
     ) -> Result<(RestoreReport, ExtractReport)> {
+        self.restore_into_selected(backup, target, opts, &[], progress)
+    }
+
+    /// [`restore_into`](Self::restore_into) only the entries at or below
+    /// the `include` paths of a directory backup (everything when empty).
+    /// The whole stream is still restored (recipes are read in order); only
+    /// the extraction is partial. Includes that match nothing are listed in
+    /// [`ExtractReport::unmatched`].
+    pub fn restore_into_selected(
+        &self,
+        backup: &BackupEntry,
+        target: &Path,
+        opts: &RestoreOptions,
+        include: &[String],
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<(RestoreReport, ExtractReport)> {
+        // Refuse a bad path before restoring anything.
+        crate::archive::include_paths(include)?;
         let (restored, extracted) = into_directory(
             backup,
             target,
+            include,
             |out| self.restore_to(backup, out, opts, progress),
             |r| r.restored_bytes,
         )?;
@@ -430,6 +449,7 @@ impl Repository {
 pub(crate) fn into_directory<R>(
     backup: &BackupEntry,
     target: &Path,
+    include: &[String],
     produce: impl FnOnce(&mut dyn Write) -> Result<R>,
     restored_bytes: impl Fn(&R) -> u64,
 ) -> Result<(Result<R>, Result<ExtractReport>)> {
@@ -438,6 +458,17 @@ pub(crate) fn into_directory<R>(
             "backup {} is a fingerprint trace: it has no bytes to restore into a directory",
             backup.id
         ))),
+        SourceKind::File | SourceKind::Stream if !include.is_empty() => {
+            Err(Error::invalid(format!(
+                "backup {} is a single {}: only a directory backup has paths to include",
+                backup.id,
+                if backup.source == SourceKind::File {
+                    "file"
+                } else {
+                    "stream"
+                }
+            )))
+        }
         SourceKind::File | SourceKind::Stream => {
             let base = Path::new(&backup.name)
                 .file_name()
@@ -468,10 +499,11 @@ pub(crate) fn into_directory<R>(
         SourceKind::Tree => {
             let (mut reader, writer) = std::io::pipe().ctx(|| "cannot create a pipe".into())?;
             let dir = target.to_path_buf();
+            let include = include.to_vec();
             let extractor = std::thread::Builder::new()
                 .name("tessera-extract".into())
                 .spawn(move || {
-                    let r = crate::archive::extract(&mut reader, &dir);
+                    let r = crate::archive::extract_selected(&mut reader, &dir, &include);
                     // Drain, so the restore side never blocks on a full pipe.
                     let _ = std::io::copy(&mut reader, &mut std::io::sink());
                     r
