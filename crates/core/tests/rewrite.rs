@@ -284,17 +284,7 @@ proptest! {
 fn policies_rewrite_fragmented_versions() {
     let mut reads = Vec::new();
     for spec in ["none", "capping:2", "smr:2", "ned:0.5", "har:0.5"] {
-        let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
-        let mut repo = open_new(
-            b,
-            ChunkerConfig::Fastcdc {
-                min: 256,
-                avg: 1024,
-                max: 4096,
-            },
-            8 * 1024,
-            false,
-        );
+        let mut repo = small_repo(Arc::new(MemoryBackend::new()));
         let mut v = bytes(7, 200_000);
         let mut rewritten = 0;
         let mut last = 0;
@@ -349,16 +339,7 @@ fn failed_rewriting_backup_restores_the_index_exactly() {
         .collect();
     let setup = || {
         let inner = Arc::new(MemoryBackend::new());
-        let mut repo = open_new(
-            inner.clone(),
-            ChunkerConfig::Fastcdc {
-                min: 256,
-                avg: 1024,
-                max: 4096,
-            },
-            8 * 1024,
-            false,
-        );
+        let mut repo = small_repo(inner.clone());
         for (k, v) in versions[..3].iter().enumerate() {
             let opts = BackupOptions {
                 rewrite: RewriteSpec::Smr { level: 1 },
@@ -528,4 +509,19 @@ fn older_copies_survive_reopen_and_compaction() {
     let r3 = backup_letters(&mut repo, "ABCFGHIJOPQRS", RewriteSpec::Smr { level: 2 });
     assert_eq!(r3.rewritten_chunks, 2);
     assert_eq!(containers_read(&repo, r3.backup.id), 3);
+}
+
+/// A data repository of 1 KiB chunks in 8 KiB containers: small versions
+/// span many containers.
+fn small_repo(b: Arc<dyn Backend>) -> Repository {
+    open_new(
+        b,
+        ChunkerConfig::Fastcdc {
+            min: 256,
+            avg: 1024,
+            max: 4096,
+        },
+        8 * 1024,
+        false,
+    )
 }

@@ -229,11 +229,9 @@ mod tests {
     }
 
     /// Second stream of Fig. 3: I holds A–E, II holds F G, III holds K L M
-    /// (N O P are unique, not the policy's business). Both schemes pick I
-    /// and III and rewrite F and G.
-    #[test]
-    fn paper_fig3_second_stream() {
-        let (names, seg) = segment(&[
+    /// (N O P are unique, not the policy's business).
+    fn fig3_second_stream() -> (Vec<String>, Segment) {
+        segment(&[
             ("A", &[I]),
             ("B", &[I]),
             ("C", &[I]),
@@ -244,7 +242,13 @@ mod tests {
             ("K", &[III]),
             ("L", &[III]),
             ("M", &[III]),
-        ]);
+        ])
+    }
+
+    /// Both schemes pick I and III and rewrite F and G.
+    #[test]
+    fn paper_fig3_second_stream() {
+        let (names, seg) = fig3_second_stream();
         assert_eq!(capping_select(&seg, 2), vec![I, III]);
         assert_eq!(smr_select(&seg, 2), vec![I, III]);
         let d = Capping { level: 2 }.decide(&seg);
@@ -314,18 +318,7 @@ mod tests {
     fn ned_keeps_containers_the_segment_uses_at_or_above_the_threshold() {
         // Fig. 3's second stream with 5-chunk containers: I holds 5 of the
         // segment's chunks (1.0), III 3 (0.6), II 2 (0.4).
-        let (names, seg) = segment(&[
-            ("A", &[I]),
-            ("B", &[I]),
-            ("C", &[I]),
-            ("D", &[I]),
-            ("E", &[I]),
-            ("F", &[II]),
-            ("G", &[II]),
-            ("K", &[III]),
-            ("L", &[III]),
-            ("M", &[III]),
-        ]);
+        let (names, seg) = fig3_second_stream();
         let stored = HashMap::from([(I, 5), (II, 5), (III, 5)]);
         assert_eq!(ned_select(&seg, &stored, 0.5), vec![I, III]);
         assert_eq!(ned_select(&seg, &stored, 0.4), vec![I, III, II]);
