@@ -170,6 +170,9 @@ pub enum Command {
         /// False-positive rate of the valid-chunk table's Bloom filter (0 = exact set; false positives only keep garbage)
         #[arg(long, default_value = "0", value_name = "P")]
         vc_fp_rate: String,
+        /// Valid-chunk table as a perfect-hash vector over the index's fingerprints (about 4 bits per stored chunk, exact for them; physical GC, FAST'17)
+        #[arg(long, conflicts_with = "vc_fp_rate")]
+        vc_phv: bool,
         /// GCCDF: false-positive rate of the per-backup ownership Bloom filters (0 = exact sets)
         #[arg(long, default_value = "0.01", value_name = "P")]
         ownership_fp_rate: String,

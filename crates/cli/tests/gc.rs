@@ -107,6 +107,7 @@ fn gc_naive_then_gccdf_report_json_and_keep_backups_restorable() {
         "2",
         "--split-threshold",
         "10",
+        "--vc-phv",
         "--json",
     ]));
     assert_eq!(r["strategy"], "gccdf");

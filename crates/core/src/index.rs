@@ -156,6 +156,10 @@ impl Index {
             ChunkKind::Recipe => &self.recipe,
         }
     }
+    /// Every data fingerprint (each once, whatever its copies).
+    pub fn data_fingerprints(&self) -> impl Iterator<Item = Fingerprint> + '_ {
+        self.data.iter().map(|(fp, _)| fp)
+    }
     /// Entries (data, recipe).
     pub fn len(&self) -> (usize, usize) {
         (self.data.len(), self.recipe.len())

@@ -273,6 +273,48 @@ fn liveness_threshold_leaves_mostly_live_containers_alone() {
 }
 
 #[test]
+fn perfect_hash_vc_reclaims_exactly_what_the_exact_set_does() {
+    let run = |phv: bool| {
+        let b = mem();
+        init_small(b.clone(), false);
+        let mut repo = Repository::open_writer(b.clone(), "t").unwrap();
+        let v1 = bytes(9, 150_000);
+        let v2 = mutate(&v1, 10);
+        let v3 = mutate(&v2, 11);
+        let id1 = backup(&mut repo, "v1", &v1).unwrap();
+        let id2 = backup(&mut repo, "v2", &v2).unwrap();
+        let id3 = backup(&mut repo, "v3", &v3).unwrap();
+        repo.forget(&[id1, id3]).unwrap();
+        let r = repo
+            .gc(&GcOptions {
+                vc_phv: phv,
+                ..Default::default()
+            })
+            .unwrap();
+        assert_only_live_chunks(&repo);
+        assert_eq!(restore(&repo, id2).unwrap(), v2);
+        (
+            r.reclaimed_containers,
+            r.produced_containers,
+            repo.stats().stored_data_bytes,
+            r.peak_memory_bytes,
+        )
+    };
+    let (exact, phv) = (run(false), run(true));
+    assert_eq!((exact.0, exact.1, exact.2), (phv.0, phv.1, phv.2));
+    assert!(exact.0 > 0);
+    // Both may not be chosen at once.
+    let err = GcOptions {
+        vc_phv: true,
+        vc_fp_rate: 0.01,
+        ..Default::default()
+    }
+    .validate()
+    .unwrap_err();
+    assert!(err.contains("not both"), "{err}");
+}
+
+#[test]
 fn bloom_vc_only_keeps_extra_chunks() {
     let b = mem();
     init_small(b.clone(), false);
@@ -495,6 +537,8 @@ enum Op {
         split: usize,
         /// Bloom VC (false positives keep dead chunks) instead of an exact set.
         bloom: bool,
+        /// Perfect-hash-vector VC (exact for stored chunks), unless `bloom`.
+        phv: bool,
     },
 }
 
@@ -502,8 +546,8 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         5 => (proptest::option::weighted(0.8, 0usize..8), any::<u64>()).prop_map(|(base, seed)| Op::Backup { base, seed }),
         3 => (0usize..8).prop_map(|pick| Op::Forget { pick }),
-        2 => (any::<bool>(), prop_oneof![2 => Just(1.0), 1 => 0.0f64..1.0], 1usize..6, 1usize..300, proptest::bool::weighted(0.2))
-            .prop_map(|(gccdf, threshold, segment, split, bloom)| Op::Gc { gccdf, threshold, segment, split, bloom }),
+        2 => (any::<bool>(), prop_oneof![2 => Just(1.0), 1 => 0.0f64..1.0], 1usize..6, 1usize..300, proptest::bool::weighted(0.2), proptest::bool::weighted(0.3))
+            .prop_map(|(gccdf, threshold, segment, split, bloom, phv)| Op::Gc { gccdf, threshold, segment, split, bloom, phv }),
     ]
 }
 
@@ -535,7 +579,7 @@ proptest! {
                         model.remove(&id);
                     }
                 }
-                Op::Gc { gccdf, threshold, segment, split, bloom } => {
+                Op::Gc { gccdf, threshold, segment, split, bloom, phv } => {
                     let strategy = if gccdf { GcStrategy::Gccdf } else { GcStrategy::Naive };
                     let r = repo.gc(&GcOptions {
                         strategy,
@@ -543,6 +587,7 @@ proptest! {
                         segment_containers: segment,
                         split_threshold: split,
                         vc_fp_rate: if bloom { 0.2 } else { 0.0 },
+                        vc_phv: phv && !bloom,
                         ..Default::default()
                     }).unwrap();
                     prop_assert!(r.reclaimed_containers <= r.involved_containers);

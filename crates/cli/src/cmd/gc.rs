@@ -17,6 +17,7 @@ pub struct GcArgs {
     pub liveness_threshold: String,
     pub split_threshold: String,
     pub vc_fp_rate: String,
+    pub vc_phv: bool,
     pub ownership_fp_rate: String,
     pub dry_run: bool,
 }
@@ -142,6 +143,7 @@ pub fn gc(repo: &RepoArg, a: &GcArgs, json: bool) -> Result<ExitCode> {
         )?,
         split_threshold: count("split-threshold", &a.split_threshold)?,
         vc_fp_rate: number("vc-fp-rate", &a.vc_fp_rate, "a rate in [0, 0.5)")?,
+        vc_phv: a.vc_phv,
         ownership_fp_rate: number(
             "ownership-fp-rate",
             &a.ownership_fp_rate,

@@ -16,11 +16,59 @@ use crate::repo::Repository;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-/// Valid-chunk membership: exact, or a Bloom filter (false positives keep
-/// dead chunks, which is safe).
+/// Valid-chunk membership: exact, a Bloom filter (false positives keep
+/// dead chunks, which is safe), or a perfect-hash vector.
 pub enum FpFilter {
     Exact(FpSet),
     Bloom(Bloom),
+    Phv(Phv),
+}
+
+/// A perfect-hash vector (physical GC, FAST'17 §4): a minimal perfect hash
+/// over every data fingerprint the index holds, and one bit per fingerprint.
+/// GC only ever asks about stored chunks, all of which are keys, so it is
+/// exact for them at about 4 bits per chunk instead of 33 bytes; a
+/// fingerprint outside the key set may map to any bit (a false positive,
+/// which only keeps garbage).
+pub struct Phv {
+    mphf: boomphf::Mphf<Fingerprint>,
+    bits: Vec<u64>,
+    keys: usize,
+}
+
+/// boomphf's space/time trade-off (its documented default range is 1–5).
+const PHV_GAMMA: f64 = 1.7;
+
+impl Phv {
+    pub fn new(keys: &[Fingerprint]) -> Self {
+        Phv {
+            mphf: boomphf::Mphf::new(PHV_GAMMA, keys),
+            bits: vec![0; keys.len().div_ceil(64)],
+            keys: keys.len(),
+        }
+    }
+    fn insert(&mut self, fp: &Fingerprint) {
+        if let Some(i) = self.mphf.try_hash(fp) {
+            if let Some(w) = self.bits.get_mut((i / 64) as usize) {
+                *w |= 1 << (i % 64);
+            }
+        }
+    }
+    fn contains(&self, fp: &Fingerprint) -> bool {
+        self.mphf
+            .try_hash(fp)
+            .and_then(|i| {
+                self.bits
+                    .get((i / 64) as usize)
+                    .map(|w| w & (1 << (i % 64)) != 0)
+            })
+            .unwrap_or(false)
+    }
+    /// The vector plus an estimate of the hash function: BBHash needs about
+    /// gamma × e^(1/gamma) bits per key (3.1 at 1.7), plus rank samples.
+    fn memory_bytes(&self) -> usize {
+        self.bits.len() * 8 + (self.keys as f64 * 3.4 / 8.0) as usize
+    }
 }
 
 impl FpFilter {
@@ -39,18 +87,24 @@ impl FpFilter {
                 b.insert(&fp);
                 false
             }
+            FpFilter::Phv(p) => {
+                p.insert(&fp);
+                false
+            }
         }
     }
     pub fn contains(&self, fp: &Fingerprint) -> bool {
         match self {
             FpFilter::Exact(s) => s.contains(fp),
             FpFilter::Bloom(b) => b.contains(fp),
+            FpFilter::Phv(p) => p.contains(fp),
         }
     }
     pub fn memory_bytes(&self) -> usize {
         match self {
             FpFilter::Exact(s) => s.capacity() * (std::mem::size_of::<Fingerprint>() + 1),
             FpFilter::Bloom(b) => b.memory_bytes(),
+            FpFilter::Phv(p) => p.memory_bytes(),
         }
     }
 }
@@ -225,19 +279,33 @@ impl Walk<'_> {
     }
 }
 
-/// Walk every retained backup's recipe. `owners_fp_rate` is `None` when no
-/// RRT and per-backup filters are wanted (naive GC).
-pub fn mark(repo: &Repository, vc_fp_rate: f64, owners_fp_rate: Option<f64>) -> Result<Mark> {
+/// Walk every retained backup's recipe. The VC is a perfect-hash vector
+/// with `vc_phv`, else exact (`vc_fp_rate` 0) or a Bloom filter.
+/// `owners_fp_rate` is `None` when no RRT and per-backup filters are wanted
+/// (naive GC).
+pub fn mark(
+    repo: &Repository,
+    vc_fp_rate: f64,
+    vc_phv: bool,
+    owners_fp_rate: Option<f64>,
+) -> Result<Mark> {
     let backups: Vec<BackupEntry> = {
         let mut b = repo.manifest.backups.clone();
         b.sort_by_key(|b| b.id);
         b
     };
     let expected: u64 = backups.iter().map(|b| b.chunks).sum();
+    let valid = if vc_phv {
+        let keys: Vec<Fingerprint> = repo.index.data_fingerprints().collect();
+        FpFilter::Phv(Phv::new(&keys))
+    } else {
+        FpFilter::new(expected as usize, vc_fp_rate)
+    };
+    let exact = matches!(valid, FpFilter::Exact(_));
     let mut m = Mark {
-        valid: FpFilter::new(expected as usize, vc_fp_rate),
+        valid,
         valid_recipe: FpSet::default(),
-        live: (vc_fp_rate <= 0.0).then(HashMap::new),
+        live: exact.then(HashMap::new),
         live_recipe: HashMap::new(),
         rrt: HashMap::new(),
         owners: HashMap::new(),

@@ -70,6 +70,9 @@ pub struct GcOptions {
     pub split_threshold: usize,
     /// False-positive rate of the VC table's Bloom filter; 0 = exact set.
     pub vc_fp_rate: f64,
+    /// The VC table as a perfect-hash vector over the index's data
+    /// fingerprints (physical GC): exact for stored chunks, ~4 bits each.
+    pub vc_phv: bool,
     /// GCCDF: false-positive rate of the per-backup ownership Bloom
     /// filters; 0 = exact fingerprint sets.
     pub ownership_fp_rate: f64,
@@ -84,6 +87,7 @@ impl Default for GcOptions {
             dry_run: false,
             split_threshold: 200,
             vc_fp_rate: 0.0,
+            vc_phv: false,
             ownership_fp_rate: 0.01,
         }
     }
@@ -110,6 +114,9 @@ impl GcOptions {
                     "{what} false-positive rate must be in [0, 0.5) (got {p})"
                 ));
             }
+        }
+        if self.vc_phv && self.vc_fp_rate > 0.0 {
+            return Err("the VC table is a perfect-hash vector or a Bloom filter, not both".into());
         }
         Ok(())
     }
@@ -182,7 +189,7 @@ impl Repository {
         };
         let io0 = self.metrics.snapshot();
         let owners = (opts.strategy == GcStrategy::Gccdf).then_some(opts.ownership_fp_rate);
-        let mark = mark::mark(self, opts.vc_fp_rate, owners)?;
+        let mark = mark::mark(self, opts.vc_fp_rate, opts.vc_phv, owners)?;
         let sel = select::select(self, &mark, opts.liveness_threshold)?;
         r.mark_seconds = started.elapsed().as_secs_f64();
         r.mark_bytes_read = self
