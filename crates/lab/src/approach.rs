@@ -32,6 +32,10 @@ pub struct ApproachDef {
     /// containers of ~1000 chunks; scale it with the container size).
     #[serde(default = "split")]
     pub split_threshold: usize,
+    /// GC's valid-chunk table: `exact`, `bloom:P` (false-positive rate P)
+    /// or `phv` (perfect-hash vector).
+    #[serde(default = "exact")]
+    pub vc: String,
     /// Overrides the experiment's restore cache.
     #[serde(default)]
     pub cache: Option<String>,
@@ -39,6 +43,9 @@ pub struct ApproachDef {
 
 fn none() -> String {
     "none".into()
+}
+fn exact() -> String {
+    "exact".into()
 }
 fn naive() -> String {
     "naive".into()
@@ -67,10 +74,17 @@ impl Approach {
     /// One line for reports: `rewrite=capping:10 gc=naive`.
     pub fn describe(&self, default_cache: CacheSpec) -> String {
         let rw = self.rewrite.to_string();
-        let gc = self
-            .gc
-            .as_ref()
-            .map_or("none".to_string(), |g| g.strategy.to_string());
+        let gc = self.gc.as_ref().map_or("none".to_string(), |g| {
+            // The valid-chunk table, when not the exact set.
+            let vc = if g.vc_phv {
+                " vc=phv".to_string()
+            } else if g.vc_fp_rate > 0.0 {
+                format!(" vc=bloom:{}", g.vc_fp_rate)
+            } else {
+                String::new()
+            };
+            format!("{}{vc}", g.strategy)
+        });
         format!(
             "rewrite={rw} gc={gc} cache={}",
             self.cache.unwrap_or(default_cache)
@@ -79,7 +93,8 @@ impl Approach {
 }
 
 /// Built-in approach names: `naive`, `nogc`, `capping[:T]`, `smr[:T]`,
-/// `har[:U]`, `gccdf`. Rewriting approaches use naive GC, as in the papers.
+/// `ned[:T]`, `har[:U[:L]]`, `gccdf`. Rewriting approaches use naive GC, as
+/// in the papers.
 pub fn builtin(name: &str) -> Result<ApproachDef, String> {
     let (base, _) = name.split_once(':').unwrap_or((name, ""));
     let def = |rewrite: &str, gc: &str| ApproachDef {
@@ -89,6 +104,7 @@ pub fn builtin(name: &str) -> Result<ApproachDef, String> {
         segment_containers: segment(),
         liveness_threshold: 1.0,
         split_threshold: split(),
+        vc: exact(),
         cache: None,
     };
     let plain = base == name;
@@ -112,6 +128,19 @@ impl ApproachDef {
     pub fn resolve(&self) -> Result<Approach, String> {
         let ctx = |e: String| format!("approach '{}': {e}", self.name);
         let rewrite = RewriteSpec::parse(&self.rewrite).map_err(ctx)?;
+        let (vc_fp_rate, vc_phv) = match self.vc.to_ascii_lowercase().as_str() {
+            "exact" => (0.0, false),
+            "phv" => (0.0, true),
+            v => match v.strip_prefix("bloom:").map(str::parse::<f64>) {
+                Some(Ok(p)) if p > 0.0 && p < 0.5 => (p, false),
+                _ => {
+                    return Err(ctx(format!(
+                        "unknown vc '{}' (expected exact, phv or bloom:P with 0 < P < 0.5)",
+                        self.vc
+                    )))
+                }
+            },
+        };
         let gc = match self.gc.to_ascii_lowercase().as_str() {
             "none" | "off" => None,
             s => Some(GcOptions {
@@ -119,6 +148,8 @@ impl ApproachDef {
                 segment_containers: self.segment_containers.max(1),
                 liveness_threshold: self.liveness_threshold,
                 split_threshold: self.split_threshold.max(1),
+                vc_fp_rate,
+                vc_phv,
                 dry_run: false,
                 ..GcOptions::default()
             }),
@@ -155,6 +186,27 @@ pub fn resolve_list(list: &str) -> Result<Vec<Approach>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn vc_choices_resolve_and_bad_ones_fail() {
+        let mut d = builtin("naive").unwrap();
+        for (vc, rate, phv) in [
+            ("exact", 0.0, false),
+            ("phv", 0.0, true),
+            ("bloom:0.01", 0.01, false),
+        ] {
+            d.vc = vc.into();
+            let g = d.resolve().unwrap().gc.unwrap();
+            assert_eq!((g.vc_fp_rate, g.vc_phv), (rate, phv), "{vc}");
+        }
+        d.vc = "phv".into();
+        let a = d.resolve().unwrap();
+        assert!(a.describe(CacheSpec::Lru(4)).contains("gc=naive vc=phv"));
+        for bad in ["bloom", "bloom:0", "bloom:0.7", "perfect"] {
+            d.vc = bad.into();
+            assert!(d.resolve().unwrap_err().contains("unknown vc"), "{bad}");
+        }
+    }
 
     #[test]
     fn builtins_resolve_and_unknown_names_fail() {
