@@ -155,30 +155,8 @@ pub enum Command {
     Gc {
         #[command(flatten)]
         repo: RepoArg,
-        /// naive (copy live chunks forward in their old order) or gccdf (regroup them by ownership)
-        #[arg(long, default_value = "naive")]
-        strategy: String,
-        /// GCCDF: GC-involved containers analyzed together (memory grows with it)
-        #[arg(long, default_value = "100", value_name = "S")]
-        segment_containers: String,
-        /// Clean only containers whose liveness (live bytes / bytes) is below X; 1 cleans every container holding garbage
-        #[arg(long, default_value = "1", value_name = "X")]
-        liveness_threshold: String,
-        /// GCCDF: split a cluster by a backup only if at least N of its chunks are referenced by it
-        #[arg(long, default_value = "200", value_name = "N")]
-        split_threshold: String,
-        /// False-positive rate of the valid-chunk table's Bloom filter (0 = exact set; false positives only keep garbage)
-        #[arg(long, default_value = "0", value_name = "P")]
-        vc_fp_rate: String,
-        /// Valid-chunk table as a perfect-hash vector over the index's fingerprints (about 4 bits per stored chunk, exact for them; physical GC, FAST'17)
-        #[arg(long, conflicts_with = "vc_fp_rate")]
-        vc_phv: bool,
-        /// GCCDF: false-positive rate of the per-backup ownership Bloom filters (0 = exact sets)
-        #[arg(long, default_value = "0.01", value_name = "P")]
-        ownership_fp_rate: String,
-        /// Show what would be reclaimed without changing the repository
-        #[arg(long)]
-        dry_run: bool,
+        #[command(flatten)]
+        args: GcArgs,
         #[command(flatten)]
         json: JsonArg,
     },
@@ -332,4 +310,34 @@ pub enum GenCommand {
         #[arg(long, default_value = "blake3")]
         hash: String,
     },
+}
+
+/// `tessera gc`'s parameters (strings: checked, with the flag named, when
+/// the options are built).
+#[derive(Args)]
+pub struct GcArgs {
+    /// naive (copy live chunks forward in their old order) or gccdf (regroup them by ownership)
+    #[arg(long, default_value = "naive")]
+    pub strategy: String,
+    /// GCCDF: GC-involved containers analyzed together (memory grows with it)
+    #[arg(long, default_value = "100", value_name = "S")]
+    pub segment_containers: String,
+    /// Clean only containers whose liveness (live bytes / bytes) is below X; 1 cleans every container holding garbage
+    #[arg(long, default_value = "1", value_name = "X")]
+    pub liveness_threshold: String,
+    /// GCCDF: split a cluster by a backup only if at least N of its chunks are referenced by it
+    #[arg(long, default_value = "200", value_name = "N")]
+    pub split_threshold: String,
+    /// False-positive rate of the valid-chunk table's Bloom filter (0 = exact set; false positives only keep garbage)
+    #[arg(long, default_value = "0", value_name = "P")]
+    pub vc_fp_rate: String,
+    /// Valid-chunk table as a perfect-hash vector over the index's fingerprints (about 4 bits per stored chunk, exact for them; physical GC, FAST'17)
+    #[arg(long, conflicts_with = "vc_fp_rate")]
+    pub vc_phv: bool,
+    /// GCCDF: false-positive rate of the per-backup ownership Bloom filters (0 = exact sets)
+    #[arg(long, default_value = "0.01", value_name = "P")]
+    pub ownership_fp_rate: String,
+    /// Show what would be reclaimed without changing the repository
+    #[arg(long)]
+    pub dry_run: bool,
 }

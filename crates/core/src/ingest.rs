@@ -453,30 +453,12 @@ impl Sink {
                         Some(c)
                     }
                     None => {
-                        let bytes = if rw.trace {
-                            &[][..]
-                        } else {
-                            &rw.buf[off..off + len as usize]
-                        };
-                        let c = self.store(ChunkKind::Data, fp, len, bytes)?;
-                        self.counts.new_bytes += len as u64;
-                        self.counts.new_chunks += 1;
                         self.counts.rewritten_bytes += len as u64;
                         self.counts.rewritten_chunks += 1;
-                        Some(c)
+                        Some(self.store_new(rw, fp, len, off)?)
                     }
                 },
-                Plan::New => {
-                    let bytes = if rw.trace {
-                        &[][..]
-                    } else {
-                        &rw.buf[off..off + len as usize]
-                    };
-                    let c = self.store(ChunkKind::Data, fp, len, bytes)?;
-                    self.counts.new_bytes += len as u64;
-                    self.counts.new_chunks += 1;
-                    Some(c)
-                }
+                Plan::New => Some(self.store_new(rw, fp, len, off)?),
             };
             if let (Some(c), Some(h)) = (used, &mut rw.har) {
                 if h.seen.insert(fp) {
@@ -488,6 +470,27 @@ impl Sink {
             recipe.push(fp, len as u64, self)?;
         }
         Ok(())
+    }
+}
+
+impl Sink {
+    /// Store a segment chunk (new, or a rewritten duplicate) and count it.
+    fn store_new(
+        &mut self,
+        rw: &Rewriter,
+        fp: Fingerprint,
+        len: u32,
+        off: usize,
+    ) -> Result<ContainerId> {
+        let bytes = if rw.trace {
+            &[][..]
+        } else {
+            &rw.buf[off..off + len as usize]
+        };
+        let c = self.store(ChunkKind::Data, fp, len, bytes)?;
+        self.counts.new_bytes += len as u64;
+        self.counts.new_chunks += 1;
+        Ok(c)
     }
 }
 

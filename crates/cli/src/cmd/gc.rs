@@ -1,6 +1,7 @@
 //! gc, and forget by retention policy (or as a dry run).
 
 use super::open_backend;
+use crate::args::GcArgs;
 use crate::args::RepoArg;
 use crate::ui;
 use anyhow::{bail, Result};
@@ -10,17 +11,6 @@ use tessera_core::catalog::BackupEntry;
 use tessera_core::gc::{GcOptions, GcStrategy};
 use tessera_core::retention::RetentionPolicy;
 use tessera_core::Repository;
-
-pub struct GcArgs {
-    pub strategy: String,
-    pub segment_containers: String,
-    pub liveness_threshold: String,
-    pub split_threshold: String,
-    pub vc_fp_rate: String,
-    pub vc_phv: bool,
-    pub ownership_fp_rate: String,
-    pub dry_run: bool,
-}
 
 /// Parse a number flag; the message names the flag.
 fn number(flag: &str, v: &str, what: &str) -> Result<f64> {

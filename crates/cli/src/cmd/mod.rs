@@ -82,31 +82,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 gc::forget(&repo, &snapshots, policy, dry_run, json.json)
             }
         }
-        Command::Gc {
-            repo,
-            strategy,
-            segment_containers,
-            liveness_threshold,
-            split_threshold,
-            vc_fp_rate,
-            vc_phv,
-            ownership_fp_rate,
-            dry_run,
-            json,
-        } => gc::gc(
-            &repo,
-            &gc::GcArgs {
-                strategy,
-                segment_containers,
-                liveness_threshold,
-                split_threshold,
-                vc_fp_rate,
-                vc_phv,
-                ownership_fp_rate,
-                dry_run,
-            },
-            json.json,
-        ),
+        Command::Gc { repo, args, json } => gc::gc(&repo, &args, json.json),
         Command::Stats { repo, json } => manage::stats(&repo, json.json),
         Command::Unlock { repo, json } => manage::unlock(&repo, json.json),
         Command::Check {

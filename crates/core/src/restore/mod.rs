@@ -395,10 +395,7 @@ impl Repository {
                 backup.id
             ))),
             SourceKind::File | SourceKind::Stream => visit(crate::archive::Listed {
-                path: Path::new(&backup.name)
-                    .file_name()
-                    .map(|s| s.to_string_lossy().into_owned())
-                    .unwrap_or_else(|| format!("backup-{}", backup.id)),
+                path: file_name(backup).to_string_lossy().into_owned(),
                 kind: "file",
                 size: backup.logical_bytes,
                 mode: 0o644,
@@ -440,6 +437,14 @@ impl Repository {
     }
 }
 
+/// The file a file or stream backup restores to: its source's name.
+fn file_name(backup: &BackupEntry) -> std::ffi::OsString {
+    Path::new(&backup.name)
+        .file_name()
+        .map(|s| s.to_os_string())
+        .unwrap_or_else(|| format!("backup-{}", backup.id).into())
+}
+
 /// Restore into a directory: `produce` writes the backup's byte stream.
 /// A directory backup's tar stream is extracted on a second thread (unsafe
 /// entries refused and listed); a file or stream backup becomes one file
@@ -470,10 +475,7 @@ pub(crate) fn into_directory<R>(
             )))
         }
         SourceKind::File | SourceKind::Stream => {
-            let base = Path::new(&backup.name)
-                .file_name()
-                .map(|s| s.to_os_string())
-                .unwrap_or_else(|| format!("backup-{}", backup.id).into());
+            let base = file_name(backup);
             std::fs::create_dir_all(target)
                 .ctx(|| format!("cannot create {}", target.display()))?;
             let path = target.join(base);
