@@ -25,6 +25,44 @@ pub use failing::FailingBackend;
 pub use local::LocalBackend;
 pub use memory::MemoryBackend;
 
+/// The backend of a repository location, as given by `--repo` or
+/// `TESSERA_REPO`: the one place a location is turned into a backend.
+/// A plain path (or `file:PATH`) is a local directory; a location with a URL
+/// scheme Tessera does not serve is refused rather than taken for a
+/// directory named after it.
+pub fn open(location: &str) -> Result<std::sync::Arc<dyn Backend>> {
+    Ok(std::sync::Arc::new(LocalBackend::open(&local_path(
+        location,
+    )?)?))
+}
+
+/// [`open`], creating a local directory (and its parents) if needed; for `init`.
+pub fn create(location: &str) -> Result<std::sync::Arc<dyn Backend>> {
+    Ok(std::sync::Arc::new(LocalBackend::create(&local_path(
+        location,
+    )?)?))
+}
+
+/// The directory of a local location, or an error naming an unknown scheme.
+fn local_path(location: &str) -> Result<std::path::PathBuf> {
+    if let Some(path) = location.strip_prefix("file:") {
+        return Ok(path.into());
+    }
+    if let Some((scheme, rest)) = location.split_once(':') {
+        let url_like = scheme.len() >= 2
+            && scheme
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || c == b'+')
+            && (rest.starts_with("//") || scheme == "s3");
+        if url_like {
+            return Err(crate::error::Error::invalid(format!(
+                "unsupported repository location '{location}': scheme '{scheme}:' is not served by this build (use a local path)"
+            )));
+        }
+    }
+    Ok(location.into())
+}
+
 /// A whole object as read for a reader that only looks at it: its bytes in
 /// memory, or the file that holds it mapped (no copy out of the page cache).
 pub enum ObjectBytes {

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 mod fastcdc;
 mod fixed;
 mod rabin;
+
 #[cfg(test)]
 mod tests;
 
@@ -154,6 +155,13 @@ impl ChunkerConfig {
             ChunkerConfig::Rabin { min, avg, max } => format!("rabin:{min}/{avg}/{max}"),
             ChunkerConfig::Fixed { size } => format!("fixed:{size}"),
         }
+    }
+}
+
+impl std::str::FromStr for ChunkerConfig {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        Self::parse(s)
     }
 }
 

@@ -44,7 +44,52 @@ pub enum ChunkKind {
     Recipe,
 }
 
+/// A value for each [`ChunkKind`]: the data and recipe twins (open
+/// containers, index tables, live counts) that used to be two fields.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PerKind<T> {
+    pub data: T,
+    pub recipe: T,
+}
+
+impl<T> PerKind<T> {
+    pub fn new(mut make: impl FnMut(ChunkKind) -> T) -> Self {
+        PerKind {
+            data: make(ChunkKind::Data),
+            recipe: make(ChunkKind::Recipe),
+        }
+    }
+    pub fn get(&self, kind: ChunkKind) -> &T {
+        match kind {
+            ChunkKind::Data => &self.data,
+            ChunkKind::Recipe => &self.recipe,
+        }
+    }
+    pub fn get_mut(&mut self, kind: ChunkKind) -> &mut T {
+        match kind {
+            ChunkKind::Data => &mut self.data,
+            ChunkKind::Recipe => &mut self.recipe,
+        }
+    }
+}
+
+impl<T> std::ops::Index<ChunkKind> for PerKind<T> {
+    type Output = T;
+    fn index(&self, kind: ChunkKind) -> &T {
+        self.get(kind)
+    }
+}
+
+impl<T> std::ops::IndexMut<ChunkKind> for PerKind<T> {
+    fn index_mut(&mut self, kind: ChunkKind) -> &mut T {
+        self.get_mut(kind)
+    }
+}
+
 impl ChunkKind {
+    /// Both kinds, data first.
+    pub const ALL: [ChunkKind; 2] = [ChunkKind::Data, ChunkKind::Recipe];
+
     fn code(self) -> u8 {
         match self {
             ChunkKind::Data => 0,

@@ -10,7 +10,7 @@ use crate::backend::{Backend, ObjectBytes};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FpMap, HashAlgo};
 use crate::metrics::Metrics;
-pub use format::{ChunkKind, ChunkMeta, ContainerId, Header};
+pub use format::{ChunkKind, ChunkMeta, ContainerId, Header, PerKind};
 use std::sync::Arc;
 
 /// Object key of a container.

@@ -314,6 +314,13 @@ impl Repository {
     }
 }
 
+impl std::str::FromStr for GcStrategy {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        Self::parse(s)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

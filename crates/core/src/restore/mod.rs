@@ -521,3 +521,10 @@ pub(crate) fn into_directory<R>(
         }
     }
 }
+
+impl std::str::FromStr for CacheSpec {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        Self::parse(s)
+    }
+}

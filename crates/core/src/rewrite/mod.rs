@@ -195,6 +195,13 @@ impl fmt::Display for RewriteSpec {
     }
 }
 
+impl std::str::FromStr for RewriteSpec {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        Self::parse(s)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
