@@ -31,13 +31,22 @@ pub use memory::MemoryBackend;
 /// scheme Tessera does not serve is refused rather than taken for a
 /// directory named after it.
 pub fn open(location: &str) -> Result<std::sync::Arc<dyn Backend>> {
+    if location == "memory:" {
+        return Err(crate::error::Error::invalid(
+            "a memory: repository exists only inside the process that created it",
+        ));
+    }
     Ok(std::sync::Arc::new(LocalBackend::open(&local_path(
         location,
     )?)?))
 }
 
 /// [`open`], creating a local directory (and its parents) if needed; for `init`.
+/// `memory:` is a fresh in-memory repository (the lab's scratch runs).
 pub fn create(location: &str) -> Result<std::sync::Arc<dyn Backend>> {
+    if location == "memory:" {
+        return Ok(std::sync::Arc::new(MemoryBackend::new()));
+    }
     Ok(std::sync::Arc::new(LocalBackend::create(&local_path(
         location,
     )?)?))
