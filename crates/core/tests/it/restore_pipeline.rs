@@ -4,7 +4,7 @@
 //! never wrong bytes; and FAA windows that need more reads than the
 //! read-ahead allows still complete.
 
-mod common;
+use crate::common;
 
 use common::{bytes, repo_with_stream};
 use std::io::Write;

@@ -12,7 +12,7 @@ use tessera_core::container::{ChunkKind, ContainerId};
 use tessera_core::rewrite::RewriteSpec;
 use tessera_core::{BackupOptions, BackupReport, Fingerprint, Repository, RestoreOptions};
 
-mod common;
+use crate::common;
 use common::{bytes, fp, init_blake3, open_new};
 
 /// Fig. 3: every chunk is one letter of 1000 bytes, a container holds 5.
@@ -390,7 +390,7 @@ fn failed_rewriting_backup_restores_the_index_exactly() {
 /// blocks elsewhere and replaces 5 % with new data, so segments reference
 /// many old containers. Also the last version's restore under each cache.
 /// Best of two runs per policy (the machine is shared). Run by hand:
-/// `cargo test --release -p tessera-core --test rewrite -- --ignored --nocapture bench`
+/// `cargo test --release -p tessera-core --test it -- --ignored --nocapture rewrite::bench`
 #[test]
 #[ignore = "benchmark; run by hand in release mode"]
 fn bench_ingest_throughput_per_policy() {

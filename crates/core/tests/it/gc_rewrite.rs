@@ -14,7 +14,7 @@ use tessera_core::restore::CacheSpec;
 use tessera_core::rewrite::RewriteSpec;
 use tessera_core::{BackupOptions, Repository, RestoreOptions};
 
-mod common;
+use crate::common;
 use common::{bytes, open_new};
 
 /// Version `v` of a stream: blocks of a shared pool, shuffled per version,

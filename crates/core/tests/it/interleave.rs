@@ -2,7 +2,7 @@
 //! ingest): exact container layout, dedup across members, byte-exact
 //! restores, and all-or-nothing publishing.
 
-mod common;
+use crate::common;
 
 use common::{bytes, open_new};
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! Restore caches (LRU, OPT, FAA): read counts on hand-made recipes, end to
 //! end and simulated, and OPT never reading more containers than LRU.
 
-mod common;
+use crate::common;
 
 use common::{bytes, fp, open_new, repo_with_stream};
 use proptest::prelude::*;
@@ -106,7 +106,7 @@ proptest! {
 
 /// Restore throughput of one 256 MiB stream under each cache (memory
 /// backend: the CPU cost of the pipeline). Run by hand:
-/// `cargo test --release -p tessera-core --test restore_cache -- --ignored --nocapture`
+/// `cargo test --release -p tessera-core --test it -- --ignored --nocapture restore_cache::`
 #[test]
 #[ignore = "benchmark; run by hand in release mode"]
 fn bench_restore_throughput_per_cache() {

@@ -1,5 +1,4 @@
-//! Helpers shared by the integration tests. Each test file is its own
-//! crate, so a helper one file does not use is dead code there.
+//! Helpers shared by the integration-test modules.
 
 use std::sync::Arc;
 use tessera_core::backend::{Backend, MemoryBackend};
@@ -22,14 +21,12 @@ pub fn bytes(seed: u64, len: usize) -> Vec<u8> {
 }
 
 /// A memory backend.
-#[allow(dead_code)] // used by gc.rs and repository.rs
 pub fn mem() -> Arc<MemoryBackend> {
     Arc::new(MemoryBackend::new())
 }
 
 /// A new version of `base`: an overwrite, an insertion of `insert` bytes
 /// and a deletion.
-#[allow(dead_code)] // used by gc.rs and repository.rs
 pub fn mutate(base: &[u8], seed: u64, insert: usize) -> Vec<u8> {
     let mut v = base.to_vec();
     if v.is_empty() {
@@ -48,13 +45,11 @@ pub fn mutate(base: &[u8], seed: u64, insert: usize) -> Vec<u8> {
 }
 
 /// The fingerprint of a one-letter chunk in the trace scenarios.
-#[allow(dead_code)] // used by the trace-mode rewrite and cache tests
 pub fn fp(letter: char) -> Fingerprint {
     HashAlgo::Blake3.hash(letter.to_string().as_bytes())
 }
 
 /// Initialise a BLAKE3 repository on `backend`.
-#[allow(dead_code)] // not every test file sets its repository up so
 pub fn init_blake3(
     backend: Arc<dyn Backend>,
     chunker: ChunkerConfig,
@@ -74,7 +69,6 @@ pub fn init_blake3(
 }
 
 /// [`init_blake3`], then open the repository as writer "test".
-#[allow(dead_code)] // not every test file sets its repository up so
 pub fn open_new(
     backend: Arc<dyn Backend>,
     chunker: ChunkerConfig,
@@ -86,7 +80,6 @@ pub fn open_new(
 }
 
 /// Back `data` up as the stream `name`; the new backup's id.
-#[allow(dead_code)] // used by gc.rs and repository.rs
 pub fn backup(repo: &mut Repository, name: &str, data: &[u8]) -> tessera_core::Result<u64> {
     let mut r = data;
     let opts = BackupOptions::new(name, SourceKind::Stream);
@@ -95,7 +88,6 @@ pub fn backup(repo: &mut Repository, name: &str, data: &[u8]) -> tessera_core::R
 }
 
 /// Restore backup `id` into memory.
-#[allow(dead_code)] // used by gc.rs and repository.rs
 pub fn restore(repo: &Repository, id: u64) -> tessera_core::Result<Vec<u8>> {
     let b = repo.manifest().backup(id).expect("listed").clone();
     let mut out = Vec::new();
@@ -105,7 +97,6 @@ pub fn restore(repo: &Repository, id: u64) -> tessera_core::Result<Vec<u8>> {
 
 /// The trace of `data` as `chunker` cuts it: each chunk's BLAKE3
 /// fingerprint and length, as a trace-mode backup takes them.
-#[allow(dead_code)] // used by the trace-versus-data-mode tests
 pub fn trace_of(
     chunker: &ChunkerConfig,
     data: &[u8],
@@ -123,7 +114,6 @@ pub fn trace_of(
 
 /// A new data-mode repository on `backend` (BLAKE3) holding one stream
 /// backup of `data`, and that backup.
-#[allow(dead_code)] // not every test file restores a single stream
 pub fn repo_with_stream(
     backend: Arc<dyn Backend>,
     chunker: ChunkerConfig,

@@ -10,7 +10,7 @@ use tessera_core::chunking::ChunkerConfig;
 use tessera_core::container::container_key;
 use tessera_core::{BackupOptions, Error, HashAlgo, InitOptions, Repository, RestoreOptions};
 
-mod common;
+use crate::common;
 use common::{backup, bytes, init_blake3, mem, restore, trace_of};
 
 /// A new version of `base`: a few edits, an insertion and a deletion.

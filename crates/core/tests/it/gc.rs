@@ -12,7 +12,7 @@ use tessera_core::gc::{GcOptions, GcReport, GcStrategy};
 use tessera_core::recipe::{self, RecipeWalker};
 use tessera_core::{BackupOptions, Fingerprint, HashAlgo, InitOptions, Repository, RestoreOptions};
 
-mod common;
+use crate::common;
 use common::{backup, bytes, init_blake3, mem, restore, trace_of};
 
 /// A new version of `base`: an overwrite, an insertion and a deletion.
@@ -705,7 +705,7 @@ fn crash_at_every_operation_of_a_gccdf_gc() {
 /// over ~200k chunks (4 KiB chunks, 4 MiB containers, a few hundred
 /// containers); the oldest 10 are forgotten, then one GC per strategy on
 /// identical repositories. Run with
-/// `cargo test -p tessera-core --test gc -- --ignored --nocapture gc_throughput`.
+/// `cargo test -p tessera-core --test it -- --ignored --nocapture gc_throughput`.
 #[test]
 #[ignore]
 fn gc_throughput_benchmark() {
@@ -786,7 +786,7 @@ fn gc_throughput_benchmark() {
 /// ingesting versions, retain the newest 10, each round forget the oldest 2
 /// and GC. Prints per-round involved/produced containers and the mean
 /// containers read per retained backup restore. Run with
-/// `cargo test -p tessera-core --test gc -- --ignored --nocapture gc_rounds`.
+/// `cargo test -p tessera-core --test it -- --ignored --nocapture gc_rounds`.
 #[test]
 #[ignore]
 fn gc_rounds_benchmark() {

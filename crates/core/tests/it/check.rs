@@ -10,7 +10,7 @@ use tessera_core::chunking::ChunkerConfig;
 use tessera_core::container::{container_key, ChunkKind, ContainerId};
 use tessera_core::{BackupOptions, Repository};
 
-mod common;
+use crate::common;
 use common::{bytes, open_new};
 
 struct Fixture {

@@ -1,0 +1,15 @@
+//! The core crate's integration tests, one binary (one link, one process
+//! start) with a module per area. Run one area with
+//! `cargo test -p tessera-core --test it gc::`.
+
+mod common;
+
+mod check;
+mod gc;
+mod gc_rewrite;
+mod hostile;
+mod interleave;
+mod repository;
+mod restore_cache;
+mod restore_pipeline;
+mod rewrite;
