@@ -18,7 +18,8 @@
 //! feeding thread (it depends only on the stream), and the worker stores
 //! each recipe chunk exactly where it would have emitted it.
 //!
-//! Lookups follow the index's insertion log ([`Index::contains_data_seq`]):
+//! Lookups follow the index's insertion log
+//! ([`Index::contains_data_seq`](crate::index::Index::contains_data_seq)):
 //! a backup mostly repeats an earlier one in order, so the chunk logged after
 //! the previous hit is compared first and the table is probed (prefetched
 //! ahead in trace mode) only when that fails.
@@ -34,6 +35,11 @@
 //! While a backup runs the index is owned by the worker; on failure every
 //! entry the backup added is removed again, so the in-memory repository
 //! matches the last published generation.
+//!
+//! Modules: `pipeline` (the two threads, [`Ingest`]), `sink` (dedup against
+//! the layout's [`DedupIndex`](crate::index::DedupIndex), the layout's
+//! writer, the undo log), `segment` (rewriting decisions per segment; the
+//! buffer and policy state live in [`crate::rewrite`]), `interleave`.
 
 use crate::catalog::{BackupEntry, SourceKind};
 use crate::container::ChunkKind;

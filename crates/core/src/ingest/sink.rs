@@ -13,7 +13,7 @@ use crate::repo::Repository;
 use crate::rewrite::Rewriter;
 
 /// Destination of a backup's chunks. While the backup runs it owns the
-/// layout's index; [`Repository::commit`] gives it back.
+/// layout's index; `Repository::commit` gives it back.
 pub(crate) struct Sink<L: Layout = ContainerLayout> {
     pub(super) index: L::Index,
     pub(super) writer: L::Writer,
