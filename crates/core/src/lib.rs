@@ -17,6 +17,7 @@ mod fptable;
 pub mod gc;
 pub mod index;
 pub mod ingest;
+pub mod layout;
 pub mod lock;
 pub mod metrics;
 pub mod recipe;

@@ -16,7 +16,7 @@ use crate::chunking::ChunkerConfig;
 use crate::container::{container_key, parse_container_key, ChunkKind, ContainerStore};
 use crate::error::{Error, Result};
 use crate::fingerprint::HashAlgo;
-use crate::index::{decode_segment, encode_segment, Index, IndexEntry};
+use crate::index::{decode_segment, encode_segment, sort_entries, Index, IndexEntry};
 use crate::lock::RepoLock;
 use crate::metrics::Metrics;
 use serde::Serialize;
@@ -299,20 +299,7 @@ impl Repository {
         entries.extend(self.index.copy_entries());
         let copies = entries.len();
         entries.extend(self.index.entries());
-        // Deterministic content: sorted (stably) by kind, then fingerprint.
-        let key = |e: &IndexEntry| e.kind == ChunkKind::Recipe;
-        let by_fp = |a: &IndexEntry, b: &IndexEntry| {
-            // Lexicographic, decided by the first 8 bytes almost always.
-            let p = |e: &IndexEntry| u64::from_be_bytes(e.fp.0[..8].try_into().unwrap());
-            p(a).cmp(&p(b)).then_with(|| a.fp.cmp(&b.fp))
-        };
-        if copies == 0 {
-            // Every (kind, fingerprint) occurs once: an unstable sort gives
-            // the same order, several times faster on millions of entries.
-            entries.sort_unstable_by(|a, b| key(a).cmp(&key(b)).then_with(|| by_fp(a, b)));
-        } else {
-            entries.sort_by(|a, b| key(a).cmp(&key(b)).then_with(|| by_fp(a, b)));
-        }
+        sort_entries(&mut entries, copies > 0);
         let superseded = std::mem::take(&mut next.index_segments);
         self.write_segment(next, &entries)?;
         Ok(superseded)

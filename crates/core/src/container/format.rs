@@ -345,17 +345,7 @@ pub fn encode_framed(
 /// Verify a whole container object. Returns the header, the metadata and
 /// the range of the data section within `object`.
 pub fn decode(id: ContainerId, object: &[u8]) -> Result<(Header, Vec<ChunkMeta>)> {
-    let h = decode_header(id, object)?;
-    if object.len() as u64 != h.object_len() {
-        return Err(Error::corrupt(
-            object_name(id),
-            format!(
-                "object is {} bytes, header promises {}",
-                object.len(),
-                h.object_len()
-            ),
-        ));
-    }
+    let h = decode_sized_header(id, object)?;
     let data = &object[HEADER_LEN..HEADER_LEN + h.data_len as usize];
     if checksum(data) != h.data_sum {
         return Err(Error::corrupt(object_name(id), "data checksum mismatch"));
@@ -368,6 +358,13 @@ pub fn decode(id: ContainerId, object: &[u8]) -> Result<(Header, Vec<ChunkMeta>)
 /// chunks of a damaged container (each must then be checked against its
 /// fingerprint by the caller). Header, length and metadata are still verified.
 pub fn decode_salvage(id: ContainerId, object: &[u8]) -> Result<(Header, Vec<ChunkMeta>)> {
+    let h = decode_sized_header(id, object)?;
+    let meta = decode_meta(&h, &object[h.meta_offset() as usize..])?;
+    Ok((h, meta))
+}
+
+/// The header of a whole container object, checked against its length.
+fn decode_sized_header(id: ContainerId, object: &[u8]) -> Result<Header> {
     let h = decode_header(id, object)?;
     if object.len() as u64 != h.object_len() {
         return Err(Error::corrupt(
@@ -379,8 +376,7 @@ pub fn decode_salvage(id: ContainerId, object: &[u8]) -> Result<(Header, Vec<Chu
             ),
         ));
     }
-    let meta = decode_meta(&h, &object[h.meta_offset() as usize..])?;
-    Ok((h, meta))
+    Ok(h)
 }
 
 #[cfg(test)]

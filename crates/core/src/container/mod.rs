@@ -2,9 +2,11 @@
 //!
 //! [`format`](mod@format) is the byte layout; [`ContainerBuilder`] fills one container;
 //! [`ContainerStore`] puts and gets container objects through the backend,
-//! verifying every read and counting every read and write in [`Metrics`].
+//! verifying every read and counting every read and write in [`Metrics`];
+//! [`ContainerWriter`] fills and seals new containers (ingest and GC sweep).
 
 pub mod format;
+mod writer;
 
 use crate::backend::{Backend, ObjectBytes};
 use crate::error::{Error, Result};
@@ -12,6 +14,7 @@ use crate::fingerprint::{Fingerprint, FpMap, HashAlgo};
 use crate::metrics::Metrics;
 pub use format::{ChunkKind, ChunkMeta, ContainerId, Header, PerKind};
 use std::sync::Arc;
+pub use writer::{ContainerWriter, IdAllocator};
 
 /// Object key of a container.
 pub fn container_key(id: ContainerId) -> String {

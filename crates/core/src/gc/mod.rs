@@ -12,9 +12,8 @@ pub mod mark;
 pub mod select;
 pub mod sweep;
 
-use crate::container::ChunkKind;
 use crate::error::{Error, Result};
-use crate::fingerprint::FpSet;
+use crate::layout::{ContainerLayout, Layout};
 use crate::repo::Repository;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
@@ -238,52 +237,19 @@ impl Repository {
         }
 
         let io1 = self.metrics.snapshot();
-        let mut stats = sweep::SweepStats::default();
-        let next_id = self.manifest.next_container_id;
-        let mut data = sweep::Packer::new(self, ChunkKind::Data, next_id);
-        match opts.strategy {
-            GcStrategy::Naive => {
-                let mut placed = FpSet::default();
-                let live = |fp: &_| mark.valid.contains(fp);
-                sweep::copy_forward(
-                    self,
-                    ChunkKind::Data,
-                    &sel.copy,
-                    live,
-                    &mut data,
-                    &mut placed,
-                    &mut stats,
-                )?;
-            }
-            GcStrategy::Gccdf => sweep::gccdf_sweep(
-                self,
-                &mark,
-                &sel.copy,
-                opts.segment_containers,
-                opts.split_threshold,
-                &mut data,
-                &mut stats,
-            )?,
-        }
-        let mut recipe = sweep::Packer::new(self, ChunkKind::Recipe, data.next_id);
-        let mut placed = FpSet::default();
-        let mut rstats = sweep::SweepStats::default();
-        sweep::copy_forward(
-            self,
-            ChunkKind::Recipe,
-            &sel.recipe_copy,
-            |fp| mark.valid_recipe.contains(fp),
-            &mut recipe,
-            &mut placed,
-            &mut rstats,
-        )?;
+        let sweep::Swept {
+            data,
+            recipe,
+            stats,
+            recipe_stats: rstats,
+        } = ContainerLayout.sweep(self, &mark, &sel, opts)?;
         let io = self.metrics.snapshot().since(&io1);
         r.bytes_read = io.data_container_bytes_read;
         r.bytes_written = io.data_container_bytes_written;
-        r.produced_containers = data.produced.len() as u64;
-        r.recipe_produced_containers = recipe.produced.len() as u64;
+        r.produced_containers = data.produced().len() as u64;
+        r.recipe_produced_containers = recipe.produced().len() as u64;
         r.sweep_read_seconds = stats.read_seconds + rstats.read_seconds;
-        r.sweep_write_seconds = data.write_seconds + recipe.write_seconds;
+        r.sweep_write_seconds = data.write_seconds() + recipe.write_seconds();
         r.analyze_seconds = stats.analyze_seconds;
         r.moved_chunks = stats.moved_chunks + rstats.moved_chunks;
         r.segments = stats.segments;
@@ -291,20 +257,20 @@ impl Repository {
         r.tree_peak_bytes = stats.tree_peak_bytes;
         r.peak_memory_bytes = mark.memory_bytes + stats.cache_peak_bytes + stats.tree_peak_bytes;
         let written: u64 = data
-            .produced
+            .produced()
             .iter()
-            .chain(&recipe.produced)
+            .chain(recipe.produced())
             .map(|c| c.logical_bytes)
             .sum();
         r.reclaimed_bytes = freed.saturating_sub(written);
         let produced: Vec<_> = data
-            .produced
+            .produced()
             .iter()
-            .chain(&recipe.produced)
+            .chain(recipe.produced())
             .copied()
             .collect();
         let moved: Vec<_> = data.moved.iter().chain(&recipe.moved).copied().collect();
-        let next_id = recipe.next_id;
+        let next_id = recipe.next_id();
         drop(mark);
         let t = Instant::now();
         sweep::commit(self, &reclaimed, &produced, &moved, next_id)?;
@@ -327,6 +293,7 @@ mod tests {
     use crate::backend::MemoryBackend;
     use crate::catalog::SourceKind;
     use crate::chunking::ChunkerConfig;
+    use crate::container::ChunkKind;
     use crate::index::IndexEntry;
     use crate::repo::container_entry;
     use crate::{BackupOptions, InitOptions, RestoreOptions};

@@ -5,56 +5,48 @@
 
 use super::gccdf::{analyze, plan, preprocess};
 use super::mark::Mark;
+use super::select::Selection;
+use super::{GcOptions, GcStrategy};
 use crate::catalog::ContainerEntry;
-use crate::container::{ChunkKind, ContainerBuilder, ContainerId, ContainerStore};
+use crate::container::{ChunkKind, ContainerId, ContainerWriter, IdAllocator};
 use crate::error::Result;
 use crate::fingerprint::{Fingerprint, FpMap, FpSet};
-use crate::index::IndexEntry;
-use crate::repo::{container_entry, Repository};
+use crate::index::{sort_entries, IndexEntry};
+use crate::repo::Repository;
 use std::collections::HashSet;
 use std::time::Instant;
 
-/// Fills new containers of one kind; allocates their ids.
-pub struct Packer<'a> {
-    store: &'a ContainerStore,
+/// Fills new containers of one kind through the shared [`ContainerWriter`]
+/// and records where each moved chunk went.
+pub struct Packer {
     kind: ChunkKind,
-    builder: ContainerBuilder,
-    id: ContainerId,
-    pub next_id: ContainerId,
-    pub produced: Vec<ContainerEntry>,
+    writer: ContainerWriter,
+    ids: IdAllocator,
     /// Index entries of the chunks moved (fingerprint → new container).
     pub moved: Vec<IndexEntry>,
-    pub write_seconds: f64,
 }
 
-impl<'a> Packer<'a> {
-    pub fn new(repo: &'a Repository, kind: ChunkKind, next_id: ContainerId) -> Self {
+impl Packer {
+    pub fn new(repo: &Repository, kind: ChunkKind, next_id: ContainerId) -> Self {
         let cfg = &repo.manifest.config;
-        let trace = cfg.trace && kind == ChunkKind::Data;
         Packer {
-            store: &repo.store,
             kind,
-            builder: ContainerBuilder::new(kind, cfg.container_size as u64, trace),
-            id: 0,
-            next_id,
-            produced: Vec::new(),
+            writer: ContainerWriter::new(
+                repo.store.clone(),
+                kind,
+                cfg.container_size as u64,
+                cfg.trace,
+            ),
+            ids: IdAllocator::new(next_id),
             moved: Vec::new(),
-            write_seconds: 0.0,
         }
     }
 
     pub fn push(&mut self, fp: Fingerprint, len: u32, bytes: &[u8]) -> Result<()> {
-        if !self.builder.fits(len as u64) {
-            self.seal()?;
-        }
-        if self.builder.is_empty() {
-            self.id = self.next_id;
-            self.next_id += 1;
-        }
-        self.builder.push(fp, len, bytes);
+        let container = self.writer.push(&mut self.ids, fp, len, bytes)?;
         self.moved.push(IndexEntry {
             fp,
-            container: self.id,
+            container,
             kind: self.kind,
         });
         Ok(())
@@ -62,25 +54,21 @@ impl<'a> Packer<'a> {
 
     /// Write the open container, if any.
     pub fn seal(&mut self) -> Result<()> {
-        if self.builder.is_empty() {
-            return Ok(());
-        }
-        let t = Instant::now();
-        let logical = self.builder.logical_len();
-        let (entries, framed) = self.builder.take();
-        let (object_bytes, buf) = self
-            .store
-            .write_framed(self.id, self.kind, &entries, framed)?;
-        self.builder.recycle(buf);
-        self.produced.push(container_entry(
-            self.id,
-            self.kind,
-            entries.len(),
-            logical,
-            object_bytes,
-        ));
-        self.write_seconds += t.elapsed().as_secs_f64();
-        Ok(())
+        self.writer.seal().map(drop)
+    }
+
+    /// The containers written, in order.
+    pub fn produced(&self) -> &[ContainerEntry] {
+        self.writer.written()
+    }
+
+    /// The first id not allocated yet.
+    pub fn next_id(&self) -> ContainerId {
+        self.ids.next_id()
+    }
+
+    pub fn write_seconds(&self) -> f64 {
+        self.writer.write_seconds()
     }
 }
 
@@ -161,6 +149,64 @@ pub fn gccdf_sweep(
     Ok(())
 }
 
+/// What a container sweep wrote: data containers, then recipe containers.
+pub struct Swept {
+    pub data: Packer,
+    pub recipe: Packer,
+    pub stats: SweepStats,
+    pub recipe_stats: SweepStats,
+}
+
+/// Copy the live chunks of the selected containers forward: data chunks by
+/// `opts.strategy`, then recipe chunks in their old order. Ids continue
+/// from the manifest's allocator, data first.
+pub fn sweep_containers(
+    repo: &Repository,
+    mark: &Mark,
+    sel: &Selection,
+    opts: &GcOptions,
+) -> Result<Swept> {
+    let mut stats = SweepStats::default();
+    let mut data = Packer::new(repo, ChunkKind::Data, repo.manifest.next_container_id);
+    match opts.strategy {
+        GcStrategy::Naive => copy_forward(
+            repo,
+            ChunkKind::Data,
+            &sel.copy,
+            |fp| mark.valid.contains(fp),
+            &mut data,
+            &mut FpSet::default(),
+            &mut stats,
+        )?,
+        GcStrategy::Gccdf => gccdf_sweep(
+            repo,
+            mark,
+            &sel.copy,
+            opts.segment_containers,
+            opts.split_threshold,
+            &mut data,
+            &mut stats,
+        )?,
+    }
+    let mut recipe = Packer::new(repo, ChunkKind::Recipe, data.next_id());
+    let mut recipe_stats = SweepStats::default();
+    copy_forward(
+        repo,
+        ChunkKind::Recipe,
+        &sel.recipe_copy,
+        |fp| mark.valid_recipe.contains(fp),
+        &mut recipe,
+        &mut FpSet::default(),
+        &mut recipe_stats,
+    )?;
+    Ok(Swept {
+        data,
+        recipe,
+        stats,
+        recipe_stats,
+    })
+}
+
 /// Publish the GC: the index without entries into reclaimed containers and
 /// with the moved chunks' new homes, as one segment superseding all others;
 /// the manifest without the reclaimed containers and with the produced ones.
@@ -191,7 +237,7 @@ pub fn commit(
             None => entries.push(e),
         }
     }
-    entries.sort_unstable_by_key(|e| (e.kind == ChunkKind::Recipe, e.fp));
+    sort_entries(&mut entries, false);
     let mut next = repo.manifest.clone();
     next.containers.retain(|c| !reclaimed.contains(&c.id));
     next.containers.extend_from_slice(produced);

@@ -12,12 +12,13 @@
 //! per backup, and a segment of interleaved chunks has no single stream to
 //! decide for.
 
-use super::{report, Counts, Member};
+use super::{report, Counts, Member, Sink};
 use crate::chunking::chunk_all;
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::index::DataCursor;
 use crate::ingest::{BackupOptions, BackupReport};
+use crate::layout::ContainerLayout;
 use crate::recipe::RecipeBuilder;
 use crate::repo::Repository;
 use crate::rewrite::RewriteSpec;
@@ -105,7 +106,7 @@ impl Repository {
             });
         }
 
-        let mut sink = self.sink(None, false);
+        let mut sink = Sink::new(self, &ContainerLayout, None);
         let trace = cfg.trace;
         let mut deal = || -> Result<Vec<Member>> {
             let longest = dealt.iter().map(|d| d.chunks.len()).max().unwrap_or(0);
@@ -147,7 +148,7 @@ impl Repository {
             Ok(m) => m.iter().map(|m| m.counts).collect(),
             Err(_) => Vec::new(),
         };
-        let entries = self.commit(&mut sink, members)?;
+        let entries = self.commit(sink, members)?;
         let io = self.metrics.snapshot().since(&before);
         Ok(entries
             .into_iter()

@@ -5,6 +5,7 @@
 
 use super::{RewritePolicy, Segment};
 use crate::container::ContainerId;
+use crate::fingerprint::{Fingerprint, FpSet};
 use std::collections::{HashMap, HashSet};
 
 pub struct Har {
@@ -71,4 +72,52 @@ pub fn har_sparse(
     let mut ids: Vec<ContainerId> = v.into_iter().map(|(_, id)| id).collect();
     ids.sort_unstable();
     ids
+}
+
+/// The sparse list a backup inherits: the manifest's list (written by the
+/// previous HAR backup), without containers GC has since removed.
+pub(crate) fn inherited_sparse(
+    listed: &[ContainerId],
+    live: &HashSet<ContainerId>,
+) -> Vec<ContainerId> {
+    listed
+        .iter()
+        .copied()
+        .filter(|c| live.contains(c))
+        .collect()
+}
+
+/// What HAR counts during a backup to mark the next backup's sparse
+/// containers.
+pub(crate) struct HarUse {
+    threshold: f64,
+    limit: f64,
+    /// Distinct chunks seen so far in this backup.
+    seen: FpSet,
+    /// Bytes of distinct chunks this backup referenced, per container.
+    used: HashMap<ContainerId, u64>,
+}
+
+impl HarUse {
+    pub(crate) fn new(threshold: f64, limit: f64) -> Self {
+        HarUse {
+            threshold,
+            limit,
+            seen: FpSet::default(),
+            used: HashMap::new(),
+        }
+    }
+
+    /// The backup referenced `fp` (of `len` bytes) in `container`; only its
+    /// first reference counts.
+    pub(crate) fn referenced(&mut self, fp: Fingerprint, container: ContainerId, len: u32) {
+        if self.seen.insert(fp) {
+            *self.used.entry(container).or_default() += len as u64;
+        }
+    }
+
+    /// The sparse list for the next backup (the manifest's `har_sparse`).
+    pub(crate) fn sparse(&self, capacity: u64) -> Vec<ContainerId> {
+        har_sparse(&self.used, capacity, self.threshold, self.limit)
+    }
 }
