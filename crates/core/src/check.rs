@@ -16,6 +16,7 @@
 //! next. For a directory backup the damaged byte ranges are mapped back to
 //! the files of its tar stream (see [`crate::salvage`]).
 
+use crate::cache::LruCache;
 use crate::catalog::{BackupEntry, SourceKind};
 use crate::container::format::object_name;
 use crate::container::{ChunkKind, ChunkMeta, ContainerId};
@@ -23,7 +24,6 @@ use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FpMap};
 use crate::recipe::RecipeWalker;
 use crate::repo::Repository;
-use crate::restore::LruCache;
 use crate::salvage;
 use serde::Serialize;
 use std::collections::{BTreeSet, HashMap};

@@ -12,13 +12,13 @@
 //! offsets to keep.
 
 use crate::archive::ExtractReport;
+use crate::cache::LruCache;
 use crate::catalog::{BackupEntry, SourceKind};
 use crate::container::{container_key, format, ChunkKind, ChunkMeta, ContainerId, Header};
 use crate::error::{Error, IoContext, Result};
 use crate::fingerprint::Fingerprint;
 use crate::recipe::{RecipeChunk, RecipeWalker};
 use crate::repo::Repository;
-use crate::restore::LruCache;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::io::{Read, Write};

@@ -5,12 +5,12 @@
 //! bytes) is below the threshold (always, at threshold 1.0).
 
 use super::mark::{Live, Mark};
+use crate::cache::LruCache;
 use crate::catalog::ContainerEntry;
 use crate::container::{ChunkKind, ContainerId};
 use crate::error::Result;
 use crate::recipe::RecipeWalker;
 use crate::repo::Repository;
-use crate::restore::LruCache;
 use std::collections::HashSet;
 
 #[derive(Default, Debug)]

@@ -9,9 +9,9 @@
 //! same [`Lru`]/[`Opt`] decisions, the same FAA windows), so the containers
 //! read, and every metric, are those of the papers' restore.
 
-use super::cache::{faa, Access, Lru, Opt, OPT_WINDOW};
 use super::loader::{Loaded, Loaders, Permit, Permits};
 use super::{in_backup, CacheSpec, LruCache, RestoreOptions};
+use crate::cache::{faa, Access, Lru, Opt, OPT_WINDOW};
 use crate::catalog::BackupEntry;
 use crate::container::{ChunkKind, ContainerId};
 use crate::error::{Error, Result};
