@@ -16,13 +16,12 @@
 //! next. For a directory backup the damaged byte ranges are mapped back to
 //! the files of its tar stream (see [`crate::salvage`]).
 
-use crate::cache::LruCache;
 use crate::catalog::{BackupEntry, SourceKind};
 use crate::container::format::object_name;
 use crate::container::{ChunkKind, ChunkMeta, ContainerId};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FpMap};
-use crate::recipe::RecipeWalker;
+use crate::recipe::RecipeReader;
 use crate::repo::Repository;
 use crate::salvage;
 use serde::Serialize;
@@ -241,7 +240,7 @@ impl Repository {
         }
 
         // Walk every retained backup.
-        let mut recipes = LruCache::new(16);
+        let mut recipes = self.recipe_reader(16);
         let mut seen_data: FpMap<()> = FpMap::default();
         for b in &m.backups {
             let (damage, walk_error) =
@@ -324,20 +323,15 @@ impl Repository {
         &self,
         b: &BackupEntry,
         contents: &HashMap<ContainerId, FpMap<(ChunkKind, u32)>>,
-        recipes: &mut LruCache,
+        recipes: &mut RecipeReader,
         report: &mut CheckReport,
         seen: &mut FpMap<()>,
     ) -> (Vec<DamagedChunk>, Option<WalkError>) {
         let mut damage = Vec::new();
-        let mut recipe_chunks = 0u64;
-        let mut last_recipe_container = None;
+        let loads = recipes.loads();
         let walk = (|| -> Result<()> {
             let root = b.root_fp()?;
-            let mut walker = RecipeWalker::new(root, b.root_level, |fp, _| {
-                recipe_chunks += 1;
-                last_recipe_container = self.index.get(ChunkKind::Recipe, fp);
-                self.load_recipe_chunk(recipes, fp)
-            })?;
+            let mut walker = recipes.entries(root, b.root_level)?;
             let mut offset = 0u64;
             while let Some(e) = walker.next()? {
                 seen.insert(e.fp, ());
@@ -366,7 +360,11 @@ impl Repository {
             }
             Ok(())
         })();
-        report.recipe_chunks_checked += recipe_chunks;
+        report.recipe_chunks_checked += recipes.loads() - loads;
+        // The container of this walk's last load (none if it loaded nothing).
+        let last_recipe_container = (recipes.loads() > loads)
+            .then(|| recipes.last_container())
+            .flatten();
         (damage, walk.err().map(|e| (last_recipe_container, e)))
     }
 }

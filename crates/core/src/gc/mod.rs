@@ -12,7 +12,10 @@ pub mod mark;
 pub mod select;
 pub mod sweep;
 
-use crate::container::ChunkKind;
+pub use mark::{LogicalMark, Mark, Marker, VcSpec};
+pub use select::Selection;
+
+use crate::container::{ChunkKind, ContainerId};
 use crate::error::{Error, Result};
 use crate::fingerprint::FpSet;
 use crate::repo::Repository;
@@ -68,11 +71,8 @@ pub struct GcOptions {
     /// GCCDF: a leaf of the ownership tree is split by a backup only if at
     /// least this many of its chunks are referenced by it (artifact: 200).
     pub split_threshold: usize,
-    /// False-positive rate of the VC table's Bloom filter; 0 = exact set.
-    pub vc_fp_rate: f64,
-    /// The VC table as a perfect-hash vector over the index's data
-    /// fingerprints (physical GC): exact for stored chunks, ~4 bits each.
-    pub vc_phv: bool,
+    /// The VC table: exact set, Bloom filter or perfect-hash vector.
+    pub vc: VcSpec,
     /// GCCDF: false-positive rate of the per-backup ownership Bloom
     /// filters; 0 = exact fingerprint sets.
     pub ownership_fp_rate: f64,
@@ -86,8 +86,7 @@ impl Default for GcOptions {
             liveness_threshold: 1.0,
             dry_run: false,
             split_threshold: 200,
-            vc_fp_rate: 0.0,
-            vc_phv: false,
+            vc: VcSpec::Exact,
             ownership_fp_rate: 0.01,
         }
     }
@@ -106,7 +105,7 @@ impl GcOptions {
             ));
         }
         for (what, p) in [
-            ("VC", self.vc_fp_rate),
+            ("VC", self.vc.fp_rate()),
             ("ownership", self.ownership_fp_rate),
         ] {
             if !(0.0..0.5).contains(&p) {
@@ -114,9 +113,6 @@ impl GcOptions {
                     "{what} false-positive rate must be in [0, 0.5) (got {p})"
                 ));
             }
-        }
-        if self.vc_phv && self.vc_fp_rate > 0.0 {
-            return Err("the VC table is a perfect-hash vector or a Bloom filter, not both".into());
         }
         Ok(())
     }
@@ -174,70 +170,193 @@ pub struct GcReport {
     pub recipe_produced_containers: u64,
 }
 
+impl GcOptions {
+    /// The mark these options ask for: today always the logical mark, with
+    /// the RRT and ownership filters GCCDF's sweep needs.
+    pub fn marker(&self) -> LogicalMark {
+        LogicalMark {
+            vc: self.vc,
+            owners_fp_rate: (self.strategy == GcStrategy::Gccdf).then_some(self.ownership_fp_rate),
+        }
+    }
+}
+
+/// Mark and select: what a GC would do, before it does it (`gc --dry-run`
+/// reports exactly this). [`Repository::gc_with`] carries it out.
+pub struct GcPlan {
+    pub options: GcOptions,
+    /// The manifest generation planned on: a plan is only carried out on it.
+    pub generation: u64,
+    pub mark: Mark,
+    pub selection: Selection,
+    /// Containers to delete, data and recipe (empty and copied forward).
+    pub reclaimed: HashSet<ContainerId>,
+    /// Logical bytes of the reclaimed containers.
+    pub reclaimed_logical_bytes: u64,
+    /// Time of mark and select.
+    pub mark_seconds: f64,
+    /// Recipe container bytes mark read.
+    pub mark_bytes_read: u64,
+    /// Logical bytes per container (the dry run's produced estimate).
+    pub container_size: u64,
+}
+
+impl GcPlan {
+    /// The report of the plan alone: what a dry run prints. A GC that
+    /// sweeps adds the sweep's figures to it.
+    pub fn report(&self) -> GcReport {
+        let sel = &self.selection;
+        let involved = sel.involved.len() as u64;
+        let reclaimed = (sel.empty.len() + sel.copy.len()) as u64;
+        let mut r = GcReport {
+            strategy: self.options.strategy,
+            dry_run: self.options.dry_run,
+            involved_containers: involved,
+            involved_bytes: sel.involved.iter().map(|c| c.logical_bytes).sum(),
+            deleted_without_copy: sel.empty.len() as u64,
+            reclaimed_containers: reclaimed,
+            skipped_containers: involved - reclaimed,
+            recipe_involved_containers: sel.recipe_involved.len() as u64,
+            recipe_reclaimed_containers: (sel.recipe_empty.len() + sel.recipe_copy.len()) as u64,
+            mark_seconds: self.mark_seconds,
+            mark_bytes_read: self.mark_bytes_read,
+            mark_memory_bytes: self.mark.memory_bytes,
+            peak_memory_bytes: self.mark.memory_bytes,
+            total_seconds: self.mark_seconds,
+            ..Default::default()
+        };
+        if self.options.dry_run {
+            // A lower bound: the live bytes in as few containers as hold them.
+            r.produced_containers = sel.copy_live_bytes.div_ceil(self.container_size);
+            r.reclaimed_bytes = self
+                .reclaimed_logical_bytes
+                .saturating_sub(sel.copy_live_bytes);
+        }
+        r
+    }
+}
+
+/// What the sweep wrote, for the report and the commit.
+struct Swept {
+    stats: sweep::SweepStats,
+    recipe_stats: sweep::SweepStats,
+    produced: Vec<crate::catalog::ContainerEntry>,
+    produced_data: u64,
+    produced_recipe: u64,
+    moved: Vec<crate::index::IndexEntry>,
+    next_id: ContainerId,
+    write_seconds: f64,
+}
+
 impl Repository {
     /// Reclaim the space of chunks no retained backup references: mark,
     /// select, sweep (naive copy-forward or GCCDF reordering), then publish
     /// a new generation before deleting the old containers.
     pub fn gc(&mut self, opts: &GcOptions) -> Result<GcReport> {
         self.require_writer()?;
+        let plan = self.plan_gc(opts)?;
+        self.gc_with(plan)
+    }
+
+    /// Mark (with the options' marker) and select: what [`gc`](Self::gc)
+    /// would do. Changes nothing.
+    pub fn plan_gc(&self, opts: &GcOptions) -> Result<GcPlan> {
+        self.plan_gc_marked(opts, &opts.marker())
+    }
+
+    /// [`plan_gc`](Self::plan_gc) with another mark: where the physical and
+    /// focused marks come in.
+    pub fn plan_gc_marked(&self, opts: &GcOptions, marker: &dyn Marker) -> Result<GcPlan> {
         opts.validate().map_err(Error::invalid)?;
         let started = Instant::now();
-        let mut r = GcReport {
-            strategy: opts.strategy,
-            dry_run: opts.dry_run,
-            ..Default::default()
-        };
         let io0 = self.metrics.snapshot();
-        let owners = (opts.strategy == GcStrategy::Gccdf).then_some(opts.ownership_fp_rate);
-        let mark = mark::mark(self, opts.vc_fp_rate, opts.vc_phv, owners)?;
-        let sel = select::select(self, &mark, opts.liveness_threshold)?;
-        r.mark_seconds = started.elapsed().as_secs_f64();
-        r.mark_bytes_read = self
+        let mark = marker.mark(self)?;
+        let selection = select::select(self, &mark, opts.liveness_threshold)?;
+        let mark_seconds = started.elapsed().as_secs_f64();
+        let mark_bytes_read = self
             .metrics
             .snapshot()
             .since(&io0)
             .recipe_container_bytes_read;
-        r.mark_memory_bytes = mark.memory_bytes;
-        r.involved_containers = sel.involved.len() as u64;
-        r.involved_bytes = sel.involved.iter().map(|c| c.logical_bytes).sum();
-        r.deleted_without_copy = sel.empty.len() as u64;
-        r.reclaimed_containers = (sel.empty.len() + sel.copy.len()) as u64;
-        r.skipped_containers = r.involved_containers - r.reclaimed_containers;
-        r.recipe_involved_containers = sel.recipe_involved.len() as u64;
-        r.recipe_reclaimed_containers = (sel.recipe_empty.len() + sel.recipe_copy.len()) as u64;
-        let reclaimed: HashSet<_> = sel
+        let reclaimed: HashSet<_> = selection
             .empty
             .iter()
-            .chain(&sel.copy)
-            .chain(&sel.recipe_empty)
-            .chain(&sel.recipe_copy)
+            .chain(&selection.copy)
+            .chain(&selection.recipe_empty)
+            .chain(&selection.recipe_copy)
             .copied()
             .collect();
-        let size = self.manifest.config.container_size as u64;
-        let freed: u64 = self
+        let reclaimed_logical_bytes = self
             .manifest
             .containers
             .iter()
             .filter(|c| reclaimed.contains(&c.id))
             .map(|c| c.logical_bytes)
             .sum();
-        if opts.dry_run || reclaimed.is_empty() {
-            if !opts.dry_run && !self.manifest.forgotten.is_empty() {
+        Ok(GcPlan {
+            options: opts.clone(),
+            generation: self.manifest.generation,
+            mark,
+            selection,
+            reclaimed,
+            reclaimed_logical_bytes,
+            mark_seconds,
+            mark_bytes_read,
+            container_size: self.manifest.config.container_size as u64,
+        })
+    }
+
+    /// Carry out a plan: sweep, publish a new generation, then delete the
+    /// reclaimed containers. A dry-run plan changes nothing; a plan with
+    /// nothing to reclaim only records that the forgotten backups are done.
+    pub fn gc_with(&mut self, plan: GcPlan) -> Result<GcReport> {
+        self.require_writer()?;
+        if plan.generation != self.manifest.generation {
+            return Err(Error::invalid(format!(
+                "the GC plan was made on generation {}, the repository is at {}: plan again",
+                plan.generation, self.manifest.generation
+            )));
+        }
+        let started = Instant::now();
+        let mut r = plan.report();
+        let dry_run = plan.options.dry_run;
+        if dry_run || plan.reclaimed.is_empty() {
+            if !dry_run && !self.manifest.forgotten.is_empty() {
                 // Nothing to reclaim, but the deletions are now accounted for.
                 let mut next = self.manifest.clone();
                 next.forgotten.clear();
                 self.publish(next, &[])?;
             }
-            if opts.dry_run {
-                r.produced_containers = sel.copy_live_bytes.div_ceil(size);
-                r.reclaimed_bytes = freed.saturating_sub(sel.copy_live_bytes);
-            }
-            r.peak_memory_bytes = mark.memory_bytes;
-            r.total_seconds = started.elapsed().as_secs_f64();
+            r.total_seconds += started.elapsed().as_secs_f64();
             return Ok(r);
         }
-
         let io1 = self.metrics.snapshot();
+        let swept = self.sweep(&plan)?;
+        let io = self.metrics.snapshot().since(&io1);
+        r.bytes_read = io.data_container_bytes_read;
+        r.bytes_written = io.data_container_bytes_written;
+        swept.add_to(&mut r, plan.mark.memory_bytes, plan.reclaimed_logical_bytes);
+        let GcPlan {
+            mark, reclaimed, ..
+        } = plan;
+        drop(mark);
+        let t = Instant::now();
+        sweep::commit(
+            self,
+            &reclaimed,
+            &swept.produced,
+            &swept.moved,
+            swept.next_id,
+        )?;
+        r.publish_seconds = t.elapsed().as_secs_f64();
+        r.total_seconds += started.elapsed().as_secs_f64();
+        Ok(r)
+    }
+
+    /// Copy the live chunks of the selected containers forward: data chunks
+    /// by the plan's strategy, then recipe chunks (always in order).
+    fn sweep(&self, plan: &GcPlan) -> Result<Swept> {
+        let (opts, mark, sel) = (&plan.options, &plan.mark, &plan.selection);
         let mut stats = sweep::SweepStats::default();
         let next_id = self.manifest.next_container_id;
         let mut data = sweep::Packer::new(self, ChunkKind::Data, next_id);
@@ -257,7 +376,7 @@ impl Repository {
             }
             GcStrategy::Gccdf => sweep::gccdf_sweep(
                 self,
-                &mark,
+                mark,
                 &sel.copy,
                 opts.segment_containers,
                 opts.split_threshold,
@@ -267,7 +386,7 @@ impl Repository {
         }
         let mut recipe = sweep::Packer::new(self, ChunkKind::Recipe, data.next_id);
         let mut placed = FpSet::default();
-        let mut rstats = sweep::SweepStats::default();
+        let mut recipe_stats = sweep::SweepStats::default();
         sweep::copy_forward(
             self,
             ChunkKind::Recipe,
@@ -275,42 +394,42 @@ impl Repository {
             |fp| mark.valid_recipe.contains(fp),
             &mut recipe,
             &mut placed,
-            &mut rstats,
+            &mut recipe_stats,
         )?;
-        let io = self.metrics.snapshot().since(&io1);
-        r.bytes_read = io.data_container_bytes_read;
-        r.bytes_written = io.data_container_bytes_written;
-        r.produced_containers = data.produced.len() as u64;
-        r.recipe_produced_containers = recipe.produced.len() as u64;
-        r.sweep_read_seconds = stats.read_seconds + rstats.read_seconds;
-        r.sweep_write_seconds = data.write_seconds + recipe.write_seconds;
-        r.analyze_seconds = stats.analyze_seconds;
-        r.moved_chunks = stats.moved_chunks + rstats.moved_chunks;
-        r.segments = stats.segments;
-        r.gc_cache_peak_bytes = stats.cache_peak_bytes;
-        r.tree_peak_bytes = stats.tree_peak_bytes;
-        r.peak_memory_bytes = mark.memory_bytes + stats.cache_peak_bytes + stats.tree_peak_bytes;
-        let written: u64 = data
-            .produced
-            .iter()
-            .chain(&recipe.produced)
-            .map(|c| c.logical_bytes)
-            .sum();
-        r.reclaimed_bytes = freed.saturating_sub(written);
-        let produced: Vec<_> = data
-            .produced
-            .iter()
-            .chain(&recipe.produced)
-            .copied()
-            .collect();
-        let moved: Vec<_> = data.moved.iter().chain(&recipe.moved).copied().collect();
-        let next_id = recipe.next_id;
-        drop(mark);
-        let t = Instant::now();
-        sweep::commit(self, &reclaimed, &produced, &moved, next_id)?;
-        r.publish_seconds = t.elapsed().as_secs_f64();
-        r.total_seconds = started.elapsed().as_secs_f64();
-        Ok(r)
+        Ok(Swept {
+            stats,
+            recipe_stats,
+            produced_data: data.produced.len() as u64,
+            produced_recipe: recipe.produced.len() as u64,
+            produced: data
+                .produced
+                .iter()
+                .chain(&recipe.produced)
+                .copied()
+                .collect(),
+            moved: data.moved.iter().chain(&recipe.moved).copied().collect(),
+            next_id: recipe.next_id,
+            write_seconds: data.write_seconds + recipe.write_seconds,
+        })
+    }
+}
+
+impl Swept {
+    /// The sweep's figures in the report; memory peaks on top of the mark's.
+    fn add_to(&self, r: &mut GcReport, mark_memory: u64, reclaimed_logical_bytes: u64) {
+        let (s, rs) = (&self.stats, &self.recipe_stats);
+        r.produced_containers = self.produced_data;
+        r.recipe_produced_containers = self.produced_recipe;
+        r.sweep_read_seconds = s.read_seconds + rs.read_seconds;
+        r.sweep_write_seconds = self.write_seconds;
+        r.analyze_seconds = s.analyze_seconds;
+        r.moved_chunks = s.moved_chunks + rs.moved_chunks;
+        r.segments = s.segments;
+        r.gc_cache_peak_bytes = s.cache_peak_bytes;
+        r.tree_peak_bytes = s.tree_peak_bytes;
+        r.peak_memory_bytes = mark_memory + s.cache_peak_bytes + s.tree_peak_bytes;
+        let written: u64 = self.produced.iter().map(|c| c.logical_bytes).sum();
+        r.reclaimed_bytes = reclaimed_logical_bytes.saturating_sub(written);
     }
 }
 

@@ -15,11 +15,10 @@
 
 use crate::archive::ExtractReport;
 use crate::catalog::{BackupEntry, SourceKind};
-use crate::container::{format::object_name, ChunkKind, ChunkMeta, Container, ContainerId};
+use crate::container::{format::object_name, ChunkMeta, Container, ContainerId};
 use crate::error::{Error, IoContext, Result};
-use crate::fingerprint::Fingerprint;
 use crate::metrics::{mb_per_s, read_amplification, speed_factor};
-use crate::recipe::{self, RecipeChunk, RecipeEntry};
+use crate::recipe::RecipeEntry;
 use crate::repo::Repository;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -123,31 +122,6 @@ pub(crate) fn in_backup(e: Error, backup: u64, offset: Option<u64>) -> Error {
 }
 
 impl Repository {
-    /// Load a recipe chunk by fingerprint through `cache`, verifying its
-    /// fingerprint and decoding it.
-    pub(crate) fn load_recipe_chunk(
-        &self,
-        cache: &mut LruCache,
-        fp: &Fingerprint,
-    ) -> Result<RecipeChunk> {
-        let name = format!("recipe chunk {}", fp.to_hex());
-        let id = self
-            .index
-            .get(ChunkKind::Recipe, fp)
-            .ok_or_else(|| Error::MissingObject(name.clone()))?;
-        let c = cache.get(id, |id| self.store.read(id))?;
-        let bytes = c
-            .chunk(fp)
-            .ok_or_else(|| Error::corrupt(object_name(id), format!("does not hold {name}")))?;
-        if self.manifest.config.hash.hash(bytes) != *fp {
-            return Err(Error::corrupt(
-                name,
-                "content does not match its fingerprint",
-            ));
-        }
-        recipe::decode(bytes, &name)
-    }
-
     /// Restore a backup's byte stream into `out` (nothing is written in trace
     /// mode, where only the I/O is accounted).
     pub fn restore_to(
