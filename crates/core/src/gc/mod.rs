@@ -551,4 +551,77 @@ mod tests {
             assert_eq!(restore(&repo, id), data);
         }
     }
+
+    fn two_versions() -> (Repository, u64, Vec<u8>) {
+        let b = Arc::new(MemoryBackend::new());
+        Repository::init(
+            b.clone(),
+            &InitOptions {
+                chunker: ChunkerConfig::Fastcdc {
+                    min: 256,
+                    avg: 1024,
+                    max: 4096,
+                },
+                container_size: 16 * 1024,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let mut repo = Repository::open_writer(b, "t").unwrap();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let v1: Vec<u8> = (0..200_000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        let mut v2 = v1.clone();
+        v2[150_000..150_100].fill(7);
+        let mut ids = Vec::new();
+        for v in [&v1, &v2, &v2] {
+            let opts = BackupOptions::new("v", SourceKind::Stream);
+            let r = repo.backup_reader(&opts, &mut &v[..], &mut |_| {}).unwrap();
+            ids.push(r.backup.id);
+        }
+        repo.forget(&[ids[0]]).unwrap();
+        (repo, ids[1], v2)
+    }
+
+    /// A plan is what a dry run reports; carrying it out reclaims it.
+    #[test]
+    fn plan_then_execute_is_gc() {
+        let (mut repo, id, v2) = two_versions();
+        let opts = GcOptions::default();
+        let plan = repo.plan_gc(&opts).unwrap();
+        let dry = repo
+            .gc(&GcOptions {
+                dry_run: true,
+                ..opts.clone()
+            })
+            .unwrap();
+        let planned = plan.report();
+        assert_eq!(planned.involved_containers, dry.involved_containers);
+        assert_eq!(planned.reclaimed_containers, dry.reclaimed_containers);
+        // The naive mark skips the second, identical backup's whole tree.
+        assert!(plan.mark.walk.skipped_subtrees >= 1, "{:?}", plan.mark.walk);
+        let r = repo.gc_with(plan).unwrap();
+        assert_eq!(r.reclaimed_containers, dry.reclaimed_containers);
+        assert!(r.reclaimed_containers > 0, "{dry:?}");
+        assert_eq!(restore(&repo, id), v2);
+        // A plan made on an older generation is refused.
+        let stale = repo.plan_gc(&opts).unwrap();
+        repo.forget(&[id]).unwrap();
+        let err = repo.gc_with(stale).unwrap_err().to_string();
+        assert!(err.contains("plan again"), "{err}");
+        // GCCDF needs every backup in full: nothing is skipped.
+        let plan = repo
+            .plan_gc(&GcOptions {
+                strategy: GcStrategy::Gccdf,
+                ..opts
+            })
+            .unwrap();
+        assert_eq!(plan.mark.walk.skipped_subtrees, 0);
+    }
 }

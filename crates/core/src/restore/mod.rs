@@ -103,6 +103,90 @@ fn unplanned(id: ContainerId, bid: u64, offset: u64) -> Error {
     )
 }
 
+/// The restore's last stage: carries out the planner's ops in recipe order,
+/// copying chunks out of the loaded containers into `out`.
+struct Assembler<'a> {
+    out: &'a mut dyn Write,
+    /// Trace mode: account, write nothing.
+    trace: bool,
+    bid: u64,
+    buffers: &'a Buffers,
+    permit_return: &'a loader::PermitReturn,
+    /// The containers the cache holds (and those being filled in).
+    cached: HashMap<ContainerId, Container>,
+    /// The forward assembly area.
+    area: Vec<u8>,
+    /// Bytes restored so far.
+    offset: u64,
+    chunks: u64,
+}
+
+impl Assembler<'_> {
+    fn apply(&mut self, op: Op) -> Result<()> {
+        let (bid, offset) = (self.bid, self.offset);
+        match op {
+            Op::Evict(id) => {
+                if let Some(c) = self.cached.remove(&id) {
+                    self.buffers.give(c);
+                }
+            }
+            Op::Load(id, loaded) => {
+                let c = receive(&loaded).map_err(|e| in_backup(e, bid, Some(offset)))?;
+                self.permit_return.give_back();
+                self.cached.insert(id, c);
+            }
+            Op::Chunk(e, id) => {
+                let c = self
+                    .cached
+                    .get(&id)
+                    .ok_or_else(|| unplanned(id, bid, offset))?;
+                let meta = chunk_meta(c, &e, bid, offset)?;
+                if !self.trace {
+                    self.out
+                        .write_all(c.bytes(&meta))
+                        .ctx(|| "cannot write restored data".into())?;
+                }
+                self.offset += e.size;
+                self.chunks += 1;
+            }
+            Op::Window(w) => self.window(w)?,
+        }
+        Ok(())
+    }
+
+    /// Fill the area from each of the window's containers in turn, then
+    /// write it whole.
+    fn window(&mut self, w: plan::Window) -> Result<()> {
+        let (bid, offset) = (self.bid, self.offset);
+        // Every byte of the area is overwritten below.
+        if !self.trace {
+            self.area.resize(w.filled as usize, 0);
+        }
+        for (_, idx, loaded) in &w.containers {
+            let first = offset + w.entries[idx[0]].1;
+            let c = receive(loaded).map_err(|e| in_backup(e, bid, Some(first)))?;
+            self.permit_return.give_back();
+            for &i in idx {
+                let (e, at) = &w.entries[i];
+                let meta = chunk_meta(&c, e, bid, offset + at)?;
+                if !self.trace {
+                    let at = *at as usize;
+                    self.area[at..at + e.size as usize].copy_from_slice(c.bytes(&meta));
+                }
+            }
+            self.buffers.give(c);
+        }
+        if !self.trace {
+            self.out
+                .write_all(&self.area)
+                .ctx(|| "cannot write restored data".into())?;
+        }
+        self.offset += w.filled;
+        self.chunks += w.entries.len() as u64;
+        Ok(())
+    }
+}
+
 /// Name the backup (and offset) in an error about one of its objects.
 pub(crate) fn in_backup(e: Error, backup: u64, offset: Option<u64>) -> Error {
     let at = match offset {
@@ -134,87 +218,7 @@ impl Repository {
         let started = Instant::now();
         let before = self.metrics.snapshot();
         let bid = backup.id;
-        // Three stages: the planner walks the recipe and decides the cache
-        // (on this repository's index), the loaders read and verify the
-        // containers it asks for, and this thread copies chunks out of them
-        // into `out`. The cache decisions, and so the metrics, are those of
-        // a sequential restore.
-        let trace = self.manifest.config.trace;
-        let (offset, chunks) = std::thread::scope(|scope| {
-            // Made here so that an early return drops this thread's ends
-            // and a planner blocked on either stops.
-            let (ops, planned) = sync_channel::<plan::Batch>(4);
-            let (permits, permit_return) = loader::permits(READ_AHEAD);
-            let buffers = Buffers::default();
-            let loaders = Loaders::spawn(scope, &self.store, LOADERS, &buffers)?;
-            let planner = Planner::new(ops, loaders, permits);
-            std::thread::Builder::new()
-                .name("tessera-plan".into())
-                .spawn_scoped(scope, move || planner.run(self, backup, opts))
-                .ctx(|| "cannot start the restore planner thread".into())?;
-            // The containers the cache holds (and those being filled in).
-            let mut cached: HashMap<ContainerId, Container> = HashMap::new();
-            let mut area = Vec::new();
-            let mut offset = 0u64;
-            let mut chunks = 0u64;
-            for batch in planned {
-                for op in batch? {
-                    match op {
-                        Op::Evict(id) => {
-                            if let Some(c) = cached.remove(&id) {
-                                buffers.give(c);
-                            }
-                        }
-                        Op::Load(id, loaded) => {
-                            let c =
-                                receive(&loaded).map_err(|e| in_backup(e, bid, Some(offset)))?;
-                            permit_return.give_back();
-                            cached.insert(id, c);
-                        }
-                        Op::Chunk(e, id) => {
-                            let c = cached.get(&id).ok_or_else(|| unplanned(id, bid, offset))?;
-                            let meta = chunk_meta(c, &e, bid, offset)?;
-                            if !trace {
-                                out.write_all(c.bytes(&meta))
-                                    .ctx(|| "cannot write restored data".into())?;
-                            }
-                            offset += e.size;
-                            chunks += 1;
-                        }
-                        Op::Window(w) => {
-                            // Every byte of the area is overwritten below.
-                            if !trace {
-                                area.resize(w.filled as usize, 0);
-                            }
-                            for (_, idx, loaded) in &w.containers {
-                                let first = offset + w.entries[idx[0]].1;
-                                let c =
-                                    receive(loaded).map_err(|e| in_backup(e, bid, Some(first)))?;
-                                permit_return.give_back();
-                                for &i in idx {
-                                    let (e, at) = &w.entries[i];
-                                    let meta = chunk_meta(&c, e, bid, offset + at)?;
-                                    if !trace {
-                                        let at = *at as usize;
-                                        area[at..at + e.size as usize]
-                                            .copy_from_slice(c.bytes(&meta));
-                                    }
-                                }
-                                buffers.give(c);
-                            }
-                            if !trace {
-                                out.write_all(&area)
-                                    .ctx(|| "cannot write restored data".into())?;
-                            }
-                            offset += w.filled;
-                            chunks += w.entries.len() as u64;
-                        }
-                    }
-                }
-                progress(offset);
-            }
-            Ok::<_, Error>((offset, chunks))
-        })?;
+        let (offset, chunks) = self.run_restore(backup, out, opts, progress)?;
         out.flush().ctx(|| "cannot write restored data".into())?;
         progress(offset);
         if offset != backup.logical_bytes {
@@ -241,6 +245,52 @@ impl Repository {
             cache: opts.cache,
             seconds: secs,
             throughput_mb_s: mb_per_s(offset, secs),
+        })
+    }
+
+    /// The three stages: the planner walks the recipe and decides the cache
+    /// (on this repository's index), the loaders read and verify the
+    /// containers it asks for, and this thread, the [`Assembler`], copies
+    /// chunks out of them into `out`. The cache decisions, and so the
+    /// metrics, are those of a sequential restore. Returns the bytes and
+    /// chunks restored.
+    fn run_restore(
+        &self,
+        backup: &BackupEntry,
+        out: &mut dyn Write,
+        opts: &RestoreOptions,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<(u64, u64)> {
+        std::thread::scope(|scope| {
+            // Made here so that an early return drops this thread's ends
+            // and a planner blocked on either stops.
+            let (ops, planned) = sync_channel::<plan::Batch>(4);
+            let (permits, permit_return) = loader::permits(READ_AHEAD);
+            let buffers = Buffers::default();
+            let loaders = Loaders::spawn(scope, &self.store, LOADERS, &buffers)?;
+            let planner = Planner::new(ops, loaders, permits);
+            std::thread::Builder::new()
+                .name("tessera-plan".into())
+                .spawn_scoped(scope, move || planner.run(self, backup, opts))
+                .ctx(|| "cannot start the restore planner thread".into())?;
+            let mut a = Assembler {
+                out,
+                trace: self.manifest.config.trace,
+                bid: backup.id,
+                buffers: &buffers,
+                permit_return: &permit_return,
+                cached: HashMap::new(),
+                area: Vec::new(),
+                offset: 0,
+                chunks: 0,
+            };
+            for batch in planned {
+                for op in batch? {
+                    a.apply(op)?;
+                }
+                progress(a.offset);
+            }
+            Ok((a.offset, a.chunks))
         })
     }
 
