@@ -465,21 +465,7 @@ mod tests {
     #[test]
     fn stale_copies_left_by_rewriting_are_dead() {
         for strategy in [GcStrategy::Naive, GcStrategy::Gccdf] {
-            let b = Arc::new(MemoryBackend::new());
-            Repository::init(
-                b.clone(),
-                &InitOptions {
-                    chunker: ChunkerConfig::Fastcdc {
-                        min: 256,
-                        avg: 1024,
-                        max: 4096,
-                    },
-                    container_size: 16 * 1024,
-                    ..Default::default()
-                },
-            )
-            .unwrap();
-            let mut repo = Repository::open_writer(b, "t").unwrap();
+            let mut repo = small_repo();
             let data: Vec<u8> = (0..60_000u32)
                 .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
                 .collect();
@@ -552,7 +538,8 @@ mod tests {
         }
     }
 
-    fn two_versions() -> (Repository, u64, Vec<u8>) {
+    /// A writable in-memory repository of small chunks and containers.
+    fn small_repo() -> Repository {
         let b = Arc::new(MemoryBackend::new());
         Repository::init(
             b.clone(),
@@ -567,15 +554,13 @@ mod tests {
             },
         )
         .unwrap();
-        let mut repo = Repository::open_writer(b, "t").unwrap();
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let v1: Vec<u8> = (0..200_000)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
+        Repository::open_writer(b, "t").unwrap()
+    }
+
+    fn two_versions() -> (Repository, u64, Vec<u8>) {
+        let mut repo = small_repo();
+        let v1: Vec<u8> = (0..200_000u64 / 32)
+            .flat_map(|i| crate::HashAlgo::Blake3.hash(&i.to_le_bytes()).0)
             .collect();
         let mut v2 = v1.clone();
         v2[150_000..150_100].fill(7);
