@@ -5,6 +5,11 @@
 //! §4–5 (GCCDF). Like every mutation, GC writes its new containers and index
 //! first, publishes a new manifest generation, and only then deletes the
 //! containers it reclaimed.
+//!
+//! A GC is a [`GcPlan`] (mark + select, what `--dry-run` reports) carried
+//! out by [`Repository::gc_with`]. The mark is a [`Marker`]: the logical
+//! mark today; the physical (PGC) and focused (FGC) marks implement the same
+//! trait and reach the sweep through [`Repository::plan_gc_marked`].
 
 pub mod bloom;
 pub mod gccdf;
