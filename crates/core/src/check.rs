@@ -16,14 +16,13 @@
 //! next. For a directory backup the damaged byte ranges are mapped back to
 //! the files of its tar stream (see [`crate::salvage`]).
 
-use crate::catalog::{BackupEntry, SourceKind};
+use crate::catalog::{BackupEntry, ContainerEntry, SourceKind};
 use crate::container::format::object_name;
 use crate::container::{ChunkKind, ChunkMeta, ContainerId};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FpMap};
-use crate::recipe::RecipeWalker;
+use crate::recipe::RecipeReader;
 use crate::repo::Repository;
-use crate::restore::LruCache;
 use crate::salvage;
 use serde::Serialize;
 use std::collections::{BTreeSet, HashMap};
@@ -113,6 +112,20 @@ type DamagedChunk = (ContainerId, (u64, u64));
 /// Why a recipe walk stopped, and the recipe container it was reading.
 type WalkError = (Option<ContainerId>, Error);
 
+/// What the container pass learned, for the index and backup passes.
+#[derive(Default)]
+struct Containers {
+    /// Container id → its problem's index in the report, so affected
+    /// backups can be added.
+    bad: HashMap<ContainerId, usize>,
+    /// Container id → chunk fingerprints it holds (from its metadata).
+    contents: HashMap<ContainerId, FpMap<(ChunkKind, u32)>>,
+}
+
+/// A container as read: its chunks' metadata, the kind its header says, and
+/// the chunks whose bytes do not match their fingerprints (if read whole).
+type ReadContainer = (Vec<ChunkMeta>, ChunkKind, Vec<Fingerprint>);
+
 impl Repository {
     /// Verify the repository. Errors are only returned for failures of the
     /// check itself (e.g. the backend cannot be listed); everything wrong
@@ -130,79 +143,31 @@ impl Repository {
             leftovers: self.find_leftovers()?,
             ..Default::default()
         };
-        // Container id → problem index, so affected backups can be added.
-        let mut bad_container: HashMap<ContainerId, usize> = HashMap::new();
-        // Container id → chunk fingerprints it holds (from its metadata).
-        let mut contents: HashMap<ContainerId, FpMap<(ChunkKind, u32)>> = HashMap::new();
-        let trace = m.config.trace;
-        let algo = m.config.hash;
+        let containers = self.check_containers(opts, &mut report);
+        self.check_index(&containers, &mut report);
+        self.check_backups(&containers, &mut report);
+        Ok(report)
+    }
 
-        for (pos, c) in m.containers.iter().enumerate() {
+    /// Every listed container's header and metadata (and its data, when
+    /// read whole) against the manifest.
+    fn check_containers(&self, opts: &CheckOptions, report: &mut CheckReport) -> Containers {
+        let mut out = Containers::default();
+        for (pos, c) in self.manifest.containers.iter().enumerate() {
             let name = object_name(c.id);
-            // Recipe containers are small and the recipe walk reads them
-            // whole anyway; data containers only when asked.
-            let whole = c.kind == ChunkKind::Recipe || (!trace && opts.read_data.selects(pos));
-            let read = if whole {
-                match self.store.read(c.id) {
-                    Ok(cont) => {
-                        report.data_containers_read += (c.kind == ChunkKind::Data) as u64;
-                        let mut bad = Vec::new();
-                        for meta in &cont.meta {
-                            report.chunks_rehashed += 1;
-                            if algo.hash(cont.bytes(meta)) != meta.fp {
-                                bad.push(meta.fp);
-                            }
-                        }
-                        Ok((cont.meta.clone(), cont.header.kind, bad))
-                    }
-                    // The data section is damaged: find out which chunks.
-                    Err(e) => match self.salvage(c.id) {
-                        Some((metas, kind, bad)) => {
-                            report.data_containers_read += (c.kind == ChunkKind::Data) as u64;
-                            report.chunks_rehashed += metas.len() as u64;
-                            Ok((metas, kind, bad))
-                        }
-                        None => Err(e),
-                    },
-                }
-            } else {
-                self.store
-                    .read_meta(c.id)
-                    .map(|(h, metas)| (metas, h.kind, Vec::new()))
-            };
-            let problem = match read {
+            let problem = match self.read_for_check(c, pos, opts, report) {
                 Err(e) => Some(e.to_string()),
                 Ok((metas, kind, bad)) => {
                     let mut map = FpMap::default();
                     for meta in metas.iter().filter(|m| !bad.contains(&m.fp)) {
                         map.insert(meta.fp, (meta.kind, meta.len));
                     }
-                    contents.insert(c.id, map);
-                    if kind != c.kind {
-                        Some(format!(
-                            "holds {kind:?} chunks, the manifest lists it for {:?} chunks",
-                            c.kind
-                        ))
-                    } else if metas.len() as u32 != c.chunks {
-                        Some(format!(
-                            "holds {} chunks, the manifest says {}",
-                            metas.len(),
-                            c.chunks
-                        ))
-                    } else {
-                        bad.first().map(|fp| {
-                            format!(
-                                "data corrupted: {} of its {} chunks do not match their fingerprints (first: {})",
-                                bad.len(),
-                                metas.len(),
-                                fp.to_hex()
-                            )
-                        })
-                    }
+                    out.contents.insert(c.id, map);
+                    container_problem(c, &metas, kind, &bad)
                 }
             };
             if let Some(p) = problem {
-                bad_container.insert(c.id, report.problems.len());
+                out.bad.insert(c.id, report.problems.len());
                 report.problems.push(Problem {
                     object: name,
                     problem: strip_object(&p, c.id),
@@ -211,16 +176,63 @@ impl Repository {
                 });
             }
         }
+        out
+    }
 
-        // Every index entry names a listed container holding that chunk.
+    /// Read a container for [`check_containers`](Self::check_containers):
+    /// recipe containers are small and the recipe walk reads them whole
+    /// anyway; data containers only when `--read-data` selects them.
+    fn read_for_check(
+        &self,
+        c: &ContainerEntry,
+        pos: usize,
+        opts: &CheckOptions,
+        report: &mut CheckReport,
+    ) -> Result<ReadContainer> {
+        let whole = c.kind == ChunkKind::Recipe
+            || (!self.manifest.config.trace && opts.read_data.selects(pos));
+        if !whole {
+            return self
+                .store
+                .read_meta(c.id)
+                .map(|(h, metas)| (metas, h.kind, Vec::new()));
+        }
+        match self.store.read(c.id) {
+            Ok(cont) => {
+                report.data_containers_read += (c.kind == ChunkKind::Data) as u64;
+                let algo = self.manifest.config.hash;
+                let mut bad = Vec::new();
+                for meta in &cont.meta {
+                    report.chunks_rehashed += 1;
+                    if algo.hash(cont.bytes(meta)) != meta.fp {
+                        bad.push(meta.fp);
+                    }
+                }
+                Ok((cont.meta.clone(), cont.header.kind, bad))
+            }
+            // The data section is damaged: find out which chunks.
+            Err(e) => match self.salvage(c.id) {
+                Some((metas, kind, bad)) => {
+                    report.data_containers_read += (c.kind == ChunkKind::Data) as u64;
+                    report.chunks_rehashed += metas.len() as u64;
+                    Ok((metas, kind, bad))
+                }
+                None => Err(e),
+            },
+        }
+    }
+
+    /// Every index entry names a listed container holding that chunk.
+    fn check_index(&self, containers: &Containers, report: &mut CheckReport) {
         let mut stale = 0u64;
         let mut first_stale = None;
         for e in self.index.entries() {
-            let held = contents
+            let held = containers
+                .contents
                 .get(&e.container)
                 .and_then(|m| m.get(&e.fp))
                 .is_some_and(|(k, _)| *k == e.kind);
-            let known_bad = bad_container.contains_key(&e.container);
+            let known_bad = containers.bad.contains_key(&e.container);
             if !held && !known_bad {
                 stale += 1;
                 first_stale.get_or_insert(e);
@@ -239,13 +251,22 @@ impl Repository {
                 files: Vec::new(),
             });
         }
+    }
 
-        // Walk every retained backup.
-        let mut recipes = LruCache::new(16);
+    /// Walk every retained backup; charge its damage to the bad containers
+    /// it falls in, or report it against the backup.
+    fn check_backups(&self, containers: &Containers, report: &mut CheckReport) {
+        let bad_container = &containers.bad;
+        let mut recipes = self.recipe_reader(16);
         let mut seen_data: FpMap<()> = FpMap::default();
-        for b in &m.backups {
-            let (damage, walk_error) =
-                self.check_backup(b, &contents, &mut recipes, &mut report, &mut seen_data);
+        for b in &self.manifest.backups {
+            let (damage, walk_error) = self.check_backup(
+                b,
+                &containers.contents,
+                &mut recipes,
+                report,
+                &mut seen_data,
+            );
             let mut affected: BTreeSet<usize> = BTreeSet::new();
             // A recipe that cannot be walked because its container is bad is
             // that container's problem.
@@ -301,7 +322,6 @@ impl Repository {
             }
         }
         report.data_chunks_referenced = seen_data.len() as u64;
-        Ok(report)
     }
 
     /// Read a container whose data checksum fails without that check, and
@@ -324,20 +344,15 @@ impl Repository {
         &self,
         b: &BackupEntry,
         contents: &HashMap<ContainerId, FpMap<(ChunkKind, u32)>>,
-        recipes: &mut LruCache,
+        recipes: &mut RecipeReader,
         report: &mut CheckReport,
         seen: &mut FpMap<()>,
     ) -> (Vec<DamagedChunk>, Option<WalkError>) {
         let mut damage = Vec::new();
-        let mut recipe_chunks = 0u64;
-        let mut last_recipe_container = None;
+        let loads = recipes.loads();
         let walk = (|| -> Result<()> {
             let root = b.root_fp()?;
-            let mut walker = RecipeWalker::new(root, b.root_level, |fp, _| {
-                recipe_chunks += 1;
-                last_recipe_container = self.index.get(ChunkKind::Recipe, fp);
-                self.load_recipe_chunk(recipes, fp)
-            })?;
+            let mut walker = recipes.entries(root, b.root_level)?;
             let mut offset = 0u64;
             while let Some(e) = walker.next()? {
                 seen.insert(e.fp, ());
@@ -366,8 +381,43 @@ impl Repository {
             }
             Ok(())
         })();
-        report.recipe_chunks_checked += recipe_chunks;
+        report.recipe_chunks_checked += recipes.loads() - loads;
+        // The container of this walk's last load (none if it loaded nothing).
+        let last_recipe_container = (recipes.loads() > loads)
+            .then(|| recipes.last_container())
+            .flatten();
         (damage, walk.err().map(|e| (last_recipe_container, e)))
+    }
+}
+
+/// What is wrong with a container as read, if anything: the kind its
+/// header says, its chunk count, chunks whose bytes do not match.
+fn container_problem(
+    c: &ContainerEntry,
+    metas: &[ChunkMeta],
+    kind: ChunkKind,
+    bad: &[Fingerprint],
+) -> Option<String> {
+    if kind != c.kind {
+        Some(format!(
+            "holds {kind:?} chunks, the manifest lists it for {:?} chunks",
+            c.kind
+        ))
+    } else if metas.len() as u32 != c.chunks {
+        Some(format!(
+            "holds {} chunks, the manifest says {}",
+            metas.len(),
+            c.chunks
+        ))
+    } else {
+        bad.first().map(|fp| {
+            format!(
+                "data corrupted: {} of its {} chunks do not match their fingerprints (first: {})",
+                bad.len(),
+                metas.len(),
+                fp.to_hex()
+            )
+        })
     }
 }
 

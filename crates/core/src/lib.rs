@@ -7,6 +7,7 @@
 
 pub mod archive;
 pub mod backend;
+pub mod cache;
 pub mod catalog;
 pub mod check;
 pub mod chunking;

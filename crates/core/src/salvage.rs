@@ -12,13 +12,13 @@
 //! offsets to keep.
 
 use crate::archive::ExtractReport;
+use crate::cache::LruCache;
 use crate::catalog::{BackupEntry, SourceKind};
 use crate::container::{container_key, format, ChunkKind, ChunkMeta, ContainerId, Header};
 use crate::error::{Error, IoContext, Result};
 use crate::fingerprint::Fingerprint;
-use crate::recipe::{RecipeChunk, RecipeWalker};
+use crate::recipe::Entries;
 use crate::repo::Repository;
-use crate::restore::LruCache;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -26,8 +26,6 @@ use std::path::Path;
 
 /// A container object read without its data checksum, and its metadata.
 type RawContainer = (Vec<u8>, Vec<ChunkMeta>);
-
-type Fetch<'a> = Box<dyn FnMut(&Fingerprint, u8) -> Result<RecipeChunk> + 'a>;
 
 /// What a salvaging restore could not restore.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -46,7 +44,7 @@ pub struct SalvageReport {
 /// The byte stream of a backup with every damaged chunk read as zeros.
 pub(crate) struct TolerantStream<'a> {
     repo: &'a Repository,
-    walker: RecipeWalker<Fetch<'a>>,
+    walker: Entries<'a>,
     cache: LruCache,
     salvaged: HashMap<ContainerId, Option<RawContainer>>,
     current: Vec<u8>,
@@ -57,9 +55,9 @@ pub(crate) struct TolerantStream<'a> {
 
 impl<'a> TolerantStream<'a> {
     pub(crate) fn new(repo: &'a Repository, b: &BackupEntry) -> Result<Self> {
-        let mut recipes = LruCache::new(16);
-        let fetch: Fetch<'a> = Box::new(move |fp, _| repo.load_recipe_chunk(&mut recipes, fp));
-        let walker = RecipeWalker::new(b.root_fp()?, b.root_level, fetch)?;
+        let walker = repo
+            .recipe_reader(16)
+            .into_entries(b.root_fp()?, b.root_level)?;
         Ok(TolerantStream {
             repo,
             walker,

@@ -3,7 +3,7 @@
 //! technique becomes available to the lab as soon as core implements it.
 
 use serde::{Deserialize, Serialize};
-use tessera_core::gc::{GcOptions, GcStrategy};
+use tessera_core::gc::{GcOptions, GcStrategy, VcSpec};
 use tessera_core::restore::CacheSpec;
 use tessera_core::rewrite::RewriteSpec;
 
@@ -76,12 +76,9 @@ impl Approach {
         let rw = self.rewrite.to_string();
         let gc = self.gc.as_ref().map_or("none".to_string(), |g| {
             // The valid-chunk table, when not the exact set.
-            let vc = if g.vc_phv {
-                " vc=phv".to_string()
-            } else if g.vc_fp_rate > 0.0 {
-                format!(" vc=bloom:{}", g.vc_fp_rate)
-            } else {
-                String::new()
+            let vc = match g.vc {
+                VcSpec::Exact => String::new(),
+                vc => format!(" vc={vc}"),
             };
             format!("{}{vc}", g.strategy)
         });
@@ -128,19 +125,7 @@ impl ApproachDef {
     pub fn resolve(&self) -> Result<Approach, String> {
         let ctx = |e: String| format!("approach '{}': {e}", self.name);
         let rewrite = RewriteSpec::parse(&self.rewrite).map_err(ctx)?;
-        let (vc_fp_rate, vc_phv) = match self.vc.to_ascii_lowercase().as_str() {
-            "exact" => (0.0, false),
-            "phv" => (0.0, true),
-            v => match v.strip_prefix("bloom:").map(str::parse::<f64>) {
-                Some(Ok(p)) if p > 0.0 && p < 0.5 => (p, false),
-                _ => {
-                    return Err(ctx(format!(
-                        "unknown vc '{}' (expected exact, phv or bloom:P with 0 < P < 0.5)",
-                        self.vc
-                    )))
-                }
-            },
-        };
+        let vc: VcSpec = self.vc.parse().map_err(ctx)?;
         let gc = match self.gc.to_ascii_lowercase().as_str() {
             "none" | "off" => None,
             s => Some(GcOptions {
@@ -148,8 +133,7 @@ impl ApproachDef {
                 segment_containers: self.segment_containers.max(1),
                 liveness_threshold: self.liveness_threshold,
                 split_threshold: self.split_threshold.max(1),
-                vc_fp_rate,
-                vc_phv,
+                vc,
                 dry_run: false,
                 ..GcOptions::default()
             }),
@@ -190,14 +174,14 @@ mod tests {
     #[test]
     fn vc_choices_resolve_and_bad_ones_fail() {
         let mut d = builtin("naive").unwrap();
-        for (vc, rate, phv) in [
-            ("exact", 0.0, false),
-            ("phv", 0.0, true),
-            ("bloom:0.01", 0.01, false),
+        for (vc, spec) in [
+            ("exact", VcSpec::Exact),
+            ("phv", VcSpec::Phv),
+            ("bloom:0.01", VcSpec::Bloom { fp_rate: 0.01 }),
         ] {
             d.vc = vc.into();
             let g = d.resolve().unwrap().gc.unwrap();
-            assert_eq!((g.vc_fp_rate, g.vc_phv), (rate, phv), "{vc}");
+            assert_eq!(g.vc, spec, "{vc}");
         }
         d.vc = "phv".into();
         let a = d.resolve().unwrap();

@@ -8,7 +8,7 @@ use anyhow::{bail, Result};
 use serde::Serialize;
 use std::process::ExitCode;
 use tessera_core::catalog::BackupEntry;
-use tessera_core::gc::{GcOptions, GcStrategy};
+use tessera_core::gc::{GcOptions, GcStrategy, VcSpec};
 use tessera_core::retention::RetentionPolicy;
 use tessera_core::Repository;
 
@@ -132,8 +132,11 @@ pub fn gc(repo: &RepoArg, a: &GcArgs, json: bool) -> Result<ExitCode> {
             "a number between 0 and 1",
         )?,
         split_threshold: count("split-threshold", &a.split_threshold)?,
-        vc_fp_rate: number("vc-fp-rate", &a.vc_fp_rate, "a rate in [0, 0.5)")?,
-        vc_phv: a.vc_phv,
+        vc: if a.vc_phv {
+            VcSpec::Phv
+        } else {
+            VcSpec::from_fp_rate(number("vc-fp-rate", &a.vc_fp_rate, "a rate in [0, 0.5)")?)
+        },
         ownership_fp_rate: number(
             "ownership-fp-rate",
             &a.ownership_fp_rate,

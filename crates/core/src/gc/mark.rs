@@ -8,13 +8,85 @@
 
 use super::bloom::Bloom;
 use crate::catalog::BackupEntry;
-use crate::container::{format::object_name, ChunkKind, Container, ContainerId};
+use crate::container::{ChunkKind, ContainerId};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FpMap, FpSet};
-use crate::recipe::{self, RecipeChunk};
+use crate::recipe::{RecipeChunk, RecipeVisitor, WalkStats};
 use crate::repo::Repository;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
+use std::fmt;
 use std::sync::Arc;
+
+/// The valid-chunk (VC) table, as named on the command line and in the
+/// lab: `exact`, `bloom:P` or `phv`.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub enum VcSpec {
+    /// An exact fingerprint set.
+    #[default]
+    Exact,
+    /// A Bloom filter: false positives keep dead chunks, which is safe.
+    Bloom { fp_rate: f64 },
+    /// A perfect-hash vector over the index's data fingerprints (physical
+    /// GC): exact for stored chunks, about 4 bits each.
+    Phv,
+}
+
+impl VcSpec {
+    /// The table `--vc-fp-rate P` asks for: the exact set at 0, else a
+    /// Bloom filter (a rate out of range is left for `validate` to name).
+    pub fn from_fp_rate(fp_rate: f64) -> Self {
+        if fp_rate == 0.0 {
+            VcSpec::Exact
+        } else {
+            VcSpec::Bloom { fp_rate }
+        }
+    }
+
+    /// The Bloom filter's false-positive rate; 0 for the exact tables.
+    pub fn fp_rate(&self) -> f64 {
+        match *self {
+            VcSpec::Bloom { fp_rate } => fp_rate,
+            VcSpec::Exact | VcSpec::Phv => 0.0,
+        }
+    }
+
+    /// An empty table for about `expected` chunks.
+    fn filter(&self, repo: &Repository, expected: usize) -> FpFilter {
+        match *self {
+            VcSpec::Phv => {
+                let keys: Vec<Fingerprint> = repo.index.data_fingerprints().collect();
+                FpFilter::Phv(Phv::new(&keys))
+            }
+            VcSpec::Exact | VcSpec::Bloom { .. } => FpFilter::new(expected, self.fp_rate()),
+        }
+    }
+}
+
+impl std::str::FromStr for VcSpec {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "exact" => Ok(VcSpec::Exact),
+            "phv" => Ok(VcSpec::Phv),
+            v => match v.strip_prefix("bloom:").map(str::parse::<f64>) {
+                Some(Ok(p)) if p > 0.0 && p < 0.5 => Ok(VcSpec::Bloom { fp_rate: p }),
+                _ => Err(format!(
+                    "unknown vc '{s}' (expected exact, phv or bloom:P with 0 < P < 0.5)"
+                )),
+            },
+        }
+    }
+}
+
+impl fmt::Display for VcSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            VcSpec::Exact => f.write_str("exact"),
+            VcSpec::Bloom { fp_rate } => write!(f, "bloom:{fp_rate}"),
+            VcSpec::Phv => f.write_str("phv"),
+        }
+    }
+}
 
 /// Valid-chunk membership: exact, a Bloom filter (false positives keep
 /// dead chunks, which is safe), or a perfect-hash vector.
@@ -129,135 +201,153 @@ pub struct Mark {
     pub rrt: HashMap<ContainerId, Vec<u64>>,
     /// Per-backup recipe fingerprints (GCCDF's ownership checks).
     pub owners: HashMap<u64, FpFilter>,
+    /// Recipe chunks the walks visited and the subtrees they skipped as
+    /// already marked.
+    pub walk: WalkStats,
     pub memory_bytes: u64,
 }
 
-/// Reads recipe chunks through a small FIFO cache of recipe containers and,
-/// when every backup is walked in full (GCCDF), a memo of decoded chunks so
-/// shared subtrees are not read again.
-struct RecipeReader<'a> {
-    repo: &'a Repository,
-    cache: VecDeque<Arc<Container>>,
-    memo: Option<FpMap<(Arc<RecipeChunk>, ContainerId)>>,
-    /// Containers of a memoized level-1 chunk's data chunks, in order.
-    homes: FpMap<Arc<[ContainerId]>>,
-    memo_bytes: usize,
+/// The mark phase: from the catalog's retained backups, the live set the
+/// select and sweep phases work from.
+///
+/// [`LogicalMark`] (LGC, depth-first over each backup's recipe tree) is the
+/// one implementation today. The others plug in here, each filling the same
+/// [`Mark`] so that any mark works with any sweep:
+/// - physical mark (PGC/PGC+, issue 15): breadth-first over the recipe
+///   levels, each level's recipe containers scanned once in container order,
+///   perfect hashes per level ([`Phv`]) and level checksums;
+/// - focused mark (FGC, issue 16): walks only the deleted backups and their
+///   correlative backups (from the reference graph), the liveness array as a
+///   Bloom filter or a [`Phv`].
+pub trait Marker {
+    fn mark(&self, repo: &Repository) -> Result<Mark>;
 }
 
-impl RecipeReader<'_> {
-    fn load(&mut self, fp: &Fingerprint) -> Result<(Arc<RecipeChunk>, ContainerId)> {
-        if let Some(hit) = self.memo.as_ref().and_then(|m| m.get(fp)) {
-            return Ok(hit.clone());
-        }
-        let name = format!("recipe chunk {}", fp.to_hex());
-        let id = self
-            .repo
-            .index
-            .get(ChunkKind::Recipe, fp)
-            .ok_or_else(|| Error::MissingObject(name.clone()))?;
-        let c = match self.cache.iter().find(|c| c.id() == id) {
-            Some(c) => c.clone(),
-            None => {
-                let c = Arc::new(self.repo.store.read(id)?);
-                if self.cache.len() >= 16 {
-                    self.cache.pop_front();
-                }
-                self.cache.push_back(c.clone());
-                c
-            }
+/// The logical mark (LGC): walk every retained backup's recipe tree
+/// depth-first. Naive GC skips a subtree already marked (its fingerprint
+/// fixes its content, the Merkle tree's point); GCCDF needs every backup's
+/// full fingerprint set, so it walks all, through the reader's memo.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LogicalMark {
+    /// The VC table.
+    pub vc: VcSpec,
+    /// `Some(rate)`: also build the RRT and one ownership filter per backup
+    /// (GCCDF) with this false-positive rate (0 = exact sets).
+    pub owners_fp_rate: Option<f64>,
+}
+
+impl Marker for LogicalMark {
+    fn mark(&self, repo: &Repository) -> Result<Mark> {
+        let backups: Vec<BackupEntry> = {
+            let mut b = repo.manifest.backups.clone();
+            b.sort_by_key(|b| b.id);
+            b
         };
-        let bytes = c
-            .chunk(fp)
-            .ok_or_else(|| Error::corrupt(object_name(id), format!("does not hold {name}")))?;
-        if self.repo.manifest.config.hash.hash(bytes) != *fp {
-            return Err(Error::corrupt(
-                name,
-                "content does not match its fingerprint",
-            ));
+        let expected: u64 = backups.iter().map(|b| b.chunks).sum();
+        let mut m = Mark::new(self.vc.filter(repo, expected as usize));
+        let mut reader = repo.recipe_reader(16);
+        if self.owners_fp_rate.is_some() {
+            reader = reader.with_memo();
         }
-        let chunk = Arc::new(recipe::decode(bytes, &name)?);
-        if let Some(m) = self.memo.as_mut() {
-            self.memo_bytes += bytes.len() + 64;
-            m.insert(*fp, (chunk.clone(), id));
+        let mut homes = FpMap::default();
+        for b in &backups {
+            let mut w = Walk {
+                repo,
+                m: &mut m,
+                homes: &mut homes,
+                memoize: reader.memoizes(),
+                homes_bytes: 0,
+                backup: b.id,
+                own: self
+                    .owners_fp_rate
+                    .map(|p| FpFilter::new(b.chunks as usize, p)),
+                skip_seen: self.owners_fp_rate.is_none(),
+            };
+            let stats = reader
+                .walk(&b.root_fp()?, b.root_level, &mut w)
+                .map_err(|e| in_backup(e, b.id))?;
+            let (own, homes_bytes) = (w.own.take(), w.homes_bytes);
+            reader.account(homes_bytes);
+            m.walk += stats;
+            if let Some(o) = own {
+                m.owners.insert(b.id, o);
+            }
         }
-        Ok((chunk, id))
+        m.memory_bytes = (m.table_bytes() + reader.memo_bytes()) as u64;
+        Ok(m)
+    }
+}
+
+impl Mark {
+    fn new(valid: FpFilter) -> Self {
+        let exact = matches!(valid, FpFilter::Exact(_));
+        Mark {
+            valid,
+            valid_recipe: FpSet::default(),
+            live: exact.then(HashMap::new),
+            live_recipe: HashMap::new(),
+            rrt: HashMap::new(),
+            owners: HashMap::new(),
+            walk: WalkStats::default(),
+            memory_bytes: 0,
+        }
+    }
+
+    /// Memory of the mark's own tables (estimated).
+    fn table_bytes(&self) -> usize {
+        let fp = std::mem::size_of::<Fingerprint>() + 1;
+        self.valid.memory_bytes()
+            + self.valid_recipe.capacity() * fp
+            + self.live.as_ref().map_or(0, |l| l.capacity() * 24)
+            + self
+                .rrt
+                .values()
+                .map(|v| v.capacity() * 8 + 32)
+                .sum::<usize>()
+            + self
+                .owners
+                .values()
+                .map(|o| o.memory_bytes())
+                .sum::<usize>()
     }
 }
 
 /// What the walk of one backup records.
 struct Walk<'m> {
+    repo: &'m Repository,
     m: &'m mut Mark,
+    /// Containers of a level-1 chunk's data chunks, in order, kept when the
+    /// reader memoizes (every backup is walked in full).
+    homes: &'m mut FpMap<Arc<[ContainerId]>>,
+    memoize: bool,
+    homes_bytes: usize,
     backup: u64,
     own: Option<FpFilter>,
-    /// Naive GC skips a recipe subtree already marked: its fingerprint fixes
-    /// its content (the Merkle tree's point). GCCDF needs every backup's
-    /// full fingerprint set, so it walks all, through the memo.
     skip_seen: bool,
 }
 
-impl Walk<'_> {
-    fn visit(
-        &mut self,
-        repo: &Repository,
-        reader: &mut RecipeReader,
-        fp: &Fingerprint,
-        level: u8,
-        size: Option<u64>,
-    ) -> Result<()> {
-        let first = !self.m.valid_recipe.contains(fp);
-        if !first && self.skip_seen {
-            return Ok(());
-        }
-        let (chunk, id) = reader.load(fp)?;
+impl RecipeVisitor for Walk<'_> {
+    fn enter(&mut self, fp: &Fingerprint, _level: u8) -> bool {
+        !(self.skip_seen && self.m.valid_recipe.contains(fp))
+    }
+
+    fn chunk(&mut self, fp: &Fingerprint, chunk: &RecipeChunk, id: ContainerId) -> Result<()> {
+        let first = self.m.valid_recipe.insert(*fp);
         if first {
-            self.m.valid_recipe.insert(*fp);
             *self.m.live_recipe.entry(id).or_default() += 1;
         }
-        let name = || format!("recipe chunk {}", fp.to_hex());
-        if chunk.level != level {
-            return Err(Error::corrupt(
-                name(),
-                format!("is level {}, expected level {level}", chunk.level),
-            ));
-        }
-        if size.is_some_and(|s| s != chunk.logical_size()) {
-            return Err(Error::corrupt(
-                name(),
-                "logical size differs from its parent's entry",
-            ));
-        }
-        if level > 1 {
-            for e in &chunk.entries {
-                self.visit(repo, reader, &e.fp, level - 1, Some(e.size))?;
-            }
+        if chunk.level > 1 {
             return Ok(());
         }
         // A level-1 chunk seen before already put its data chunks in the VC;
         // only its ownership (RRT, per-backup filter) is new.
-        let containers = match reader.homes.get(fp) {
+        let containers = match self.homes.get(fp) {
             Some(h) if !first => h.clone(),
             _ => {
-                let mut homes = Vec::with_capacity(chunk.entries.len());
-                for e in &chunk.entries {
-                    let c = repo.index.get(ChunkKind::Data, &e.fp).ok_or_else(|| {
-                        Error::corrupt(
-                            format!("backup {}", self.backup),
-                            format!("chunk {} is not in the index", e.fp.to_hex()),
-                        )
-                    })?;
-                    if self.m.valid.insert(e.fp) {
-                        if let Some(live) = self.m.live.as_mut() {
-                            let l = live.entry(c).or_default();
-                            l.chunks += 1;
-                            l.bytes += e.size;
-                        }
-                    }
-                    homes.push(c);
-                }
-                let homes: Arc<[ContainerId]> = homes.into();
-                if reader.memo.is_some() {
-                    reader.memo_bytes += homes.len() * 8 + 48;
-                    reader.homes.insert(*fp, homes.clone());
+                let homes = self.add_data_chunks(chunk)?;
+                if self.memoize {
+                    self.homes_bytes += homes.len() * 8 + 48;
+                    self.homes.insert(*fp, homes.clone());
                 }
                 homes
             }
@@ -279,66 +369,29 @@ impl Walk<'_> {
     }
 }
 
-/// Walk every retained backup's recipe. The VC is a perfect-hash vector
-/// with `vc_phv`, else exact (`vc_fp_rate` 0) or a Bloom filter.
-/// `owners_fp_rate` is `None` when no RRT and per-backup filters are wanted
-/// (naive GC).
-pub fn mark(
-    repo: &Repository,
-    vc_fp_rate: f64,
-    vc_phv: bool,
-    owners_fp_rate: Option<f64>,
-) -> Result<Mark> {
-    let backups: Vec<BackupEntry> = {
-        let mut b = repo.manifest.backups.clone();
-        b.sort_by_key(|b| b.id);
-        b
-    };
-    let expected: u64 = backups.iter().map(|b| b.chunks).sum();
-    let valid = if vc_phv {
-        let keys: Vec<Fingerprint> = repo.index.data_fingerprints().collect();
-        FpFilter::Phv(Phv::new(&keys))
-    } else {
-        FpFilter::new(expected as usize, vc_fp_rate)
-    };
-    let exact = matches!(valid, FpFilter::Exact(_));
-    let mut m = Mark {
-        valid,
-        valid_recipe: FpSet::default(),
-        live: exact.then(HashMap::new),
-        live_recipe: HashMap::new(),
-        rrt: HashMap::new(),
-        owners: HashMap::new(),
-        memory_bytes: 0,
-    };
-    let mut reader = RecipeReader {
-        repo,
-        cache: VecDeque::new(),
-        memo: owners_fp_rate.map(|_| FpMap::default()),
-        homes: FpMap::default(),
-        memo_bytes: 0,
-    };
-    for b in &backups {
-        let mut w = Walk {
-            m: &mut m,
-            backup: b.id,
-            own: owners_fp_rate.map(|p| FpFilter::new(b.chunks as usize, p)),
-            skip_seen: owners_fp_rate.is_none(),
-        };
-        w.visit(repo, &mut reader, &b.root_fp()?, b.root_level, None)
-            .map_err(|e| in_backup(e, b.id))?;
-        if let Some(o) = w.own.take() {
-            m.owners.insert(b.id, o);
+impl Walk<'_> {
+    /// Put a level-1 chunk's data chunks in the VC (and their containers'
+    /// live counts); return the container of each, in order.
+    fn add_data_chunks(&mut self, chunk: &RecipeChunk) -> Result<Arc<[ContainerId]>> {
+        let mut homes = Vec::with_capacity(chunk.entries.len());
+        for e in &chunk.entries {
+            let c = self.repo.index.get(ChunkKind::Data, &e.fp).ok_or_else(|| {
+                Error::corrupt(
+                    format!("backup {}", self.backup),
+                    format!("chunk {} is not in the index", e.fp.to_hex()),
+                )
+            })?;
+            if self.m.valid.insert(e.fp) {
+                if let Some(live) = self.m.live.as_mut() {
+                    let l = live.entry(c).or_default();
+                    l.chunks += 1;
+                    l.bytes += e.size;
+                }
+            }
+            homes.push(c);
         }
+        Ok(homes.into())
     }
-    let fp = std::mem::size_of::<Fingerprint>() + 1;
-    m.memory_bytes = (m.valid.memory_bytes()
-        + m.valid_recipe.capacity() * fp
-        + m.live.as_ref().map_or(0, |l| l.capacity() * 24)
-        + m.rrt.values().map(|v| v.capacity() * 8 + 32).sum::<usize>()
-        + m.owners.values().map(|o| o.memory_bytes()).sum::<usize>()
-        + reader.memo_bytes) as u64;
-    Ok(m)
 }
 
 fn in_backup(e: Error, id: u64) -> Error {

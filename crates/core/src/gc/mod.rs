@@ -5,6 +5,11 @@
 //! §4–5 (GCCDF). Like every mutation, GC writes its new containers and index
 //! first, publishes a new manifest generation, and only then deletes the
 //! containers it reclaimed.
+//!
+//! A GC is a [`GcPlan`] (mark + select, what `--dry-run` reports) carried
+//! out by [`Repository::gc_with`]. The mark is a [`Marker`]: the logical
+//! mark today; the physical (PGC) and focused (FGC) marks implement the same
+//! trait and reach the sweep through [`Repository::plan_gc_marked`].
 
 pub mod bloom;
 pub mod gccdf;
@@ -12,6 +17,10 @@ pub mod mark;
 pub mod select;
 pub mod sweep;
 
+pub use mark::{LogicalMark, Mark, Marker, VcSpec};
+pub use select::Selection;
+
+use crate::container::ContainerId;
 use crate::error::{Error, Result};
 use crate::layout::{ContainerLayout, Layout};
 use crate::repo::Repository;
@@ -67,11 +76,8 @@ pub struct GcOptions {
     /// GCCDF: a leaf of the ownership tree is split by a backup only if at
     /// least this many of its chunks are referenced by it (artifact: 200).
     pub split_threshold: usize,
-    /// False-positive rate of the VC table's Bloom filter; 0 = exact set.
-    pub vc_fp_rate: f64,
-    /// The VC table as a perfect-hash vector over the index's data
-    /// fingerprints (physical GC): exact for stored chunks, ~4 bits each.
-    pub vc_phv: bool,
+    /// The VC table: exact set, Bloom filter or perfect-hash vector.
+    pub vc: VcSpec,
     /// GCCDF: false-positive rate of the per-backup ownership Bloom
     /// filters; 0 = exact fingerprint sets.
     pub ownership_fp_rate: f64,
@@ -85,8 +91,7 @@ impl Default for GcOptions {
             liveness_threshold: 1.0,
             dry_run: false,
             split_threshold: 200,
-            vc_fp_rate: 0.0,
-            vc_phv: false,
+            vc: VcSpec::Exact,
             ownership_fp_rate: 0.01,
         }
     }
@@ -105,7 +110,7 @@ impl GcOptions {
             ));
         }
         for (what, p) in [
-            ("VC", self.vc_fp_rate),
+            ("VC", self.vc.fp_rate()),
             ("ownership", self.ownership_fp_rate),
         ] {
             if !(0.0..0.5).contains(&p) {
@@ -113,9 +118,6 @@ impl GcOptions {
                     "{what} false-positive rate must be in [0, 0.5) (got {p})"
                 ));
             }
-        }
-        if self.vc_phv && self.vc_fp_rate > 0.0 {
-            return Err("the VC table is a perfect-hash vector or a Bloom filter, not both".into());
         }
         Ok(())
     }
@@ -173,109 +175,177 @@ pub struct GcReport {
     pub recipe_produced_containers: u64,
 }
 
+impl GcOptions {
+    /// The mark these options ask for: today always the logical mark, with
+    /// the RRT and ownership filters GCCDF's sweep needs.
+    pub fn marker(&self) -> LogicalMark {
+        LogicalMark {
+            vc: self.vc,
+            owners_fp_rate: (self.strategy == GcStrategy::Gccdf).then_some(self.ownership_fp_rate),
+        }
+    }
+}
+
+/// Mark and select: what a GC would do, before it does it (`gc --dry-run`
+/// reports exactly this). [`Repository::gc_with`] carries it out.
+pub struct GcPlan {
+    pub options: GcOptions,
+    /// The manifest generation planned on: a plan is only carried out on it.
+    pub generation: u64,
+    pub mark: Mark,
+    pub selection: Selection,
+    /// Containers to delete, data and recipe (empty and copied forward).
+    pub reclaimed: HashSet<ContainerId>,
+    /// Logical bytes of the reclaimed containers.
+    pub reclaimed_logical_bytes: u64,
+    /// Time of mark and select.
+    pub mark_seconds: f64,
+    /// Recipe container bytes mark read.
+    pub mark_bytes_read: u64,
+    /// Logical bytes per container (the dry run's produced estimate).
+    pub container_size: u64,
+}
+
+impl GcPlan {
+    /// The report of the plan alone: what a dry run prints. A GC that
+    /// sweeps adds the sweep's figures to it.
+    pub fn report(&self) -> GcReport {
+        let sel = &self.selection;
+        let involved = sel.involved.len() as u64;
+        let reclaimed = (sel.empty.len() + sel.copy.len()) as u64;
+        let mut r = GcReport {
+            strategy: self.options.strategy,
+            dry_run: self.options.dry_run,
+            involved_containers: involved,
+            involved_bytes: sel.involved.iter().map(|c| c.logical_bytes).sum(),
+            deleted_without_copy: sel.empty.len() as u64,
+            reclaimed_containers: reclaimed,
+            skipped_containers: involved - reclaimed,
+            recipe_involved_containers: sel.recipe_involved.len() as u64,
+            recipe_reclaimed_containers: (sel.recipe_empty.len() + sel.recipe_copy.len()) as u64,
+            mark_seconds: self.mark_seconds,
+            mark_bytes_read: self.mark_bytes_read,
+            mark_memory_bytes: self.mark.memory_bytes,
+            peak_memory_bytes: self.mark.memory_bytes,
+            total_seconds: self.mark_seconds,
+            ..Default::default()
+        };
+        if self.options.dry_run {
+            // A lower bound: the live bytes in as few containers as hold them.
+            r.produced_containers = sel.copy_live_bytes.div_ceil(self.container_size);
+            r.reclaimed_bytes = self
+                .reclaimed_logical_bytes
+                .saturating_sub(sel.copy_live_bytes);
+        }
+        r
+    }
+}
+
 impl Repository {
     /// Reclaim the space of chunks no retained backup references: mark,
     /// select, sweep (naive copy-forward or GCCDF reordering), then publish
     /// a new generation before deleting the old containers.
     pub fn gc(&mut self, opts: &GcOptions) -> Result<GcReport> {
         self.require_writer()?;
+        let plan = self.plan_gc(opts)?;
+        self.gc_with(plan)
+    }
+
+    /// Mark (with the options' marker) and select: what [`gc`](Self::gc)
+    /// would do. Changes nothing.
+    pub fn plan_gc(&self, opts: &GcOptions) -> Result<GcPlan> {
+        self.plan_gc_marked(opts, &opts.marker())
+    }
+
+    /// [`plan_gc`](Self::plan_gc) with another mark: where the physical and
+    /// focused marks come in.
+    pub fn plan_gc_marked(&self, opts: &GcOptions, marker: &dyn Marker) -> Result<GcPlan> {
         opts.validate().map_err(Error::invalid)?;
         let started = Instant::now();
-        let mut r = GcReport {
-            strategy: opts.strategy,
-            dry_run: opts.dry_run,
-            ..Default::default()
-        };
         let io0 = self.metrics.snapshot();
-        let owners = (opts.strategy == GcStrategy::Gccdf).then_some(opts.ownership_fp_rate);
-        let mark = mark::mark(self, opts.vc_fp_rate, opts.vc_phv, owners)?;
-        let sel = select::select(self, &mark, opts.liveness_threshold)?;
-        r.mark_seconds = started.elapsed().as_secs_f64();
-        r.mark_bytes_read = self
+        let mark = marker.mark(self)?;
+        let selection = select::select(self, &mark, opts.liveness_threshold)?;
+        let mark_seconds = started.elapsed().as_secs_f64();
+        let mark_bytes_read = self
             .metrics
             .snapshot()
             .since(&io0)
             .recipe_container_bytes_read;
-        r.mark_memory_bytes = mark.memory_bytes;
-        r.involved_containers = sel.involved.len() as u64;
-        r.involved_bytes = sel.involved.iter().map(|c| c.logical_bytes).sum();
-        r.deleted_without_copy = sel.empty.len() as u64;
-        r.reclaimed_containers = (sel.empty.len() + sel.copy.len()) as u64;
-        r.skipped_containers = r.involved_containers - r.reclaimed_containers;
-        r.recipe_involved_containers = sel.recipe_involved.len() as u64;
-        r.recipe_reclaimed_containers = (sel.recipe_empty.len() + sel.recipe_copy.len()) as u64;
-        let reclaimed: HashSet<_> = sel
+        let reclaimed: HashSet<_> = selection
             .empty
             .iter()
-            .chain(&sel.copy)
-            .chain(&sel.recipe_empty)
-            .chain(&sel.recipe_copy)
+            .chain(&selection.copy)
+            .chain(&selection.recipe_empty)
+            .chain(&selection.recipe_copy)
             .copied()
             .collect();
-        let size = self.manifest.config.container_size as u64;
-        let freed: u64 = self
+        let reclaimed_logical_bytes = self
             .manifest
             .containers
             .iter()
             .filter(|c| reclaimed.contains(&c.id))
             .map(|c| c.logical_bytes)
             .sum();
-        if opts.dry_run || reclaimed.is_empty() {
-            if !opts.dry_run && !self.manifest.forgotten.is_empty() {
+        Ok(GcPlan {
+            options: opts.clone(),
+            generation: self.manifest.generation,
+            mark,
+            selection,
+            reclaimed,
+            reclaimed_logical_bytes,
+            mark_seconds,
+            mark_bytes_read,
+            container_size: self.manifest.config.container_size as u64,
+        })
+    }
+
+    /// Carry out a plan: sweep, publish a new generation, then delete the
+    /// reclaimed containers. A dry-run plan changes nothing; a plan with
+    /// nothing to reclaim only records that the forgotten backups are done.
+    pub fn gc_with(&mut self, plan: GcPlan) -> Result<GcReport> {
+        self.require_writer()?;
+        if plan.generation != self.manifest.generation {
+            return Err(Error::invalid(format!(
+                "the GC plan was made on generation {}, the repository is at {}: plan again",
+                plan.generation, self.manifest.generation
+            )));
+        }
+        let started = Instant::now();
+        let mut r = plan.report();
+        let dry_run = plan.options.dry_run;
+        if dry_run || plan.reclaimed.is_empty() {
+            if !dry_run && !self.manifest.forgotten.is_empty() {
                 // Nothing to reclaim, but the deletions are now accounted for.
                 let mut next = self.manifest.clone();
                 next.forgotten.clear();
                 self.publish(next, &[])?;
             }
-            if opts.dry_run {
-                r.produced_containers = sel.copy_live_bytes.div_ceil(size);
-                r.reclaimed_bytes = freed.saturating_sub(sel.copy_live_bytes);
-            }
-            r.peak_memory_bytes = mark.memory_bytes;
-            r.total_seconds = started.elapsed().as_secs_f64();
+            r.total_seconds += started.elapsed().as_secs_f64();
             return Ok(r);
         }
-
         let io1 = self.metrics.snapshot();
-        let sweep::Swept {
-            data,
-            recipe,
-            stats,
-            recipe_stats: rstats,
-        } = ContainerLayout.sweep(self, &mark, &sel, opts)?;
+        let swept = ContainerLayout.sweep(self, &plan.mark, &plan.selection, &plan.options)?;
         let io = self.metrics.snapshot().since(&io1);
         r.bytes_read = io.data_container_bytes_read;
         r.bytes_written = io.data_container_bytes_written;
-        r.produced_containers = data.produced().len() as u64;
-        r.recipe_produced_containers = recipe.produced().len() as u64;
-        r.sweep_read_seconds = stats.read_seconds + rstats.read_seconds;
-        r.sweep_write_seconds = data.write_seconds() + recipe.write_seconds();
-        r.analyze_seconds = stats.analyze_seconds;
-        r.moved_chunks = stats.moved_chunks + rstats.moved_chunks;
-        r.segments = stats.segments;
-        r.gc_cache_peak_bytes = stats.cache_peak_bytes;
-        r.tree_peak_bytes = stats.tree_peak_bytes;
-        r.peak_memory_bytes = mark.memory_bytes + stats.cache_peak_bytes + stats.tree_peak_bytes;
-        let written: u64 = data
-            .produced()
+        swept.add_to(&mut r, plan.mark.memory_bytes, plan.reclaimed_logical_bytes);
+        let produced = swept.produced();
+        let moved: Vec<_> = swept
+            .data
+            .moved
             .iter()
-            .chain(recipe.produced())
-            .map(|c| c.logical_bytes)
-            .sum();
-        r.reclaimed_bytes = freed.saturating_sub(written);
-        let produced: Vec<_> = data
-            .produced()
-            .iter()
-            .chain(recipe.produced())
+            .chain(&swept.recipe.moved)
             .copied()
             .collect();
-        let moved: Vec<_> = data.moved.iter().chain(&recipe.moved).copied().collect();
-        let next_id = recipe.next_id();
+        let next_id = swept.recipe.next_id();
+        let GcPlan {
+            mark, reclaimed, ..
+        } = plan;
         drop(mark);
         let t = Instant::now();
         sweep::commit(self, &reclaimed, &produced, &moved, next_id)?;
         r.publish_seconds = t.elapsed().as_secs_f64();
-        r.total_seconds = started.elapsed().as_secs_f64();
+        r.total_seconds += started.elapsed().as_secs_f64();
         Ok(r)
     }
 }
@@ -313,21 +383,7 @@ mod tests {
     #[test]
     fn stale_copies_left_by_rewriting_are_dead() {
         for strategy in [GcStrategy::Naive, GcStrategy::Gccdf] {
-            let b = Arc::new(MemoryBackend::new());
-            Repository::init(
-                b.clone(),
-                &InitOptions {
-                    chunker: ChunkerConfig::Fastcdc {
-                        min: 256,
-                        avg: 1024,
-                        max: 4096,
-                    },
-                    container_size: 16 * 1024,
-                    ..Default::default()
-                },
-            )
-            .unwrap();
-            let mut repo = Repository::open_writer(b, "t").unwrap();
+            let mut repo = small_repo();
             let data: Vec<u8> = (0..60_000u32)
                 .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
                 .collect();
@@ -398,5 +454,77 @@ mod tests {
             }
             assert_eq!(restore(&repo, id), data);
         }
+    }
+
+    /// A writable in-memory repository of small chunks and containers.
+    fn small_repo() -> Repository {
+        let b = Arc::new(MemoryBackend::new());
+        Repository::init(
+            b.clone(),
+            &InitOptions {
+                chunker: ChunkerConfig::Fastcdc {
+                    min: 256,
+                    avg: 1024,
+                    max: 4096,
+                },
+                container_size: 16 * 1024,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        Repository::open_writer(b, "t").unwrap()
+    }
+
+    fn two_versions() -> (Repository, u64, Vec<u8>) {
+        let mut repo = small_repo();
+        let v1: Vec<u8> = (0..200_000u64 / 32)
+            .flat_map(|i| crate::HashAlgo::Blake3.hash(&i.to_le_bytes()).0)
+            .collect();
+        let mut v2 = v1.clone();
+        v2[150_000..150_100].fill(7);
+        let mut ids = Vec::new();
+        for v in [&v1, &v2, &v2] {
+            let opts = BackupOptions::new("v", SourceKind::Stream);
+            let r = repo.backup_reader(&opts, &mut &v[..], &mut |_| {}).unwrap();
+            ids.push(r.backup.id);
+        }
+        repo.forget(&[ids[0]]).unwrap();
+        (repo, ids[1], v2)
+    }
+
+    /// A plan is what a dry run reports; carrying it out reclaims it.
+    #[test]
+    fn plan_then_execute_is_gc() {
+        let (mut repo, id, v2) = two_versions();
+        let opts = GcOptions::default();
+        let plan = repo.plan_gc(&opts).unwrap();
+        let dry = repo
+            .gc(&GcOptions {
+                dry_run: true,
+                ..opts.clone()
+            })
+            .unwrap();
+        let planned = plan.report();
+        assert_eq!(planned.involved_containers, dry.involved_containers);
+        assert_eq!(planned.reclaimed_containers, dry.reclaimed_containers);
+        // The naive mark skips the second, identical backup's whole tree.
+        assert!(plan.mark.walk.skipped_subtrees >= 1, "{:?}", plan.mark.walk);
+        let r = repo.gc_with(plan).unwrap();
+        assert_eq!(r.reclaimed_containers, dry.reclaimed_containers);
+        assert!(r.reclaimed_containers > 0, "{dry:?}");
+        assert_eq!(restore(&repo, id), v2);
+        // A plan made on an older generation is refused.
+        let stale = repo.plan_gc(&opts).unwrap();
+        repo.forget(&[id]).unwrap();
+        let err = repo.gc_with(stale).unwrap_err().to_string();
+        assert!(err.contains("plan again"), "{err}");
+        // GCCDF needs every backup in full: nothing is skipped.
+        let plan = repo
+            .plan_gc(&GcOptions {
+                strategy: GcStrategy::Gccdf,
+                ..opts
+            })
+            .unwrap();
+        assert_eq!(plan.mark.walk.skipped_subtrees, 0);
     }
 }

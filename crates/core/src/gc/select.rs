@@ -8,9 +8,7 @@ use super::mark::{Live, Mark};
 use crate::catalog::ContainerEntry;
 use crate::container::{ChunkKind, ContainerId};
 use crate::error::Result;
-use crate::recipe::RecipeWalker;
 use crate::repo::Repository;
-use crate::restore::LruCache;
 use std::collections::HashSet;
 
 #[derive(Default, Debug)]
@@ -84,12 +82,10 @@ pub fn select(repo: &Repository, mark: &Mark, threshold: f64) -> Result<Selectio
 /// by hand) only makes the count smaller; reclaiming never depends on it.
 fn deleted_references(repo: &Repository) -> HashSet<ContainerId> {
     let mut gs = HashSet::new();
-    let mut recipes = LruCache::new(16);
+    let mut recipes = repo.recipe_reader(16);
     for b in &repo.manifest.forgotten {
         let Ok(root) = b.root_fp() else { continue };
-        let Ok(mut w) = RecipeWalker::new(root, b.root_level, |fp, _| {
-            repo.load_recipe_chunk(&mut recipes, fp)
-        }) else {
+        let Ok(mut w) = recipes.entries(root, b.root_level) else {
             continue;
         };
         while let Ok(Some(e)) = w.next() {

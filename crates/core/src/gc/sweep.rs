@@ -157,6 +157,35 @@ pub struct Swept {
     pub recipe_stats: SweepStats,
 }
 
+impl Swept {
+    /// Containers written, data then recipe (the order the manifest lists).
+    pub fn produced(&self) -> Vec<ContainerEntry> {
+        self.data
+            .produced()
+            .iter()
+            .chain(self.recipe.produced())
+            .copied()
+            .collect()
+    }
+
+    /// The sweep's figures in the report; memory peaks on top of the mark's.
+    pub fn add_to(&self, r: &mut super::GcReport, mark_memory: u64, reclaimed_logical_bytes: u64) {
+        let (s, rs) = (&self.stats, &self.recipe_stats);
+        r.produced_containers = self.data.produced().len() as u64;
+        r.recipe_produced_containers = self.recipe.produced().len() as u64;
+        r.sweep_read_seconds = s.read_seconds + rs.read_seconds;
+        r.sweep_write_seconds = self.data.write_seconds() + self.recipe.write_seconds();
+        r.analyze_seconds = s.analyze_seconds;
+        r.moved_chunks = s.moved_chunks + rs.moved_chunks;
+        r.segments = s.segments;
+        r.gc_cache_peak_bytes = s.cache_peak_bytes;
+        r.tree_peak_bytes = s.tree_peak_bytes;
+        r.peak_memory_bytes = mark_memory + s.cache_peak_bytes + s.tree_peak_bytes;
+        let written: u64 = self.produced().iter().map(|c| c.logical_bytes).sum();
+        r.reclaimed_bytes = reclaimed_logical_bytes.saturating_sub(written);
+    }
+}
+
 /// Copy the live chunks of the selected containers forward: data chunks by
 /// `opts.strategy`, then recipe chunks in their old order. Ids continue
 /// from the manifest's allocator, data first.

@@ -15,11 +15,10 @@
 
 use crate::archive::ExtractReport;
 use crate::catalog::{BackupEntry, SourceKind};
-use crate::container::{format::object_name, ChunkKind, ChunkMeta, Container, ContainerId};
+use crate::container::{format::object_name, ChunkMeta, Container, ContainerId};
 use crate::error::{Error, IoContext, Result};
-use crate::fingerprint::Fingerprint;
 use crate::metrics::{mb_per_s, read_amplification, speed_factor};
-use crate::recipe::{self, RecipeChunk, RecipeEntry};
+use crate::recipe::RecipeEntry;
 use crate::repo::Repository;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -28,11 +27,12 @@ use std::path::Path;
 use std::sync::mpsc::sync_channel;
 use std::time::Instant;
 
-pub mod cache;
 mod loader;
 mod plan;
 
-pub use cache::LruCache;
+/// The caches live in [`crate::cache`] (GC and check use them too); these
+/// paths stay for callers that name them through restore.
+pub use crate::cache::{self, CacheSpec, LruCache};
 use loader::{receive, Buffers, Loaders};
 use plan::{Op, Planner};
 
@@ -48,65 +48,6 @@ const READ_AHEAD: usize = 8;
 pub struct RestoreOptions {
     /// How data containers are cached while the recipe is walked.
     pub cache: CacheSpec,
-}
-
-/// A restore cache, as named on the command line (`lru:32`, `opt:32`,
-/// `faa:32`); the number is the cache size in containers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(tag = "kind", content = "containers", rename_all = "lowercase")]
-pub enum CacheSpec {
-    /// Least recently used whole containers.
-    Lru(usize),
-    /// Belady replacement over the recipe's future references (look-ahead window).
-    Opt(usize),
-    /// Forward assembly area of (containers − 1) × container size.
-    Faa(usize),
-}
-
-impl Default for CacheSpec {
-    fn default() -> Self {
-        CacheSpec::Lru(32)
-    }
-}
-
-impl CacheSpec {
-    /// Parse `lru:N`, `opt:N` or `faa:N` (a bare number means `lru:N`).
-    pub fn parse(spec: &str) -> std::result::Result<Self, String> {
-        let (kind, n) = spec.split_once(':').unwrap_or(("lru", spec));
-        let n = match n.parse::<usize>() {
-            Ok(n) if n >= 1 => n,
-            _ => {
-                return Err(format!(
-                    "bad cache size in '{spec}': expected a positive number of containers"
-                ))
-            }
-        };
-        match kind.to_ascii_lowercase().as_str() {
-            "lru" => Ok(CacheSpec::Lru(n)),
-            "opt" => Ok(CacheSpec::Opt(n)),
-            "faa" => Ok(CacheSpec::Faa(n)),
-            _ => Err(format!(
-                "unknown restore cache '{spec}' (expected lru:N, opt:N or faa:N)"
-            )),
-        }
-    }
-
-    /// Size in containers.
-    pub fn containers(&self) -> usize {
-        match *self {
-            CacheSpec::Lru(n) | CacheSpec::Opt(n) | CacheSpec::Faa(n) => n,
-        }
-    }
-}
-
-impl std::fmt::Display for CacheSpec {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            CacheSpec::Lru(n) => write!(f, "lru:{n}"),
-            CacheSpec::Opt(n) => write!(f, "opt:{n}"),
-            CacheSpec::Faa(n) => write!(f, "faa:{n}"),
-        }
-    }
 }
 
 /// What a restore did.
@@ -162,6 +103,90 @@ fn unplanned(id: ContainerId, bid: u64, offset: u64) -> Error {
     )
 }
 
+/// The restore's last stage: carries out the planner's ops in recipe order,
+/// copying chunks out of the loaded containers into `out`.
+struct Assembler<'a> {
+    out: &'a mut dyn Write,
+    /// Trace mode: account, write nothing.
+    trace: bool,
+    bid: u64,
+    buffers: &'a Buffers,
+    permit_return: &'a loader::PermitReturn,
+    /// The containers the cache holds (and those being filled in).
+    cached: HashMap<ContainerId, Container>,
+    /// The forward assembly area.
+    area: Vec<u8>,
+    /// Bytes restored so far.
+    offset: u64,
+    chunks: u64,
+}
+
+impl Assembler<'_> {
+    fn apply(&mut self, op: Op) -> Result<()> {
+        let (bid, offset) = (self.bid, self.offset);
+        match op {
+            Op::Evict(id) => {
+                if let Some(c) = self.cached.remove(&id) {
+                    self.buffers.give(c);
+                }
+            }
+            Op::Load(id, loaded) => {
+                let c = receive(&loaded).map_err(|e| in_backup(e, bid, Some(offset)))?;
+                self.permit_return.give_back();
+                self.cached.insert(id, c);
+            }
+            Op::Chunk(e, id) => {
+                let c = self
+                    .cached
+                    .get(&id)
+                    .ok_or_else(|| unplanned(id, bid, offset))?;
+                let meta = chunk_meta(c, &e, bid, offset)?;
+                if !self.trace {
+                    self.out
+                        .write_all(c.bytes(&meta))
+                        .ctx(|| "cannot write restored data".into())?;
+                }
+                self.offset += e.size;
+                self.chunks += 1;
+            }
+            Op::Window(w) => self.window(w)?,
+        }
+        Ok(())
+    }
+
+    /// Fill the area from each of the window's containers in turn, then
+    /// write it whole.
+    fn window(&mut self, w: plan::Window) -> Result<()> {
+        let (bid, offset) = (self.bid, self.offset);
+        // Every byte of the area is overwritten below.
+        if !self.trace {
+            self.area.resize(w.filled as usize, 0);
+        }
+        for (_, idx, loaded) in &w.containers {
+            let first = offset + w.entries[idx[0]].1;
+            let c = receive(loaded).map_err(|e| in_backup(e, bid, Some(first)))?;
+            self.permit_return.give_back();
+            for &i in idx {
+                let (e, at) = &w.entries[i];
+                let meta = chunk_meta(&c, e, bid, offset + at)?;
+                if !self.trace {
+                    let at = *at as usize;
+                    self.area[at..at + e.size as usize].copy_from_slice(c.bytes(&meta));
+                }
+            }
+            self.buffers.give(c);
+        }
+        if !self.trace {
+            self.out
+                .write_all(&self.area)
+                .ctx(|| "cannot write restored data".into())?;
+        }
+        self.offset += w.filled;
+        self.chunks += w.entries.len() as u64;
+        Ok(())
+    }
+}
+
 /// Name the backup (and offset) in an error about one of its objects.
 pub(crate) fn in_backup(e: Error, backup: u64, offset: Option<u64>) -> Error {
     let at = match offset {
@@ -181,31 +206,6 @@ pub(crate) fn in_backup(e: Error, backup: u64, offset: Option<u64>) -> Error {
 }
 
 impl Repository {
-    /// Load a recipe chunk by fingerprint through `cache`, verifying its
-    /// fingerprint and decoding it.
-    pub(crate) fn load_recipe_chunk(
-        &self,
-        cache: &mut LruCache,
-        fp: &Fingerprint,
-    ) -> Result<RecipeChunk> {
-        let name = format!("recipe chunk {}", fp.to_hex());
-        let id = self
-            .index
-            .get(ChunkKind::Recipe, fp)
-            .ok_or_else(|| Error::MissingObject(name.clone()))?;
-        let c = cache.get(id, |id| self.store.read(id))?;
-        let bytes = c
-            .chunk(fp)
-            .ok_or_else(|| Error::corrupt(object_name(id), format!("does not hold {name}")))?;
-        if self.manifest.config.hash.hash(bytes) != *fp {
-            return Err(Error::corrupt(
-                name,
-                "content does not match its fingerprint",
-            ));
-        }
-        recipe::decode(bytes, &name)
-    }
-
     /// Restore a backup's byte stream into `out` (nothing is written in trace
     /// mode, where only the I/O is accounted).
     pub fn restore_to(
@@ -218,87 +218,7 @@ impl Repository {
         let started = Instant::now();
         let before = self.metrics.snapshot();
         let bid = backup.id;
-        // Three stages: the planner walks the recipe and decides the cache
-        // (on this repository's index), the loaders read and verify the
-        // containers it asks for, and this thread copies chunks out of them
-        // into `out`. The cache decisions, and so the metrics, are those of
-        // a sequential restore.
-        let trace = self.manifest.config.trace;
-        let (offset, chunks) = std::thread::scope(|scope| {
-            // Made here so that an early return drops this thread's ends
-            // and a planner blocked on either stops.
-            let (ops, planned) = sync_channel::<plan::Batch>(4);
-            let (permits, permit_return) = loader::permits(READ_AHEAD);
-            let buffers = Buffers::default();
-            let loaders = Loaders::spawn(scope, &self.store, LOADERS, &buffers)?;
-            let planner = Planner::new(ops, loaders, permits);
-            std::thread::Builder::new()
-                .name("tessera-plan".into())
-                .spawn_scoped(scope, move || planner.run(self, backup, opts))
-                .ctx(|| "cannot start the restore planner thread".into())?;
-            // The containers the cache holds (and those being filled in).
-            let mut cached: HashMap<ContainerId, Container> = HashMap::new();
-            let mut area = Vec::new();
-            let mut offset = 0u64;
-            let mut chunks = 0u64;
-            for batch in planned {
-                for op in batch? {
-                    match op {
-                        Op::Evict(id) => {
-                            if let Some(c) = cached.remove(&id) {
-                                buffers.give(c);
-                            }
-                        }
-                        Op::Load(id, loaded) => {
-                            let c =
-                                receive(&loaded).map_err(|e| in_backup(e, bid, Some(offset)))?;
-                            permit_return.give_back();
-                            cached.insert(id, c);
-                        }
-                        Op::Chunk(e, id) => {
-                            let c = cached.get(&id).ok_or_else(|| unplanned(id, bid, offset))?;
-                            let meta = chunk_meta(c, &e, bid, offset)?;
-                            if !trace {
-                                out.write_all(c.bytes(&meta))
-                                    .ctx(|| "cannot write restored data".into())?;
-                            }
-                            offset += e.size;
-                            chunks += 1;
-                        }
-                        Op::Window(w) => {
-                            // Every byte of the area is overwritten below.
-                            if !trace {
-                                area.resize(w.filled as usize, 0);
-                            }
-                            for (_, idx, loaded) in &w.containers {
-                                let first = offset + w.entries[idx[0]].1;
-                                let c =
-                                    receive(loaded).map_err(|e| in_backup(e, bid, Some(first)))?;
-                                permit_return.give_back();
-                                for &i in idx {
-                                    let (e, at) = &w.entries[i];
-                                    let meta = chunk_meta(&c, e, bid, offset + at)?;
-                                    if !trace {
-                                        let at = *at as usize;
-                                        area[at..at + e.size as usize]
-                                            .copy_from_slice(c.bytes(&meta));
-                                    }
-                                }
-                                buffers.give(c);
-                            }
-                            if !trace {
-                                out.write_all(&area)
-                                    .ctx(|| "cannot write restored data".into())?;
-                            }
-                            offset += w.filled;
-                            chunks += w.entries.len() as u64;
-                        }
-                    }
-                }
-                progress(offset);
-            }
-            Ok::<_, Error>((offset, chunks))
-        })?;
+        let (offset, chunks) = self.run_restore(backup, out, opts, progress)?;
         out.flush().ctx(|| "cannot write restored data".into())?;
         progress(offset);
         if offset != backup.logical_bytes {
@@ -325,6 +245,52 @@ impl Repository {
             cache: opts.cache,
             seconds: secs,
             throughput_mb_s: mb_per_s(offset, secs),
+        })
+    }
+
+    /// The three stages: the planner walks the recipe and decides the cache
+    /// (on this repository's index), the loaders read and verify the
+    /// containers it asks for, and this thread, the [`Assembler`], copies
+    /// chunks out of them into `out`. The cache decisions, and so the
+    /// metrics, are those of a sequential restore. Returns the bytes and
+    /// chunks restored.
+    fn run_restore(
+        &self,
+        backup: &BackupEntry,
+        out: &mut dyn Write,
+        opts: &RestoreOptions,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<(u64, u64)> {
+        std::thread::scope(|scope| {
+            // Made here so that an early return drops this thread's ends
+            // and a planner blocked on either stops.
+            let (ops, planned) = sync_channel::<plan::Batch>(4);
+            let (permits, permit_return) = loader::permits(READ_AHEAD);
+            let buffers = Buffers::default();
+            let loaders = Loaders::spawn(scope, &self.store, LOADERS, &buffers)?;
+            let planner = Planner::new(ops, loaders, permits);
+            std::thread::Builder::new()
+                .name("tessera-plan".into())
+                .spawn_scoped(scope, move || planner.run(self, backup, opts))
+                .ctx(|| "cannot start the restore planner thread".into())?;
+            let mut a = Assembler {
+                out,
+                trace: self.manifest.config.trace,
+                bid: backup.id,
+                buffers: &buffers,
+                permit_return: &permit_return,
+                cached: HashMap::new(),
+                area: Vec::new(),
+                offset: 0,
+                chunks: 0,
+            };
+            for batch in planned {
+                for op in batch? {
+                    a.apply(op)?;
+                }
+                progress(a.offset);
+            }
+            Ok((a.offset, a.chunks))
         })
     }
 
@@ -519,12 +485,5 @@ pub(crate) fn into_directory<R>(
                 .unwrap_or_else(|p| std::panic::resume_unwind(p));
             Ok((restored, extracted))
         }
-    }
-}
-
-impl std::str::FromStr for CacheSpec {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        Self::parse(s)
     }
 }

@@ -9,13 +9,13 @@
 //! same [`Lru`]/[`Opt`] decisions, the same FAA windows), so the containers
 //! read, and every metric, are those of the papers' restore.
 
-use super::cache::{faa, Access, Lru, Opt, OPT_WINDOW};
 use super::loader::{Loaded, Loaders, Permit, Permits};
-use super::{in_backup, CacheSpec, LruCache, RestoreOptions};
+use super::{in_backup, CacheSpec, RestoreOptions};
+use crate::cache::{faa, Access, Lru, Opt, OPT_WINDOW};
 use crate::catalog::BackupEntry;
 use crate::container::{ChunkKind, ContainerId};
 use crate::error::{Error, Result};
-use crate::recipe::{RecipeEntry, RecipeWalker};
+use crate::recipe::RecipeEntry;
 use crate::repo::Repository;
 use std::collections::{HashMap, VecDeque};
 use std::sync::mpsc::SyncSender;
@@ -133,12 +133,11 @@ impl Planner {
         opts: &RestoreOptions,
     ) -> std::result::Result<(), PlanError> {
         let bid = backup.id;
-        let mut recipes = LruCache::new(8);
+        let mut recipes = repo.recipe_reader(8);
         let root = backup.root_fp()?;
-        let mut walker = RecipeWalker::new(root, backup.root_level, |fp, _| {
-            repo.load_recipe_chunk(&mut recipes, fp)
-        })
-        .map_err(|e| in_backup(e, bid, None))?;
+        let mut walker = recipes
+            .entries(root, backup.root_level)
+            .map_err(|e| in_backup(e, bid, None))?;
         // The next recipe entry with the container the index sends it to;
         // `offset` is where it starts in the backup, for messages.
         let mut next = |offset: u64| -> Result<Option<(RecipeEntry, ContainerId)>> {

@@ -8,7 +8,7 @@ use tessera_core::backend::{Backend, FailingBackend};
 use tessera_core::catalog::SourceKind;
 use tessera_core::chunking::ChunkerConfig;
 use tessera_core::container::ChunkKind;
-use tessera_core::gc::{GcOptions, GcReport, GcStrategy};
+use tessera_core::gc::{GcOptions, GcReport, GcStrategy, VcSpec};
 use tessera_core::recipe::{self, RecipeWalker};
 use tessera_core::{BackupOptions, Fingerprint, HashAlgo, InitOptions, Repository, RestoreOptions};
 
@@ -287,7 +287,7 @@ fn perfect_hash_vc_reclaims_exactly_what_the_exact_set_does() {
         repo.forget(&[id1, id3]).unwrap();
         let r = repo
             .gc(&GcOptions {
-                vc_phv: phv,
+                vc: if phv { VcSpec::Phv } else { VcSpec::Exact },
                 ..Default::default()
             })
             .unwrap();
@@ -303,15 +303,9 @@ fn perfect_hash_vc_reclaims_exactly_what_the_exact_set_does() {
     let (exact, phv) = (run(false), run(true));
     assert_eq!((exact.0, exact.1, exact.2), (phv.0, phv.1, phv.2));
     assert!(exact.0 > 0);
-    // Both may not be chosen at once.
-    let err = GcOptions {
-        vc_phv: true,
-        vc_fp_rate: 0.01,
-        ..Default::default()
-    }
-    .validate()
-    .unwrap_err();
-    assert!(err.contains("not both"), "{err}");
+    // One table at a time: the spec names exactly one.
+    assert_eq!("phv".parse::<VcSpec>(), Ok(VcSpec::Phv));
+    assert_eq!(VcSpec::Bloom { fp_rate: 0.01 }.to_string(), "bloom:0.01");
 }
 
 #[test]
@@ -326,7 +320,7 @@ fn bloom_vc_only_keeps_extra_chunks() {
     repo.forget(&[id1]).unwrap();
     let r = repo
         .gc(&GcOptions {
-            vc_fp_rate: 0.01,
+            vc: VcSpec::Bloom { fp_rate: 0.01 },
             ..Default::default()
         })
         .unwrap();
@@ -586,8 +580,7 @@ proptest! {
                         liveness_threshold: threshold,
                         segment_containers: segment,
                         split_threshold: split,
-                        vc_fp_rate: if bloom { 0.2 } else { 0.0 },
-                        vc_phv: phv && !bloom,
+                        vc: if bloom { VcSpec::Bloom { fp_rate: 0.2 } } else if phv { VcSpec::Phv } else { VcSpec::Exact },
                         ..Default::default()
                     }).unwrap();
                     prop_assert!(r.reclaimed_containers <= r.involved_containers);

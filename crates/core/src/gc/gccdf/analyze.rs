@@ -180,24 +180,13 @@ mod tests {
         // 10 chunks; the newest backup references 3 of them, the next 6.
         let b0 = [0u32, 1, 2];
         let b1 = [0u32, 1, 2, 3, 4, 5];
-        let t = analyze(10, 2, 4, |r, c| {
-            if r == 0 {
-                b0.contains(&c)
-            } else {
-                b1.contains(&c)
-            }
-        });
+        let refs = |r: usize, c: u32| if r == 0 { &b0[..] } else { &b1[..] }.contains(&c);
+        let t = analyze(10, 2, 4, refs);
         // Round 0: only 3 referenced < 4, no split. Round 1: 6 ≥ 4, split.
         let clusters: Vec<Vec<u32>> = t.leaves().map(|l| l.to_vec()).collect();
         assert_eq!(clusters, vec![vec![6, 7, 8, 9], vec![0, 1, 2, 3, 4, 5]]);
         // Threshold 1 splits all the way.
-        let t = analyze(10, 2, 1, |r, c| {
-            if r == 0 {
-                b0.contains(&c)
-            } else {
-                b1.contains(&c)
-            }
-        });
+        let t = analyze(10, 2, 1, refs);
         let clusters: Vec<Vec<u32>> = t.leaves().map(|l| l.to_vec()).collect();
         assert_eq!(
             clusters,

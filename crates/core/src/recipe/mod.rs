@@ -17,6 +17,10 @@
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, HashAlgo, FP_LEN};
 
+mod reader;
+
+pub use reader::{Entries, Fetch, RecipeReader, RecipeVisitor, WalkStats};
+
 const MAGIC: [u8; 2] = *b"TR";
 const VERSION: u8 = 1;
 const HEADER_LEN: usize = 8;
@@ -47,6 +51,13 @@ pub struct RecipeChunk {
 impl RecipeChunk {
     pub fn logical_size(&self) -> u64 {
         self.entries.iter().map(|e| e.size).sum()
+    }
+}
+
+/// So a walker can hold decoded chunks owned or shared (`Arc`, from a memo).
+impl AsRef<RecipeChunk> for RecipeChunk {
+    fn as_ref(&self) -> &RecipeChunk {
+        self
     }
 }
 
@@ -197,17 +208,22 @@ impl RecipeBuilder {
 
 /// Streams the level-1 entries (the data chunks) of a recipe tree in order,
 /// fetching recipe chunks on demand, so memory is one path of the tree.
-pub struct RecipeWalker<F> {
+/// `C` is how a fetched chunk is held: owned, or shared with a memo.
+pub struct RecipeWalker<F, C = RecipeChunk> {
     fetch: F,
-    stack: Vec<(RecipeChunk, usize)>,
+    stack: Vec<(C, usize)>,
 }
 
-impl<F: FnMut(&Fingerprint, u8) -> Result<RecipeChunk>> RecipeWalker<F> {
+impl<F, C> RecipeWalker<F, C>
+where
+    F: FnMut(&Fingerprint, u8) -> Result<C>,
+    C: AsRef<RecipeChunk>,
+{
     /// `fetch(fp, expected_level)` loads and decodes a recipe chunk; the walker
     /// checks its level and size against its parent's entry.
     pub fn new(root: Fingerprint, root_level: u8, mut fetch: F) -> Result<Self> {
         let chunk = fetch(&root, root_level)?;
-        check_level(&chunk, root_level, &root)?;
+        check_child(chunk.as_ref(), &root, root_level, None)?;
         Ok(RecipeWalker {
             fetch,
             stack: vec![(chunk, 0)],
@@ -221,6 +237,7 @@ impl<F: FnMut(&Fingerprint, u8) -> Result<RecipeChunk>> RecipeWalker<F> {
             let Some((chunk, pos)) = self.stack.last_mut() else {
                 return Ok(None);
             };
+            let chunk = chunk.as_ref();
             if *pos == chunk.entries.len() {
                 self.stack.pop();
                 continue;
@@ -232,23 +249,31 @@ impl<F: FnMut(&Fingerprint, u8) -> Result<RecipeChunk>> RecipeWalker<F> {
             }
             let level = chunk.level - 1;
             let child = (self.fetch)(&e.fp, level)?;
-            check_level(&child, level, &e.fp)?;
-            if child.logical_size() != e.size {
-                return Err(Error::corrupt(
-                    format!("recipe chunk {}", e.fp.to_hex()),
-                    "logical size differs from its parent's entry",
-                ));
-            }
+            check_child(child.as_ref(), &e.fp, level, Some(e.size))?;
             self.stack.push((child, 0));
         }
     }
 }
 
-fn check_level(chunk: &RecipeChunk, level: u8, fp: &Fingerprint) -> Result<()> {
+/// A recipe chunk must be at the level its parent puts it (`level`) and,
+/// below the root, cover the logical bytes its parent's entry says (`size`).
+pub(crate) fn check_child(
+    chunk: &RecipeChunk,
+    fp: &Fingerprint,
+    level: u8,
+    size: Option<u64>,
+) -> Result<()> {
+    let name = || format!("recipe chunk {}", fp.to_hex());
     if chunk.level != level {
         return Err(Error::corrupt(
-            format!("recipe chunk {}", fp.to_hex()),
+            name(),
             format!("is level {}, expected level {level}", chunk.level),
+        ));
+    }
+    if size.is_some_and(|s| s != chunk.logical_size()) {
+        return Err(Error::corrupt(
+            name(),
+            "logical size differs from its parent's entry",
         ));
     }
     Ok(())

@@ -1,6 +1,7 @@
-//! Restore caches: LRU, OPT (Belady with look-ahead) and the forward
-//! assembly area. Each is usable on bare container ids, so read counts can
-//! be checked on hand-made recipes.
+//! Container caches: LRU, OPT (Belady with look-ahead) and the forward
+//! assembly area. Restore runs them on its data containers; GC, check and
+//! salvage keep recipe containers in an [`LruCache`]. Each policy is usable
+//! on bare container ids, so read counts can be checked on hand-made recipes.
 
 pub mod faa;
 pub mod lru;
@@ -11,6 +12,73 @@ pub use lru::{Lru, LruCache};
 pub use opt::{Opt, OPT_WINDOW};
 
 use crate::container::ContainerId;
+use serde::Serialize;
+
+/// A restore cache, as named on the command line (`lru:32`, `opt:32`,
+/// `faa:32`); the number is the cache size in containers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", content = "containers", rename_all = "lowercase")]
+pub enum CacheSpec {
+    /// Least recently used whole containers.
+    Lru(usize),
+    /// Belady replacement over the recipe's future references (look-ahead window).
+    Opt(usize),
+    /// Forward assembly area of (containers − 1) × container size.
+    Faa(usize),
+}
+
+impl Default for CacheSpec {
+    fn default() -> Self {
+        CacheSpec::Lru(32)
+    }
+}
+
+impl CacheSpec {
+    /// Parse `lru:N`, `opt:N` or `faa:N` (a bare number means `lru:N`).
+    pub fn parse(spec: &str) -> std::result::Result<Self, String> {
+        let (kind, n) = spec.split_once(':').unwrap_or(("lru", spec));
+        let n = match n.parse::<usize>() {
+            Ok(n) if n >= 1 => n,
+            _ => {
+                return Err(format!(
+                    "bad cache size in '{spec}': expected a positive number of containers"
+                ))
+            }
+        };
+        match kind.to_ascii_lowercase().as_str() {
+            "lru" => Ok(CacheSpec::Lru(n)),
+            "opt" => Ok(CacheSpec::Opt(n)),
+            "faa" => Ok(CacheSpec::Faa(n)),
+            _ => Err(format!(
+                "unknown restore cache '{spec}' (expected lru:N, opt:N or faa:N)"
+            )),
+        }
+    }
+
+    /// Size in containers.
+    pub fn containers(&self) -> usize {
+        match *self {
+            CacheSpec::Lru(n) | CacheSpec::Opt(n) | CacheSpec::Faa(n) => n,
+        }
+    }
+}
+
+impl std::fmt::Display for CacheSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CacheSpec::Lru(n) => write!(f, "lru:{n}"),
+            CacheSpec::Opt(n) => write!(f, "opt:{n}"),
+            CacheSpec::Faa(n) => write!(f, "faa:{n}"),
+        }
+    }
+}
+
+impl std::str::FromStr for CacheSpec {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        Self::parse(s)
+    }
+}
 
 /// What a cache policy decided for one reference.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
