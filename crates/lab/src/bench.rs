@@ -25,9 +25,8 @@ use serde::Serialize;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Instant;
-use tessera_core::backend::{Backend, LocalBackend};
+use tessera_core::backend;
 use tessera_core::catalog::SourceKind;
 use tessera_core::chunking::{chunk_all, ChunkerConfig};
 use tessera_core::metrics::mb_per_s;
@@ -239,7 +238,11 @@ pub fn run(opts: &BenchOptions, step: &mut dyn FnMut(&str)) -> Result<BenchRepor
             std::fs::remove_dir_all(&repo_dir)
                 .with_context(|| format!("cannot clear {}", repo_dir.display()))?;
         }
-        let backend: Arc<dyn Backend> = Arc::new(LocalBackend::create(&repo_dir)?);
+        let backend = backend::create(
+            repo_dir
+                .to_str()
+                .with_context(|| format!("{} is not a UTF-8 path", repo_dir.display()))?,
+        )?;
         Repository::init(
             backend.clone(),
             &InitOptions {

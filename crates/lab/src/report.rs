@@ -47,7 +47,32 @@ const COLUMNS: &[&str] = &[
     "seconds",
     "throughput_mb_s",
     "chunk_refs_per_s",
+    "backend_requests",
+    "backend_bytes_read",
+    "backend_bytes_written",
 ];
+
+/// A row as one JSON object in field order, its backend I/O appended.
+fn row_line(row: &Row) -> Result<String> {
+    let (row, io) = (
+        serde_json::to_string(row)?,
+        serde_json::to_string(&row.io())?,
+    );
+    // Both are non-empty objects: `{row…}` + `{io…}` → `{row…,io…}`.
+    Ok(format!("{},{}", &row[..row.len() - 1], &io[1..]))
+}
+
+/// A row as JSON, its backend I/O appended.
+fn row_value(row: &Row) -> serde_json::Value {
+    let mut v = serde_json::to_value(row).expect("rows serialize");
+    if let (Some(o), serde_json::Value::Object(io)) = (
+        v.as_object_mut(),
+        serde_json::to_value(row.io()).expect("counts serialize"),
+    ) {
+        o.extend(io);
+    }
+    v
+}
 
 /// The plots of the report, by element id: (id, title, y label).
 pub const PLOTS: &[(&str, &str, &str)] = &[
@@ -117,7 +142,7 @@ pub fn csv(r: &Results) -> String {
     let mut out = COLUMNS.join(",");
     out.push('\n');
     for row in &r.rows {
-        let v = serde_json::to_value(row).expect("rows serialize");
+        let v = row_value(row);
         let line: Vec<String> = COLUMNS.iter().map(|c| csv_field(v.get(*c))).collect();
         out.push_str(&line.join(","));
         out.push('\n');
@@ -134,7 +159,7 @@ pub fn jsonl(r: &Results) -> Result<String> {
     });
     writeln!(out, "{head}").ok();
     for row in &r.rows {
-        writeln!(out, "{}", serde_json::to_string(row)?).ok();
+        writeln!(out, "{}", row_line(row)?).ok();
     }
     for s in &r.summaries {
         let mut v = serde_json::to_value(s)?;
@@ -336,7 +361,7 @@ pub fn html(r: &Results) -> String {
                     Row::Gc(g) if g.gc != "none" => Some((
                         g.approach.as_str(),
                         g.round as f64,
-                        g.involved_containers as f64,
+                        g.report.involved_containers as f64,
                     )),
                     _ => None,
                 }),
@@ -347,7 +372,7 @@ pub fn html(r: &Results) -> String {
                     Row::Gc(g) if g.gc != "none" => Some((
                         g.approach.as_str(),
                         g.round as f64,
-                        g.produced_containers as f64,
+                        g.report.produced_containers as f64,
                     )),
                     _ => None,
                 }),
