@@ -4,8 +4,7 @@ use assert_cmd::Command;
 use std::path::Path;
 use std::sync::Arc;
 
-mod common;
-use common::{json, ok, tessera};
+use crate::common::{self, json, ok, tessera};
 
 /// [`common::fails`], and the error is not a panic.
 fn fails(cmd: &mut Command, needle: &str) {
