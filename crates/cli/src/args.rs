@@ -11,6 +11,7 @@ use tessera_core::restore::CacheSpec;
 use tessera_core::rewrite::RewriteSpec;
 use tessera_core::units::ByteSize;
 use tessera_core::HashAlgo;
+use tessera_lab::synth::SynthConfig;
 
 #[derive(Parser)]
 #[command(
@@ -261,29 +262,8 @@ pub enum GenCommand {
         /// Output directory
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        /// Independent sources interleaved into one backup sequence (MIX)
-        #[arg(long, default_value_t = 1)]
-        sources: usize,
-        /// Versions per source
-        #[arg(long, default_value_t = 10)]
-        versions: usize,
-        /// Files in each source's first version
-        #[arg(long, default_value_t = 64)]
-        files: usize,
-        /// Largest file (sizes are log-uniform from 4 KiB)
-        #[arg(long, default_value = "256KiB", value_parser = Checked(plain::<ByteSize>))]
-        file_size_max: ByteSize,
-        /// New files per version, relative to the file count
-        #[arg(long, default_value_t = 0.02)]
-        create_rate: f64,
-        /// Probability that a file is deleted in a version
-        #[arg(long, default_value_t = 0.01)]
-        delete_rate: f64,
-        /// Probability that a file is modified in a version
-        #[arg(long, default_value_t = 0.10)]
-        modify_rate: f64,
+        #[command(flatten)]
+        series: SynthArgs,
         /// Write fingerprint traces of the chunks instead of tar images
         #[arg(long)]
         trace: bool,
@@ -319,6 +299,50 @@ pub enum GenCommand {
         #[arg(long, default_value = "blake3", value_parser = Checked(plain::<HashAlgo>))]
         hash: HashAlgo,
     },
+}
+
+/// The generated series' shape (`lab gen synth`), as [`SynthConfig`] has it.
+#[derive(Args)]
+pub struct SynthArgs {
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Independent sources interleaved into one backup sequence (MIX)
+    #[arg(long, default_value_t = 1)]
+    pub sources: usize,
+    /// Versions per source
+    #[arg(long, default_value_t = 10)]
+    pub versions: usize,
+    /// Files in each source's first version
+    #[arg(long, default_value_t = 64)]
+    pub files: usize,
+    /// Largest file (sizes are log-uniform from 4 KiB)
+    #[arg(long, default_value = "256KiB", value_parser = Checked(plain::<ByteSize>))]
+    pub file_size_max: ByteSize,
+    /// New files per version, relative to the file count
+    #[arg(long, default_value_t = 0.02)]
+    pub create_rate: f64,
+    /// Probability that a file is deleted in a version
+    #[arg(long, default_value_t = 0.01)]
+    pub delete_rate: f64,
+    /// Probability that a file is modified in a version
+    #[arg(long, default_value_t = 0.10)]
+    pub modify_rate: f64,
+}
+
+impl SynthArgs {
+    pub fn config(&self) -> SynthConfig {
+        SynthConfig {
+            seed: self.seed,
+            sources: self.sources,
+            versions: self.versions,
+            files: self.files,
+            file_size_max: self.file_size_max,
+            create_rate: self.create_rate,
+            delete_rate: self.delete_rate,
+            modify_rate: self.modify_rate,
+            ..SynthConfig::default()
+        }
+    }
 }
 
 /// `tessera gc`'s parameters, each checked (with the flag named) as it is

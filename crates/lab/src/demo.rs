@@ -18,14 +18,13 @@ pub fn dataset() -> SynthConfig {
         sources: 3,
         versions: 16,
         files: 96,
-        file_size_min: ByteSize(4 << 10),
-        file_size_max: ByteSize(256 << 10),
         create_rate: 0.04,
         delete_rate: 0.02,
         modify_rate: 0.15,
-        edits_per_file: 2.0,
         edit_size_min: ByteSize(256),
         edit_size_max: ByteSize(32 << 10),
+        // File sizes 4 KiB…256 KiB and 2 edits per file.
+        ..SynthConfig::default()
     }
 }
 

@@ -444,27 +444,15 @@ fn mean(v: impl Iterator<Item = f64>) -> f64 {
 }
 
 fn summarize(s: &mut Summary, rows: &[Row]) {
-    let backups: Vec<&BackupRow> = rows
-        .iter()
-        .filter_map(|r| match r {
-            Row::Backup(b) => Some(b),
-            _ => None,
-        })
-        .collect();
-    let finals: Vec<&RestoreRow> = rows
-        .iter()
-        .filter_map(|r| match r {
-            Row::Restore(x) if x.when == "final" => Some(x),
-            _ => None,
-        })
-        .collect();
-    let gcs: Vec<&GcRow> = rows
-        .iter()
-        .filter_map(|r| match r {
-            Row::Gc(g) => Some(g),
-            _ => None,
-        })
-        .collect();
+    let (mut backups, mut finals, mut gcs) = (Vec::new(), Vec::new(), Vec::new());
+    for row in rows {
+        match row {
+            Row::Backup(b) => backups.push(b),
+            Row::Restore(x) if x.when == "final" => finals.push(x),
+            Row::Restore(_) => {}
+            Row::Gc(g) => gcs.push(g),
+        }
+    }
     s.backups = backups.len();
     let (mut logical, mut secs, mut chunks) = (0u64, 0f64, 0u64);
     for b in &backups {

@@ -8,7 +8,6 @@ use std::process::ExitCode;
 use std::time::Instant;
 use tessera_lab::experiment::Experiment;
 use tessera_lab::runner::{self, Results, RunOptions};
-use tessera_lab::synth::SynthConfig;
 use tessera_lab::{approach, demo, git, report, synth, tracefile};
 
 pub fn run(cmd: LabCommand) -> Result<ExitCode> {
@@ -38,29 +37,12 @@ fn gen(cmd: GenCommand) -> Result<ExitCode> {
     let (what, paths) = match cmd {
         GenCommand::Synth {
             out,
-            seed,
-            sources,
-            versions,
-            files,
-            file_size_max,
-            create_rate,
-            delete_rate,
-            modify_rate,
+            series,
             trace,
             chunker,
             hash,
         } => {
-            let cfg = SynthConfig {
-                seed,
-                sources,
-                versions,
-                files,
-                file_size_max,
-                create_rate,
-                delete_rate,
-                modify_rate,
-                ..SynthConfig::default()
-            };
+            let cfg = series.config();
             cfg.validate().map_err(anyhow::Error::msg)?;
             if trace {
                 let (c, h) = (chunker, hash);
@@ -70,7 +52,8 @@ fn gen(cmd: GenCommand) -> Result<ExitCode> {
                 synth::for_each_image(&cfg, |sv, img| {
                     let p = out.join(format!("{}.{}", sv.name, tracefile::EXT));
                     let header = format!(
-                        "synthetic seed={seed} chunker={} hash={}",
+                        "synthetic seed={} chunker={} hash={}",
+                        cfg.seed,
                         c.describe(),
                         h.name()
                     );
