@@ -1,7 +1,17 @@
 //! Command-line arguments.
 
-use clap::{Args, Parser, Subcommand};
+use clap::builder::TypedValueParser;
+use clap::{Arg, Args, Parser, Subcommand};
 use std::path::PathBuf;
+use std::str::FromStr;
+use tessera_core::check::ReadData;
+use tessera_core::chunking::ChunkerConfig;
+use tessera_core::gc::{GcOptions, GcStrategy, VcSpec};
+use tessera_core::restore::CacheSpec;
+use tessera_core::rewrite::RewriteSpec;
+use tessera_core::units::ByteSize;
+use tessera_core::HashAlgo;
+use tessera_lab::synth::SynthConfig;
 
 #[derive(Parser)]
 #[command(
@@ -23,7 +33,7 @@ pub struct Cli {
 pub struct RepoArg {
     /// Repository directory
     #[arg(long, short = 'r', env = "TESSERA_REPO", value_name = "DIR")]
-    pub repo: PathBuf,
+    pub repo: String,
 }
 
 #[derive(Args, Clone, Copy)]
@@ -40,14 +50,14 @@ pub enum Command {
         #[command(flatten)]
         repo: RepoArg,
         /// Fingerprint algorithm: blake3, sha1 or sha256
-        #[arg(long, default_value = "blake3")]
-        hash: String,
+        #[arg(long, default_value = "blake3", value_parser = Checked(plain::<HashAlgo>))]
+        hash: HashAlgo,
         /// Chunker: fastcdc[:MIN/AVG/MAX], rabin[:MIN/AVG/MAX], fixed[:SIZE], or a preset (gccdf = fastcdc 1k/4k/32k, mfdedup = fastcdc 2k/8k/64k)
-        #[arg(long, default_value = "fastcdc:2k/8k/64k")]
-        chunker: String,
+        #[arg(long, default_value = "fastcdc:2k/8k/64k", value_parser = Checked(plain::<ChunkerConfig>))]
+        chunker: ChunkerConfig,
         /// Container capacity (e.g. 4MiB)
-        #[arg(long, default_value = "4MiB")]
-        container_size: String,
+        #[arg(long, default_value = "4MiB", value_parser = Checked(size32))]
+        container_size: u32,
         /// Trace mode: the repository ingests fingerprint traces and stores metadata only
         #[arg(long)]
         trace: bool,
@@ -68,11 +78,11 @@ pub enum Command {
         #[arg(long, value_name = "FILE", conflicts_with = "path")]
         trace_file: Option<PathBuf>,
         /// Rewrite policy against fragmentation: none, capping:T, smr:T, ned:T, har, har:U or har:U:L (T: containers kept per segment, or for NED the utilization below which a container's duplicates are rewritten; U: sparse below this utilization, default 0.5; L: sparse list capped at this share of the bytes referenced, default 0.05)
-        #[arg(long, value_name = "SPEC", default_value = "none")]
-        rewrite: String,
+        #[arg(long, value_name = "SPEC", default_value = "none", value_parser = Checked(prefixed::<RewriteSpec>))]
+        rewrite: RewriteSpec,
         /// Chunks per rewriting decision (the ingest segment), e.g. 20MiB
-        #[arg(long, value_name = "SIZE", default_value = "20MiB")]
-        segment_size: String,
+        #[arg(long, value_name = "SIZE", default_value = "20MiB", value_parser = Checked(segment_size))]
+        segment_size: u64,
         #[command(flatten)]
         json: JsonArg,
     },
@@ -115,8 +125,8 @@ pub enum Command {
         #[arg(long)]
         stdout: bool,
         /// Restore cache: lru:N, opt:N or faa:N (N containers; a bare N means lru:N)
-        #[arg(long, default_value = "lru:32", value_name = "SPEC")]
-        cache: String,
+        #[arg(long, default_value = "lru:32", value_name = "SPEC", value_parser = Checked(prefixed::<CacheSpec>))]
+        cache: CacheSpec,
         /// Restore everything that is intact: damaged chunks are written as zeros and listed, with the files they fall in (exit status 3)
         #[arg(long)]
         skip_damaged: bool,
@@ -134,17 +144,17 @@ pub enum Command {
         #[arg(value_name = "ID")]
         snapshots: Vec<String>,
         /// Policy: keep the N newest backups
-        #[arg(long, value_name = "N")]
-        keep_last: Option<String>,
+        #[arg(long, value_name = "N", value_parser = Checked(whole))]
+        keep_last: Option<usize>,
         /// Policy: keep the newest backup of each of the N newest days (UTC)
-        #[arg(long, value_name = "N")]
-        keep_daily: Option<String>,
+        #[arg(long, value_name = "N", value_parser = Checked(whole))]
+        keep_daily: Option<usize>,
         /// Policy: keep the newest backup of each of the N newest weeks
-        #[arg(long, value_name = "N")]
-        keep_weekly: Option<String>,
+        #[arg(long, value_name = "N", value_parser = Checked(whole))]
+        keep_weekly: Option<usize>,
         /// Policy: keep the newest backup of each of the N newest months
-        #[arg(long, value_name = "N")]
-        keep_monthly: Option<String>,
+        #[arg(long, value_name = "N", value_parser = Checked(whole))]
+        keep_monthly: Option<usize>,
         /// Show what would be forgotten without changing the repository
         #[arg(long)]
         dry_run: bool,
@@ -182,8 +192,8 @@ pub enum Command {
         #[arg(long)]
         read_data: bool,
         /// Read only part N of M of the data containers (e.g. 1/10); run N = 1..M to cover all
-        #[arg(long, value_name = "N/M", conflicts_with = "read_data")]
-        read_data_subset: Option<String>,
+        #[arg(long, value_name = "N/M", conflicts_with = "read_data", value_parser = Checked(plain::<ReadData>))]
+        read_data_subset: Option<ReadData>,
         /// Remove objects no manifest lists (leftovers of an interrupted mutation); takes the writer lock
         #[arg(long)]
         repair_leftovers: bool,
@@ -216,14 +226,14 @@ pub enum LabCommand {
         #[arg(long, default_value = "tessera-bench", value_name = "DIR")]
         dir: PathBuf,
         /// Stream size (e.g. 1GiB)
-        #[arg(long, default_value = "1GiB")]
-        size: String,
+        #[arg(long, default_value = "1GiB", value_parser = Checked(plain::<ByteSize>))]
+        size: ByteSize,
         /// How many times to repeat the measurements (medians are reported)
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
         runs: u32,
         /// Restore cache: lru:N, opt:N or faa:N (as for `restore --cache`)
-        #[arg(long, value_name = "SPEC", default_value_t = tessera_core::restore::CacheSpec::default().to_string())]
-        cache: String,
+        #[arg(long, value_name = "SPEC", default_value_t = CacheSpec::default(), value_parser = Checked(prefixed::<CacheSpec>))]
+        cache: CacheSpec,
         #[command(flatten)]
         json: JsonArg,
     },
@@ -252,38 +262,17 @@ pub enum GenCommand {
         /// Output directory
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        /// Independent sources interleaved into one backup sequence (MIX)
-        #[arg(long, default_value_t = 1)]
-        sources: usize,
-        /// Versions per source
-        #[arg(long, default_value_t = 10)]
-        versions: usize,
-        /// Files in each source's first version
-        #[arg(long, default_value_t = 64)]
-        files: usize,
-        /// Largest file (sizes are log-uniform from 4 KiB)
-        #[arg(long, default_value = "256KiB")]
-        file_size_max: String,
-        /// New files per version, relative to the file count
-        #[arg(long, default_value_t = 0.02)]
-        create_rate: f64,
-        /// Probability that a file is deleted in a version
-        #[arg(long, default_value_t = 0.01)]
-        delete_rate: f64,
-        /// Probability that a file is modified in a version
-        #[arg(long, default_value_t = 0.10)]
-        modify_rate: f64,
+        #[command(flatten)]
+        series: SynthArgs,
         /// Write fingerprint traces of the chunks instead of tar images
         #[arg(long)]
         trace: bool,
         /// Chunker for --trace
-        #[arg(long, default_value = "fastcdc:2k/8k/64k")]
-        chunker: String,
+        #[arg(long, default_value = "fastcdc:2k/8k/64k", value_parser = Checked(plain::<ChunkerConfig>))]
+        chunker: ChunkerConfig,
         /// Fingerprint algorithm for --trace
-        #[arg(long, default_value = "blake3")]
-        hash: String,
+        #[arg(long, default_value = "blake3", value_parser = Checked(plain::<HashAlgo>))]
+        hash: HashAlgo,
     },
     /// One `git archive` tarball per tag matching GLOB, in version order
     Git {
@@ -305,39 +294,212 @@ pub enum GenCommand {
         /// Output directory
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
-        #[arg(long, default_value = "fastcdc:2k/8k/64k")]
-        chunker: String,
-        #[arg(long, default_value = "blake3")]
-        hash: String,
+        #[arg(long, default_value = "fastcdc:2k/8k/64k", value_parser = Checked(plain::<ChunkerConfig>))]
+        chunker: ChunkerConfig,
+        #[arg(long, default_value = "blake3", value_parser = Checked(plain::<HashAlgo>))]
+        hash: HashAlgo,
     },
 }
 
-/// `tessera gc`'s parameters (strings: checked, with the flag named, when
-/// the options are built).
+/// The generated series' shape (`lab gen synth`), as [`SynthConfig`] has it.
+#[derive(Args)]
+pub struct SynthArgs {
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Independent sources interleaved into one backup sequence (MIX)
+    #[arg(long, default_value_t = 1)]
+    pub sources: usize,
+    /// Versions per source
+    #[arg(long, default_value_t = 10)]
+    pub versions: usize,
+    /// Files in each source's first version
+    #[arg(long, default_value_t = 64)]
+    pub files: usize,
+    /// Largest file (sizes are log-uniform from 4 KiB)
+    #[arg(long, default_value = "256KiB", value_parser = Checked(plain::<ByteSize>))]
+    pub file_size_max: ByteSize,
+    /// New files per version, relative to the file count
+    #[arg(long, default_value_t = 0.02)]
+    pub create_rate: f64,
+    /// Probability that a file is deleted in a version
+    #[arg(long, default_value_t = 0.01)]
+    pub delete_rate: f64,
+    /// Probability that a file is modified in a version
+    #[arg(long, default_value_t = 0.10)]
+    pub modify_rate: f64,
+}
+
+impl SynthArgs {
+    pub fn config(&self) -> SynthConfig {
+        SynthConfig {
+            seed: self.seed,
+            sources: self.sources,
+            versions: self.versions,
+            files: self.files,
+            file_size_max: self.file_size_max,
+            create_rate: self.create_rate,
+            delete_rate: self.delete_rate,
+            modify_rate: self.modify_rate,
+            ..SynthConfig::default()
+        }
+    }
+}
+
+/// `tessera gc`'s parameters, each checked (with the flag named) as it is
+/// parsed, by the same rules as [`GcOptions::validate`].
 #[derive(Args)]
 pub struct GcArgs {
     /// naive (copy live chunks forward in their old order) or gccdf (regroup them by ownership)
-    #[arg(long, default_value = "naive")]
-    pub strategy: String,
+    #[arg(long, default_value = "naive", value_parser = Checked(plain::<GcStrategy>))]
+    pub strategy: GcStrategy,
     /// GCCDF: GC-involved containers analyzed together (memory grows with it)
-    #[arg(long, default_value = "100", value_name = "S")]
-    pub segment_containers: String,
+    #[arg(long, default_value = "100", value_name = "S", value_parser = Checked(segment_containers))]
+    pub segment_containers: usize,
     /// Clean only containers whose liveness (live bytes / bytes) is below X; 1 cleans every container holding garbage
-    #[arg(long, default_value = "1", value_name = "X")]
-    pub liveness_threshold: String,
+    #[arg(long, default_value = "1", value_name = "X", value_parser = Checked(liveness_threshold))]
+    pub liveness_threshold: f64,
     /// GCCDF: split a cluster by a backup only if at least N of its chunks are referenced by it
-    #[arg(long, default_value = "200", value_name = "N")]
-    pub split_threshold: String,
+    #[arg(long, default_value = "200", value_name = "N", value_parser = Checked(whole))]
+    pub split_threshold: usize,
     /// False-positive rate of the valid-chunk table's Bloom filter (0 = exact set; false positives only keep garbage)
-    #[arg(long, default_value = "0", value_name = "P")]
-    pub vc_fp_rate: String,
+    #[arg(long, default_value = "0", value_name = "P", value_parser = Checked(vc_fp_rate))]
+    pub vc_fp_rate: f64,
     /// Valid-chunk table as a perfect-hash vector over the index's fingerprints (about 4 bits per stored chunk, exact for them; physical GC, FAST'17)
     #[arg(long, conflicts_with = "vc_fp_rate")]
     pub vc_phv: bool,
     /// GCCDF: false-positive rate of the per-backup ownership Bloom filters (0 = exact sets)
-    #[arg(long, default_value = "0.01", value_name = "P")]
-    pub ownership_fp_rate: String,
+    #[arg(long, default_value = "0.01", value_name = "P", value_parser = Checked(ownership_fp_rate))]
+    pub ownership_fp_rate: f64,
     /// Show what would be reclaimed without changing the repository
     #[arg(long)]
     pub dry_run: bool,
+}
+
+impl GcArgs {
+    pub fn options(&self) -> GcOptions {
+        GcOptions {
+            strategy: self.strategy,
+            segment_containers: self.segment_containers,
+            liveness_threshold: self.liveness_threshold,
+            split_threshold: self.split_threshold,
+            vc: if self.vc_phv {
+                VcSpec::Phv
+            } else {
+                VcSpec::from_fp_rate(self.vc_fp_rate)
+            },
+            ownership_fp_rate: self.ownership_fp_rate,
+            dry_run: self.dry_run,
+        }
+    }
+}
+
+/// A bad option value, in the words the commands used when they parsed
+/// options themselves: `main` prints it as the usual one `error:` line with
+/// status 1, not as clap's usage error.
+#[derive(Debug)]
+pub struct BadValue(pub String);
+
+impl std::fmt::Display for BadValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadValue {}
+
+/// Our message for a clap error that is a [`BadValue`].
+pub fn bad_value(e: &clap::Error) -> Option<&BadValue> {
+    use std::error::Error as _;
+    e.source()?.downcast_ref::<BadValue>()
+}
+
+/// A clap value parser from a function of (flag name, value), so a message
+/// can name its flag.
+#[derive(Clone)]
+pub struct Checked<T>(fn(&str, &str) -> Result<T, String>);
+
+impl<T: Clone + Send + Sync + 'static> TypedValueParser for Checked<T> {
+    type Value = T;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<T, clap::Error> {
+        let flag = arg.and_then(|a| a.get_long()).unwrap_or_default();
+        let text = value.to_string_lossy();
+        (self.0)(flag, &text).or_else(|msg| {
+            // clap's own error, carrying ours as its source.
+            let fail = move |_: &str| Err::<T, BadValue>(BadValue(msg.clone()));
+            fail.parse_ref(cmd, arg, value)
+        })
+    }
+}
+
+/// `FromStr`, its message as is.
+fn plain<T: FromStr<Err = String>>(_flag: &str, v: &str) -> Result<T, String> {
+    v.parse()
+}
+
+/// `FromStr`, its message after the flag: `--rewrite: bad smr level '0'`.
+fn prefixed<T: FromStr<Err = String>>(flag: &str, v: &str) -> Result<T, String> {
+    v.parse().map_err(|e| format!("--{flag}: {e}"))
+}
+
+/// A chunk or container size (fits 32 bits).
+fn size32(_flag: &str, v: &str) -> Result<u32, String> {
+    tessera_core::chunking::parse_size(v)
+}
+
+fn segment_size(flag: &str, v: &str) -> Result<u64, String> {
+    match size32(flag, v) {
+        Ok(0) => Err(format!("--{flag} must be positive")),
+        Ok(n) => Ok(n as u64),
+        Err(e) => Err(format!("--{flag}: {e}")),
+    }
+}
+
+fn whole(flag: &str, v: &str) -> Result<usize, String> {
+    v.trim()
+        .parse()
+        .map_err(|_| format!("--{flag} expects a whole number (got '{v}')"))
+}
+
+fn number(flag: &str, v: &str, what: &str) -> Result<f64, String> {
+    v.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|x| x.is_finite())
+        .ok_or_else(|| format!("--{flag} expects {what} (got '{v}')"))
+}
+
+/// GC options with one field set, checked by core's own rules.
+fn gc_rule<T>(value: T, set: impl FnOnce(&mut GcOptions, T)) -> Result<T, String>
+where
+    T: Copy,
+{
+    let mut o = GcOptions::default();
+    set(&mut o, value);
+    o.validate().map(|()| value)
+}
+
+fn segment_containers(flag: &str, v: &str) -> Result<usize, String> {
+    gc_rule(whole(flag, v)?, |o, x| o.segment_containers = x)
+}
+
+fn liveness_threshold(flag: &str, v: &str) -> Result<f64, String> {
+    let x = number(flag, v, "a number between 0 and 1")?;
+    gc_rule(x, |o, x| o.liveness_threshold = x)
+}
+
+fn vc_fp_rate(flag: &str, v: &str) -> Result<f64, String> {
+    gc_rule(number(flag, v, "a rate in [0, 0.5)")?, |o, x| {
+        o.vc = VcSpec::from_fp_rate(x)
+    })
+}
+
+fn ownership_fp_rate(flag: &str, v: &str) -> Result<f64, String> {
+    let x = number(flag, v, "a rate in [0, 0.5)")?;
+    gc_rule(x, |o, x| o.ownership_fp_rate = x)
 }

@@ -24,7 +24,17 @@ fn main() -> ExitCode {
             .unwrap_or_default();
         eprintln!("error: internal error: {msg}{at} (please report this)");
     }));
-    let cli = args::Cli::parse();
+    let cli = match args::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => match args::bad_value(&e) {
+            // A bad option value is an error like any other: one line, status 1.
+            Some(bad) => {
+                eprintln!("error: {bad}");
+                return ExitCode::from(1);
+            }
+            None => e.exit(),
+        },
+    };
     match std::panic::catch_unwind(|| cmd::run(cli)) {
         Ok(Ok(code)) => code,
         Ok(Err(e)) => {

@@ -477,3 +477,11 @@ pub fn check_backend(
         Err(e) => Err(e),
     }
 }
+
+/// `--read-data-subset N/M`, parsed where the command line is.
+impl std::str::FromStr for ReadData {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        ReadData::parse_subset(s)
+    }
+}

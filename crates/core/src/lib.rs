@@ -28,6 +28,7 @@ pub mod retention;
 pub mod rewrite;
 pub mod salvage;
 pub mod trace;
+pub mod units;
 
 pub use error::{Error, Result};
 pub use fingerprint::{Fingerprint, HashAlgo};

@@ -25,14 +25,15 @@ use serde::Serialize;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Instant;
-use tessera_core::backend::{Backend, LocalBackend};
+use tessera_core::backend;
 use tessera_core::catalog::SourceKind;
 use tessera_core::chunking::{chunk_all, ChunkerConfig};
 use tessera_core::metrics::mb_per_s;
 use tessera_core::restore::CacheSpec;
-use tessera_core::{BackupOptions, HashAlgo, InitOptions, Repository, RestoreOptions};
+use tessera_core::{
+    BackupOptions, BackupReport, HashAlgo, InitOptions, Repository, RestoreOptions, RestoreReport,
+};
 
 /// Size of the pieces the stream is assembled from.
 const PIECE: usize = 1 << 20;
@@ -177,25 +178,7 @@ pub fn run(opts: &BenchOptions, step: &mut dyn FnMut(&str)) -> Result<BenchRepor
     let size = usize::try_from(opts.size).context("stream size too large")?;
     anyhow::ensure!(size > 0, "the stream size must be positive");
     opts.chunker.validate().map_err(anyhow::Error::msg)?;
-    if opts.dir.exists() {
-        // Only an earlier bench's directory is cleared: never a directory
-        // that someone pointed --dir at by mistake.
-        for e in std::fs::read_dir(&opts.dir)
-            .with_context(|| format!("cannot read {}", opts.dir.display()))?
-        {
-            let name = e?.file_name();
-            anyhow::ensure!(
-                name == "stream.bin" || name == "repo",
-                "{} holds {:?}, which an earlier bench did not leave; choose a new or empty --dir",
-                opts.dir.display(),
-                name
-            );
-        }
-        std::fs::remove_dir_all(&opts.dir)
-            .with_context(|| format!("cannot clear {}", opts.dir.display()))?;
-    }
-    std::fs::create_dir_all(&opts.dir)
-        .with_context(|| format!("cannot create {}", opts.dir.display()))?;
+    clear_work_dir(&opts.dir)?;
 
     step("generating the stream");
     let stream = generate_stream(size, opts.seed);
@@ -206,104 +189,182 @@ pub fn run(opts: &BenchOptions, step: &mut dyn FnMut(&str)) -> Result<BenchRepor
         .and_then(|mut f| f.write_all(&stream).and_then(|()| f.sync_all()))
         .with_context(|| format!("cannot write {}", stream_path.display()))?;
 
-    let chunker = opts.chunker.build();
-    let repo_dir = opts.dir.join("repo");
     let mut runs = Vec::new();
     let mut last = None;
     for run in 1..=opts.runs.max(1) {
-        let of = |what: &str| {
+        let mut of = |what: &str| {
             if opts.runs > 1 {
-                format!("{what} (run {run} of {})", opts.runs)
+                step(&format!("{what} (run {run} of {})", opts.runs))
             } else {
-                what.to_string()
+                step(what)
             }
         };
-        step(&of("chunking"));
-        let t = Instant::now();
-        let cuts = chunk_all(&*chunker, &stream);
-        let chunking = mb_per_s(size as u64, t.elapsed().as_secs_f64());
-
-        step(&of("hashing"));
-        let t = Instant::now();
-        let mut pos = 0;
-        let mut sink = 0u8;
-        for &n in &cuts {
-            sink ^= opts.hash.hash(&stream[pos..pos + n]).0[0];
-            pos += n;
-        }
-        std::hint::black_box(sink);
-        let hashing = mb_per_s(size as u64, t.elapsed().as_secs_f64());
-
-        step(&of("backup"));
-        if repo_dir.exists() {
-            std::fs::remove_dir_all(&repo_dir)
-                .with_context(|| format!("cannot clear {}", repo_dir.display()))?;
-        }
-        let backend: Arc<dyn Backend> = Arc::new(LocalBackend::create(&repo_dir)?);
-        Repository::init(
-            backend.clone(),
-            &InitOptions {
-                hash: opts.hash,
-                chunker: opts.chunker,
-                ..InitOptions::default()
-            },
-        )?;
-        let mut repo = Repository::open_writer(backend.clone(), "tessera lab bench")?;
-        let mut f = File::open(&stream_path)?;
-        let backup = repo.backup_reader(
-            &BackupOptions::new("stream.bin", SourceKind::Stream),
-            &mut f,
-            &mut |_| {},
-        )?;
-        repo.close()?;
-
-        step(&of("sequential read (cold)"));
-        let mut cold = evict(&stream_path)?;
-        let t = Instant::now();
-        let mut f = File::open(&stream_path)?;
-        let mut buf = vec![0u8; PIECE];
-        let mut read = 0u64;
-        loop {
-            let n = f.read(&mut buf)?;
-            if n == 0 {
-                break;
-            }
-            read += n as u64;
-        }
-        let seq = mb_per_s(read, t.elapsed().as_secs_f64());
-
-        step(&of("restore (cold)"));
-        cold &= evict(&repo_dir)?;
-        let repo = Repository::open(backend)?;
-        let entry = repo.resolve("latest")?.clone();
-        let restore = repo.restore_to(
-            &entry,
-            &mut std::io::sink(),
-            &RestoreOptions { cache: opts.cache },
-            &mut |_| {},
-        )?;
-        anyhow::ensure!(
-            restore.restored_bytes == size as u64,
-            "restore returned {} bytes of {size}",
-            restore.restored_bytes
-        );
-        let chunk_then_hash = 1.0 / (1.0 / chunking + 1.0 / hashing);
-        runs.push(RunFigures {
-            chunking_mb_s: chunking,
-            hashing_mb_s: hashing,
-            chunk_then_hash_mb_s: chunk_then_hash,
-            backup_mb_s: backup.throughput_mb_s,
-            backup_vs_chunk_then_hash: backup.throughput_mb_s / chunk_then_hash,
-            sequential_read_mb_s: seq,
-            restore_mb_s: restore.throughput_mb_s,
-            restore_vs_sequential_read: restore.throughput_mb_s / seq,
-        });
-        last = Some((cuts.len(), backup, restore, cold));
+        let (figures, measured) = run_once(opts, &stream, &stream_path, &mut of)?;
+        runs.push(figures);
+        last = Some(measured);
     }
-    let (chunks, backup, restore, cold) = last.expect("at least one run");
+    Ok(report(opts, runs, last.expect("at least one run")))
+}
+
+/// Make `dir` empty, refusing to clear a directory an earlier bench did not
+/// leave (never a directory someone pointed --dir at by mistake).
+fn clear_work_dir(dir: &Path) -> Result<()> {
+    if dir.exists() {
+        for e in std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))? {
+            let name = e?.file_name();
+            anyhow::ensure!(
+                name == "stream.bin" || name == "repo",
+                "{} holds {:?}, which an earlier bench did not leave; choose a new or empty --dir",
+                dir.display(),
+                name
+            );
+        }
+        std::fs::remove_dir_all(dir).with_context(|| format!("cannot clear {}", dir.display()))?;
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))
+}
+
+/// What the report takes from the last run besides its figures.
+struct LastRun {
+    chunks: usize,
+    backup: BackupReport,
+    restore: RestoreReport,
+    cold: bool,
+}
+
+/// One run of every measurement, in order.
+fn run_once(
+    opts: &BenchOptions,
+    stream: &[u8],
+    stream_path: &Path,
+    step: &mut dyn FnMut(&str),
+) -> Result<(RunFigures, LastRun)> {
+    let size = stream.len() as u64;
+    let chunker = opts.chunker.build();
+    step("chunking");
+    let t = Instant::now();
+    let cuts = chunk_all(&*chunker, stream);
+    let chunking = mb_per_s(size, t.elapsed().as_secs_f64());
+
+    step("hashing");
+    let t = Instant::now();
+    let mut pos = 0;
+    let mut sink = 0u8;
+    for &n in &cuts {
+        sink ^= opts.hash.hash(&stream[pos..pos + n]).0[0];
+        pos += n;
+    }
+    std::hint::black_box(sink);
+    let hashing = mb_per_s(size, t.elapsed().as_secs_f64());
+
+    step("backup");
+    let repo_dir = opts.dir.join("repo");
+    let (backend, backup) = backup_into_fresh_repo(opts, stream_path, &repo_dir)?;
+
+    step("sequential read (cold)");
+    let mut cold = evict(stream_path)?;
+    let seq = sequential_read_mb_s(stream_path)?;
+
+    step("restore (cold)");
+    cold &= evict(&repo_dir)?;
+    let repo = Repository::open(backend)?;
+    let entry = repo.resolve("latest")?.clone();
+    let restore = repo.restore_to(
+        &entry,
+        &mut std::io::sink(),
+        &RestoreOptions { cache: opts.cache },
+        &mut |_| {},
+    )?;
+    anyhow::ensure!(
+        restore.restored_bytes == size,
+        "restore returned {} bytes of {size}",
+        restore.restored_bytes
+    );
+    let chunk_then_hash = 1.0 / (1.0 / chunking + 1.0 / hashing);
+    let figures = RunFigures {
+        chunking_mb_s: chunking,
+        hashing_mb_s: hashing,
+        chunk_then_hash_mb_s: chunk_then_hash,
+        backup_mb_s: backup.throughput_mb_s,
+        backup_vs_chunk_then_hash: backup.throughput_mb_s / chunk_then_hash,
+        sequential_read_mb_s: seq,
+        restore_mb_s: restore.throughput_mb_s,
+        restore_vs_sequential_read: restore.throughput_mb_s / seq,
+    };
+    let last = LastRun {
+        chunks: cuts.len(),
+        backup,
+        restore,
+        cold,
+    };
+    Ok((figures, last))
+}
+
+/// Back the stream file up into a new repository at `repo_dir`.
+fn backup_into_fresh_repo(
+    opts: &BenchOptions,
+    stream_path: &Path,
+    repo_dir: &Path,
+) -> Result<(
+    std::sync::Arc<dyn tessera_core::backend::Backend>,
+    BackupReport,
+)> {
+    if repo_dir.exists() {
+        std::fs::remove_dir_all(repo_dir)
+            .with_context(|| format!("cannot clear {}", repo_dir.display()))?;
+    }
+    let backend = backend::create(
+        repo_dir
+            .to_str()
+            .with_context(|| format!("{} is not a UTF-8 path", repo_dir.display()))?,
+    )?;
+    Repository::init(
+        backend.clone(),
+        &InitOptions {
+            hash: opts.hash,
+            chunker: opts.chunker,
+            ..InitOptions::default()
+        },
+    )?;
+    let mut repo = Repository::open_writer(backend.clone(), "tessera lab bench")?;
+    let mut f = File::open(stream_path)?;
+    let backup = repo.backup_reader(
+        &BackupOptions::new("stream.bin", SourceKind::Stream),
+        &mut f,
+        &mut |_| {},
+    )?;
+    repo.close()?;
+    Ok((backend, backup))
+}
+
+/// Read a file start to end, in MB/s.
+fn sequential_read_mb_s(path: &Path) -> Result<f64> {
+    let t = Instant::now();
+    let mut f = File::open(path)?;
+    let mut buf = vec![0u8; PIECE];
+    let mut read = 0u64;
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        read += n as u64;
+    }
+    Ok(mb_per_s(read, t.elapsed().as_secs_f64()))
+}
+
+/// Medians over the runs, counts from the last one.
+fn report(opts: &BenchOptions, runs: Vec<RunFigures>, last: LastRun) -> BenchReport {
+    let LastRun {
+        chunks,
+        backup,
+        restore,
+        cold,
+    } = last;
+    let size = opts.size;
     let med = |f: fn(&RunFigures) -> f64| median(runs.iter().map(f).collect());
-    Ok(BenchReport {
-        stream_bytes: size as u64,
+    BenchReport {
+        stream_bytes: size,
         chunker: opts.chunker.describe(),
         hash: opts.hash.name().to_string(),
         chunks: chunks as u64,
@@ -322,7 +383,7 @@ pub fn run(opts: &BenchOptions, step: &mut dyn FnMut(&str)) -> Result<BenchRepor
         restore_read_amplification: restore.read_amplification,
         cold_reads: cold,
         runs,
-    })
+    }
 }
 
 #[cfg(test)]

@@ -4,11 +4,11 @@
 use crate::approach::Approach;
 use crate::experiment::{BackendKind, Dataset, Experiment, Mode, RestorePlan};
 use crate::retention::{Pick, Retention};
-use crate::size::Size;
 use crate::synth::SynthConfig;
 use std::path::Path;
 use tessera_core::chunking::ChunkerConfig;
 use tessera_core::restore::CacheSpec;
+use tessera_core::units::ByteSize;
 use tessera_core::HashAlgo;
 
 /// The demo's dataset: 3 sources × 16 versions of ~6 MiB (MIX).
@@ -18,14 +18,13 @@ pub fn dataset() -> SynthConfig {
         sources: 3,
         versions: 16,
         files: 96,
-        file_size_min: Size(4 << 10),
-        file_size_max: Size(256 << 10),
         create_rate: 0.04,
         delete_rate: 0.02,
         modify_rate: 0.15,
-        edits_per_file: 2.0,
-        edit_size_min: Size(256),
-        edit_size_max: Size(32 << 10),
+        edit_size_min: ByteSize(256),
+        edit_size_max: ByteSize(32 << 10),
+        // File sizes 4 KiB…256 KiB and 2 edits per file.
+        ..SynthConfig::default()
     }
 }
 

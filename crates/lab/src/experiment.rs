@@ -4,7 +4,6 @@
 use crate::approach::{builtin, Approach, ApproachDef};
 use crate::retention::Retention;
 use crate::scale::ScaleConfig;
-use crate::size::Size;
 use crate::synth::SynthConfig;
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Deserialize;
@@ -12,6 +11,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use tessera_core::chunking::ChunkerConfig;
 use tessera_core::restore::CacheSpec;
+use tessera_core::units::ByteSize;
 use tessera_core::HashAlgo;
 use toml::Spanned;
 
@@ -100,7 +100,7 @@ struct DatasetDef {
 struct RepoDef {
     chunker: Spanned<String>,
     hash: Spanned<String>,
-    container_size: Spanned<Size>,
+    container_size: Spanned<ByteSize>,
     backend: Option<BackendKind>,
 }
 
@@ -109,7 +109,7 @@ impl Default for RepoDef {
         RepoDef {
             chunker: Spanned::new(0..0, "fastcdc:2k/8k/64k".into()),
             hash: Spanned::new(0..0, "blake3".into()),
-            container_size: Spanned::new(0..0, Size(4 << 20)),
+            container_size: Spanned::new(0..0, ByteSize(4 << 20)),
             backend: None,
         }
     }
@@ -330,7 +330,9 @@ gc = "gccdf"
         assert_eq!(e.approaches[2].name, "mine");
         assert_eq!(e.retention.as_ref().unwrap().delete, 2);
         match &e.dataset {
-            Dataset::Synthetic(s) => assert_eq!((s.sources, s.file_size_max), (2, Size(64 << 10))),
+            Dataset::Synthetic(s) => {
+                assert_eq!((s.sources, s.file_size_max), (2, ByteSize(64 << 10)))
+            }
             d => panic!("{d:?}"),
         }
     }

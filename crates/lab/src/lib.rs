@@ -12,7 +12,6 @@ pub mod report;
 pub mod retention;
 pub mod runner;
 pub mod scale;
-pub mod size;
 pub mod synth;
 pub mod tar;
 pub mod tracefile;

@@ -2,10 +2,11 @@
 //! `report.html` whose SVG plots are drawn here (no scripts, opens offline,
 //! each plot can be saved on its own for a paper).
 
-use crate::runner::{Results, Row};
+use crate::runner::{RestoreRow, Results, Row};
 use anyhow::{Context, Result};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use tessera_core::gc::GcReport;
 
 /// CSV columns: the union of every row kind's fields (blank when absent).
 const COLUMNS: &[&str] = &[
@@ -47,7 +48,32 @@ const COLUMNS: &[&str] = &[
     "seconds",
     "throughput_mb_s",
     "chunk_refs_per_s",
+    "backend_requests",
+    "backend_bytes_read",
+    "backend_bytes_written",
 ];
+
+/// A row as one JSON object in field order, its backend I/O appended.
+fn row_line(row: &Row) -> Result<String> {
+    let (row, io) = (
+        serde_json::to_string(row)?,
+        serde_json::to_string(&row.io())?,
+    );
+    // Both are non-empty objects: `{row…}` + `{io…}` → `{row…,io…}`.
+    Ok(format!("{},{}", &row[..row.len() - 1], &io[1..]))
+}
+
+/// A row as JSON, its backend I/O appended.
+fn row_value(row: &Row) -> serde_json::Value {
+    let mut v = serde_json::to_value(row).expect("rows serialize");
+    if let (Some(o), serde_json::Value::Object(io)) = (
+        v.as_object_mut(),
+        serde_json::to_value(row.io()).expect("counts serialize"),
+    ) {
+        o.extend(io);
+    }
+    v
+}
 
 /// The plots of the report, by element id: (id, title, y label).
 pub const PLOTS: &[(&str, &str, &str)] = &[
@@ -117,7 +143,7 @@ pub fn csv(r: &Results) -> String {
     let mut out = COLUMNS.join(",");
     out.push('\n');
     for row in &r.rows {
-        let v = serde_json::to_value(row).expect("rows serialize");
+        let v = row_value(row);
         let line: Vec<String> = COLUMNS.iter().map(|c| csv_field(v.get(*c))).collect();
         out.push_str(&line.join(","));
         out.push('\n');
@@ -134,7 +160,7 @@ pub fn jsonl(r: &Results) -> Result<String> {
     });
     writeln!(out, "{head}").ok();
     for row in &r.rows {
-        writeln!(out, "{}", serde_json::to_string(row)?).ok();
+        writeln!(out, "{}", row_line(row)?).ok();
     }
     for s in &r.summaries {
         let mut v = serde_json::to_value(s)?;
@@ -265,6 +291,27 @@ pub fn line_plot(
     s
 }
 
+const RETAINED: &str = "retained backup (step in sequence)";
+const ROUND: &str = "retention round";
+
+/// A figure of every retained backup's final restore, per approach.
+fn finals(r: &Results, y: fn(&RestoreRow) -> f64) -> Vec<(String, Vec<(f64, f64)>)> {
+    series(r, |row| match row {
+        Row::Restore(x) if x.when == "final" => Some((x.approach.as_str(), x.step as f64, y(x))),
+        _ => None,
+    })
+}
+
+/// A count of every retention round that ran a GC, per approach.
+fn gc_rounds(r: &Results, y: fn(&GcReport) -> u64) -> Vec<(String, Vec<(f64, f64)>)> {
+    series(r, |row| match row {
+        Row::Gc(g) if g.gc != "none" => {
+            Some((g.approach.as_str(), g.round as f64, y(&g.report) as f64))
+        }
+        _ => None,
+    })
+}
+
 fn series(
     r: &Results,
     pick: impl Fn(&Row) -> Option<(&str, f64, f64)>,
@@ -312,46 +359,10 @@ pub fn html(r: &Results) -> String {
                     _ => None,
                 }),
             ),
-            "read-amplification" => (
-                "retained backup (step in sequence)",
-                series(r, |row| match row {
-                    Row::Restore(x) if x.when == "final" => {
-                        Some((x.approach.as_str(), x.step as f64, x.read_amplification))
-                    }
-                    _ => None,
-                }),
-            ),
-            "speed-factor" => (
-                "retained backup (step in sequence)",
-                series(r, |row| match row {
-                    Row::Restore(x) if x.when == "final" => {
-                        Some((x.approach.as_str(), x.step as f64, x.speed_factor))
-                    }
-                    _ => None,
-                }),
-            ),
-            "gc-involved" => (
-                "retention round",
-                series(r, |row| match row {
-                    Row::Gc(g) if g.gc != "none" => Some((
-                        g.approach.as_str(),
-                        g.round as f64,
-                        g.involved_containers as f64,
-                    )),
-                    _ => None,
-                }),
-            ),
-            _ => (
-                "retention round",
-                series(r, |row| match row {
-                    Row::Gc(g) if g.gc != "none" => Some((
-                        g.approach.as_str(),
-                        g.round as f64,
-                        g.produced_containers as f64,
-                    )),
-                    _ => None,
-                }),
-            ),
+            "read-amplification" => (RETAINED, finals(r, |x| x.read_amplification)),
+            "speed-factor" => (RETAINED, finals(r, |x| x.speed_factor)),
+            "gc-involved" => (ROUND, gc_rounds(r, |g| g.involved_containers)),
+            _ => (ROUND, gc_rounds(r, |g| g.produced_containers)),
         };
         write!(
             h,

@@ -12,10 +12,11 @@ use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
-use tessera_core::backend::{Backend, LocalBackend, MemoryBackend};
+use tessera_core::backend::{self, Backend, CountingBackend, IoCounters};
 use tessera_core::catalog::SourceKind;
+use tessera_core::gc::GcReport;
 use tessera_core::ingest::GroupInput;
-use tessera_core::{BackupOptions, InitOptions, Repository, RestoreOptions};
+use tessera_core::{BackupOptions, BackupReport, InitOptions, Repository, RestoreOptions};
 
 /// One backup of the sequence, as every approach ingests it.
 #[derive(Clone, Debug)]
@@ -58,6 +59,8 @@ pub struct BackupRow {
     pub seconds: f64,
     pub throughput_mb_s: f64,
     pub chunk_refs_per_s: f64,
+    #[serde(skip)]
+    pub io: StepIo,
 }
 
 /// Per restore.
@@ -78,6 +81,8 @@ pub struct RestoreRow {
     pub cache: String,
     pub seconds: f64,
     pub throughput_mb_s: f64,
+    #[serde(skip)]
+    pub io: StepIo,
 }
 
 /// Per retention round (deletion, then GC if the approach has one).
@@ -90,21 +95,17 @@ pub struct GcRow {
     /// Deleted backups' versions, space-separated.
     pub deleted: String,
     pub gc: String,
-    pub involved_containers: u64,
-    pub reclaimed_containers: u64,
-    pub produced_containers: u64,
-    pub bytes_read: u64,
-    pub bytes_written: u64,
-    pub mark_seconds: f64,
-    pub analyze_seconds: f64,
-    pub sweep_read_seconds: f64,
-    pub sweep_write_seconds: f64,
-    pub total_seconds: f64,
+    /// What the GC did (all zeros when the round ran none).
+    #[serde(flatten)]
+    pub report: GcReport,
+    /// `report.peak_memory_bytes`, under the name results files have used.
     pub gc_peak_memory_bytes: u64,
     pub retained_backups: usize,
     pub stored_bytes: u64,
     pub data_containers: usize,
     pub dedup_ratio: f64,
+    #[serde(skip)]
+    pub io: StepIo,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -113,6 +114,38 @@ pub enum Row {
     Backup(BackupRow),
     Restore(RestoreRow),
     Gc(GcRow),
+}
+
+impl Row {
+    pub fn io(&self) -> StepIo {
+        match self {
+            Row::Backup(r) => r.io,
+            Row::Restore(r) => r.io,
+            Row::Gc(r) => r.io,
+        }
+    }
+}
+
+/// What a step cost the backend. Kept out of the rows' own serialization
+/// (the report appends it as the last columns): it depends on the mode —
+/// trace mode stores no chunk bytes — while every other layout figure of a
+/// row must agree between data and trace mode.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct StepIo {
+    /// Gets, puts, deletes and lists.
+    pub backend_requests: u64,
+    pub backend_bytes_read: u64,
+    pub backend_bytes_written: u64,
+}
+
+impl From<IoCounters> for StepIo {
+    fn from(c: IoCounters) -> Self {
+        StepIo {
+            backend_requests: c.gets + c.puts + c.deletes + c.lists,
+            backend_bytes_read: c.get_bytes,
+            backend_bytes_written: c.put_bytes,
+        }
+    }
 }
 
 /// Per approach, over the whole run.
@@ -411,27 +444,15 @@ fn mean(v: impl Iterator<Item = f64>) -> f64 {
 }
 
 fn summarize(s: &mut Summary, rows: &[Row]) {
-    let backups: Vec<&BackupRow> = rows
-        .iter()
-        .filter_map(|r| match r {
-            Row::Backup(b) => Some(b),
-            _ => None,
-        })
-        .collect();
-    let finals: Vec<&RestoreRow> = rows
-        .iter()
-        .filter_map(|r| match r {
-            Row::Restore(x) if x.when == "final" => Some(x),
-            _ => None,
-        })
-        .collect();
-    let gcs: Vec<&GcRow> = rows
-        .iter()
-        .filter_map(|r| match r {
-            Row::Gc(g) => Some(g),
-            _ => None,
-        })
-        .collect();
+    let (mut backups, mut finals, mut gcs) = (Vec::new(), Vec::new(), Vec::new());
+    for row in rows {
+        match row {
+            Row::Backup(b) => backups.push(b),
+            Row::Restore(x) if x.when == "final" => finals.push(x),
+            Row::Restore(_) => {}
+            Row::Gc(g) => gcs.push(g),
+        }
+    }
     s.backups = backups.len();
     let (mut logical, mut secs, mut chunks) = (0u64, 0f64, 0u64);
     for b in &backups {
@@ -466,7 +487,7 @@ fn summarize(s: &mut Summary, rows: &[Row]) {
     s.mean_read_amplification = mean(finals.iter().map(|r| r.read_amplification));
     s.mean_speed_factor = mean(finals.iter().map(|r| r.speed_factor));
     s.gc_rounds = gcs.len();
-    for g in gcs {
+    for g in gcs.iter().map(|g| &g.report) {
         s.gc_reclaimed_containers += g.reclaimed_containers;
         s.gc_produced_containers += g.produced_containers;
         s.gc_bytes_read += g.bytes_read;
@@ -475,20 +496,27 @@ fn summarize(s: &mut Summary, rows: &[Row]) {
     }
 }
 
-fn open_repo(exp: &Experiment, a: &Approach, work: &Path) -> Result<Repository> {
-    let backend: Arc<dyn Backend> = match exp.backend {
-        BackendKind::Memory => Arc::new(MemoryBackend::new()),
+/// The backend of an approach's repository, counted so each row can say
+/// what it cost in backend requests and bytes.
+type Counted = Arc<CountingBackend<Arc<dyn Backend>>>;
+
+fn open_repo(exp: &Experiment, a: &Approach, work: &Path) -> Result<(Repository, Counted)> {
+    let location = match exp.backend {
+        BackendKind::Memory => "memory:".to_string(),
         BackendKind::Local => {
             let dir = work.join("repos").join(&a.name);
             if dir.exists() {
                 std::fs::remove_dir_all(&dir)
                     .with_context(|| format!("cannot remove {}", dir.display()))?;
             }
-            Arc::new(LocalBackend::create(&dir)?)
+            dir.to_str()
+                .with_context(|| format!("{} is not a UTF-8 path", dir.display()))?
+                .to_string()
         }
     };
+    let counted = Arc::new(CountingBackend::new(backend::create(&location)?));
     Repository::init(
-        backend.clone(),
+        counted.clone(),
         &InitOptions {
             hash: exp.hash,
             chunker: exp.chunker,
@@ -496,7 +524,27 @@ fn open_repo(exp: &Experiment, a: &Approach, work: &Path) -> Result<Repository> 
             trace: exp.mode == Mode::Trace,
         },
     )?;
-    Ok(Repository::open_writer(backend, "tessera lab run")?)
+    let repo = Repository::open_writer(counted.clone(), "tessera lab run")?;
+    Ok((repo, counted))
+}
+
+/// One approach's pass over the backup sequence: its repository and what
+/// the rows need to remember between steps.
+struct ApproachRun<'a> {
+    exp: &'a Experiment,
+    a: &'a Approach,
+    versions: &'a [Version],
+    repo: Repository,
+    backend: Counted,
+    cache: tessera_core::restore::CacheSpec,
+    scale: Option<ScaleSeries>,
+    rng: Option<rand_chacha::ChaCha8Rng>,
+    /// Backup id → step, so rows can name versions.
+    step_of: std::collections::HashMap<u64, usize>,
+    /// Logical bytes of every backup so far (the classic dedup ratio's numerator).
+    ingested: u64,
+    round: usize,
+    rows: &'a mut Vec<Row>,
 }
 
 fn run_approach(
@@ -507,191 +555,257 @@ fn run_approach(
     rows: &mut Vec<Row>,
     progress: &mut Progress,
 ) -> Result<()> {
-    let mut repo = open_repo(exp, a, &opts.work)?;
-    let cache = a.cache.unwrap_or(exp.restore.cache);
-    let mut scale = match &exp.dataset {
-        Dataset::Scale(cfg) => Some(ScaleSeries::new(cfg)),
-        _ => None,
-    };
-    let mut rng = exp.retention.as_ref().map(|r| r.rng());
-    // Backup id → step, so rows can name versions.
-    let mut step_of = std::collections::HashMap::new();
-    let mut ingested = 0u64;
-    let mut round = 0usize;
-    let bopts = |v: &Version| BackupOptions {
-        rewrite: a.rewrite,
-        ..BackupOptions::new(
-            v.name.clone(),
-            if exp.mode == Mode::Trace {
-                SourceKind::Trace
-            } else {
-                SourceKind::File
-            },
-        )
+    let (repo, backend) = open_repo(exp, a, &opts.work)?;
+    let mut run = ApproachRun {
+        exp,
+        a,
+        versions,
+        repo,
+        backend,
+        cache: a.cache.unwrap_or(exp.restore.cache),
+        scale: match &exp.dataset {
+            Dataset::Scale(cfg) => Some(ScaleSeries::new(cfg)),
+            _ => None,
+        },
+        rng: exp.retention.as_ref().map(|r| r.rng()),
+        step_of: std::collections::HashMap::new(),
+        ingested: 0,
+        round: 0,
+        rows,
     };
     let group = exp.interleave.max(1);
     for (g, members) in versions.chunks(group).enumerate() {
         progress.show(&a.name, g * group, versions.len());
-        let reports = if group == 1 {
-            let v = &members[0];
-            let bopts = bopts(v);
-            vec![match &v.input {
-                Input::Image(p) => {
-                    let mut f = std::fs::File::open(p)
-                        .with_context(|| format!("cannot open {}", p.display()))?;
-                    repo.backup_reader(&bopts, &mut f, &mut |_| {})?
-                }
-                Input::Trace(p) => repo.backup_trace(&bopts, tracefile::open(p)?)?,
-                Input::Scale(_) => {
-                    let s = scale.as_mut().expect("scale dataset");
-                    let ids = s.next_version().to_vec();
-                    let s = &*s;
-                    repo.backup_with(&bopts, |ing| {
-                        for id in ids {
-                            let (fp, n) = s.chunk(id);
-                            ing.push_trace(fp, n)?;
-                        }
-                        Ok(())
-                    })?
-                }
-            }]
-        } else {
-            let mut inputs = Vec::with_capacity(members.len());
-            for v in members {
-                let input = match &v.input {
-                    Input::Image(p) => GroupInput::Bytes(
-                        std::fs::read(p).with_context(|| format!("cannot read {}", p.display()))?,
-                    ),
-                    Input::Trace(p) => GroupInput::Trace(
-                        tracefile::open(p)?.collect::<tessera_core::Result<Vec<_>>>()?,
-                    ),
-                    Input::Scale(_) => {
-                        let s = scale.as_mut().expect("scale dataset");
-                        let ids = s.next_version().to_vec();
-                        GroupInput::Trace(ids.into_iter().map(|id| s.chunk(id)).collect())
-                    }
-                };
-                inputs.push((bopts(v), input));
-            }
-            repo.backup_interleaved(inputs)?
-        };
+        let io = run.backend.counters();
+        let reports = run.backup_group(members)?;
+        // An interleaved group's requests cannot be told apart: the group's
+        // last row carries them all.
+        let mut io = Some(run.backend.counters().since(&io));
+        let last = reports.len().saturating_sub(1);
         for (k, report) in reports.into_iter().enumerate() {
             let step = g * group + k;
-            let v = &versions[step];
-            ingested += report.logical_bytes;
             progress.done += 1;
             progress.bytes += report.logical_bytes;
-            step_of.insert(report.backup.id, step);
-            let st = repo.stats();
-            rows.push(Row::Backup(BackupRow {
-                approach: a.name.clone(),
-                step,
-                version: v.name.clone(),
-                backup_id: report.backup.id,
-                logical_bytes: report.logical_bytes,
-                chunks: report.chunks,
-                new_bytes: report.stored_bytes,
-                stored_bytes: st.stored_data_bytes,
-                data_containers: st.data_containers,
-                retained_backups: st.backups,
-                retained_logical_bytes: st.logical_bytes,
-                dedup_ratio: st.dedup_ratio,
-                classic_dedup_ratio: ratio(ingested, st.stored_data_bytes),
-                seconds: report.seconds,
-                throughput_mb_s: report.throughput_mb_s,
-                chunk_refs_per_s: report.chunks as f64 / report.seconds.max(1e-9),
-            }));
-            if exp.restore.newest_after_each {
-                // The member just made (with interleaving, not the last listed).
-                let b = report.backup.clone();
-                rows.push(Row::Restore(restore(
-                    &repo,
-                    &b,
-                    v,
-                    "newest",
-                    step,
-                    a,
-                    cache,
-                    exp.restore.verify,
-                )?));
-            }
-            if let (Some(ret), Some(rng)) = (&exp.retention, rng.as_mut()) {
-                // Backups up to this one: with interleaving, the group's later
-                // members exist already but are not yet due for retention, so
-                // every approach and interleave deletes the same backups.
-                let ids: Vec<u64> = repo
-                    .backups()
-                    .iter()
-                    .map(|b| b.id)
-                    .filter(|&id| id <= report.backup.id)
-                    .collect();
-                let gone = ret.round(&ids, rng);
-                if gone.is_empty() {
-                    continue;
-                }
-                round += 1;
-                repo.forget(&gone)?;
-                let mut g = GcRow {
-                    approach: a.name.clone(),
-                    round,
-                    step,
-                    deleted: gone
-                        .iter()
-                        .map(|id| versions[step_of[id]].name.clone())
-                        .collect::<Vec<_>>()
-                        .join(" "),
-                    gc: "none".into(),
-                    ..Default::default()
-                };
-                if let (true, Some(gopts)) = (ret.gc, &a.gc) {
-                    let r = repo
-                        .gc(gopts)
-                        .with_context(|| format!("gc after step {step}"))?;
-                    g.gc = gopts.strategy.to_string();
-                    g.involved_containers = r.involved_containers;
-                    g.reclaimed_containers = r.reclaimed_containers;
-                    g.produced_containers = r.produced_containers;
-                    g.bytes_read = r.bytes_read;
-                    g.bytes_written = r.bytes_written;
-                    g.mark_seconds = r.mark_seconds;
-                    g.analyze_seconds = r.analyze_seconds;
-                    g.sweep_read_seconds = r.sweep_read_seconds;
-                    g.sweep_write_seconds = r.sweep_write_seconds;
-                    g.total_seconds = r.total_seconds;
-                    g.gc_peak_memory_bytes = r.peak_memory_bytes;
-                }
-                let st = repo.stats();
-                g.retained_backups = st.backups;
-                g.stored_bytes = st.stored_data_bytes;
-                g.data_containers = st.data_containers;
-                g.dedup_ratio = st.dedup_ratio;
-                rows.push(Row::Gc(g));
-            }
+            let io = if k == last { io.take() } else { None };
+            run.record_backup(step, &report, io.unwrap_or_default())?;
+            run.retention_round(step, report.backup.id)?;
         }
     }
     if exp.restore.retained_at_end {
-        let retained = repo.backups().to_vec();
         progress.line(&format!(
             "{}: restoring {} retained backups",
             a.name,
-            retained.len()
+            run.repo.backups().len()
         ));
-        for b in &retained {
-            let step = step_of[&b.id];
-            rows.push(Row::Restore(restore(
-                &repo,
-                b,
-                &versions[step],
-                "final",
-                step,
-                a,
-                cache,
-                exp.restore.verify,
-            )?));
+        run.restore_retained()?;
+    }
+    run.repo.close()?;
+    Ok(())
+}
+
+impl ApproachRun<'_> {
+    fn backup_options(&self, v: &Version) -> BackupOptions {
+        let source = if self.exp.mode == Mode::Trace {
+            SourceKind::Trace
+        } else {
+            SourceKind::File
+        };
+        BackupOptions {
+            rewrite: self.a.rewrite,
+            ..BackupOptions::new(v.name.clone(), source)
         }
     }
-    repo.close()?;
-    Ok(())
+
+    /// Back up one version, or a group of them interleaved.
+    fn backup_group(&mut self, members: &[Version]) -> Result<Vec<BackupReport>> {
+        if let [v] = members {
+            return Ok(vec![self.backup_one(v)?]);
+        }
+        let mut inputs = Vec::with_capacity(members.len());
+        for v in members {
+            let input = match &v.input {
+                Input::Image(p) => GroupInput::Bytes(
+                    std::fs::read(p).with_context(|| format!("cannot read {}", p.display()))?,
+                ),
+                Input::Trace(p) => GroupInput::Trace(
+                    tracefile::open(p)?.collect::<tessera_core::Result<Vec<_>>>()?,
+                ),
+                Input::Scale(_) => {
+                    let s = self.scale.as_mut().expect("scale dataset");
+                    let ids = s.next_version().to_vec();
+                    GroupInput::Trace(ids.into_iter().map(|id| s.chunk(id)).collect())
+                }
+            };
+            inputs.push((self.backup_options(v), input));
+        }
+        Ok(self.repo.backup_interleaved(inputs)?)
+    }
+
+    fn backup_one(&mut self, v: &Version) -> Result<BackupReport> {
+        let bopts = self.backup_options(v);
+        Ok(match &v.input {
+            Input::Image(p) => {
+                let mut f = std::fs::File::open(p)
+                    .with_context(|| format!("cannot open {}", p.display()))?;
+                self.repo.backup_reader(&bopts, &mut f, &mut |_| {})?
+            }
+            Input::Trace(p) => self.repo.backup_trace(&bopts, tracefile::open(p)?)?,
+            Input::Scale(_) => {
+                let s = self.scale.as_mut().expect("scale dataset");
+                let ids = s.next_version().to_vec();
+                let s = &*s;
+                self.repo.backup_with(&bopts, |ing| {
+                    for id in ids {
+                        let (fp, n) = s.chunk(id);
+                        ing.push_trace(fp, n)?;
+                    }
+                    Ok(())
+                })?
+            }
+        })
+    }
+
+    /// The backup's row, and the restore of the newest backup if asked for.
+    fn record_backup(&mut self, step: usize, report: &BackupReport, io: IoCounters) -> Result<()> {
+        let (a, v) = (self.a, &self.versions[step]);
+        self.ingested += report.logical_bytes;
+        self.step_of.insert(report.backup.id, step);
+        let st = self.repo.stats();
+        self.rows.push(Row::Backup(BackupRow {
+            approach: a.name.clone(),
+            step,
+            version: v.name.clone(),
+            backup_id: report.backup.id,
+            logical_bytes: report.logical_bytes,
+            chunks: report.chunks,
+            new_bytes: report.stored_bytes,
+            stored_bytes: st.stored_data_bytes,
+            data_containers: st.data_containers,
+            retained_backups: st.backups,
+            retained_logical_bytes: st.logical_bytes,
+            dedup_ratio: st.dedup_ratio,
+            classic_dedup_ratio: ratio(self.ingested, st.stored_data_bytes),
+            seconds: report.seconds,
+            throughput_mb_s: report.throughput_mb_s,
+            chunk_refs_per_s: report.chunks as f64 / report.seconds.max(1e-9),
+            io: io.into(),
+        }));
+        if self.exp.restore.newest_after_each {
+            // The member just made (with interleaving, not the last listed).
+            let row = self.restore(&report.backup, step, "newest")?;
+            self.rows.push(Row::Restore(row));
+        }
+        Ok(())
+    }
+
+    /// A retention round after `step` if one is due: forget, then GC if the
+    /// approach has one.
+    fn retention_round(&mut self, step: usize, backup_id: u64) -> Result<()> {
+        let (Some(ret), Some(rng)) = (&self.exp.retention, self.rng.as_mut()) else {
+            return Ok(());
+        };
+        // Backups up to this one: with interleaving, the group's later
+        // members exist already but are not yet due for retention, so
+        // every approach and interleave deletes the same backups.
+        let ids: Vec<u64> = self
+            .repo
+            .backups()
+            .iter()
+            .map(|b| b.id)
+            .filter(|&id| id <= backup_id)
+            .collect();
+        let gone = ret.round(&ids, rng);
+        if gone.is_empty() {
+            return Ok(());
+        }
+        self.round += 1;
+        let io = self.backend.counters();
+        self.repo.forget(&gone)?;
+        let mut g = GcRow {
+            approach: self.a.name.clone(),
+            round: self.round,
+            step,
+            deleted: gone
+                .iter()
+                .map(|id| self.versions[self.step_of[id]].name.clone())
+                .collect::<Vec<_>>()
+                .join(" "),
+            gc: "none".into(),
+            ..Default::default()
+        };
+        if let (true, Some(gopts)) = (ret.gc, &self.a.gc) {
+            g.report = self
+                .repo
+                .gc(gopts)
+                .with_context(|| format!("gc after step {step}"))?;
+            g.gc = gopts.strategy.to_string();
+            g.gc_peak_memory_bytes = g.report.peak_memory_bytes;
+        }
+        let st = self.repo.stats();
+        g.retained_backups = st.backups;
+        g.stored_bytes = st.stored_data_bytes;
+        g.data_containers = st.data_containers;
+        g.dedup_ratio = st.dedup_ratio;
+        g.io = self.backend.counters().since(&io).into();
+        self.rows.push(Row::Gc(g));
+        Ok(())
+    }
+
+    /// Restore every retained backup (after the last version).
+    fn restore_retained(&mut self) -> Result<()> {
+        for b in self.repo.backups().to_vec() {
+            let row = self.restore(&b, self.step_of[&b.id], "final")?;
+            self.rows.push(Row::Restore(row));
+        }
+        Ok(())
+    }
+
+    fn restore(
+        &self,
+        b: &tessera_core::catalog::BackupEntry,
+        step: usize,
+        when: &'static str,
+    ) -> Result<RestoreRow> {
+        let v = &self.versions[step];
+        let ropts = RestoreOptions { cache: self.cache };
+        let io = self.backend.counters();
+        let repo = &self.repo;
+        let r = match &v.input {
+            Input::Image(p) if self.exp.restore.verify => {
+                let want =
+                    std::fs::read(p).with_context(|| format!("cannot read {}", p.display()))?;
+                let mut w = Verify {
+                    want: &want,
+                    pos: 0,
+                    ok: true,
+                };
+                let r = repo.restore_to(b, &mut w, &ropts, &mut |_| {})?;
+                if !w.ok || w.pos != want.len() {
+                    bail!("restore of {} does not match {}", v.name, p.display());
+                }
+                r
+            }
+            // Trace mode writes nothing; the container reads are still accounted.
+            _ => repo.restore_to(b, &mut std::io::sink(), &ropts, &mut |_| {})?,
+        };
+        Ok(RestoreRow {
+            approach: self.a.name.clone(),
+            when,
+            step,
+            version: v.name.clone(),
+            backup_id: b.id,
+            restored_bytes: r.restored_bytes,
+            chunks: r.chunks,
+            containers_read: r.data_containers_read,
+            container_bytes_read: r.data_container_bytes_read,
+            read_amplification: r.read_amplification,
+            speed_factor: r.speed_factor,
+            cache: self.cache.to_string(),
+            seconds: r.seconds,
+            throughput_mb_s: r.throughput_mb_s,
+            io: self.backend.counters().since(&io).into(),
+        })
+    }
 }
 
 fn ratio(a: u64, b: u64) -> f64 {
@@ -700,51 +814,4 @@ fn ratio(a: u64, b: u64) -> f64 {
     } else {
         a as f64 / b as f64
     }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn restore(
-    repo: &Repository,
-    b: &tessera_core::catalog::BackupEntry,
-    v: &Version,
-    when: &'static str,
-    step: usize,
-    a: &Approach,
-    cache: tessera_core::restore::CacheSpec,
-    verify: bool,
-) -> Result<RestoreRow> {
-    let ropts = RestoreOptions { cache };
-    let r = match &v.input {
-        Input::Image(p) if verify => {
-            let want = std::fs::read(p).with_context(|| format!("cannot read {}", p.display()))?;
-            let mut w = Verify {
-                want: &want,
-                pos: 0,
-                ok: true,
-            };
-            let r = repo.restore_to(b, &mut w, &ropts, &mut |_| {})?;
-            if !w.ok || w.pos != want.len() {
-                bail!("restore of {} does not match {}", v.name, p.display());
-            }
-            r
-        }
-        // Trace mode writes nothing; the container reads are still accounted.
-        _ => repo.restore_to(b, &mut std::io::sink(), &ropts, &mut |_| {})?,
-    };
-    Ok(RestoreRow {
-        approach: a.name.clone(),
-        when,
-        step,
-        version: v.name.clone(),
-        backup_id: b.id,
-        restored_bytes: r.restored_bytes,
-        chunks: r.chunks,
-        containers_read: r.data_containers_read,
-        container_bytes_read: r.data_container_bytes_read,
-        read_amplification: r.read_amplification,
-        speed_factor: r.speed_factor,
-        cache: cache.to_string(),
-        seconds: r.seconds,
-        throughput_mb_s: r.throughput_mb_s,
-    })
 }

@@ -2,10 +2,10 @@
 //! from version to version without any bytes being generated or hashed, so
 //! the lab can feed ~10^8 chunk references to trace mode on a laptop.
 
-use crate::size::Size;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
+use tessera_core::units::ByteSize;
 use tessera_core::Fingerprint;
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -14,9 +14,9 @@ pub struct ScaleConfig {
     pub seed: u64,
     pub versions: usize,
     /// Logical size of one version.
-    pub version_size: Size,
+    pub version_size: ByteSize,
     /// Mean chunk size; sizes vary in [mean/2, 3·mean/2).
-    pub chunk_size: Size,
+    pub chunk_size: ByteSize,
     /// Fraction of a version's chunks replaced by new ones in the next.
     pub change_rate: f64,
 }
@@ -26,8 +26,8 @@ impl Default for ScaleConfig {
         ScaleConfig {
             seed: 1,
             versions: 100,
-            version_size: Size(10 << 30),
-            chunk_size: Size(8 << 10),
+            version_size: ByteSize(10 << 30),
+            chunk_size: ByteSize(8 << 10),
             change_rate: 0.02,
         }
     }
@@ -117,8 +117,8 @@ mod tests {
     fn change_rate_and_determinism() {
         let cfg = ScaleConfig {
             versions: 3,
-            version_size: Size(80 << 20),
-            chunk_size: Size(8 << 10),
+            version_size: ByteSize(80 << 20),
+            chunk_size: ByteSize(8 << 10),
             change_rate: 0.05,
             seed: 3,
         };

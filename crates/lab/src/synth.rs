@@ -5,7 +5,6 @@
 //! byte for byte; `sources > 1` interleaves independent lineages into one
 //! backup sequence (the papers' MIX case).
 
-use crate::size::Size;
 use crate::tar;
 use anyhow::{Context, Result};
 use rand::{Rng, RngExt, SeedableRng};
@@ -13,6 +12,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use tessera_core::units::ByteSize;
 
 /// Generator parameters; rates are per version, relative to the number of
 /// files of the previous version.
@@ -27,8 +27,8 @@ pub struct SynthConfig {
     /// Files in a source's first version.
     pub files: usize,
     /// File sizes are log-uniform in [min, max].
-    pub file_size_min: Size,
-    pub file_size_max: Size,
+    pub file_size_min: ByteSize,
+    pub file_size_max: ByteSize,
     /// Expected new files per version / files.
     pub create_rate: f64,
     /// Probability that a file is deleted in a version.
@@ -38,8 +38,8 @@ pub struct SynthConfig {
     /// Mean number of edits in a modified file.
     pub edits_per_file: f64,
     /// Edit lengths are log-uniform in [min, max].
-    pub edit_size_min: Size,
-    pub edit_size_max: Size,
+    pub edit_size_min: ByteSize,
+    pub edit_size_max: ByteSize,
 }
 
 impl Default for SynthConfig {
@@ -49,14 +49,14 @@ impl Default for SynthConfig {
             sources: 1,
             versions: 10,
             files: 64,
-            file_size_min: Size(4 << 10),
-            file_size_max: Size(256 << 10),
+            file_size_min: ByteSize(4 << 10),
+            file_size_max: ByteSize(256 << 10),
             create_rate: 0.02,
             delete_rate: 0.01,
             modify_rate: 0.10,
             edits_per_file: 2.0,
-            edit_size_min: Size(64),
-            edit_size_max: Size(16 << 10),
+            edit_size_min: ByteSize(64),
+            edit_size_max: ByteSize(16 << 10),
         }
     }
 }
@@ -273,7 +273,7 @@ mod tests {
             sources: 2,
             versions: 4,
             files: 20,
-            file_size_max: Size(32 << 10),
+            file_size_max: ByteSize(32 << 10),
             ..Default::default()
         }
     }
@@ -303,9 +303,9 @@ mod tests {
     fn measured_change_rates_match_configuration() {
         let c = SynthConfig {
             files: 400,
-            file_size_min: Size(512),
-            file_size_max: Size(4096),
-            edit_size_max: Size(256),
+            file_size_min: ByteSize(512),
+            file_size_max: ByteSize(4096),
+            edit_size_max: ByteSize(256),
             create_rate: 0.05,
             delete_rate: 0.03,
             modify_rate: 0.2,

@@ -10,6 +10,7 @@ use std::io::BufReader;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use tessera_core::archive::TreeStats;
+use tessera_core::backend::IoCounters;
 use tessera_core::catalog::SourceKind;
 use tessera_core::rewrite::RewriteSpec;
 use tessera_core::{BackupOptions, BackupReport, Repository};
@@ -20,6 +21,8 @@ struct Report {
     backup: BackupReport,
     #[serde(skip_serializing_if = "Option::is_none")]
     tree: Option<TreeStats>,
+    /// Backend requests and bytes of the whole command.
+    backend: IoCounters,
 }
 
 /// Size of a directory's files, for the progress bar's total (best effort).
@@ -44,15 +47,9 @@ pub fn backup(
     path: Option<PathBuf>,
     stdin_name: Option<String>,
     trace_file: Option<PathBuf>,
-    (rewrite, segment_size): (&str, &str),
+    (rewrite, segment_bytes): (RewriteSpec, u64),
     json: bool,
 ) -> Result<ExitCode> {
-    let rewrite = RewriteSpec::parse(rewrite).map_err(|e| anyhow::anyhow!("--rewrite: {e}"))?;
-    let segment_bytes = tessera_core::chunking::parse_size(segment_size)
-        .map_err(|e| anyhow::anyhow!("--segment-size: {e}"))? as u64;
-    if segment_bytes == 0 {
-        anyhow::bail!("--segment-size must be positive");
-    }
     let options = |name: String, source| BackupOptions {
         rewrite,
         segment_bytes,
@@ -62,8 +59,9 @@ pub fn backup(
     if let Some(p) = &path {
         std::fs::symlink_metadata(p).with_context(|| format!("cannot read {}", p.display()))?;
     }
-    let mut r = Repository::open_writer(open_backend(repo)?, "tessera backup")?;
-    let report = if let Some(name) = stdin_name {
+    let backend = open_backend(repo)?;
+    let mut r = Repository::open_writer(backend.clone(), "tessera backup")?;
+    let mut report = if let Some(name) = stdin_name {
         let pb = ui::progress(None, "backup", json);
         let opts = options(name, SourceKind::Stream);
         let mut stdin = std::io::stdin().lock();
@@ -72,6 +70,7 @@ pub fn backup(
         Report {
             backup: rep,
             tree: None,
+            backend: IoCounters::default(),
         }
     } else if let Some(t) = trace_file {
         let f = File::open(&t).with_context(|| format!("cannot open {}", t.display()))?;
@@ -80,6 +79,7 @@ pub fn backup(
         Report {
             backup: r.backup_trace(&opts, chunks)?,
             tree: None,
+            backend: IoCounters::default(),
         }
     } else {
         let p = path.expect("clap requires a path");
@@ -93,6 +93,7 @@ pub fn backup(
             Report {
                 backup: rep,
                 tree: Some(tree),
+                backend: IoCounters::default(),
             }
         } else {
             let pb = ui::progress(Some(meta.len()), "backup", json);
@@ -103,11 +104,13 @@ pub fn backup(
             Report {
                 backup: rep,
                 tree: None,
+                backend: IoCounters::default(),
             }
         }
     };
     let leftovers = r.leftovers().objects.len();
     r.close()?;
+    report.backend = backend.counters();
     if json {
         ui::print_json(&report)?;
     } else {

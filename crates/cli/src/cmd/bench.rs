@@ -4,15 +4,20 @@ use crate::ui;
 use anyhow::Result;
 use std::path::Path;
 use std::process::ExitCode;
-use tessera_core::chunking::parse_bytes;
 use tessera_core::restore::CacheSpec;
+use tessera_core::units::ByteSize;
 use tessera_lab::bench::{self, BenchOptions, RunFigures};
 
-pub fn run(dir: &Path, size: &str, runs: u32, cache: &str, json: bool) -> Result<ExitCode> {
-    let size = parse_bytes(size).map_err(anyhow::Error::msg)?;
-    let mut opts = BenchOptions::new(dir.to_path_buf(), size);
+pub fn run(
+    dir: &Path,
+    size: ByteSize,
+    runs: u32,
+    cache: CacheSpec,
+    json: bool,
+) -> Result<ExitCode> {
+    let mut opts = BenchOptions::new(dir.to_path_buf(), size.bytes());
     opts.runs = runs as usize;
-    opts.cache = CacheSpec::parse(cache).map_err(anyhow::Error::msg)?;
+    opts.cache = cache;
     let r = bench::run(&opts, &mut |s| {
         if !json {
             eprintln!("bench: {s}…");

@@ -20,16 +20,10 @@ struct Report {
 
 pub fn check(
     repo: &RepoArg,
-    read_data: bool,
-    subset: Option<&str>,
+    read_data: ReadData,
     repair_leftovers: bool,
     json: bool,
 ) -> Result<ExitCode> {
-    let read_data = match (read_data, subset) {
-        (_, Some(s)) => ReadData::parse_subset(s).map_err(anyhow::Error::msg)?,
-        (true, None) => ReadData::All,
-        (false, None) => ReadData::None,
-    };
     let backend = open_backend(repo)?;
     let mut removed = Vec::new();
     if repair_leftovers {

@@ -7,41 +7,11 @@ use crate::ui;
 use anyhow::{bail, Result};
 use serde::Serialize;
 use std::process::ExitCode;
+use tessera_core::backend::IoCounters;
 use tessera_core::catalog::BackupEntry;
-use tessera_core::gc::{GcOptions, GcStrategy, VcSpec};
+use tessera_core::gc::GcReport;
 use tessera_core::retention::RetentionPolicy;
 use tessera_core::Repository;
-
-/// Parse a number flag; the message names the flag.
-fn number(flag: &str, v: &str, what: &str) -> Result<f64> {
-    v.trim()
-        .parse::<f64>()
-        .ok()
-        .filter(|x| x.is_finite())
-        .ok_or_else(|| anyhow::anyhow!("--{flag} expects {what} (got '{v}')"))
-}
-
-/// Parse a count flag; the message names the flag (one line, exit code 1).
-fn count(flag: &str, v: &str) -> Result<usize> {
-    v.trim()
-        .parse::<usize>()
-        .map_err(|_| anyhow::anyhow!("--{flag} expects a whole number (got '{v}')"))
-}
-
-pub fn policy(
-    last: &Option<String>,
-    daily: &Option<String>,
-    weekly: &Option<String>,
-    monthly: &Option<String>,
-) -> Result<RetentionPolicy> {
-    let get = |flag: &str, v: &Option<String>| v.as_deref().map(|v| count(flag, v)).transpose();
-    Ok(RetentionPolicy {
-        keep_last: get("keep-last", last)?,
-        keep_daily: get("keep-daily", daily)?,
-        keep_weekly: get("keep-weekly", weekly)?,
-        keep_monthly: get("keep-monthly", monthly)?,
-    })
-}
 
 #[derive(Serialize)]
 struct ForgetReport {
@@ -123,29 +93,10 @@ pub fn forget(
 }
 
 pub fn gc(repo: &RepoArg, a: &GcArgs, json: bool) -> Result<ExitCode> {
-    let opts = GcOptions {
-        strategy: GcStrategy::parse(&a.strategy).map_err(anyhow::Error::msg)?,
-        segment_containers: count("segment-containers", &a.segment_containers)?,
-        liveness_threshold: number(
-            "liveness-threshold",
-            &a.liveness_threshold,
-            "a number between 0 and 1",
-        )?,
-        split_threshold: count("split-threshold", &a.split_threshold)?,
-        vc: if a.vc_phv {
-            VcSpec::Phv
-        } else {
-            VcSpec::from_fp_rate(number("vc-fp-rate", &a.vc_fp_rate, "a rate in [0, 0.5)")?)
-        },
-        ownership_fp_rate: number(
-            "ownership-fp-rate",
-            &a.ownership_fp_rate,
-            "a rate in [0, 0.5)",
-        )?,
-        dry_run: a.dry_run,
-    };
+    let opts = a.options();
     opts.validate().map_err(anyhow::Error::msg)?;
-    let mut r = Repository::open_writer(open_backend(repo)?, "tessera gc")?;
+    let backend = open_backend(repo)?;
+    let mut r = Repository::open_writer(backend.clone(), "tessera gc")?;
     let pb = ui::progress(None, "garbage collection", json);
     pb.enable_steady_tick(std::time::Duration::from_millis(120));
     let report = r.gc(&opts);
@@ -153,7 +104,17 @@ pub fn gc(repo: &RepoArg, a: &GcArgs, json: bool) -> Result<ExitCode> {
     let report = report?;
     r.close()?;
     if json {
-        ui::print_json(&report)?;
+        #[derive(Serialize)]
+        struct Report<'a> {
+            #[serde(flatten)]
+            gc: &'a GcReport,
+            /// Backend requests and bytes of the whole command.
+            backend: IoCounters,
+        }
+        ui::print_json(&Report {
+            gc: &report,
+            backend: backend.counters(),
+        })?;
         return Ok(ExitCode::SUCCESS);
     }
     let s = &report;

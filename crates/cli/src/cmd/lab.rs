@@ -6,12 +6,8 @@ use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
-use tessera_core::chunking::ChunkerConfig;
-use tessera_core::HashAlgo;
 use tessera_lab::experiment::Experiment;
 use tessera_lab::runner::{self, Results, RunOptions};
-use tessera_lab::size::Size;
-use tessera_lab::synth::SynthConfig;
 use tessera_lab::{approach, demo, git, report, synth, tracefile};
 
 pub fn run(cmd: LabCommand) -> Result<ExitCode> {
@@ -27,7 +23,7 @@ pub fn run(cmd: LabCommand) -> Result<ExitCode> {
             runs,
             cache,
             json,
-        } => super::bench::run(&dir, &size, runs, &cache, json.json),
+        } => super::bench::run(&dir, size, runs, cache, json.json),
         LabCommand::Gen { command } => gen(command),
         LabCommand::Run {
             experiment,
@@ -37,49 +33,27 @@ pub fn run(cmd: LabCommand) -> Result<ExitCode> {
     }
 }
 
-fn chunker_hash(chunker: &str, hash: &str) -> Result<(ChunkerConfig, HashAlgo)> {
-    let c = ChunkerConfig::parse(chunker).map_err(anyhow::Error::msg)?;
-    let h: HashAlgo = hash.parse().map_err(anyhow::Error::msg)?;
-    Ok((c, h))
-}
-
 fn gen(cmd: GenCommand) -> Result<ExitCode> {
     let (what, paths) = match cmd {
         GenCommand::Synth {
             out,
-            seed,
-            sources,
-            versions,
-            files,
-            file_size_max,
-            create_rate,
-            delete_rate,
-            modify_rate,
+            series,
             trace,
             chunker,
             hash,
         } => {
-            let cfg = SynthConfig {
-                seed,
-                sources,
-                versions,
-                files,
-                file_size_max: Size::parse(&file_size_max).map_err(anyhow::Error::msg)?,
-                create_rate,
-                delete_rate,
-                modify_rate,
-                ..SynthConfig::default()
-            };
+            let cfg = series.config();
             cfg.validate().map_err(anyhow::Error::msg)?;
             if trace {
-                let (c, h) = chunker_hash(&chunker, &hash)?;
+                let (c, h) = (chunker, hash);
                 std::fs::create_dir_all(&out)
                     .with_context(|| format!("cannot create {}", out.display()))?;
                 let mut paths = Vec::new();
                 synth::for_each_image(&cfg, |sv, img| {
                     let p = out.join(format!("{}.{}", sv.name, tracefile::EXT));
                     let header = format!(
-                        "synthetic seed={seed} chunker={} hash={}",
+                        "synthetic seed={} chunker={} hash={}",
+                        cfg.seed,
                         c.describe(),
                         h.name()
                     );
@@ -99,7 +73,7 @@ fn gen(cmd: GenCommand) -> Result<ExitCode> {
             chunker,
             hash,
         } => {
-            let (c, h) = chunker_hash(&chunker, &hash)?;
+            let (c, h) = (chunker, hash);
             if !input.is_dir() {
                 bail!("dataset directory {} does not exist", input.display());
             }

@@ -6,31 +6,17 @@ use crate::ui;
 use anyhow::{Context, Result};
 use serde::Serialize;
 use std::process::ExitCode;
-use std::sync::Arc;
-use tessera_core::backend::{Backend, LocalBackend};
-use tessera_core::chunking::{parse_size, ChunkerConfig};
+use tessera_core::backend;
 use tessera_core::lock;
 use tessera_core::{InitOptions, Repository};
 
-pub fn init(
-    repo: &RepoArg,
-    hash: &str,
-    chunker: &str,
-    container_size: &str,
-    trace: bool,
-    json: bool,
-) -> Result<ExitCode> {
-    let opts = InitOptions {
-        hash: hash.parse().map_err(anyhow::Error::msg)?,
-        chunker: ChunkerConfig::parse(chunker).map_err(anyhow::Error::msg)?,
-        container_size: parse_size(container_size).map_err(anyhow::Error::msg)?,
-        trace,
-    };
-    if repo.repo.exists() && !repo.repo.is_dir() {
-        anyhow::bail!("{} exists and is not a directory", repo.repo.display());
+pub fn init(repo: &RepoArg, opts: &InitOptions, json: bool) -> Result<ExitCode> {
+    let path = std::path::Path::new(&repo.repo);
+    if path.exists() && !path.is_dir() {
+        anyhow::bail!("{} exists and is not a directory", repo.repo);
     }
-    let backend: Arc<dyn Backend> = Arc::new(LocalBackend::create(&repo.repo)?);
-    Repository::init(backend.clone(), &opts)?;
+    let backend = backend::create(&repo.repo)?;
+    Repository::init(backend.clone(), opts)?;
     let r = Repository::open(backend)?;
     if json {
         ui::print_json(&r.config())?;
@@ -39,7 +25,7 @@ pub fn init(
         println!(
             "created repository {} at {}\n  fingerprints {}, chunker {}, containers {}{}",
             &c.repo_id[..8],
-            repo.repo.display(),
+            repo.repo,
             c.hash.name(),
             c.chunker.describe(),
             ui::bytes(c.container_size as u64),

@@ -12,8 +12,8 @@ use crate::args::{Cli, Command, RepoArg};
 use anyhow::Result;
 use std::process::ExitCode;
 use std::sync::Arc;
-use tessera_core::backend::{Backend, LocalBackend};
-use tessera_core::Error;
+use tessera_core::backend::{self, Backend, CountingBackend};
+use tessera_core::check::ReadData;
 
 pub fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
@@ -24,7 +24,15 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             container_size,
             trace,
             json,
-        } => manage::init(&repo, &hash, &chunker, &container_size, trace, json.json),
+        } => {
+            let opts = tessera_core::InitOptions {
+                hash,
+                chunker,
+                container_size,
+                trace,
+            };
+            manage::init(&repo, &opts, json.json)
+        }
         Command::Backup {
             repo,
             path,
@@ -38,7 +46,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             path,
             stdin_name,
             trace_file,
-            (&rewrite, &segment_size),
+            (rewrite, segment_size),
             json.json,
         ),
         Command::Snapshots { repo, json } => manage::snapshots(&repo, json.json),
@@ -62,7 +70,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 restore::restore_damaged(&repo, &snapshot, target, stdout, json.json)
             } else {
                 let to = restore::To { target, stdout };
-                restore::restore(&repo, &snapshot, to, &include, &cache, json.json)
+                restore::restore(&repo, &snapshot, to, &include, cache, json.json)
             }
         }
         Command::Forget {
@@ -75,7 +83,12 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             dry_run,
             json,
         } => {
-            let policy = gc::policy(&keep_last, &keep_daily, &keep_weekly, &keep_monthly)?;
+            let policy = tessera_core::retention::RetentionPolicy {
+                keep_last,
+                keep_daily,
+                keep_weekly,
+                keep_monthly,
+            };
             if policy.is_empty() && !dry_run && !snapshots.is_empty() {
                 manage::forget(&repo, &snapshots, json.json)
             } else {
@@ -91,21 +104,23 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             read_data_subset,
             repair_leftovers,
             json,
-        } => check::check(
-            &repo,
-            read_data,
-            read_data_subset.as_deref(),
-            repair_leftovers,
-            json.json,
-        ),
+        } => {
+            let read_data = match (read_data, read_data_subset) {
+                (_, Some(subset)) => subset,
+                (true, None) => ReadData::All,
+                (false, None) => ReadData::None,
+            };
+            check::check(&repo, read_data, repair_leftovers, json.json)
+        }
         Command::Lab { command } => lab::run(command),
     }
 }
 
-/// The backend of an existing repository directory.
-pub fn open_backend(repo: &RepoArg) -> Result<Arc<dyn Backend>> {
-    if !repo.repo.is_dir() {
-        return Err(Error::NoRepository(repo.repo.clone()).into());
-    }
-    Ok(Arc::new(LocalBackend::open(&repo.repo)?))
+/// A repository's backend, counted so `--json` reports can say what a
+/// command cost in backend requests and bytes.
+pub type Counted = Arc<CountingBackend<Arc<dyn Backend>>>;
+
+/// The backend of an existing repository.
+pub fn open_backend(repo: &RepoArg) -> Result<Counted> {
+    Ok(Arc::new(CountingBackend::new(backend::open(&repo.repo)?)))
 }

@@ -9,6 +9,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use tessera_core::archive::ExtractReport;
+use tessera_core::backend::IoCounters;
 use tessera_core::restore::CacheSpec;
 use tessera_core::salvage::SalvageReport;
 use tessera_core::{Repository, RestoreOptions, RestoreReport};
@@ -19,6 +20,8 @@ struct Report {
     restore: RestoreReport,
     #[serde(skip_serializing_if = "Option::is_none")]
     extract: Option<ExtractReport>,
+    /// Backend requests and bytes of the whole command.
+    backend: IoCounters,
 }
 
 /// Where a restore goes: a directory, or standard output.
@@ -32,16 +35,16 @@ pub fn restore(
     snapshot: &str,
     to: To,
     include: &[String],
-    cache: &str,
+    cache: CacheSpec,
     json: bool,
 ) -> Result<ExitCode> {
     let (target, to_stdout) = (to.target, to.stdout);
-    let cache = CacheSpec::parse(cache).map_err(|e| anyhow::anyhow!("--cache: {e}"))?;
-    let r = Repository::open(open_backend(repo)?)?;
+    let backend = open_backend(repo)?;
+    let r = Repository::open(backend.clone())?;
     let backup = r.resolve(snapshot)?.clone();
     let opts = RestoreOptions { cache };
     let pb = ui::progress(Some(backup.logical_bytes), "restore", json || to_stdout);
-    let report = if to_stdout {
+    let mut report = if to_stdout {
         let stdout = std::io::stdout();
         let mut out = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
         let rep = r.restore_to(&backup, &mut out, &opts, &mut |n| pb.set_position(n))?;
@@ -49,6 +52,7 @@ pub fn restore(
         Report {
             restore: rep,
             extract: None,
+            backend: IoCounters::default(),
         }
     } else {
         let t = target.expect("clap requires a target");
@@ -57,9 +61,11 @@ pub fn restore(
         Report {
             restore: rep,
             extract: Some(ext),
+            backend: IoCounters::default(),
         }
     };
     pb.finish_and_clear();
+    report.backend = backend.counters();
     let refused = report.extract.as_ref().map_or(0, |e| e.refused.len());
     if json {
         if to_stdout {
@@ -121,7 +127,8 @@ pub fn restore_damaged(
     to_stdout: bool,
     json: bool,
 ) -> Result<ExitCode> {
-    let r = Repository::open(open_backend(repo)?)?;
+    let backend = open_backend(repo)?;
+    let r = Repository::open(backend.clone())?;
     let backup = r.resolve(snapshot)?.clone();
     let pb = ui::progress(Some(backup.logical_bytes), "restore", json || to_stdout);
     let (rep, ext) = if to_stdout {
@@ -143,10 +150,12 @@ pub fn restore_damaged(
             salvage: &'a SalvageReport,
             #[serde(skip_serializing_if = "Option::is_none")]
             extract: Option<&'a ExtractReport>,
+            backend: IoCounters,
         }
         let v = serde_json::to_string_pretty(&Salvaged {
             salvage: &rep,
             extract: ext.as_ref(),
+            backend: backend.counters(),
         })?;
         if to_stdout {
             eprintln!("{v}");

@@ -165,30 +165,13 @@ impl std::str::FromStr for ChunkerConfig {
     }
 }
 
-/// Parse `8192`, `8k`, `8KiB`, `4m`, `4MiB` into a size that fits 32 bits
-/// (chunk and container sizes).
+/// Parse a size that fits 32 bits (chunk and container sizes), in any of
+/// [`crate::units::parse_bytes`]'s spellings.
 pub fn parse_size(s: &str) -> Result<u32, String> {
-    let v = parse_bytes(s)?;
-    u32::try_from(v).map_err(|_| format!("size '{s}' too large"))
+    crate::units::ByteSize(parse_bytes(s)?).to_u32(s)
 }
 
-/// Parse a byte count with an optional binary unit: `k`/`KiB`, `m`/`MiB`,
-/// `g`/`GiB`, `t`/`TiB` (case-insensitive).
-pub fn parse_bytes(s: &str) -> Result<u64, String> {
-    let t = s.trim().to_ascii_lowercase();
-    let units = [("k", 10), ("m", 20), ("g", 30), ("t", 40)];
-    let (num, shift) = units
-        .iter()
-        .find_map(|&(u, sh)| {
-            t.strip_suffix(&format!("{u}ib"))
-                .or(t.strip_suffix(u))
-                .map(|n| (n, sh))
-        })
-        .unwrap_or((t.as_str(), 0));
-    let v: u64 = num.trim().parse().map_err(|_| format!("bad size '{s}'"))?;
-    v.checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("size '{s}' too large"))
-}
+pub use crate::units::parse_bytes;
 
 /// Split a whole buffer into chunk lengths (tests, benchmarks).
 pub fn chunk_all(chunker: &dyn Chunker, data: &[u8]) -> Vec<usize> {

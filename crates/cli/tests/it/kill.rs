@@ -5,7 +5,7 @@
 //! listed backup byte for byte.
 //!
 //! The quick variant runs in CI; the long one is
-//! `TESSERA_KILL_ITERATIONS=1000 cargo test -p tessera --test kill -- --ignored`.
+//! `TESSERA_KILL_ITERATIONS=1000 cargo test -p tessera --test it kill -- --ignored`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -4,8 +4,7 @@ use assert_cmd::Command;
 use std::path::Path;
 use std::sync::Arc;
 
-mod common;
-use common::{json, ok, tessera};
+use crate::common::{self, json, ok, tessera};
 
 /// [`common::fails`], and the error is not a panic.
 fn fails(cmd: &mut Command, needle: &str) {
@@ -347,4 +346,22 @@ fn help_lists_every_command() {
     ] {
         assert!(help.contains(c), "{c} missing from --help");
     }
+}
+
+#[test]
+fn json_reports_count_backend_requests_and_bytes() {
+    let t = tempfile::tempdir().unwrap();
+    let repo = t.path().join("repo");
+    let src = t.path().join("f.bin");
+    std::fs::write(&src, vec![7u8; 100_000]).unwrap();
+    ok(tessera(&repo).arg("init"));
+    let b = json(&ok(tessera(&repo).args(["backup", "--json"]).arg(&src)));
+    assert!(b["backend"]["puts"].as_u64().unwrap() > 0, "{b}");
+    assert!(b["backend"]["put_bytes"].as_u64().unwrap() > 0, "{b}");
+    let r = json(&ok(tessera(&repo)
+        .args(["restore", "1", "--json", "--target"])
+        .arg(t.path().join("out"))));
+    assert!(r["backend"]["get_bytes"].as_u64().unwrap() > 0, "{r}");
+    let g = json(&ok(tessera(&repo).args(["gc", "--json"])));
+    assert!(g["backend"]["lists"].as_u64().unwrap() > 0, "{g}");
 }

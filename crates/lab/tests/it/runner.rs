@@ -299,3 +299,31 @@ fn interleaved_ingest_runs_every_step_and_changes_only_the_layout() {
     assert_eq!(reads(&trace).len(), reads(&one).len());
     assert_ne!(reads(&trace), reads(&one));
 }
+
+#[test]
+fn every_step_reports_its_backend_requests_and_bytes() {
+    let t = tempfile::tempdir().unwrap();
+    let r = run_mode("data", &t.path().join("d"));
+    for row in &r.rows {
+        let io = row.io();
+        assert!(io.backend_requests > 0, "{row:?}");
+        match row {
+            Row::Backup(_) => assert!(io.backend_bytes_written > 0, "{row:?}"),
+            Row::Restore(_) => assert!(io.backend_bytes_read > 0, "{row:?}"),
+            Row::Gc(_) => {}
+        }
+    }
+    // The counts are the last columns, after every earlier one.
+    let csv = report::csv(&r);
+    let header = csv.lines().next().unwrap();
+    assert!(
+        header.ends_with(",backend_requests,backend_bytes_read,backend_bytes_written"),
+        "{header}"
+    );
+    let jsonl = t.path().join("out");
+    let w = report::write_all(&r, &jsonl).unwrap();
+    let text = std::fs::read_to_string(w.jsonl).unwrap();
+    let row = text.lines().nth(1).unwrap();
+    assert!(row.starts_with(r#"{"kind":"backup","approach":"#), "{row}");
+    assert!(row.contains(r#""backend_requests":"#), "{row}");
+}

@@ -3,8 +3,7 @@
 use assert_cmd::Command;
 use std::path::Path;
 
-mod common;
-use common::{fails, ok, ok_bytes, tessera};
+use crate::common::{fails, ok, ok_bytes, tessera};
 
 fn json(cmd: &mut Command) -> serde_json::Value {
     let s = ok_bytes(cmd);

@@ -1,7 +1,6 @@
 //! `tessera backup --rewrite` and `tessera restore --cache`.
 
-mod common;
-use common::{fails, json, ok, tessera};
+use crate::common::{fails, json, ok, tessera};
 
 fn data(seed: u32, len: usize) -> Vec<u8> {
     let mut x = seed.wrapping_mul(2_654_435_761) | 1;

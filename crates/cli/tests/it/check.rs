@@ -1,7 +1,6 @@
 //! `tessera check` on a healthy and a damaged repository, and bad input.
 
-mod common;
-use common::tessera;
+use crate::common::tessera;
 
 fn json(out: &[u8]) -> serde_json::Value {
     serde_json::from_slice(out).unwrap_or_else(|e| panic!("bad json ({e})"))

@@ -3,8 +3,7 @@
 use assert_cmd::Command;
 use std::path::Path;
 
-mod common;
-use common::{fails_all, json, ok};
+use crate::common::{fails_all, json, ok};
 
 fn tessera() -> Command {
     let mut c = Command::cargo_bin("tessera").unwrap();

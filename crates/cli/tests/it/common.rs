@@ -1,12 +1,9 @@
-//! Helpers shared by the `tessera` binary's integration tests. Each test
-//! file is its own crate, so a helper one file does not use is dead code
-//! there.
+//! Helpers shared by the `tessera` binary's integration tests.
 
 use assert_cmd::Command;
 use std::path::Path;
 
 /// `tessera` on the repository `repo`, without `RUST_BACKTRACE`.
-#[allow(dead_code)] // lab.rs runs without a repository
 pub fn tessera(repo: &Path) -> Command {
     let mut c = Command::cargo_bin("tessera").unwrap();
     c.env("TESSERA_REPO", repo).env_remove("RUST_BACKTRACE");
@@ -14,7 +11,6 @@ pub fn tessera(repo: &Path) -> Command {
 }
 
 /// Run and return stdout; panics with stderr on failure.
-#[allow(dead_code)] // check.rs asserts through assert_cmd instead
 pub fn ok_bytes(cmd: &mut Command) -> Vec<u8> {
     let out = cmd.output().unwrap();
     assert!(
@@ -26,14 +22,12 @@ pub fn ok_bytes(cmd: &mut Command) -> Vec<u8> {
 }
 
 /// [`ok_bytes`] as UTF-8 text.
-#[allow(dead_code)] // check.rs asserts through assert_cmd instead
 pub fn ok(cmd: &mut Command) -> String {
     String::from_utf8(ok_bytes(cmd)).unwrap()
 }
 
 /// Run, expect failure with one `error:` line that contains every needle;
 /// returns stderr.
-#[allow(dead_code)] // check.rs checks its exit statuses by hand
 pub fn fails_all(cmd: &mut Command, needles: &[&str]) -> String {
     let out = cmd.output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -48,13 +42,11 @@ pub fn fails_all(cmd: &mut Command, needles: &[&str]) -> String {
 }
 
 /// [`fails_all`] with one needle.
-#[allow(dead_code)] // lab.rs passes several needles
 pub fn fails(cmd: &mut Command, needle: &str) -> String {
     fails_all(cmd, &[needle])
 }
 
 /// Parse JSON output, showing it when it is not JSON.
-#[allow(dead_code)] // check.rs and gc.rs parse bytes
 pub fn json(s: &str) -> serde_json::Value {
     serde_json::from_str(s).unwrap_or_else(|e| panic!("bad json ({e}): {s}"))
 }

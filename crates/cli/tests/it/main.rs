@@ -1,0 +1,11 @@
+//! The `tessera` binary's integration tests, in one test binary (one link,
+//! one place for shared helpers). Run one group with
+//! `cargo test -p tessera --test it kill`.
+
+mod check;
+mod cli;
+mod common;
+mod gc;
+mod kill;
+mod lab;
+mod rewrite;

@@ -1,0 +1,4 @@
+//! The lab's integration tests, in one test binary.
+
+mod experiments;
+mod runner;
