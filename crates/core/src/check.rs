@@ -16,6 +16,7 @@
 //! next. For a directory backup the damaged byte ranges are mapped back to
 //! the files of its tar stream (see [`crate::salvage`]).
 
+use crate::backend::KeyKind;
 use crate::catalog::{BackupEntry, SourceKind};
 use crate::container::format::object_name;
 use crate::container::{ChunkKind, ChunkMeta, ContainerId};
@@ -139,6 +140,7 @@ impl Repository {
 
         for (pos, c) in m.containers.iter().enumerate() {
             let name = object_name(c.id);
+            let object = name.clone();
             // Recipe containers are small and the recipe walk reads them
             // whole anyway; data containers only when asked.
             let whole = c.kind == ChunkKind::Recipe || (!trace && opts.read_data.selects(pos));
@@ -171,6 +173,9 @@ impl Repository {
                     .map(|(h, metas)| (metas, h.kind, Vec::new()))
             };
             let problem = match read {
+                // The problem's `object` names the container; an error about
+                // it gives only what is wrong.
+                Err(e) if e.subject().is_some_and(|s| s.object == object) => Some(e.problem()),
                 Err(e) => Some(e.to_string()),
                 Ok((metas, kind, bad)) => {
                     let mut map = FpMap::default();
@@ -204,8 +209,8 @@ impl Repository {
             if let Some(p) = problem {
                 bad_container.insert(c.id, report.problems.len());
                 report.problems.push(Problem {
-                    object: name,
-                    problem: strip_object(&p, c.id),
+                    object: name.to_string(),
+                    problem: p,
                     backups: Vec::new(),
                     files: Vec::new(),
                 });
@@ -371,29 +376,11 @@ impl Repository {
     }
 }
 
-/// Error texts name the object; the problem's `object` field already does.
-fn strip_object(msg: &str, id: ContainerId) -> String {
-    let name = object_name(id);
-    for prefix in [
-        format!("corrupt {name}: "),
-        format!("missing object {name}"),
-    ] {
-        if let Some(rest) = msg.strip_prefix(&prefix) {
-            return if rest.is_empty() {
-                "missing".into()
-            } else {
-                rest.to_string()
-            };
-        }
-    }
-    msg.to_string()
-}
-
 /// Check whatever is at `backend`, including a repository that cannot be
 /// opened: a lost or unreadable manifest is a problem to report, not a
 /// reason to stop without a report.
 pub fn check_backend(
-    backend: std::sync::Arc<dyn crate::backend::Backend>,
+    backend: std::sync::Arc<dyn crate::backend::ObjectStore>,
     opts: &CheckOptions,
 ) -> Result<CheckReport> {
     let problem = |object: &str, problem: String| CheckReport {
@@ -408,8 +395,8 @@ pub fn check_backend(
     match Repository::open(backend.clone()) {
         Ok(repo) => repo.check(opts),
         Err(Error::NoRepository(p)) => {
-            let containers = backend.list("containers/")?.len();
-            let segments = backend.list("index/")?.len();
+            let containers = backend.list(KeyKind::Container)?.len();
+            let segments = backend.list(KeyKind::IndexSegment)?.len();
             if containers + segments == 0 {
                 return Err(Error::NoRepository(p));
             }

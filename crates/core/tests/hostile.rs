@@ -2,15 +2,17 @@
 //! the object, never a panic and never wrong output.
 
 use std::sync::Arc;
-use tessera_core::backend::{Backend, LocalBackend};
-use tessera_core::catalog::{manifest_key, SourceKind};
+use tessera_core::backend::{Generation, ObjectKey};
+use tessera_core::backend::{LocalStore, ObjectStore};
+use tessera_core::catalog::SourceKind;
 use tessera_core::container::format::checksum;
-use tessera_core::container::{container_key, ChunkKind, ContainerId};
+use tessera_core::container::{ChunkKind, ContainerId};
 use tessera_core::{BackupOptions, Error, InitOptions, Repository, RestoreOptions};
 
-fn repo_with_backup() -> (tempfile::TempDir, Arc<dyn Backend>, u64) {
+fn repo_with_backup() -> (tempfile::TempDir, Arc<dyn ObjectStore>, u64) {
     let dir = tempfile::tempdir().unwrap();
-    let backend: Arc<dyn Backend> = Arc::new(LocalBackend::create(&dir.path().join("r")).unwrap());
+    let backend: Arc<dyn ObjectStore> =
+        Arc::new(LocalStore::create(&dir.path().join("r")).unwrap());
     Repository::init(backend.clone(), &InitOptions::default()).unwrap();
     let mut r = Repository::open_writer(backend.clone(), "t").unwrap();
     let data: Vec<u8> = (0..300_000u32)
@@ -27,7 +29,7 @@ fn repo_with_backup() -> (tempfile::TempDir, Arc<dyn Backend>, u64) {
     (dir, backend, rep.backup.id)
 }
 
-fn generation(b: &Arc<dyn Backend>) -> u64 {
+fn generation(b: &Arc<dyn ObjectStore>) -> u64 {
     Repository::open(b.clone()).unwrap().manifest().generation
 }
 
@@ -58,7 +60,7 @@ fn set_version(bytes: &mut [u8], version: u32, header_sum: bool) {
 #[test]
 fn manifest_of_another_format_version_is_refused_by_name() {
     let (_d, b, _) = repo_with_backup();
-    let key = manifest_key(generation(&b));
+    let key = ObjectKey::Manifest(Generation(generation(&b)));
     let mut m = b.get(&key).unwrap();
     set_version(&mut m, 2, false);
     b.put(&key, &m).unwrap();
@@ -69,7 +71,7 @@ fn manifest_of_another_format_version_is_refused_by_name() {
     );
     let msg = err.to_string();
     assert!(
-        msg.contains(&key) && msg.contains("version 2") && msg.contains("version 1"),
+        msg.contains(&key.to_string()) && msg.contains("version 2") && msg.contains("version 1"),
         "{msg}"
     );
 }
@@ -79,9 +81,9 @@ fn container_of_another_format_version_is_refused_by_name() {
     let (_d, b, id) = repo_with_backup();
     let r = Repository::open(b.clone()).unwrap();
     let c = first_container(&r, ChunkKind::Data);
-    let mut obj = b.get(&container_key(c)).unwrap();
+    let mut obj = b.get(&ObjectKey::Container(c)).unwrap();
     set_version(&mut obj, 9, true);
-    b.put(&container_key(c), &obj).unwrap();
+    b.put(&ObjectKey::Container(c), &obj).unwrap();
     let entry = r.resolve(&id.to_string()).unwrap().clone();
     let err = r
         .restore_to(
@@ -101,7 +103,7 @@ fn container_of_another_format_version_is_refused_by_name() {
 #[test]
 fn garbage_and_truncated_manifests_are_corrupt_not_panics() {
     let (_d, b, _) = repo_with_backup();
-    let key = manifest_key(generation(&b));
+    let key = ObjectKey::Manifest(Generation(generation(&b)));
     let good = b.get(&key).unwrap();
     for bad in [
         b"garbage".to_vec(),
@@ -117,7 +119,7 @@ fn garbage_and_truncated_manifests_are_corrupt_not_panics() {
         b.put(&key, &bad).unwrap();
         let err = Repository::open(b.clone()).err().unwrap();
         assert!(matches!(err, Error::Corrupt { .. }), "{err}");
-        assert!(err.to_string().contains(&key), "{err}");
+        assert!(err.to_string().contains(&key.to_string()), "{err}");
     }
     b.put(&key, &good).unwrap();
     assert!(Repository::open(b).is_ok());
@@ -133,7 +135,7 @@ fn garbage_index_segment_is_named() {
         .clone();
     b.put(&seg, b"TSRAINDX\x01\0\0\0 not really").unwrap();
     let err = Repository::open(b.clone()).err().unwrap().to_string();
-    assert!(err.contains(&seg), "{err}");
+    assert!(err.contains(&seg.to_string()), "{err}");
 }
 
 #[test]
@@ -144,8 +146,8 @@ fn swapped_recipe_container_content_is_detected() {
     let r = Repository::open(b.clone()).unwrap();
     let rc = first_container(&r, ChunkKind::Recipe);
     let dc = first_container(&r, ChunkKind::Data);
-    let obj = b.get(&container_key(dc)).unwrap();
-    b.put(&container_key(rc), &obj).unwrap();
+    let obj = b.get(&ObjectKey::Container(dc)).unwrap();
+    b.put(&ObjectKey::Container(rc), &obj).unwrap();
     let entry = r.resolve(&id.to_string()).unwrap().clone();
     let mut out = Vec::new();
     let err = r

@@ -27,7 +27,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
-use tessera_core::backend::{Backend, LocalBackend};
+use tessera_core::backend::{LocalStore, ObjectStore};
 use tessera_core::catalog::SourceKind;
 use tessera_core::chunking::{chunk_all, ChunkerConfig};
 use tessera_core::metrics::mb_per_s;
@@ -239,7 +239,7 @@ pub fn run(opts: &BenchOptions, step: &mut dyn FnMut(&str)) -> Result<BenchRepor
             std::fs::remove_dir_all(&repo_dir)
                 .with_context(|| format!("cannot clear {}", repo_dir.display()))?;
         }
-        let backend: Arc<dyn Backend> = Arc::new(LocalBackend::create(&repo_dir)?);
+        let backend: Arc<dyn ObjectStore> = Arc::new(LocalStore::create(&repo_dir)?);
         Repository::init(
             backend.clone(),
             &InitOptions {

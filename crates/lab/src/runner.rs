@@ -12,7 +12,7 @@ use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
-use tessera_core::backend::{Backend, LocalBackend, MemoryBackend};
+use tessera_core::backend::{LocalStore, MemoryStore, ObjectStore};
 use tessera_core::catalog::SourceKind;
 use tessera_core::ingest::GroupInput;
 use tessera_core::{BackupOptions, InitOptions, Repository, RestoreOptions};
@@ -476,15 +476,15 @@ fn summarize(s: &mut Summary, rows: &[Row]) {
 }
 
 fn open_repo(exp: &Experiment, a: &Approach, work: &Path) -> Result<Repository> {
-    let backend: Arc<dyn Backend> = match exp.backend {
-        BackendKind::Memory => Arc::new(MemoryBackend::new()),
+    let backend: Arc<dyn ObjectStore> = match exp.backend {
+        BackendKind::Memory => Arc::new(MemoryStore::new()),
         BackendKind::Local => {
             let dir = work.join("repos").join(&a.name);
             if dir.exists() {
                 std::fs::remove_dir_all(&dir)
                     .with_context(|| format!("cannot remove {}", dir.display()))?;
             }
-            Arc::new(LocalBackend::create(&dir)?)
+            Arc::new(LocalStore::create(&dir)?)
         }
     };
     Repository::init(

@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 use std::process::ExitCode;
 use std::sync::Arc;
-use tessera_core::backend::{Backend, LocalBackend};
+use tessera_core::backend::{LocalStore, ObjectStore};
 use tessera_core::chunking::{parse_size, ChunkerConfig};
 use tessera_core::lock;
 use tessera_core::{InitOptions, Repository};
@@ -29,7 +29,7 @@ pub fn init(
     if repo.repo.exists() && !repo.repo.is_dir() {
         anyhow::bail!("{} exists and is not a directory", repo.repo.display());
     }
-    let backend: Arc<dyn Backend> = Arc::new(LocalBackend::create(&repo.repo)?);
+    let backend: Arc<dyn ObjectStore> = Arc::new(LocalStore::create(&repo.repo)?);
     Repository::init(backend.clone(), &opts)?;
     let r = Repository::open(backend)?;
     if json {

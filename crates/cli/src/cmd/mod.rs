@@ -12,7 +12,7 @@ use crate::args::{Cli, Command, RepoArg};
 use anyhow::Result;
 use std::process::ExitCode;
 use std::sync::Arc;
-use tessera_core::backend::{Backend, LocalBackend};
+use tessera_core::backend::{LocalStore, ObjectStore};
 use tessera_core::Error;
 
 pub fn run(cli: Cli) -> Result<ExitCode> {
@@ -103,9 +103,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
 }
 
 /// The backend of an existing repository directory.
-pub fn open_backend(repo: &RepoArg) -> Result<Arc<dyn Backend>> {
+pub fn open_backend(repo: &RepoArg) -> Result<Arc<dyn ObjectStore>> {
     if !repo.repo.is_dir() {
         return Err(Error::NoRepository(repo.repo.clone()).into());
     }
-    Ok(Arc::new(LocalBackend::open(&repo.repo)?))
+    Ok(Arc::new(LocalStore::open(&repo.repo)?))
 }

@@ -9,7 +9,7 @@
 use super::bloom::Bloom;
 use crate::catalog::BackupEntry;
 use crate::container::{format::object_name, ChunkKind, Container, ContainerId};
-use crate::error::{Error, Result};
+use crate::error::{Error, ObjectRef, Result};
 use crate::fingerprint::{Fingerprint, FpMap, FpSet};
 use crate::recipe::{self, RecipeChunk};
 use crate::repo::Repository;
@@ -154,7 +154,7 @@ impl RecipeReader<'_> {
             .repo
             .index
             .get(ChunkKind::Recipe, fp)
-            .ok_or_else(|| Error::MissingObject(name.clone()))?;
+            .ok_or_else(|| Error::missing(ObjectRef::RecipeChunk(*fp)))?;
         let c = match self.cache.iter().find(|c| c.id() == id) {
             Some(c) => c.clone(),
             None => {
@@ -171,7 +171,7 @@ impl RecipeReader<'_> {
             .ok_or_else(|| Error::corrupt(object_name(id), format!("does not hold {name}")))?;
         if self.repo.manifest.config.hash.hash(bytes) != *fp {
             return Err(Error::corrupt(
-                name,
+                ObjectRef::RecipeChunk(*fp),
                 "content does not match its fingerprint",
             ));
         }
@@ -326,7 +326,7 @@ pub fn mark(
             skip_seen: owners_fp_rate.is_none(),
         };
         w.visit(repo, &mut reader, &b.root_fp()?, b.root_level, None)
-            .map_err(|e| in_backup(e, b.id))?;
+            .map_err(|e| e.in_backup(b.id, None))?;
         if let Some(o) = w.own.take() {
             m.owners.insert(b.id, o);
         }
@@ -339,15 +339,4 @@ pub fn mark(
         + m.owners.values().map(|o| o.memory_bytes()).sum::<usize>()
         + reader.memo_bytes) as u64;
     Ok(m)
-}
-
-fn in_backup(e: Error, id: u64) -> Error {
-    match e {
-        Error::Corrupt { object, reason } => Error::Corrupt {
-            object: format!("{object} (needed by backup {id})"),
-            reason,
-        },
-        Error::MissingObject(o) => Error::MissingObject(format!("{o} (needed by backup {id})")),
-        other => other,
-    }
 }

@@ -324,7 +324,7 @@ impl std::str::FromStr for GcStrategy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::MemoryBackend;
+    use crate::backend::MemoryStore;
     use crate::catalog::SourceKind;
     use crate::chunking::ChunkerConfig;
     use crate::index::IndexEntry;
@@ -346,7 +346,7 @@ mod tests {
     #[test]
     fn stale_copies_left_by_rewriting_are_dead() {
         for strategy in [GcStrategy::Naive, GcStrategy::Gccdf] {
-            let b = Arc::new(MemoryBackend::new());
+            let b = Arc::new(MemoryStore::new());
             Repository::init(
                 b.clone(),
                 &InitOptions {

@@ -16,7 +16,7 @@
 use crate::archive::ExtractReport;
 use crate::catalog::{BackupEntry, SourceKind};
 use crate::container::{format::object_name, ChunkKind, ChunkMeta, Container, ContainerId};
-use crate::error::{Error, IoContext, Result};
+use crate::error::{Error, IoContext, ObjectRef, Result};
 use crate::fingerprint::Fingerprint;
 use crate::metrics::{mb_per_s, read_amplification, speed_factor};
 use crate::recipe::{self, RecipeChunk, RecipeEntry};
@@ -131,12 +131,10 @@ pub struct RestoreReport {
 fn chunk_meta(c: &Container, e: &RecipeEntry, bid: u64, offset: u64) -> Result<ChunkMeta> {
     let meta = *c.find(&e.fp).ok_or_else(|| {
         Error::corrupt(
-            format!(
-                "{} (needed by backup {bid} at offset {offset})",
-                object_name(c.id())
-            ),
+            object_name(c.id()),
             format!("does not hold chunk {}", e.fp.to_hex()),
         )
+        .in_backup(bid, Some(offset))
     })?;
     if meta.len as u64 != e.size {
         return Err(Error::corrupt(
@@ -162,24 +160,6 @@ fn unplanned(id: ContainerId, bid: u64, offset: u64) -> Error {
     )
 }
 
-/// Name the backup (and offset) in an error about one of its objects.
-pub(crate) fn in_backup(e: Error, backup: u64, offset: Option<u64>) -> Error {
-    let at = match offset {
-        Some(o) => format!(" at offset {o}"),
-        None => String::new(),
-    };
-    match e {
-        Error::Corrupt { object, reason } => Error::Corrupt {
-            object: format!("{object} (needed by backup {backup}{at})"),
-            reason,
-        },
-        Error::MissingObject(o) => {
-            Error::MissingObject(format!("{o} (needed by backup {backup}{at})"))
-        }
-        other => other,
-    }
-}
-
 impl Repository {
     /// Load a recipe chunk by fingerprint through `cache`, verifying its
     /// fingerprint and decoding it.
@@ -192,14 +172,14 @@ impl Repository {
         let id = self
             .index
             .get(ChunkKind::Recipe, fp)
-            .ok_or_else(|| Error::MissingObject(name.clone()))?;
+            .ok_or_else(|| Error::missing(ObjectRef::RecipeChunk(*fp)))?;
         let c = cache.get(id, |id| self.store.read(id))?;
         let bytes = c
             .chunk(fp)
             .ok_or_else(|| Error::corrupt(object_name(id), format!("does not hold {name}")))?;
         if self.manifest.config.hash.hash(bytes) != *fp {
             return Err(Error::corrupt(
-                name,
+                ObjectRef::RecipeChunk(*fp),
                 "content does not match its fingerprint",
             ));
         }
@@ -250,8 +230,7 @@ impl Repository {
                             }
                         }
                         Op::Load(id, loaded) => {
-                            let c =
-                                receive(&loaded).map_err(|e| in_backup(e, bid, Some(offset)))?;
+                            let c = receive(&loaded).map_err(|e| e.in_backup(bid, Some(offset)))?;
                             permit_return.give_back();
                             cached.insert(id, c);
                         }
@@ -273,7 +252,7 @@ impl Repository {
                             for (_, idx, loaded) in &w.containers {
                                 let first = offset + w.entries[idx[0]].1;
                                 let c =
-                                    receive(loaded).map_err(|e| in_backup(e, bid, Some(first)))?;
+                                    receive(loaded).map_err(|e| e.in_backup(bid, Some(first)))?;
                                 permit_return.give_back();
                                 for &i in idx {
                                     let (e, at) = &w.entries[i];

@@ -11,7 +11,7 @@
 
 use super::cache::{faa, Access, Lru, Opt, OPT_WINDOW};
 use super::loader::{Loaded, Loaders, Permit, Permits};
-use super::{in_backup, CacheSpec, LruCache, RestoreOptions};
+use super::{CacheSpec, LruCache, RestoreOptions};
 use crate::catalog::BackupEntry;
 use crate::container::{ChunkKind, ContainerId};
 use crate::error::{Error, Result};
@@ -138,11 +138,11 @@ impl Planner {
         let mut walker = RecipeWalker::new(root, backup.root_level, |fp, _| {
             repo.load_recipe_chunk(&mut recipes, fp)
         })
-        .map_err(|e| in_backup(e, bid, None))?;
+        .map_err(|e| e.in_backup(bid, None))?;
         // The next recipe entry with the container the index sends it to;
         // `offset` is where it starts in the backup, for messages.
         let mut next = |offset: u64| -> Result<Option<(RecipeEntry, ContainerId)>> {
-            let Some(e) = walker.next().map_err(|e| in_backup(e, bid, Some(offset)))? else {
+            let Some(e) = walker.next().map_err(|e| e.in_backup(bid, Some(offset)))? else {
                 return Ok(None);
             };
             let id = repo.index.get(ChunkKind::Data, &e.fp).ok_or_else(|| {

@@ -2,7 +2,7 @@
 //! crate, so a helper one file does not use is dead code there.
 
 use std::sync::Arc;
-use tessera_core::backend::{Backend, MemoryBackend};
+use tessera_core::backend::{MemoryStore, ObjectStore};
 use tessera_core::catalog::{BackupEntry, SourceKind};
 use tessera_core::chunking::ChunkerConfig;
 use tessera_core::{BackupOptions, Fingerprint, HashAlgo, InitOptions, Repository, RestoreOptions};
@@ -23,8 +23,8 @@ pub fn bytes(seed: u64, len: usize) -> Vec<u8> {
 
 /// A memory backend.
 #[allow(dead_code)] // used by gc.rs and repository.rs
-pub fn mem() -> Arc<MemoryBackend> {
-    Arc::new(MemoryBackend::new())
+pub fn mem() -> Arc<MemoryStore> {
+    Arc::new(MemoryStore::new())
 }
 
 /// A new version of `base`: an overwrite, an insertion of `insert` bytes
@@ -56,7 +56,7 @@ pub fn fp(letter: char) -> Fingerprint {
 /// Initialise a BLAKE3 repository on `backend`.
 #[allow(dead_code)] // not every test file sets its repository up so
 pub fn init_blake3(
-    backend: Arc<dyn Backend>,
+    backend: Arc<dyn ObjectStore>,
     chunker: ChunkerConfig,
     container_size: u32,
     trace: bool,
@@ -76,7 +76,7 @@ pub fn init_blake3(
 /// [`init_blake3`], then open the repository as writer "test".
 #[allow(dead_code)] // not every test file sets its repository up so
 pub fn open_new(
-    backend: Arc<dyn Backend>,
+    backend: Arc<dyn ObjectStore>,
     chunker: ChunkerConfig,
     container_size: u32,
     trace: bool,
@@ -125,7 +125,7 @@ pub fn trace_of(
 /// backup of `data`, and that backup.
 #[allow(dead_code)] // not every test file restores a single stream
 pub fn repo_with_stream(
-    backend: Arc<dyn Backend>,
+    backend: Arc<dyn ObjectStore>,
     chunker: ChunkerConfig,
     container_size: u32,
     data: &[u8],
