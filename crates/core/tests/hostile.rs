@@ -157,3 +157,59 @@ fn swapped_recipe_container_content_is_detected() {
     assert!(err.contains(&format!("container {rc:016x}")), "{err}");
     assert!(out.is_empty(), "no bytes before the recipe is verified");
 }
+
+/// The fuzz input `crash-5d35984c` (once in the repository root), inline.
+/// Its byte 0 is even, so the `index_segment` target wrapped the other 48
+/// bytes (one entry) in a valid envelope; the entry's reserved bytes are not
+/// zero, which decoding used to accept, so the decoded segment did not
+/// re-encode to itself. It must now be refused by name, and no other
+/// parser may panic on it.
+#[test]
+fn fuzz_crash_5d35984c_index_segment_with_reserved_bytes() {
+    use tessera_core::catalog::{Manifest, VERSION};
+    use tessera_core::container::format::{self, checksum};
+    use tessera_core::index::{decode_segment, encode_segment};
+    const CRASH: [u8; 49] = [
+        0x00, 0x00, 0xcc, 0xcc, 0xcc, 0xcc, 0x7f, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x03, 0xcc,
+        0xcc, 0xcc, 0xcc, 0x34, 0xff, 0x00, 0xdb, 0xdb, 0xdb, 0x00, 0x00, 0x0e, 0x1e, 0xcc, 0x00,
+        0x00, 0x00, 0x00, 0x0e, 0x0e, 0xff, 0xff, 0xff, 0xff, 0xff, 0x0e, 0x00, 0x00, 0x0e, 0xcc,
+        0xcc, 0x00, 0x00, 0x00,
+    ];
+    // As the index_segment target builds its segment.
+    let (flag, body) = CRASH.split_first().unwrap();
+    assert_eq!(flag & 1, 0);
+    let mut seg = b"TSRAINDX".to_vec();
+    seg.extend_from_slice(&1u32.to_le_bytes());
+    seg.extend_from_slice(&((body.len() / 48) as u64).to_le_bytes());
+    seg.extend_from_slice(body);
+    let sum = checksum(&seg);
+    seg.extend_from_slice(&sum);
+    let err = decode_segment(&seg, "fuzz").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "corrupt fuzz: reserved bytes of an entry are not zero"
+    );
+    assert!(decode_segment(&CRASH, "fuzz").is_err());
+
+    // The other parsers refuse it without panicking.
+    let mut man = b"TSRAMANI".to_vec();
+    man.extend_from_slice(&VERSION.to_le_bytes());
+    man.extend_from_slice(&(body.len() as u64).to_le_bytes());
+    man.extend_from_slice(body);
+    let sum = checksum(&man);
+    man.extend_from_slice(&sum);
+    assert!(Manifest::decode(&man, "fuzz").is_err());
+    assert!(Manifest::decode(&CRASH, "fuzz").is_err());
+    assert!(format::decode(7, &CRASH).is_err());
+    assert!(format::decode_salvage(7, &CRASH).is_err());
+    assert!(format::decode_header(7, &CRASH).is_err());
+    for part in CRASH.split(|&b| b == b'|').filter(|p| !p.is_empty()) {
+        assert!(tessera_core::recipe::decode(part, "fuzz").is_err());
+    }
+    let _ = tessera_core::trace::read_trace(&CRASH[..], "fuzz.trace".into())
+        .take(1000)
+        .count();
+    let dir = tempfile::tempdir().unwrap();
+    let mut input = &CRASH[..];
+    assert!(tessera_core::archive::extract(&mut input, &dir.path().join("t")).is_err());
+}
