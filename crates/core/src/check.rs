@@ -20,7 +20,7 @@ use crate::backend::KeyKind;
 use crate::catalog::{BackupEntry, SourceKind};
 use crate::container::format::object_name;
 use crate::container::{ChunkKind, ChunkMeta, ContainerId};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Subject};
 use crate::fingerprint::{Fingerprint, FpMap};
 use crate::recipe::RecipeWalker;
 use crate::repo::Repository;
@@ -173,9 +173,13 @@ impl Repository {
                     .map(|(h, metas)| (metas, h.kind, Vec::new()))
             };
             let problem = match read {
-                // The problem's `object` names the container; an error about
-                // it gives only what is wrong.
-                Err(e) if e.subject().is_some_and(|s| s.object == object) => Some(e.problem()),
+                // The problem's `object` names the container; a corruption or
+                // loss of just that object gives only what is wrong.
+                Err(e @ (Error::Corrupt { .. } | Error::MissingObject(_)))
+                    if e.subject() == Some(&Subject::new(object.clone())) =>
+                {
+                    Some(e.problem())
+                }
                 Err(e) => Some(e.to_string()),
                 Ok((metas, kind, bad)) => {
                     let mut map = FpMap::default();

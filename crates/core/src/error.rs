@@ -238,7 +238,7 @@ impl Error {
     }
 
     /// What is wrong with the subject, without naming it: the reason of a
-    /// corruption, `missing`, or the version mismatch.
+    /// corruption or `missing` (the whole text for other errors).
     pub fn problem(&self) -> String {
         match self {
             Error::Corrupt { reason, .. } => reason.clone(),
