@@ -1,8 +1,8 @@
 //! The catalog: which backups, containers and index segments exist, as
 //! manifest generations.
 //!
-//! A manifest generation is an immutable object `manifests/<generation>`
-//! (16 hex digits). The repository's state is the newest generation; a
+//! A manifest generation is an immutable object
+//! [`ObjectKey::Manifest`] (`manifests/<generation>`, 16 hex digits). The repository's state is the newest generation; a
 //! mutation publishes generation g+1 only after every object it lists is
 //! durable, and deletes superseded objects (older generations included) only
 //! after that publish. A crash therefore leaves generation g or g+1 intact,
@@ -11,16 +11,16 @@
 //! Envelope: `b"TSRAMANI"` | version u32 | JSON length u64 | JSON | XXH3-128 of all before.
 //! JSON keeps the manifest inspectable; the checksum keeps it honest.
 
+use crate::backend::ObjectKey;
 use crate::chunking::ChunkerConfig;
 use crate::container::format::checksum;
 use crate::container::{ChunkKind, ContainerId};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Subject};
 use crate::fingerprint::{Fingerprint, HashAlgo};
 use serde::{Deserialize, Serialize};
 
 const MAGIC: [u8; 8] = *b"TSRAMANI";
 pub const VERSION: u32 = 1;
-pub const MANIFEST_PREFIX: &str = "manifests/";
 
 /// Fixed at `init`: how every backup of this repository is chunked and stored.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -100,7 +100,7 @@ pub struct Manifest {
     pub backups: Vec<BackupEntry>,
     pub containers: Vec<ContainerEntry>,
     /// Index segment keys, oldest first.
-    pub index_segments: Vec<String>,
+    pub index_segments: Vec<ObjectKey>,
     /// HAR history: data containers the last HAR backup used sparsely; the
     /// next HAR backup rewrites duplicates held only there. Ids of
     /// containers that no longer exist are ignored.
@@ -111,19 +111,6 @@ pub struct Manifest {
     /// (the papers' GS list), then clears this list.
     #[serde(default)]
     pub forgotten: Vec<BackupEntry>,
-}
-
-pub fn manifest_key(generation: u64) -> String {
-    format!("{MANIFEST_PREFIX}{generation:016x}")
-}
-
-pub fn parse_manifest_key(key: &str) -> Option<u64> {
-    let hex = key.strip_prefix(MANIFEST_PREFIX)?;
-    (hex.len() == 16).then(|| u64::from_str_radix(hex, 16).ok())?
-}
-
-pub fn segment_key(id: u64) -> String {
-    format!("index/{id:016x}")
 }
 
 impl Manifest {
@@ -155,14 +142,15 @@ impl Manifest {
     }
 
     /// Decode and verify; `name` identifies the object in errors.
-    pub fn decode(b: &[u8], name: &str) -> Result<Self> {
+    pub fn decode(b: &[u8], name: impl Into<Subject>) -> Result<Self> {
+        let name: Subject = name.into();
         if b.len() < 36 || b[..8] != MAGIC {
             return Err(Error::corrupt(name, "not a Tessera manifest"));
         }
         let version = u32::from_le_bytes(b[8..12].try_into().unwrap());
         if version != VERSION {
             return Err(Error::UnsupportedVersion {
-                object: name.to_string(),
+                object: Box::new(name),
                 found: version,
                 supported: VERSION,
             });
@@ -176,14 +164,14 @@ impl Manifest {
             return Err(Error::corrupt(name, "length mismatch"));
         }
         let m: Manifest = serde_json::from_slice(&body[20..])
-            .map_err(|e| Error::corrupt(name, format!("unreadable: {e}")))?;
-        m.validate(name)?;
+            .map_err(|e| Error::corrupt(name.clone(), format!("unreadable: {e}")))?;
+        m.validate(&name)?;
         Ok(m)
     }
 
     /// Internal consistency: ids below their allocators, no duplicates.
-    fn validate(&self, name: &str) -> Result<()> {
-        let bad = |why: String| Err(Error::corrupt(name, why));
+    fn validate(&self, name: &Subject) -> Result<()> {
+        let bad = |why: String| Err(Error::corrupt(name.clone(), why));
         let mut ids = std::collections::HashSet::new();
         for c in &self.containers {
             if c.id >= self.next_container_id || !ids.insert(c.id) {
@@ -258,11 +246,5 @@ mod tests {
         m.next_container_id = 2;
         let err = Manifest::decode(&m.encode(), "m").unwrap_err();
         assert!(err.to_string().contains("out of range"), "{err}");
-    }
-
-    #[test]
-    fn keys() {
-        assert_eq!(parse_manifest_key(&manifest_key(42)), Some(42));
-        assert_eq!(parse_manifest_key("manifests/xyz"), None);
     }
 }

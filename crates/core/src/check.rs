@@ -16,10 +16,11 @@
 //! next. For a directory backup the damaged byte ranges are mapped back to
 //! the files of its tar stream (see [`crate::salvage`]).
 
+use crate::backend::KeyKind;
 use crate::catalog::{BackupEntry, ContainerEntry, SourceKind};
 use crate::container::format::object_name;
 use crate::container::{ChunkKind, ChunkMeta, ContainerId};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Subject};
 use crate::fingerprint::{Fingerprint, FpMap};
 use crate::recipe::RecipeReader;
 use crate::repo::Repository;
@@ -156,6 +157,13 @@ impl Repository {
         for (pos, c) in self.manifest.containers.iter().enumerate() {
             let name = object_name(c.id);
             let problem = match self.read_for_check(c, pos, opts, report) {
+                // The problem's `object` names the container; a corruption or
+                // loss of just that object gives only what is wrong.
+                Err(e @ (Error::Corrupt { .. } | Error::MissingObject(_)))
+                    if e.subject() == Some(&Subject::new(name.clone())) =>
+                {
+                    Some(e.problem())
+                }
                 Err(e) => Some(e.to_string()),
                 Ok((metas, kind, bad)) => {
                     let mut map = FpMap::default();
@@ -169,8 +177,8 @@ impl Repository {
             if let Some(p) = problem {
                 out.bad.insert(c.id, report.problems.len());
                 report.problems.push(Problem {
-                    object: name,
-                    problem: strip_object(&p, c.id),
+                    object: name.to_string(),
+                    problem: p,
                     backups: Vec::new(),
                     files: Vec::new(),
                 });
@@ -421,29 +429,11 @@ fn container_problem(
     }
 }
 
-/// Error texts name the object; the problem's `object` field already does.
-fn strip_object(msg: &str, id: ContainerId) -> String {
-    let name = object_name(id);
-    for prefix in [
-        format!("corrupt {name}: "),
-        format!("missing object {name}"),
-    ] {
-        if let Some(rest) = msg.strip_prefix(&prefix) {
-            return if rest.is_empty() {
-                "missing".into()
-            } else {
-                rest.to_string()
-            };
-        }
-    }
-    msg.to_string()
-}
-
 /// Check whatever is at `backend`, including a repository that cannot be
 /// opened: a lost or unreadable manifest is a problem to report, not a
 /// reason to stop without a report.
 pub fn check_backend(
-    backend: std::sync::Arc<dyn crate::backend::Backend>,
+    backend: std::sync::Arc<dyn crate::backend::ObjectStore>,
     opts: &CheckOptions,
 ) -> Result<CheckReport> {
     let problem = |object: &str, problem: String| CheckReport {
@@ -458,8 +448,8 @@ pub fn check_backend(
     match Repository::open(backend.clone()) {
         Ok(repo) => repo.check(opts),
         Err(Error::NoRepository(p)) => {
-            let containers = backend.list("containers/")?.len();
-            let segments = backend.list("index/")?.len();
+            let containers = backend.list(KeyKind::Container)?.len();
+            let segments = backend.list(KeyKind::IndexSegment)?.len();
             if containers + segments == 0 {
                 return Err(Error::NoRepository(p));
             }

@@ -328,7 +328,7 @@ pub fn decode_segment(b: &[u8], name: &str) -> Result<Vec<IndexEntry>> {
     let version = u32::from_le_bytes(b[8..12].try_into().unwrap());
     if version != VERSION {
         return Err(Error::UnsupportedVersion {
-            object: name.to_string(),
+            object: name.into(),
             found: version,
             supported: VERSION,
         });

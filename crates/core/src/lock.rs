@@ -1,19 +1,17 @@
 //! The repository writer lock.
 //!
-//! One writer at a time: the lock is the object [`LOCK_KEY`], created with
-//! [`Backend::create_new`] so that exactly one of two racing writers gets it.
+//! One writer at a time: the lock is the object [`ObjectKey::Lock`], created
+//! with [`ObjectStore::put_if_absent`] so that exactly one of two racing
+//! writers gets it. It is not sealed (see [`crate::seal`]): whoever can reach
+//! the store must be able to tell who holds it.
 //! It records who holds it so that a refused writer can tell the operator
 //! whom to wait for, and whether the holder is dead (a stale lock from a
 //! crash, broken with `tessera unlock`). Readers take no lock.
 
-use crate::backend::Backend;
+use crate::backend::{ObjectKey, ObjectStore};
 use crate::error::{Error, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
-
-/// Key of the lock object.
-pub const LOCK_KEY: &str = "lock";
 
 /// Who holds the lock.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
@@ -41,8 +39,7 @@ struct StoredLock<'a> {
 /// The exclusive writer lock; removed by [`release`](RepoLock::release) or,
 /// best effort, on drop.
 pub struct RepoLock {
-    backend: Arc<dyn Backend>,
-    key: &'static str,
+    backend: Arc<dyn ObjectStore>,
     info: LockInfo,
     /// Exactly what was stored, to recognise our own lock.
     stored: Vec<u8>,
@@ -61,32 +58,29 @@ impl std::fmt::Debug for RepoLock {
 impl RepoLock {
     /// Take the exclusive writer lock, or fail with [`Error::Locked`] saying
     /// who holds it (and whether that holder is gone).
-    pub fn acquire(backend: Arc<dyn Backend>, command: &str) -> Result<RepoLock> {
+    pub fn acquire(backend: Arc<dyn ObjectStore>, command: &str) -> Result<RepoLock> {
         static ACQUISITIONS: AtomicU64 = AtomicU64::new(0);
         let info = LockInfo {
             owner: current_owner(),
             pid: std::process::id(),
             host: current_host(),
-            time: now_secs(),
+            time: crate::clock::now(),
             command: command.to_string(),
         };
         let token = format!(
             "{}-{}-{}",
             info.pid,
             ACQUISITIONS.fetch_add(1, Ordering::Relaxed),
-            SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos())
+            crate::clock::now_nanos()
         );
         let stored = serde_json::to_vec(&StoredLock { info: &info, token })
             .map_err(|e| Error::invalid(format!("cannot encode the lock: {e}")))?;
         // A holder may release between our failed create and our read; then
         // simply try again (a few times, to not spin against a flapping lock).
         for _ in 0..3 {
-            if backend.create_new(LOCK_KEY, &stored)? {
+            if backend.put_if_absent(&ObjectKey::Lock, &stored)? {
                 return Ok(RepoLock {
                     backend,
-                    key: LOCK_KEY,
                     info,
                     stored,
                     released: false,
@@ -125,10 +119,10 @@ impl RepoLock {
     }
 
     fn remove(&self) -> Result<()> {
-        match self.backend.get(self.key) {
+        match self.backend.get(&ObjectKey::Lock) {
             Ok(current) if current == self.stored => {
-                self.backend.delete(self.key)?;
-                self.backend.sync()
+                self.backend.delete(&ObjectKey::Lock)?;
+                self.backend.barrier()
             }
             Ok(_) | Err(Error::MissingObject(_)) => Ok(()),
             Err(e) => Err(e),
@@ -149,15 +143,15 @@ impl Drop for RepoLock {
 
 /// Read the current lock, if any. `Ok(None)` when unlocked; an unparsable
 /// lock is `Error::Corrupt` naming it.
-pub fn read_lock(backend: &dyn Backend) -> Result<Option<LockInfo>> {
-    let bytes = match backend.get(LOCK_KEY) {
+pub fn read_lock(backend: &dyn ObjectStore) -> Result<Option<LockInfo>> {
+    let bytes = match backend.get(&ObjectKey::Lock) {
         Ok(b) => b,
         Err(Error::MissingObject(_)) => return Ok(None),
         Err(e) => return Err(e),
     };
     serde_json::from_slice(&bytes).map(Some).map_err(|e| {
         Error::corrupt(
-            format!("lock {}/{LOCK_KEY}", backend.location()),
+            format!("lock {}/{}", backend.location(), ObjectKey::Lock),
             format!("not a valid lock record: {e}"),
         )
     })
@@ -165,14 +159,14 @@ pub fn read_lock(backend: &dyn Backend) -> Result<Option<LockInfo>> {
 
 /// Remove the lock unconditionally (`tessera unlock`); returns what it said,
 /// if it could be parsed. The removal is synced.
-pub fn break_lock(backend: &dyn Backend) -> Result<Option<LockInfo>> {
-    let bytes = match backend.get(LOCK_KEY) {
+pub fn break_lock(backend: &dyn ObjectStore) -> Result<Option<LockInfo>> {
+    let bytes = match backend.get(&ObjectKey::Lock) {
         Ok(b) => b,
         Err(Error::MissingObject(_)) => return Ok(None),
         Err(e) => return Err(e),
     };
-    backend.delete(LOCK_KEY)?;
-    backend.sync()?;
+    backend.delete(&ObjectKey::Lock)?;
+    backend.barrier()?;
     Ok(serde_json::from_slice(&bytes).ok())
 }
 
@@ -204,7 +198,7 @@ fn held_message(info: &LockInfo) -> String {
         info.owner,
         info.pid,
         info.host,
-        format_utc(info.time),
+        crate::clock::format_utc(info.time),
         info.command
     );
     if is_stale(info) {
@@ -232,61 +226,13 @@ fn current_host() -> String {
     gethostname::gethostname().to_string_lossy().into_owned()
 }
 
-fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
-/// `YYYY-MM-DD HH:MM:SS UTC` for unix seconds, without a date crate.
-pub(crate) fn format_utc(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
-/// Proleptic Gregorian date of a day count since 1970-01-01.
-///
-/// Works in 400-year eras (146 097 days each, the calendar's full cycle)
-/// with years starting on March 1st, so the leap day is the last day of a
-/// year and month lengths follow a simple linear formula.
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    const DAYS_PER_ERA: i64 = 146_097;
-    // 1970-01-01 is day 719 468 counted from 0000-03-01.
-    let z = days + 719_468;
-    let era = z.div_euclid(DAYS_PER_ERA);
-    let day_of_era = z.rem_euclid(DAYS_PER_ERA); // 0..=146096
-                                                 // Years into the era: remove the leap days of every 4th, 100th and 400th
-                                                 // year before dividing by 365.
-    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524
-        - day_of_era / (DAYS_PER_ERA - 1))
-        / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    // Months from March: 31,30,31,30,31 repeating, i.e. 153 days per 5 months.
-    let month_from_march = (5 * day_of_year + 2) / 153;
-    let day = (day_of_year - (153 * month_from_march + 2) / 5 + 1) as u32;
-    let month = if month_from_march < 10 {
-        month_from_march + 3
-    } else {
-        month_from_march - 9
-    } as u32;
-    let year = era * 400 + year_of_era + i64::from(month <= 2);
-    (year, month, day)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{LocalBackend, MemoryBackend};
+    use crate::backend::{LocalStore, MemoryStore};
 
-    fn mem() -> Arc<dyn Backend> {
-        Arc::new(MemoryBackend::new())
+    fn mem() -> Arc<dyn ObjectStore> {
+        Arc::new(MemoryStore::new())
     }
 
     fn fake_lock(pid: u32, host: &str) -> Vec<u8> {
@@ -306,43 +252,6 @@ mod tests {
         let pid = child.id();
         child.wait().unwrap();
         pid
-    }
-
-    #[test]
-    fn utc_formatting() {
-        assert_eq!(format_utc(0), "1970-01-01 00:00:00 UTC");
-        assert_eq!(format_utc(1_795_370_400), "2026-11-22 18:00:00 UTC");
-        assert_eq!(format_utc(951_782_400), "2000-02-29 00:00:00 UTC");
-        assert_eq!(format_utc(951_868_799), "2000-02-29 23:59:59 UTC");
-        assert_eq!(format_utc(4_107_542_400), "2100-03-01 00:00:00 UTC");
-        assert_eq!(format_utc(1_709_251_199), "2024-02-29 23:59:59 UTC");
-    }
-
-    /// Every day from 1900 to 2400 follows the previous one by the calendar.
-    #[test]
-    fn civil_days_are_consecutive() {
-        let leap = |y: i64| (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-        let month_len = |y: i64, m: u32| match m {
-            2 if leap(y) => 29,
-            2 => 28,
-            4 | 6 | 9 | 11 => 30,
-            _ => 31,
-        };
-        let mut prev = civil_from_days(-25_567); // 1900-01-01
-        assert_eq!(prev, (1900, 1, 1));
-        for days in -25_566..157_000 {
-            let (y, m, d) = civil_from_days(days);
-            let (py, pm, pd) = prev;
-            let expected = if pd < month_len(py, pm) {
-                (py, pm, pd + 1)
-            } else if pm < 12 {
-                (py, pm + 1, 1)
-            } else {
-                (py + 1, 1, 1)
-            };
-            assert_eq!((y, m, d), expected, "day {days}");
-            prev = (y, m, d);
-        }
     }
 
     #[test]
@@ -382,12 +291,12 @@ mod tests {
     #[test]
     fn lock_works_on_a_local_directory() {
         let dir = tempfile::tempdir().unwrap();
-        let b: Arc<dyn Backend> = Arc::new(LocalBackend::create(dir.path()).unwrap());
+        let b: Arc<dyn ObjectStore> = Arc::new(LocalStore::create(dir.path()).unwrap());
         let held = RepoLock::acquire(b.clone(), "tessera backup").unwrap();
-        assert!(dir.path().join(LOCK_KEY).is_file());
+        assert!(dir.path().join(ObjectKey::Lock.name()).is_file());
         assert!(RepoLock::acquire(b.clone(), "tessera backup").is_err());
         held.release().unwrap();
-        assert!(!dir.path().join(LOCK_KEY).exists());
+        assert!(!dir.path().join(ObjectKey::Lock.name()).exists());
         RepoLock::acquire(b, "tessera backup")
             .unwrap()
             .release()
@@ -398,7 +307,7 @@ mod tests {
     fn stale_lock_is_reported_with_unlock_hint() {
         let b = mem();
         let pid = dead_pid();
-        b.create_new(LOCK_KEY, &fake_lock(pid, &current_host()))
+        b.put_if_absent(&ObjectKey::Lock, &fake_lock(pid, &current_host()))
             .unwrap();
         let info = read_lock(&*b).unwrap().unwrap();
         assert!(is_stale(&info));
@@ -430,7 +339,7 @@ mod tests {
     #[test]
     fn corrupt_lock_is_reported_and_can_be_broken() {
         let b = mem();
-        b.put(LOCK_KEY, b"\x00garbage{").unwrap();
+        b.put(&ObjectKey::Lock, b"\x00garbage{").unwrap();
         let err = read_lock(&*b).unwrap_err();
         assert!(matches!(err, Error::Corrupt { .. }), "{err:?}");
         assert!(err.to_string().contains("lock"), "{err}");

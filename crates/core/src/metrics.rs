@@ -4,7 +4,7 @@
 //! *logical* container bytes (the sum of the chunk lengths a container holds),
 //! so data mode and trace mode — where a data container holds no bytes —
 //! report identical layout metrics. Object-level I/O (what really hit the
-//! backend) is counted separately by `backend::CountingBackend`.
+//! backend) is counted separately by `backend::CountingStore`.
 
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};

@@ -7,18 +7,17 @@
 //! Anything a crash leaves behind is not listed by any manifest and is removed
 //! by the next writer ([`Repository::open_writer`]).
 
-use crate::backend::Backend;
-use crate::catalog::{
-    manifest_key, parse_manifest_key, segment_key, BackupEntry, ContainerEntry, Manifest,
-    RepoConfig, MANIFEST_PREFIX,
-};
+use crate::backend::{Generation, KeyKind, ObjectKey, ObjectStore};
+use crate::catalog::{BackupEntry, ContainerEntry, Manifest, RepoConfig};
 use crate::chunking::ChunkerConfig;
-use crate::container::{container_key, parse_container_key, ChunkKind, ContainerStore};
-use crate::error::{Error, Result};
+use crate::clock::now;
+use crate::container::{ChunkKind, ContainerStore};
+use crate::error::{Error, ObjectRef, Result};
 use crate::fingerprint::HashAlgo;
 use crate::index::{decode_segment, encode_segment, sort_entries, Index, IndexEntry};
 use crate::lock::RepoLock;
 use crate::metrics::Metrics;
+use crate::seal::SealedStore;
 use serde::Serialize;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -54,7 +53,8 @@ pub struct Leftovers {
 }
 
 pub struct Repository {
-    pub(crate) backend: Arc<dyn Backend>,
+    /// Every object read and write goes through here (the lock excepted).
+    pub(crate) objects: SealedStore,
     pub(crate) manifest: Manifest,
     pub(crate) index: Index,
     pub(crate) store: ContainerStore,
@@ -91,25 +91,18 @@ pub struct RepoStats {
     pub index_bytes_per_entry: f64,
 }
 
-fn now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
-/// Newest manifest generation listed by the backend, if any.
-fn latest_generation(backend: &dyn Backend) -> Result<Option<u64>> {
-    Ok(backend
-        .list(MANIFEST_PREFIX)?
+/// Newest manifest generation listed by the store, if any.
+fn latest_generation(store: &dyn ObjectStore) -> Result<Option<Generation>> {
+    Ok(store
+        .list(KeyKind::Manifest)?
         .iter()
-        .filter_map(|k| parse_manifest_key(k))
+        .filter_map(ObjectKey::generation)
         .max())
 }
 
 impl Repository {
     /// Create a repository: publish generation 1 with an empty catalog.
-    pub fn init(backend: Arc<dyn Backend>, opts: &InitOptions) -> Result<()> {
+    pub fn init(backend: Arc<dyn ObjectStore>, opts: &InitOptions) -> Result<()> {
         opts.chunker.validate().map_err(Error::invalid)?;
         if opts.container_size < 4096 {
             return Err(Error::invalid(format!(
@@ -139,42 +132,48 @@ impl Repository {
         };
         let mut manifest = Manifest::new(config);
         manifest.generation = 1;
-        backend.put(&manifest_key(1), &manifest.encode())?;
-        backend.sync()?;
+        let objects = SealedStore::plain(backend);
+        objects.put(&ObjectKey::Manifest(Generation(1)), manifest.encode())?;
+        objects.barrier()?;
         lock.release()
     }
 
     /// Open for reading. Takes no lock: readers never block writers.
-    pub fn open(backend: Arc<dyn Backend>) -> Result<Self> {
+    pub fn open(backend: Arc<dyn ObjectStore>) -> Result<Self> {
         let generation = latest_generation(&*backend)?
             .ok_or_else(|| Error::NoRepository(backend.location().into()))?;
-        let key = manifest_key(generation);
-        let manifest = Manifest::decode(&backend.get(&key)?, &format!("manifest {key}"))?;
-        if manifest.generation != generation {
+        let objects = SealedStore::plain(backend);
+        let key = ObjectKey::Manifest(generation);
+        let name = ObjectRef::Object(key.clone());
+        let manifest = Manifest::decode(&objects.get(&key)?, name.clone())?;
+        if manifest.generation != generation.0 {
             return Err(Error::corrupt(
-                format!("manifest {key}"),
+                name,
                 format!("claims generation {}", manifest.generation),
             ));
         }
         let mut index = Index::default();
         for seg in &manifest.index_segments {
-            let bytes = backend.get(seg).map_err(|e| match e {
-                Error::MissingObject(_) => Error::MissingObject(format!("index segment {seg}")),
+            let name = ObjectRef::Object(seg.clone());
+            let bytes = objects.get(seg).map_err(|e| match e {
+                Error::MissingObject(_) => e.about(name.clone()),
                 e => e,
             })?;
-            for e in decode_segment(&bytes, &format!("index segment {seg}"))? {
+            // The decoder names what it is given; the error names the key.
+            let entries = decode_segment(&bytes, &name.to_string()).map_err(|e| e.about(name))?;
+            for e in entries {
                 index.insert(e);
             }
         }
         let metrics = Arc::new(Metrics::default());
         let store = ContainerStore::new(
-            backend.clone(),
+            objects.clone(),
             manifest.config.hash,
             manifest.config.trace,
             metrics.clone(),
         );
         Ok(Repository {
-            backend,
+            objects,
             manifest,
             index,
             store,
@@ -186,7 +185,7 @@ impl Repository {
 
     /// Open for writing: take the exclusive lock, load the newest generation,
     /// and remove leftovers of interrupted mutations.
-    pub fn open_writer(backend: Arc<dyn Backend>, command: &str) -> Result<Self> {
+    pub fn open_writer(backend: Arc<dyn ObjectStore>, command: &str) -> Result<Self> {
         if latest_generation(&*backend)?.is_none() {
             return Err(Error::NoRepository(backend.location().into()));
         }
@@ -199,43 +198,50 @@ impl Repository {
 
     /// Objects no manifest lists: what an interrupted mutation left behind.
     pub fn find_leftovers(&self) -> Result<Vec<String>> {
-        let listed: HashSet<String> = self
+        Ok(self.leftover_keys()?.iter().map(ObjectKey::name).collect())
+    }
+
+    /// [`find_leftovers`](Self::find_leftovers) as keys: unlisted containers
+    /// and index segments (strays under their prefixes included) and older
+    /// manifest generations.
+    pub fn leftover_keys(&self) -> Result<Vec<ObjectKey>> {
+        let listed: HashSet<ObjectKey> = self
             .manifest
             .containers
             .iter()
-            .map(|c| container_key(c.id))
+            .map(|c| ObjectKey::Container(c.id))
             .chain(self.manifest.index_segments.iter().cloned())
             .collect();
         let mut out = Vec::new();
-        for key in self.backend.list("containers/")? {
-            if !listed.contains(&key) || parse_container_key(&key).is_none() {
-                out.push(key);
-            }
+        for kind in [KeyKind::Container, KeyKind::IndexSegment] {
+            out.extend(
+                self.objects
+                    .list(kind)?
+                    .into_iter()
+                    .filter(|k| !listed.contains(k)),
+            );
         }
-        for key in self.backend.list("index/")? {
-            if !listed.contains(&key) {
-                out.push(key);
-            }
-        }
-        for key in self.backend.list(MANIFEST_PREFIX)? {
-            if parse_manifest_key(&key).is_some_and(|g| g < self.manifest.generation) {
-                out.push(key);
-            }
-        }
+        let current = Generation(self.manifest.generation);
+        out.extend(
+            self.objects
+                .list(KeyKind::Manifest)?
+                .into_iter()
+                .filter(|k| k.generation().is_some_and(|g| g < current)),
+        );
         Ok(out)
     }
 
     fn remove_leftovers(&mut self) -> Result<Leftovers> {
-        let objects = self.find_leftovers()?;
+        let objects = self.leftover_keys()?;
         for key in &objects {
-            self.backend.delete(key)?;
+            self.objects.delete(key)?;
         }
-        let temporaries = self.backend.remove_temporaries()?;
+        let temporaries = self.objects.store().clean_interrupted()?;
         if !objects.is_empty() || temporaries > 0 {
-            self.backend.sync()?;
+            self.objects.barrier()?;
         }
         Ok(Leftovers {
-            objects,
+            objects: objects.iter().map(ObjectKey::name).collect(),
             temporaries,
         })
     }
@@ -256,20 +262,22 @@ impl Repository {
 
     /// Publish `next` as the new generation: make every new object durable,
     /// put the manifest, then delete what it supersedes.
-    pub(crate) fn publish(&mut self, mut next: Manifest, superseded: &[String]) -> Result<()> {
+    pub(crate) fn publish(&mut self, mut next: Manifest, superseded: &[ObjectKey]) -> Result<()> {
         self.require_writer()?;
         next.generation = self.manifest.generation + 1;
-        self.backend.sync()?;
-        self.backend
-            .put(&manifest_key(next.generation), &next.encode())?;
-        self.backend.sync()?;
-        let old = manifest_key(self.manifest.generation);
+        self.objects.barrier()?;
+        self.objects.put(
+            &ObjectKey::Manifest(Generation(next.generation)),
+            next.encode(),
+        )?;
+        self.objects.barrier()?;
+        let old = ObjectKey::Manifest(Generation(self.manifest.generation));
         self.manifest = next;
-        self.backend.delete(&old)?;
+        self.objects.delete(&old)?;
         for key in superseded {
-            self.backend.delete(key)?;
+            self.objects.delete(key)?;
         }
-        self.backend.sync()
+        self.objects.barrier()
     }
 
     /// Write the index entries a mutation added as one new segment and return
@@ -278,9 +286,9 @@ impl Repository {
         if entries.is_empty() {
             return Ok(());
         }
-        let key = segment_key(next.next_segment_id);
+        let key = ObjectKey::IndexSegment(next.next_segment_id);
         next.next_segment_id += 1;
-        self.backend.put_vec(&key, encode_segment(entries))?;
+        self.objects.put(&key, encode_segment(entries))?;
         next.index_segments.push(key);
         Ok(())
     }
@@ -289,7 +297,7 @@ impl Repository {
     /// replace them with one segment holding the whole in-memory index (which
     /// must already include the mutation's entries). Returns the keys the new
     /// manifest supersedes, to delete after publishing.
-    pub(crate) fn compact_segments(&self, next: &mut Manifest) -> Result<Vec<String>> {
+    pub(crate) fn compact_segments(&self, next: &mut Manifest) -> Result<Vec<ObjectKey>> {
         if next.index_segments.len() <= MAX_SEGMENTS {
             return Ok(Vec::new());
         }
@@ -323,8 +331,13 @@ impl Repository {
     pub fn store(&self) -> &ContainerStore {
         &self.store
     }
-    pub fn backend(&self) -> &Arc<dyn Backend> {
-        &self.backend
+    /// The object store underneath the sealing layer.
+    pub fn object_store(&self) -> &Arc<dyn ObjectStore> {
+        self.objects.store()
+    }
+    /// The sealed view every object read and write goes through.
+    pub fn objects(&self) -> &SealedStore {
+        &self.objects
     }
 
     /// Find a backup by `latest`, its numeric id, or a prefix (≥ 4 hex digits)
@@ -400,7 +413,7 @@ impl Repository {
         let (de, re) = self.index.len();
         let mem = self.index.memory_bytes();
         RepoStats {
-            location: self.backend.location(),
+            location: self.objects.location(),
             generation: m.generation,
             hash: m.config.hash,
             chunker: m.config.chunker.describe(),

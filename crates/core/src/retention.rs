@@ -25,17 +25,9 @@ pub struct RetentionPlan {
 
 const DAY: u64 = 86_400;
 
-/// Days since 1970-01-01 → (year, month) (proleptic Gregorian; the
-/// days-to-civil algorithm of H. Hinnant).
+/// Days since 1970-01-01 → (year, month) (proleptic Gregorian).
 fn year_month(days: i64) -> (i64, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
+    let (y, m, _) = crate::clock::civil_from_days(days);
     (y, m)
 }
 

@@ -306,7 +306,7 @@ fn backup_into_fresh_repo(
     stream_path: &Path,
     repo_dir: &Path,
 ) -> Result<(
-    std::sync::Arc<dyn tessera_core::backend::Backend>,
+    std::sync::Arc<dyn tessera_core::backend::ObjectStore>,
     BackupReport,
 )> {
     if repo_dir.exists() {

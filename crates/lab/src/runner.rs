@@ -12,7 +12,7 @@ use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
-use tessera_core::backend::{self, Backend, CountingBackend, IoCounters};
+use tessera_core::backend::{self, CountingStore, IoCounters, ObjectStore};
 use tessera_core::catalog::SourceKind;
 use tessera_core::gc::GcReport;
 use tessera_core::ingest::GroupInput;
@@ -496,9 +496,9 @@ fn summarize(s: &mut Summary, rows: &[Row]) {
     }
 }
 
-/// The backend of an approach's repository, counted so each row can say
+/// The store of an approach's repository, counted so each row can say
 /// what it cost in backend requests and bytes.
-type Counted = Arc<CountingBackend<Arc<dyn Backend>>>;
+type Counted = Arc<CountingStore<Arc<dyn ObjectStore>>>;
 
 fn open_repo(exp: &Experiment, a: &Approach, work: &Path) -> Result<(Repository, Counted)> {
     let location = match exp.backend {
@@ -514,7 +514,7 @@ fn open_repo(exp: &Experiment, a: &Approach, work: &Path) -> Result<(Repository,
                 .to_string()
         }
     };
-    let counted = Arc::new(CountingBackend::new(backend::create(&location)?));
+    let counted = Arc::new(CountingStore::new(backend::create(&location)?));
     Repository::init(
         counted.clone(),
         &InitOptions {

@@ -12,7 +12,7 @@ use crate::args::{Cli, Command, RepoArg};
 use anyhow::Result;
 use std::process::ExitCode;
 use std::sync::Arc;
-use tessera_core::backend::{self, Backend, CountingBackend};
+use tessera_core::backend::{self, CountingStore, ObjectStore};
 use tessera_core::check::ReadData;
 
 pub fn run(cli: Cli) -> Result<ExitCode> {
@@ -116,11 +116,11 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
-/// A repository's backend, counted so `--json` reports can say what a
+/// A repository's store, counted so `--json` reports can say what a
 /// command cost in backend requests and bytes.
-pub type Counted = Arc<CountingBackend<Arc<dyn Backend>>>;
+pub type Counted = Arc<CountingStore<Arc<dyn ObjectStore>>>;
 
-/// The backend of an existing repository.
+/// The store of an existing repository.
 pub fn open_backend(repo: &RepoArg) -> Result<Counted> {
-    Ok(Arc::new(CountingBackend::new(backend::open(&repo.repo)?)))
+    Ok(Arc::new(CountingStore::new(backend::open(&repo.repo)?)))
 }

@@ -195,8 +195,8 @@ fn second_writer_is_refused_until_unlock() {
     let t = tempfile::tempdir().unwrap();
     let repo = t.path().join("repo");
     ok(tessera(&repo).arg("init"));
-    let backend: Arc<dyn tessera_core::backend::Backend> =
-        Arc::new(tessera_core::backend::LocalBackend::open(&repo).unwrap());
+    let backend: Arc<dyn tessera_core::backend::ObjectStore> =
+        Arc::new(tessera_core::backend::LocalStore::open(&repo).unwrap());
     let held = tessera_core::lock::RepoLock::acquire(backend, "tessera backup").unwrap();
     fails(
         tessera(&repo)

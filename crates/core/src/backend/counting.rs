@@ -1,8 +1,8 @@
-//! A wrapper that counts backend operations, so benchmarks and tests can
-//! report (and assert) how much I/O an operation really did, in total and
-//! per kind of object (`containers/`, `index/`, `manifests/`, `lock`).
+//! A wrapper that counts store requests, so benchmarks, tests and reports
+//! can say how much I/O an operation really did, in total and per kind of
+//! object (manifests, containers, index segments, the lock).
 
-use super::{Backend, ObjectBytes};
+use super::{KeyKind, ObjectBytes, ObjectKey, ObjectStore};
 use crate::error::Result;
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
@@ -10,8 +10,8 @@ use std::sync::{Mutex, MutexGuard};
 /// Operation counts. Every call is counted, failed ones included (a failed
 /// request still cost a round trip); byte counts include only successful
 /// transfers. `size` is counted as a get of 0 bytes (a metadata request),
-/// `create_new` as a put, and each file removed by `remove_temporaries` as a
-/// delete.
+/// `put_if_absent` as a put, and each leftover removed by
+/// `clean_interrupted` as a delete.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct IoCounters {
     pub gets: u64,
@@ -20,6 +20,7 @@ pub struct IoCounters {
     pub put_bytes: u64,
     pub deletes: u64,
     pub lists: u64,
+    /// Durability barriers.
     pub syncs: u64,
 }
 
@@ -48,29 +49,20 @@ impl IoCounters {
     }
 }
 
-/// The class a key is counted under: the key up to and including its first
-/// `/` (`containers/`), or the whole key if it has none (`lock`). A list is
-/// counted under the class of its prefix, and operations without a key
-/// (`sync`, `remove_temporaries`) under the empty class.
-fn class_of(key: &str) -> &str {
-    match key.find('/') {
-        Some(i) => &key[..=i],
-        None => key,
-    }
-}
-
-pub struct CountingBackend<B: Backend> {
+/// Counts requests by key kind; operations without a key (`barrier`,
+/// `clean_interrupted`) and strays outside every prefix count under `None`.
+pub struct CountingStore<B: ObjectStore> {
     inner: B,
-    /// Per-class counts; the total is their sum. One short critical section
-    /// per operation is negligible next to the I/O itself.
-    by_class: Mutex<BTreeMap<String, IoCounters>>,
+    /// One short critical section per operation is negligible next to the
+    /// I/O itself.
+    by_kind: Mutex<BTreeMap<Option<KeyKind>, IoCounters>>,
 }
 
-impl<B: Backend> CountingBackend<B> {
+impl<B: ObjectStore> CountingStore<B> {
     pub fn new(inner: B) -> Self {
-        CountingBackend {
+        CountingStore {
             inner,
-            by_class: Mutex::new(BTreeMap::new()),
+            by_kind: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -78,142 +70,118 @@ impl<B: Backend> CountingBackend<B> {
         &self.inner
     }
 
-    fn classes(&self) -> MutexGuard<'_, BTreeMap<String, IoCounters>> {
-        self.by_class.lock().unwrap_or_else(|p| p.into_inner())
+    fn kinds(&self) -> MutexGuard<'_, BTreeMap<Option<KeyKind>, IoCounters>> {
+        self.by_kind.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn count(&self, key: &str, update: impl FnOnce(&mut IoCounters)) {
-        let class = class_of(key);
-        let mut classes = self.classes();
-        match classes.get_mut(class) {
-            Some(c) => update(c),
-            None => update(classes.entry(class.to_string()).or_default()),
-        }
+    fn count(&self, kind: Option<KeyKind>, update: impl FnOnce(&mut IoCounters)) {
+        update(self.kinds().entry(kind).or_default());
     }
 
-    /// Counts of every operation so far.
+    /// Counts of every operation so far, barriers included.
     pub fn counters(&self) -> IoCounters {
-        self.counters_for("")
-    }
-
-    /// Counts of the operations on keys starting with `prefix`, which is
-    /// matched against key classes: pass a class such as `"containers/"` or
-    /// `"lock"`. The empty prefix gives the total, syncs included.
-    pub fn counters_for(&self, prefix: &str) -> IoCounters {
         let mut total = IoCounters::default();
-        for (_, c) in self
-            .classes()
-            .iter()
-            .filter(|(class, _)| class.starts_with(prefix))
-        {
+        for c in self.kinds().values() {
             total.add(c);
         }
         total
     }
 
+    /// Counts of the operations on keys of one kind.
+    pub fn counters_of(&self, kind: KeyKind) -> IoCounters {
+        self.kinds().get(&Some(kind)).copied().unwrap_or_default()
+    }
+
     /// Forget all counts.
     pub fn reset(&self) {
-        self.classes().clear();
+        self.kinds().clear();
+    }
+
+    fn got(&self, key: &ObjectKey, bytes: u64) {
+        self.count(key.kind(), |c| {
+            c.gets += 1;
+            c.get_bytes += bytes;
+        });
+    }
+
+    fn wrote(&self, key: &ObjectKey, bytes: u64) {
+        self.count(key.kind(), |c| {
+            c.puts += 1;
+            c.put_bytes += bytes;
+        });
     }
 }
 
-impl<B: Backend> Backend for CountingBackend<B> {
-    fn put(&self, key: &str, data: &[u8]) -> Result<()> {
-        let r = self.inner.put(key, data);
-        let bytes = if r.is_ok() { data.len() as u64 } else { 0 };
-        self.count(key, |c| {
-            c.puts += 1;
-            c.put_bytes += bytes;
-        });
-        r
-    }
-
-    fn put_vec(&self, key: &str, data: Vec<u8>) -> Result<()> {
-        let len = data.len() as u64;
-        let r = self.inner.put_vec(key, data);
-        let bytes = if r.is_ok() { len } else { 0 };
-        self.count(key, |c| {
-            c.puts += 1;
-            c.put_bytes += bytes;
-        });
-        r
-    }
-
-    fn get(&self, key: &str) -> Result<Vec<u8>> {
+impl<B: ObjectStore> ObjectStore for CountingStore<B> {
+    fn get(&self, key: &ObjectKey) -> Result<Vec<u8>> {
         let r = self.inner.get(key);
-        let bytes = r.as_ref().map_or(0, |v| v.len() as u64);
-        self.count(key, |c| {
-            c.gets += 1;
-            c.get_bytes += bytes;
-        });
+        self.got(key, r.as_ref().map_or(0, |v| v.len() as u64));
         r
     }
 
-    fn get_into(&self, key: &str, buf: &mut Vec<u8>) -> Result<()> {
+    fn get_into(&self, key: &ObjectKey, buf: &mut Vec<u8>) -> Result<()> {
         let r = self.inner.get_into(key, buf);
-        let bytes = if r.is_ok() { buf.len() as u64 } else { 0 };
-        self.count(key, |c| {
-            c.gets += 1;
-            c.get_bytes += bytes;
-        });
+        self.got(key, if r.is_ok() { buf.len() as u64 } else { 0 });
         r
     }
 
-    fn get_shared(&self, key: &str, reuse: Vec<u8>) -> Result<ObjectBytes> {
-        let r = self.inner.get_shared(key, reuse);
-        let bytes = r.as_ref().map_or(0, |o| o.len() as u64);
-        self.count(key, |c| {
-            c.gets += 1;
-            c.get_bytes += bytes;
-        });
+    fn get_whole(&self, key: &ObjectKey, reuse: Vec<u8>) -> Result<ObjectBytes> {
+        let r = self.inner.get_whole(key, reuse);
+        self.got(key, r.as_ref().map_or(0, |o| o.len() as u64));
         r
     }
 
-    fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+    fn get_range(&self, key: &ObjectKey, offset: u64, len: u64) -> Result<Vec<u8>> {
         let r = self.inner.get_range(key, offset, len);
-        let bytes = r.as_ref().map_or(0, |v| v.len() as u64);
-        self.count(key, |c| {
-            c.gets += 1;
-            c.get_bytes += bytes;
-        });
+        self.got(key, r.as_ref().map_or(0, |v| v.len() as u64));
         r
     }
 
-    fn size(&self, key: &str) -> Result<u64> {
+    fn size(&self, key: &ObjectKey) -> Result<u64> {
         let r = self.inner.size(key);
-        self.count(key, |c| c.gets += 1);
+        self.got(key, 0);
         r
     }
 
-    fn list(&self, prefix: &str) -> Result<Vec<String>> {
-        let r = self.inner.list(prefix);
-        self.count(prefix, |c| c.lists += 1);
+    fn put(&self, key: &ObjectKey, data: &[u8]) -> Result<()> {
+        let r = self.inner.put(key, data);
+        self.wrote(key, if r.is_ok() { data.len() as u64 } else { 0 });
         r
     }
 
-    fn delete(&self, key: &str) -> Result<()> {
-        let r = self.inner.delete(key);
-        self.count(key, |c| c.deletes += 1);
+    fn put_owned(&self, key: &ObjectKey, data: Vec<u8>) -> Result<()> {
+        let len = data.len() as u64;
+        let r = self.inner.put_owned(key, data);
+        self.wrote(key, if r.is_ok() { len } else { 0 });
         r
     }
 
-    fn sync(&self) -> Result<()> {
-        let r = self.inner.sync();
-        self.count("", |c| c.syncs += 1);
-        r
-    }
-
-    fn create_new(&self, key: &str, data: &[u8]) -> Result<bool> {
-        let r = self.inner.create_new(key, data);
+    fn put_if_absent(&self, key: &ObjectKey, data: &[u8]) -> Result<bool> {
+        let r = self.inner.put_if_absent(key, data);
         let bytes = if matches!(r, Ok(true)) {
             data.len() as u64
         } else {
             0
         };
-        self.count(key, |c| {
-            c.puts += 1;
-            c.put_bytes += bytes;
-        });
+        self.wrote(key, bytes);
+        r
+    }
+
+    fn list(&self, kind: KeyKind) -> Result<Vec<ObjectKey>> {
+        let r = self.inner.list(kind);
+        self.count(Some(kind), |c| c.lists += 1);
+        r
+    }
+
+    fn delete(&self, key: &ObjectKey) -> Result<()> {
+        let r = self.inner.delete(key);
+        self.count(key.kind(), |c| c.deletes += 1);
+        r
+    }
+
+    fn barrier(&self) -> Result<()> {
+        let r = self.inner.barrier();
+        self.count(None, |c| c.syncs += 1);
         r
     }
 
@@ -221,10 +189,10 @@ impl<B: Backend> Backend for CountingBackend<B> {
         self.inner.location()
     }
 
-    fn remove_temporaries(&self) -> Result<usize> {
-        let r = self.inner.remove_temporaries();
+    fn clean_interrupted(&self) -> Result<usize> {
+        let r = self.inner.clean_interrupted();
         let removed = *r.as_ref().unwrap_or(&0) as u64;
-        self.count("", |c| c.deletes += removed);
+        self.count(None, |c| c.deletes += removed);
         r
     }
 }

@@ -3,13 +3,13 @@
 //! `put` writes a hidden temporary file next to the final name and renames it
 //! over that name, so a reader sees the old object, the new one or nothing,
 //! never a partial file. Nothing is fsynced per put: the written files and
-//! their directories are remembered, and [`Backend::sync`] fsyncs them all at
+//! their directories are remembered, and [`ObjectStore::barrier`] fsyncs them all at
 //! once (files first, then directories, so the renames themselves are
-//! durable). A crash before `sync` may lose those objects, which the engine
-//! tolerates because no manifest references an object before a `sync`.
+//! durable). A crash before `barrier` may lose those objects, which the engine
+//! tolerates because no manifest references an object before a `barrier`.
 
-use super::{Backend, ObjectBytes};
-use crate::error::{Error, IoContext, Result};
+use super::{keys_of, KeyKind, ObjectBytes, ObjectKey, ObjectStore};
+use crate::error::{Error, IoContext, ObjectRef, Result};
 use std::collections::BTreeSet;
 use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, Write};
@@ -77,11 +77,11 @@ fn missing_ancestors(dir: &Path, stop: Option<&Path>) -> Vec<PathBuf> {
     missing
 }
 
-/// Objects at least this large are mapped by `get_shared` instead of read.
+/// Objects at least this large are mapped by `get_whole` instead of read.
 const MAP_MIN: u64 = 1 << 20;
 
 /// Objects at least this large are written behind (containers, index
-/// segments); small ones wait for `sync`.
+/// segments); small ones wait for `barrier`.
 pub(super) const WRITE_BEHIND_MIN: usize = 256 << 10;
 /// How many written-behind objects may still be on their way to disk.
 pub(super) const WRITE_BEHIND_DEPTH: usize = 2;
@@ -95,7 +95,7 @@ pub(super) const WRITE_BEHIND_DEPTH: usize = 2;
 /// write-back starts as soon as it is written, and once `WRITE_BEHIND_DEPTH`
 /// newer ones follow it, we wait for it to reach the disk and drop its
 /// pages, which the next containers then reuse. Durability still comes only
-/// from `sync` (fsync of files and directories); this changes when data
+/// from `barrier` (fsync of files and directories); this changes when data
 /// moves, never what a crash can leave.
 #[derive(Default)]
 struct WriteBehind {
@@ -128,7 +128,7 @@ fn start_writeback(file: &File) {
 }
 
 /// Wait until `file`'s data has been written back, then drop its pages.
-/// Failures are ignored: the fsync of `sync` reports real I/O errors.
+/// Failures are ignored: the fsync of `barrier` reports real I/O errors.
 fn retire(file: &File) {
     #[cfg(target_os = "linux")]
     {
@@ -152,31 +152,31 @@ fn is_temporary(name: &str) -> bool {
     name.starts_with('.') && name.ends_with(".tmp")
 }
 
-/// Files and directories changed since the last successful `sync`.
+/// Files and directories changed since the last successful `barrier`.
 #[derive(Default)]
 struct Pending {
     files: BTreeSet<PathBuf>,
     dirs: BTreeSet<PathBuf>,
 }
 
-pub struct LocalBackend {
+pub struct LocalStore {
     root: PathBuf,
     pending: Mutex<Pending>,
     write_behind: Mutex<WriteBehind>,
-    /// Held for the whole of `sync`, so a second `sync` cannot return while
+    /// Held for the whole of `barrier`, so a second `barrier` cannot return while
     /// the first is still flushing entries it took from `pending`.
     sync_lock: Mutex<()>,
 }
 
-impl std::fmt::Debug for LocalBackend {
+impl std::fmt::Debug for LocalStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LocalBackend")
+        f.debug_struct("LocalStore")
             .field("root", &self.root)
             .finish()
     }
 }
 
-impl LocalBackend {
+impl LocalStore {
     /// Open an existing repository directory.
     pub fn open(root: &Path) -> Result<Self> {
         match fs::metadata(root) {
@@ -196,7 +196,7 @@ impl LocalBackend {
     }
 
     /// Create the repository directory (and its parents) if needed and open it.
-    /// The new directories are made durable by the first `sync`.
+    /// The new directories are made durable by the first `barrier`.
     pub fn create(root: &Path) -> Result<Self> {
         let created = missing_ancestors(root, None);
         fs::create_dir_all(root)
@@ -210,7 +210,7 @@ impl LocalBackend {
     }
 
     fn at(root: &Path) -> Self {
-        LocalBackend {
+        LocalStore {
             root: root.to_path_buf(),
             pending: Mutex::new(Pending::default()),
             write_behind: Mutex::new(WriteBehind::default()),
@@ -222,16 +222,17 @@ impl LocalBackend {
         &self.root
     }
 
-    /// How many files and directories the next `sync` would flush.
+    /// How many files and directories the next `barrier` would flush.
     #[cfg(test)]
     pub(crate) fn unsynced_counts(&self) -> (usize, usize) {
         let p = self.pending();
         (p.files.len(), p.dirs.len())
     }
 
-    fn path(&self, key: &str) -> Result<PathBuf> {
-        validate_key(key)?;
-        Ok(self.root.join(key))
+    fn path(&self, key: &ObjectKey) -> Result<PathBuf> {
+        let name = key.name();
+        validate_key(&name)?;
+        Ok(self.root.join(name))
     }
 
     fn pending(&self) -> std::sync::MutexGuard<'_, Pending> {
@@ -309,7 +310,7 @@ impl LocalBackend {
     }
 
     /// Delete the leftovers of interrupted puts; returns how many were
-    /// removed. Their directories are made durable by the next `sync`.
+    /// removed. Their directories are made durable by the next `barrier`.
     pub fn remove_temporaries(&self) -> Result<usize> {
         let mut removed = 0;
         for path in self.list_temporaries()? {
@@ -353,7 +354,7 @@ impl LocalBackend {
     }
 
     /// Open an object for reading: its path, the file and its size.
-    fn open_object(&self, key: &str) -> Result<(PathBuf, File, u64)> {
+    fn open_object(&self, key: &ObjectKey) -> Result<(PathBuf, File, u64)> {
         let path = self.path(key)?;
         let file = File::open(&path).map_err(|e| Self::missing_or(key, &path, "open", e))?;
         let size = file
@@ -365,7 +366,7 @@ impl LocalBackend {
 
     /// Read all of `file` (of `size` bytes when opened) into `buf`.
     fn read_whole(
-        key: &str,
+        key: &ObjectKey,
         path: &Path,
         mut file: File,
         size: u64,
@@ -380,9 +381,9 @@ impl LocalBackend {
         Ok(())
     }
 
-    fn missing_or(key: &str, path: &Path, what: &str, e: std::io::Error) -> Error {
+    fn missing_or(key: &ObjectKey, path: &Path, what: &str, e: std::io::Error) -> Error {
         if e.kind() == ErrorKind::NotFound {
-            Error::MissingObject(key.to_string())
+            Error::missing(ObjectRef::Stored(key.clone()))
         } else {
             Error::io(format!("cannot {what} {}", path.display()), e)
         }
@@ -410,8 +411,8 @@ impl LocalBackend {
     }
 }
 
-impl Backend for LocalBackend {
-    fn put(&self, key: &str, data: &[u8]) -> Result<()> {
+impl ObjectStore for LocalStore {
+    fn put(&self, key: &ObjectKey, data: &[u8]) -> Result<()> {
         let path = self.path(key)?;
         let (tmp, new_dirs) = self.write_temp(&path, data, false)?;
         if let Err(e) = fs::rename(&tmp, &path) {
@@ -428,7 +429,7 @@ impl Backend for LocalBackend {
         Ok(())
     }
 
-    fn get(&self, key: &str) -> Result<Vec<u8>> {
+    fn get(&self, key: &ObjectKey) -> Result<Vec<u8>> {
         let path = self.path(key)?;
         fs::read(&path).map_err(|e| Self::missing_or(key, &path, "read", e))
     }
@@ -443,30 +444,30 @@ impl Backend for LocalBackend {
     /// mapped file keeps its pages, so a mapping never changes under the
     /// reader. A file truncated in place by someone else while it is mapped
     /// would fault the reader (SIGBUS); nothing in Tessera does that.
-    fn get_shared(&self, key: &str, reuse: Vec<u8>) -> Result<ObjectBytes> {
+    fn get_whole(&self, key: &ObjectKey, reuse: Vec<u8>) -> Result<ObjectBytes> {
         let (path, file, size) = self.open_object(key)?;
         if size < MAP_MIN {
             let mut buf = reuse;
             Self::read_whole(key, &path, file, size, &mut buf)?;
-            return Ok(ObjectBytes::Owned(buf));
+            return Ok(buf.into());
         }
         // SAFETY: see above; the length is the file's at open, and a shorter
         // file than its header promises is caught by the container decoder.
         let map = unsafe { memmap2::MmapOptions::new().populate().map(&file) }
             .ctx(|| format!("cannot map {}", path.display()))?;
-        Ok(ObjectBytes::Mapped(map))
+        Ok(ObjectBytes::mapped(map))
     }
 
-    fn get_into(&self, key: &str, buf: &mut Vec<u8>) -> Result<()> {
+    fn get_into(&self, key: &ObjectKey, buf: &mut Vec<u8>) -> Result<()> {
         let (path, file, size) = self.open_object(key)?;
         Self::read_whole(key, &path, file, size, buf)
     }
 
-    fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+    fn get_range(&self, key: &ObjectKey, offset: u64, len: u64) -> Result<Vec<u8>> {
         let (path, file, size) = self.open_object(key)?;
         let truncated = || {
             Error::corrupt(
-                key,
+                ObjectRef::Stored(key.clone()),
                 format!("truncated: wanted {len} bytes at offset {offset}, but the object has {size} bytes"),
             )
         };
@@ -484,19 +485,29 @@ impl Backend for LocalBackend {
         }
     }
 
-    fn size(&self, key: &str) -> Result<u64> {
+    fn size(&self, key: &ObjectKey) -> Result<u64> {
         let path = self.path(key)?;
         let meta = fs::metadata(&path).map_err(|e| Self::missing_or(key, &path, "stat", e))?;
         if meta.is_dir() {
             // A directory of objects is not an object.
-            return Err(Error::MissingObject(key.to_string()));
+            return Err(Error::missing(ObjectRef::Stored(key.clone())));
         }
         Ok(meta.len())
     }
 
-    fn list(&self, prefix: &str) -> Result<Vec<String>> {
+    fn list(&self, kind: KeyKind) -> Result<Vec<ObjectKey>> {
         // Only the directory named by the prefix's complete components can
         // hold matching keys; walk that one.
+        let prefix = kind.prefix();
+        if kind == KeyKind::Lock {
+            // One name at the root: no walk of the whole tree.
+            let lock = self.root.join(prefix);
+            return Ok(if lock.is_file() {
+                vec![ObjectKey::Lock]
+            } else {
+                Vec::new()
+            });
+        }
         validate_prefix(prefix)?;
         let dir_part = prefix.rfind('/').map_or("", |i| &prefix[..i]);
         let start = if dir_part.is_empty() {
@@ -518,10 +529,10 @@ impl Backend for LocalBackend {
             }
         })?;
         keys.sort();
-        Ok(keys)
+        Ok(keys_of(kind, keys))
     }
 
-    fn delete(&self, key: &str) -> Result<()> {
+    fn delete(&self, key: &ObjectKey) -> Result<()> {
         let path = self.path(key)?;
         match fs::remove_file(&path) {
             Ok(()) => {}
@@ -534,7 +545,7 @@ impl Backend for LocalBackend {
         Ok(())
     }
 
-    fn sync(&self) -> Result<()> {
+    fn barrier(&self) -> Result<()> {
         let _serial = self.sync_lock.lock().unwrap_or_else(|p| p.into_inner());
         let taken = std::mem::take(&mut *self.pending());
         let files: Vec<PathBuf> = taken.files.into_iter().collect();
@@ -558,7 +569,7 @@ impl Backend for LocalBackend {
     /// written and fsynced under a temporary name, then hard-linked to the
     /// final name, which fails if it exists. Filesystems without hard links
     /// fall back to `O_EXCL` creation and writing in place.
-    fn create_new(&self, key: &str, data: &[u8]) -> Result<bool> {
+    fn put_if_absent(&self, key: &ObjectKey, data: &[u8]) -> Result<bool> {
         let path = self.path(key)?;
         let dir = Self::parent_of(&path);
         let (tmp, new_dirs) = self.write_temp(&path, data, true)?;
@@ -579,13 +590,14 @@ impl Backend for LocalBackend {
         self.root.display().to_string()
     }
 
-    fn remove_temporaries(&self) -> Result<usize> {
-        LocalBackend::remove_temporaries(self)
+    /// Interrupted puts leave hidden temporary files.
+    fn clean_interrupted(&self) -> Result<usize> {
+        self.remove_temporaries()
     }
 }
 
-impl LocalBackend {
-    /// `create_new` without hard links: `O_EXCL`, write, fsync. A failed
+impl LocalStore {
+    /// `put_if_absent` without hard links: `O_EXCL`, write, fsync. A failed
     /// write removes the file so no truncated object remains.
     fn create_in_place(&self, path: &Path, data: &[u8]) -> Result<bool> {
         let mut file = match OpenOptions::new().write(true).create_new(true).open(path) {

@@ -1,21 +1,21 @@
-//! An in-memory backend with the same semantics as [`super::LocalBackend`]
+//! An in-memory store with the same semantics as [`super::LocalStore`]
 //! (key validation, missing objects, truncated ranges), for tests and the
 //! lab's trace mode where the data never needs to outlive the process.
 
 use super::local::{validate_key, validate_prefix};
-use super::Backend;
-use crate::error::{Error, Result};
+use super::{keys_of, KeyKind, ObjectKey, ObjectStore};
+use crate::error::{Error, ObjectRef, Result};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// Everything lives in one map. Values are `Arc`ed so that a `get` only
-/// copies the bytes after the lock has been released.
+/// Everything lives in one map, by name. Values are `Arc`ed so that a `get`
+/// only copies the bytes after the lock has been released.
 #[derive(Debug, Default)]
-pub struct MemoryBackend {
+pub struct MemoryStore {
     objects: Mutex<BTreeMap<String, Arc<Vec<u8>>>>,
 }
 
-impl MemoryBackend {
+impl MemoryStore {
     pub fn new() -> Self {
         Self::default()
     }
@@ -25,12 +25,18 @@ impl MemoryBackend {
         self.objects.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn object(&self, key: &str) -> Result<Arc<Vec<u8>>> {
-        validate_key(key)?;
+    fn name(key: &ObjectKey) -> Result<String> {
+        let name = key.name();
+        validate_key(&name)?;
+        Ok(name)
+    }
+
+    fn object(&self, key: &ObjectKey) -> Result<Arc<Vec<u8>>> {
+        let name = Self::name(key)?;
         self.objects()
-            .get(key)
+            .get(&name)
             .cloned()
-            .ok_or_else(|| Error::MissingObject(key.to_string()))
+            .ok_or_else(|| Error::missing(ObjectRef::Stored(key.clone())))
     }
 
     /// Number of objects stored.
@@ -48,65 +54,67 @@ impl MemoryBackend {
     }
 }
 
-impl Backend for MemoryBackend {
-    fn put(&self, key: &str, data: &[u8]) -> Result<()> {
-        validate_key(key)?;
+impl ObjectStore for MemoryStore {
+    fn put(&self, key: &ObjectKey, data: &[u8]) -> Result<()> {
+        let name = Self::name(key)?;
         let value = Arc::new(data.to_vec());
-        self.objects().insert(key.to_string(), value);
+        self.objects().insert(name, value);
         Ok(())
     }
 
-    fn put_vec(&self, key: &str, data: Vec<u8>) -> Result<()> {
-        validate_key(key)?;
-        self.objects().insert(key.to_string(), Arc::new(data));
+    fn put_owned(&self, key: &ObjectKey, data: Vec<u8>) -> Result<()> {
+        let name = Self::name(key)?;
+        self.objects().insert(name, Arc::new(data));
         Ok(())
     }
 
-    fn get(&self, key: &str) -> Result<Vec<u8>> {
+    fn get(&self, key: &ObjectKey) -> Result<Vec<u8>> {
         Ok(self.object(key)?.as_ref().clone())
     }
 
-    fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+    fn get_range(&self, key: &ObjectKey, offset: u64, len: u64) -> Result<Vec<u8>> {
         let data = self.object(key)?;
         let size = data.len() as u64;
         match offset.checked_add(len) {
             Some(end) if end <= size => Ok(data[offset as usize..end as usize].to_vec()),
             _ => Err(Error::corrupt(
-                key,
+                ObjectRef::Stored(key.clone()),
                 format!("truncated: wanted {len} bytes at offset {offset}, but the object has {size} bytes"),
             )),
         }
     }
 
-    fn size(&self, key: &str) -> Result<u64> {
+    fn size(&self, key: &ObjectKey) -> Result<u64> {
         Ok(self.object(key)?.len() as u64)
     }
 
-    fn list(&self, prefix: &str) -> Result<Vec<String>> {
+    fn list(&self, kind: KeyKind) -> Result<Vec<ObjectKey>> {
+        let prefix = kind.prefix();
         validate_prefix(prefix)?;
         // BTreeMap order is byte order, the same as the sorted local listing.
-        Ok(self
+        let names: Vec<String> = self
             .objects()
             .range(prefix.to_string()..)
             .take_while(|(k, _)| k.starts_with(prefix))
             .map(|(k, _)| k.clone())
-            .collect())
+            .collect();
+        Ok(keys_of(kind, names))
     }
 
-    fn delete(&self, key: &str) -> Result<()> {
-        validate_key(key)?;
-        self.objects().remove(key);
+    fn delete(&self, key: &ObjectKey) -> Result<()> {
+        let name = Self::name(key)?;
+        self.objects().remove(&name);
         Ok(())
     }
 
     /// Memory is as durable as it gets here.
-    fn sync(&self) -> Result<()> {
+    fn barrier(&self) -> Result<()> {
         Ok(())
     }
 
-    fn create_new(&self, key: &str, data: &[u8]) -> Result<bool> {
-        validate_key(key)?;
-        match self.objects().entry(key.to_string()) {
+    fn put_if_absent(&self, key: &ObjectKey, data: &[u8]) -> Result<bool> {
+        let name = Self::name(key)?;
+        match self.objects().entry(name) {
             std::collections::btree_map::Entry::Occupied(_) => Ok(false),
             std::collections::btree_map::Entry::Vacant(v) => {
                 v.insert(Arc::new(data.to_vec()));

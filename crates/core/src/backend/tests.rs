@@ -3,29 +3,49 @@
 
 use super::local::{WRITE_BEHIND_DEPTH, WRITE_BEHIND_MIN};
 use super::*;
-use crate::error::Error;
+use crate::error::{Error, ObjectRef};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-fn local() -> (tempfile::TempDir, LocalBackend) {
+fn local() -> (tempfile::TempDir, LocalStore) {
     let dir = tempfile::tempdir().unwrap();
-    let b = LocalBackend::create(&dir.path().join("repo")).unwrap();
+    let b = LocalStore::create(&dir.path().join("repo")).unwrap();
     (dir, b)
 }
 
-/// Everything a backend holds, read through its own interface.
-fn contents(b: &dyn Backend) -> BTreeMap<String, Vec<u8>> {
-    b.list("")
-        .unwrap()
+/// A key by name (strays for names that are no engine key).
+fn nk(name: &str) -> ObjectKey {
+    ObjectKey::parse(name)
+}
+
+/// Names of everything a store lists, of every kind, sorted.
+fn names(b: &dyn ObjectStore) -> Vec<String> {
+    let mut all: Vec<String> = KeyKind::ALL
+        .iter()
+        .flat_map(|kind| b.list(*kind).unwrap())
+        .map(|k| k.name())
+        .collect();
+    all.sort();
+    all
+}
+
+/// Names a store lists of one kind.
+fn listed(b: &dyn ObjectStore, kind: KeyKind) -> Vec<String> {
+    b.list(kind).unwrap().iter().map(ObjectKey::name).collect()
+}
+
+/// Everything a store lists, read through its own interface.
+fn contents(b: &dyn ObjectStore) -> BTreeMap<String, Vec<u8>> {
+    names(b)
         .into_iter()
-        .map(|k| (k.clone(), b.get(&k).unwrap()))
+        .map(|k| (k.clone(), b.get(&nk(&k)).unwrap()))
         .collect()
 }
 
 fn assert_missing<T: std::fmt::Debug>(r: crate::Result<T>, key: &str) {
     match r {
-        Err(Error::MissingObject(k)) => assert_eq!(k, key),
+        Err(Error::MissingObject(k)) => assert_eq!(k.object, ObjectRef::Stored(nk(key))),
         other => panic!("expected MissingObject({key}), got {other:?}"),
     }
 }
@@ -41,44 +61,50 @@ fn assert_truncated<T: std::fmt::Debug>(r: crate::Result<T>, key: &str) {
 }
 
 /// The semantics every backend must share.
-fn check_contract(b: &dyn Backend) {
-    assert!(b.list("").unwrap().is_empty());
+fn check_contract(b: &dyn ObjectStore) {
+    assert!(names(b).is_empty());
 
     let data: Vec<u8> = (0..=255u8).cycle().take(1000).collect();
-    b.put("containers/000a", &data).unwrap();
-    assert_eq!(b.get("containers/000a").unwrap(), data);
-    assert_eq!(b.size("containers/000a").unwrap(), 1000);
-    assert_eq!(b.get_range("containers/000a", 0, 1000).unwrap(), data);
+    b.put(&nk("containers/000a"), &data).unwrap();
+    assert_eq!(b.get(&nk("containers/000a")).unwrap(), data);
+    assert_eq!(b.size(&nk("containers/000a")).unwrap(), 1000);
+    assert_eq!(b.get_range(&nk("containers/000a"), 0, 1000).unwrap(), data);
     assert_eq!(
-        b.get_range("containers/000a", 100, 28).unwrap(),
+        b.get_range(&nk("containers/000a"), 100, 28).unwrap(),
         &data[100..128]
     );
     assert_eq!(
-        b.get_range("containers/000a", 1000, 0).unwrap(),
+        b.get_range(&nk("containers/000a"), 1000, 0).unwrap(),
         Vec::<u8>::new()
     );
-    assert_truncated(b.get_range("containers/000a", 990, 11), "containers/000a");
-    assert_truncated(b.get_range("containers/000a", 1001, 0), "containers/000a");
     assert_truncated(
-        b.get_range("containers/000a", 1, u64::MAX),
+        b.get_range(&nk("containers/000a"), 990, 11),
+        "containers/000a",
+    );
+    assert_truncated(
+        b.get_range(&nk("containers/000a"), 1001, 0),
+        "containers/000a",
+    );
+    assert_truncated(
+        b.get_range(&nk("containers/000a"), 1, u64::MAX),
         "containers/000a",
     );
 
     // The whole-object reads that reuse a buffer agree with `get`, whatever
     // the buffer held; a large object (mapped by the local backend) too.
     let mut buf = vec![7u8; 3000];
-    b.get_into("containers/000a", &mut buf).unwrap();
+    b.get_into(&nk("containers/000a"), &mut buf).unwrap();
     assert_eq!(buf, data);
     assert_eq!(
-        &*b.get_shared("containers/000a", vec![7u8; 5]).unwrap(),
+        &*b.get_whole(&nk("containers/000a"), vec![7u8; 5]).unwrap(),
         &data[..]
     );
     let large: Vec<u8> = (0..(3usize << 20) + 5).map(|i| (i % 251) as u8).collect();
-    b.put("containers/000c", &large).unwrap();
-    assert!(*b.get_shared("containers/000c", Vec::new()).unwrap() == large[..]);
-    b.get_into("containers/000c", &mut buf).unwrap();
+    b.put(&nk("containers/000c"), &large).unwrap();
+    assert!(*b.get_whole(&nk("containers/000c"), Vec::new()).unwrap() == large[..]);
+    b.get_into(&nk("containers/000c"), &mut buf).unwrap();
     assert!(buf == large);
-    b.delete("containers/000c").unwrap();
+    b.delete(&nk("containers/000c")).unwrap();
 
     for key in [
         "containers/000b",
@@ -86,22 +112,22 @@ fn check_contract(b: &dyn Backend) {
         "nothing",
         "deep/er/key",
     ] {
-        assert_missing(b.get(key), key);
-        assert_missing(b.get_into(key, &mut buf), key);
-        assert_missing(b.get_shared(key, Vec::new()).map(|o| o.len()), key);
-        assert_missing(b.size(key), key);
-        assert_missing(b.get_range(key, 0, 1), key);
+        assert_missing(b.get(&nk(key)), key);
+        assert_missing(b.get_into(&nk(key), &mut buf), key);
+        assert_missing(b.get_whole(&nk(key), Vec::new()).map(|o| o.len()), key);
+        assert_missing(b.size(&nk(key)), key);
+        assert_missing(b.get_range(&nk(key), 0, 1), key);
     }
     // A directory of objects is not an object.
-    assert_missing(b.size("containers"), "containers");
+    assert_missing(b.size(&nk("containers")), "containers");
 
     // Overwrite replaces the whole object; empty objects exist.
-    b.put("containers/000a", b"short").unwrap();
-    assert_eq!(b.get("containers/000a").unwrap(), b"short");
-    assert_eq!(b.size("containers/000a").unwrap(), 5);
-    b.put("empty", b"").unwrap();
-    assert_eq!(b.get("empty").unwrap(), b"");
-    assert_eq!(b.size("empty").unwrap(), 0);
+    b.put(&nk("containers/000a"), b"short").unwrap();
+    assert_eq!(b.get(&nk("containers/000a")).unwrap(), b"short");
+    assert_eq!(b.size(&nk("containers/000a")).unwrap(), 5);
+    b.put(&nk("empty"), b"").unwrap();
+    assert_eq!(b.get(&nk("empty")).unwrap(), b"");
+    assert_eq!(b.size(&nk("empty")).unwrap(), 0);
 
     for key in [
         "manifests/0000000000000002",
@@ -109,45 +135,51 @@ fn check_contract(b: &dyn Backend) {
         "index/0001",
         "deep/er/key",
     ] {
-        b.put(key, key.as_bytes()).unwrap();
+        b.put(&nk(key), key.as_bytes()).unwrap();
     }
+    // Names outside every kind's prefix are not listed; those under one
+    // that do not parse are, as strays.
     let all = [
         "containers/000a",
-        "deep/er/key",
-        "empty",
         "index/0001",
         "manifests/0000000000000001",
         "manifests/0000000000000002",
     ];
-    assert_eq!(b.list("").unwrap(), all);
-    assert_eq!(b.list("manifests/").unwrap(), &all[4..]);
-    assert_eq!(b.list("manifests/0000000000000001").unwrap(), &all[4..5]);
-    assert_eq!(b.list("man").unwrap(), &all[4..]);
-    assert_eq!(b.list("deep/").unwrap(), ["deep/er/key"]);
-    assert_eq!(b.list("e").unwrap(), ["empty"]);
-    assert!(b.list("nothing/").unwrap().is_empty());
-    assert!(b.list("nothing/deeper/").unwrap().is_empty());
+    assert_eq!(names(b), all);
+    assert_eq!(
+        b.list(KeyKind::Manifest).unwrap(),
+        [
+            ObjectKey::Manifest(Generation(1)),
+            ObjectKey::Manifest(Generation(2))
+        ]
+    );
+    assert_eq!(
+        b.list(KeyKind::Container).unwrap(),
+        [ObjectKey::Stray("containers/000a".into())]
+    );
+    assert!(b.list(KeyKind::Lock).unwrap().is_empty());
 
-    b.delete("index/0001").unwrap();
-    assert_missing(b.get("index/0001"), "index/0001");
-    b.delete("index/0001").unwrap();
-    b.delete("never/existed").unwrap();
-    assert!(b.list("index/").unwrap().is_empty());
+    b.delete(&nk("index/0001")).unwrap();
+    assert_missing(b.get(&nk("index/0001")), "index/0001");
+    b.delete(&nk("index/0001")).unwrap();
+    b.delete(&nk("never/existed")).unwrap();
+    assert!(b.list(KeyKind::IndexSegment).unwrap().is_empty());
 
-    assert!(b.create_new("lock", b"first").unwrap());
-    assert!(!b.create_new("lock", b"second").unwrap());
-    assert_eq!(b.get("lock").unwrap(), b"first");
-    assert!(b.create_new("locks/nested", b"x").unwrap());
-    b.delete("lock").unwrap();
-    assert!(b.create_new("lock", b"third").unwrap());
-    assert_eq!(b.get("lock").unwrap(), b"third");
+    assert!(b.put_if_absent(&nk("lock"), b"first").unwrap());
+    assert!(!b.put_if_absent(&nk("lock"), b"second").unwrap());
+    assert_eq!(b.get(&nk("lock")).unwrap(), b"first");
+    assert!(b.put_if_absent(&nk("locks/nested"), b"x").unwrap());
+    b.delete(&nk("lock")).unwrap();
+    assert!(b.put_if_absent(&nk("lock"), b"third").unwrap());
+    assert_eq!(b.get(&nk("lock")).unwrap(), b"third");
+    assert_eq!(b.list(KeyKind::Lock).unwrap(), [ObjectKey::Lock]);
 
-    b.sync().unwrap();
-    assert_eq!(b.get("deep/er/key").unwrap(), b"deep/er/key");
+    b.barrier().unwrap();
+    assert_eq!(b.get(&nk("deep/er/key")).unwrap(), b"deep/er/key");
     assert!(!b.location().is_empty());
 }
 
-fn check_key_validation(b: &dyn Backend) {
+fn check_key_validation(b: &dyn ObjectStore) {
     for key in [
         "",
         "/abs",
@@ -165,32 +197,26 @@ fn check_key_validation(b: &dyn Backend) {
         "a\0b",
     ] {
         let invalid = |r: crate::Result<()>| matches!(r, Err(Error::Invalid(_)));
-        assert!(invalid(b.put(key, b"x")), "put {key:?}");
-        assert!(invalid(b.get(key).map(drop)), "get {key:?}");
+        assert!(invalid(b.put(&nk(key), b"x")), "put {key:?}");
+        assert!(invalid(b.get(&nk(key)).map(drop)), "get {key:?}");
         assert!(
-            invalid(b.get_range(key, 0, 0).map(drop)),
+            invalid(b.get_range(&nk(key), 0, 0).map(drop)),
             "get_range {key:?}"
         );
-        assert!(invalid(b.size(key).map(drop)), "size {key:?}");
-        assert!(invalid(b.delete(key)), "delete {key:?}");
+        assert!(invalid(b.size(&nk(key)).map(drop)), "size {key:?}");
+        assert!(invalid(b.delete(&nk(key))), "delete {key:?}");
         assert!(
-            invalid(b.create_new(key, b"x").map(drop)),
+            invalid(b.put_if_absent(&nk(key), b"x").map(drop)),
             "create_new {key:?}"
         );
     }
-    for prefix in ["/", "../", "a/../", "a//"] {
-        assert!(
-            matches!(b.list(prefix), Err(Error::Invalid(_))),
-            "list {prefix:?}"
-        );
-    }
-    b.put("ok-key_1.bin/x.y", b"fine").unwrap();
-    assert_eq!(b.list("").unwrap(), ["ok-key_1.bin/x.y"]);
+    b.put(&nk("ok-key_1.bin/x.y"), b"fine").unwrap();
+    assert_eq!(b.get(&nk("ok-key_1.bin/x.y")).unwrap(), b"fine");
 }
 
 #[test]
 fn memory_backend_contract() {
-    check_contract(&MemoryBackend::new());
+    check_contract(&MemoryStore::new());
 }
 
 #[test]
@@ -205,22 +231,19 @@ fn local_backend_contract() {
 
 #[test]
 fn wrappers_keep_the_contract() {
-    check_contract(&CountingBackend::new(MemoryBackend::new()));
-    check_contract(&FailingBackend::new(MemoryBackend::new(), None));
-    check_contract(&FailingBackend::with_lost_unsynced(
-        MemoryBackend::new(),
-        None,
-    ));
+    check_contract(&CountingStore::new(MemoryStore::new()));
+    check_contract(&FaultyStore::new(MemoryStore::new(), None));
+    check_contract(&FaultyStore::with_lost_unsynced(MemoryStore::new(), None));
     let (_dir, b) = local();
-    check_contract(&FailingBackend::with_lost_unsynced(
-        CountingBackend::new(b),
+    check_contract(&FaultyStore::with_lost_unsynced(
+        CountingStore::new(b),
         None,
     ));
 }
 
 #[test]
 fn memory_backend_validates_keys() {
-    check_key_validation(&MemoryBackend::new());
+    check_key_validation(&MemoryStore::new());
 }
 
 #[test]
@@ -238,38 +261,38 @@ fn local_backend_validates_keys() {
 #[test]
 fn backends_are_shareable_between_threads() {
     fn send_sync<T: Send + Sync>() {}
-    send_sync::<LocalBackend>();
-    send_sync::<MemoryBackend>();
-    send_sync::<CountingBackend<MemoryBackend>>();
-    send_sync::<FailingBackend<Arc<dyn Backend>>>();
+    send_sync::<LocalStore>();
+    send_sync::<MemoryStore>();
+    send_sync::<CountingStore<MemoryStore>>();
+    send_sync::<FaultyStore<Arc<dyn ObjectStore>>>();
 }
 
 #[test]
 fn local_open_requires_an_existing_directory() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("nope");
-    assert!(matches!(LocalBackend::open(&missing), Err(Error::NoRepository(p)) if p == missing));
+    assert!(matches!(LocalStore::open(&missing), Err(Error::NoRepository(p)) if p == missing));
     let file = dir.path().join("file");
     std::fs::write(&file, b"").unwrap();
-    assert!(matches!(LocalBackend::open(&file), Err(Error::Invalid(_))));
+    assert!(matches!(LocalStore::open(&file), Err(Error::Invalid(_))));
     let nested = dir.path().join("a/b/c");
-    let b = LocalBackend::create(&nested).unwrap();
+    let b = LocalStore::create(&nested).unwrap();
     assert_eq!(
         b.unsynced_counts(),
         (0, 3),
         "a, b and c are new directories"
     );
-    b.sync().unwrap();
+    b.barrier().unwrap();
     assert_eq!(b.root(), nested);
     assert_eq!(b.location(), nested.display().to_string());
-    LocalBackend::open(&nested).unwrap();
-    LocalBackend::create(&nested).unwrap();
+    LocalStore::open(&nested).unwrap();
+    LocalStore::create(&nested).unwrap();
 }
 
 #[test]
 fn local_list_ignores_temporaries_and_remove_temporaries_cleans_them() {
     let (_dir, b) = local();
-    b.put("containers/0001", b"object").unwrap();
+    b.put(&nk("containers/0001"), b"object").unwrap();
     let leftovers = [
         b.root().join("containers/.0002.4242.7.tmp"),
         b.root().join(".lock.1.0.tmp"),
@@ -279,19 +302,19 @@ fn local_list_ignores_temporaries_and_remove_temporaries_cleans_them() {
     for t in &leftovers {
         std::fs::write(t, b"half an obj").unwrap();
     }
-    assert_eq!(b.list("").unwrap(), ["containers/0001"]);
-    assert_eq!(b.list("containers/").unwrap(), ["containers/0001"]);
-    assert!(b.list("index/").unwrap().is_empty());
+    assert_eq!(names(&b), ["containers/0001"]);
+    assert_eq!(listed(&b, KeyKind::Container), ["containers/0001"]);
+    assert!(b.list(KeyKind::IndexSegment).unwrap().is_empty());
 
     let mut expected = leftovers.to_vec();
     expected.sort();
     assert_eq!(b.list_temporaries().unwrap(), expected);
     // Through the trait, as the engine calls it.
-    assert_eq!(Backend::remove_temporaries(&b).unwrap(), 3);
+    assert_eq!(ObjectStore::clean_interrupted(&b).unwrap(), 3);
     assert!(b.list_temporaries().unwrap().is_empty());
     assert_eq!(b.remove_temporaries().unwrap(), 0);
-    assert_eq!(b.get("containers/0001").unwrap(), b"object");
-    b.sync().unwrap();
+    assert_eq!(b.get(&nk("containers/0001")).unwrap(), b"object");
+    b.barrier().unwrap();
 }
 
 /// `put` writes a new file and renames it into place: a reader holding the
@@ -304,11 +327,11 @@ fn local_overwrite_replaces_the_file_atomically() {
     let (_dir, b) = local();
     let old = vec![b'o'; 100_000];
     let new = vec![b'n'; 150_000];
-    b.put("containers/0001", &old).unwrap();
+    b.put(&nk("containers/0001"), &old).unwrap();
     let path = b.root().join("containers/0001");
     let mut reader = std::fs::File::open(&path).unwrap();
     let old_inode = reader.metadata().unwrap().ino();
-    b.put("containers/0001", &new).unwrap();
+    b.put(&nk("containers/0001"), &new).unwrap();
     assert_ne!(
         std::fs::metadata(&path).unwrap().ino(),
         old_inode,
@@ -317,7 +340,7 @@ fn local_overwrite_replaces_the_file_atomically() {
     let mut seen = Vec::new();
     reader.read_to_end(&mut seen).unwrap();
     assert_eq!(seen, old);
-    assert_eq!(b.get("containers/0001").unwrap(), new);
+    assert_eq!(b.get(&nk("containers/0001")).unwrap(), new);
     assert!(b.list_temporaries().unwrap().is_empty());
 }
 
@@ -330,14 +353,14 @@ fn local_readers_never_see_a_partial_object() {
     let versions: Vec<Vec<u8>> = (0..4u8)
         .map(|v| vec![b'a' + v; 64 * 1024 + v as usize * 1000])
         .collect();
-    b.put("obj", &versions[0]).unwrap();
+    b.put(&nk("obj"), &versions[0]).unwrap();
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let reader = {
         let (b, done, versions) = (b.clone(), done.clone(), versions.clone());
         std::thread::spawn(move || {
             let mut reads = 0;
             while !done.load(std::sync::atomic::Ordering::Relaxed) || reads == 0 {
-                let seen = b.get("obj").unwrap();
+                let seen = b.get(&nk("obj")).unwrap();
                 assert!(
                     versions.contains(&seen),
                     "partial read of {} bytes",
@@ -348,7 +371,7 @@ fn local_readers_never_see_a_partial_object() {
         })
     };
     for i in 0..300 {
-        b.put("obj", &versions[i % versions.len()]).unwrap();
+        b.put(&nk("obj"), &versions[i % versions.len()]).unwrap();
     }
     done.store(true, std::sync::atomic::Ordering::Relaxed);
     reader.join().unwrap();
@@ -360,24 +383,24 @@ fn local_sync_flushes_remembered_writes_and_forgets_them() {
     let (_dir, b) = local();
     // The new repository directory's entry in its parent.
     assert_eq!(b.unsynced_counts(), (0, 1));
-    b.sync().unwrap();
+    b.barrier().unwrap();
     assert_eq!(b.unsynced_counts(), (0, 0));
-    b.put("containers/0001", b"a").unwrap();
-    b.put("containers/0002", b"b").unwrap();
-    b.put("containers/0002", b"c").unwrap();
+    b.put(&nk("containers/0001"), b"a").unwrap();
+    b.put(&nk("containers/0002"), b"b").unwrap();
+    b.put(&nk("containers/0002"), b"c").unwrap();
     // Two files; their directory and the root (which gained `containers`).
     assert_eq!(b.unsynced_counts(), (2, 2));
-    b.sync().unwrap();
+    b.barrier().unwrap();
     assert_eq!(b.unsynced_counts(), (0, 0));
-    b.delete("containers/0001").unwrap();
+    b.delete(&nk("containers/0001")).unwrap();
     assert_eq!(b.unsynced_counts(), (0, 1));
-    b.put("containers/0003", b"d").unwrap();
-    b.delete("containers/0003").unwrap();
+    b.put(&nk("containers/0003"), b"d").unwrap();
+    b.delete(&nk("containers/0003")).unwrap();
     assert_eq!(b.unsynced_counts(), (0, 1), "a deleted file needs no fsync");
-    b.sync().unwrap();
+    b.barrier().unwrap();
     assert_eq!(b.unsynced_counts(), (0, 0));
     // create_new is durable on return and leaves nothing for sync.
-    assert!(b.create_new("locks/l", b"x").unwrap());
+    assert!(b.put_if_absent(&nk("locks/l"), b"x").unwrap());
     assert_eq!(b.unsynced_counts(), (0, 0));
 }
 
@@ -395,30 +418,31 @@ fn local_large_objects_written_behind_read_back_exactly() {
     };
     let n = WRITE_BEHIND_DEPTH + 4;
     for i in 0..n {
-        b.put(&format!("containers/{i:04}"), &object(i)).unwrap();
+        b.put(&nk(&format!("containers/{i:04}")), &object(i))
+            .unwrap();
     }
-    b.delete("containers/0003").unwrap();
-    b.put("containers/0004", &object(40)).unwrap();
+    b.delete(&nk("containers/0003")).unwrap();
+    b.put(&nk("containers/0004"), &object(40)).unwrap();
     let expect = |i: usize| if i == 4 { object(40) } else { object(i) };
-    let check = |b: &dyn Backend| {
+    let check = |b: &dyn ObjectStore| {
         for i in 0..n {
             let key = format!("containers/{i:04}");
             if i == 3 {
-                assert_missing(b.get(&key), &key);
+                assert_missing(b.get(&nk(&key)), &key);
             } else {
-                assert!(b.get(&key).unwrap() == expect(i), "{key}");
+                assert!(b.get(&nk(&key)).unwrap() == expect(i), "{key}");
                 let mut buf = vec![9u8; 17];
-                b.get_into(&key, &mut buf).unwrap();
+                b.get_into(&nk(&key), &mut buf).unwrap();
                 assert!(buf == expect(i), "{key} via get_into");
             }
         }
     };
     check(&b);
-    b.sync().unwrap();
+    b.barrier().unwrap();
     assert_eq!(b.unsynced_counts(), (0, 0));
     check(&b);
     drop(b);
-    check(&LocalBackend::open(&dir.path().join("repo")).unwrap());
+    check(&LocalStore::open(&dir.path().join("repo")).unwrap());
 }
 
 #[test]
@@ -426,20 +450,18 @@ fn local_maps_large_objects_and_reads_small_ones() {
     let (_dir, b) = local();
     let small = vec![1u8; 1000];
     let large = vec![2u8; 2 << 20];
-    b.put("containers/s", &small).unwrap();
-    b.put("containers/l", &large).unwrap();
+    b.put(&nk("containers/s"), &small).unwrap();
+    b.put(&nk("containers/l"), &large).unwrap();
     let s = b
-        .get_shared("containers/s", Vec::with_capacity(4096))
+        .get_whole(&nk("containers/s"), Vec::with_capacity(4096))
         .unwrap();
-    assert!(
-        matches!(&s, ObjectBytes::Owned(v) if v.capacity() >= 4096),
-        "buffer reused"
-    );
+    assert!(!s.is_mapped());
     assert!(*s == small[..]);
-    let l = b.get_shared("containers/l", Vec::new()).unwrap();
-    assert!(matches!(l, ObjectBytes::Mapped(_)));
+    assert!(s.into_buffer().capacity() >= 4096, "buffer reused");
+    let l = b.get_whole(&nk("containers/l"), Vec::new()).unwrap();
+    assert!(l.is_mapped());
     // Deleting a mapped object leaves the mapping intact.
-    b.delete("containers/l").unwrap();
+    b.delete(&nk("containers/l")).unwrap();
     assert!(*l == large[..]);
     assert!(l.into_buffer().is_empty());
 }
@@ -447,16 +469,16 @@ fn local_maps_large_objects_and_reads_small_ones() {
 #[test]
 fn local_failed_put_leaves_no_temporary() {
     let (_dir, b) = local();
-    b.put("containers/0001", b"x").unwrap();
+    b.put(&nk("containers/0001"), b"x").unwrap();
     // `containers` is a directory: renaming a file over it fails.
-    let err = b.put("containers", b"y").unwrap_err();
+    let err = b.put(&nk("containers"), b"y").unwrap_err();
     assert!(matches!(err, Error::Io { .. }), "{err:?}");
     assert!(
         err.to_string().contains(&b.root().display().to_string()),
         "names the path: {err}"
     );
     assert!(b.list_temporaries().unwrap().is_empty());
-    assert_eq!(b.list("").unwrap(), ["containers/0001"]);
+    assert_eq!(names(&b), ["containers/0001"]);
 }
 
 #[test]
@@ -468,7 +490,7 @@ fn local_create_new_is_exclusive_and_complete() {
         .map(|i| {
             let b = b.clone();
             std::thread::spawn(move || {
-                b.create_new("lock", format!("holder {i}").repeat(100).as_bytes())
+                b.put_if_absent(&nk("lock"), format!("holder {i}").repeat(100).as_bytes())
                     .unwrap()
             })
         })
@@ -479,7 +501,7 @@ fn local_create_new_is_exclusive_and_complete() {
         .filter(|&w| w)
         .count();
     assert_eq!(winners, 1);
-    let content = String::from_utf8(b.get("lock").unwrap()).unwrap();
+    let content = String::from_utf8(b.get(&nk("lock")).unwrap()).unwrap();
     let first = &content[..8];
     assert_eq!(content, first.repeat(100));
     assert!(b.list_temporaries().unwrap().is_empty());
@@ -487,23 +509,23 @@ fn local_create_new_is_exclusive_and_complete() {
 
 #[test]
 fn counting_backend_counts_a_known_sequence_exactly() {
-    let b = CountingBackend::new(MemoryBackend::new());
-    b.put("unrelated", b"before").unwrap();
+    let b = CountingStore::new(MemoryStore::new());
+    b.put(&nk("unrelated"), b"before").unwrap();
     let before = b.counters();
 
-    b.put("containers/a", &[0; 10]).unwrap();
-    b.put("containers/b", &[0; 5]).unwrap();
-    b.put("index/x", &[0; 3]).unwrap();
-    b.get("containers/a").unwrap();
-    b.get_range("containers/b", 1, 2).unwrap();
-    b.size("index/x").unwrap();
-    b.get("containers/zz").unwrap_err();
-    b.list("containers/").unwrap();
-    b.list("").unwrap();
-    b.delete("index/x").unwrap();
-    b.sync().unwrap();
-    assert!(b.create_new("lock", b"held").unwrap());
-    assert!(!b.create_new("lock", b"again").unwrap());
+    b.put(&nk("containers/a"), &[0; 10]).unwrap();
+    b.put(&nk("containers/b"), &[0; 5]).unwrap();
+    b.put(&nk("index/x"), &[0; 3]).unwrap();
+    b.get(&nk("containers/a")).unwrap();
+    b.get_range(&nk("containers/b"), 1, 2).unwrap();
+    b.size(&nk("index/x")).unwrap();
+    b.get(&nk("containers/zz")).unwrap_err();
+    b.list(KeyKind::Container).unwrap();
+    b.list(KeyKind::Lock).unwrap();
+    b.delete(&nk("index/x")).unwrap();
+    b.barrier().unwrap();
+    assert!(b.put_if_absent(&nk("lock"), b"held").unwrap());
+    assert!(!b.put_if_absent(&nk("lock"), b"again").unwrap());
 
     let total = IoCounters {
         gets: 4,
@@ -517,7 +539,7 @@ fn counting_backend_counts_a_known_sequence_exactly() {
     assert_eq!(b.counters().since(&before), total);
     assert_eq!(b.counters().puts, 6);
     assert_eq!(
-        b.counters_for("containers/"),
+        b.counters_of(KeyKind::Container),
         IoCounters {
             gets: 3,
             get_bytes: 12,
@@ -528,7 +550,7 @@ fn counting_backend_counts_a_known_sequence_exactly() {
         }
     );
     assert_eq!(
-        b.counters_for("index/"),
+        b.counters_of(KeyKind::IndexSegment),
         IoCounters {
             gets: 1,
             puts: 1,
@@ -538,15 +560,15 @@ fn counting_backend_counts_a_known_sequence_exactly() {
         }
     );
     assert_eq!(
-        b.counters_for("lock"),
+        b.counters_of(KeyKind::Lock),
         IoCounters {
             puts: 2,
             put_bytes: 4,
+            lists: 1,
             ..Default::default()
         }
     );
-    assert_eq!(b.counters_for("manifests/"), IoCounters::default());
-    assert_eq!(b.counters_for(""), b.counters());
+    assert_eq!(b.counters_of(KeyKind::Manifest), IoCounters::default());
     assert_eq!(b.inner().len(), 4);
 
     let json = serde_json::to_value(total).unwrap();
@@ -573,7 +595,7 @@ const SCRIPT: &[Step] = &[
     Step::Get("containers/1"),
     Step::Sync,
     Step::Put("manifests/1", b"m1"),
-    Step::Delete("base"),
+    Step::Delete("index/base"),
     Step::Put("containers/2", b"two, again"),
     Step::Sync,
     Step::Delete("containers/1"),
@@ -588,19 +610,19 @@ const SCRIPT: &[Step] = &[
 ];
 
 /// What the store holds before the script runs.
-fn seed(b: &dyn Backend) {
-    b.put("base", b"base").unwrap();
-    b.put("containers/2", b"old two").unwrap();
-    b.sync().unwrap();
+fn seed(b: &dyn ObjectStore) {
+    b.put(&nk("index/base"), b"base").unwrap();
+    b.put(&nk("containers/2"), b"old two").unwrap();
+    b.barrier().unwrap();
 }
 
-fn run(b: &dyn Backend, step: Step) -> crate::Result<()> {
+fn run(b: &dyn ObjectStore, step: Step) -> crate::Result<()> {
     match step {
-        Step::Put(k, v) => b.put(k, v),
-        Step::Delete(k) => b.delete(k),
-        Step::Sync => b.sync(),
-        Step::CreateNew(k, v) => b.create_new(k, v).map(drop),
-        Step::Get(k) => b.get(k).map(drop),
+        Step::Put(k, v) => b.put(&nk(k), v),
+        Step::Delete(k) => b.delete(&nk(k)),
+        Step::Sync => b.barrier(),
+        Step::CreateNew(k, v) => b.put_if_absent(&nk(k), v).map(drop),
+        Step::Get(k) => b.get(&nk(k)).map(drop),
     }
 }
 
@@ -638,13 +660,13 @@ fn is_mutation(step: Step) -> bool {
 
 /// Run the script against fresh stores failing at every operation in turn,
 /// in both modes, and compare what survives with the model.
-fn sweep(make: &dyn Fn() -> (Option<tempfile::TempDir>, Arc<dyn Backend>)) {
+fn sweep(make: &dyn Fn() -> (Option<tempfile::TempDir>, Arc<dyn ObjectStore>)) {
     let mutations = SCRIPT.iter().filter(|s| is_mutation(**s)).count() as u64;
     // Counting run: no failure, every op counted, final state as modelled.
     {
         let (_dir, inner) = make();
         seed(&*inner);
-        let b = FailingBackend::new(inner.clone(), None);
+        let b = FaultyStore::new(inner.clone(), None);
         let mut model = Model::default();
         seed_model(&mut model);
         for &step in SCRIPT {
@@ -660,9 +682,9 @@ fn sweep(make: &dyn Fn() -> (Option<tempfile::TempDir>, Arc<dyn Backend>)) {
             let (_dir, inner) = make();
             seed(&*inner);
             let b = if lose {
-                FailingBackend::with_lost_unsynced(inner.clone(), Some(n))
+                FaultyStore::with_lost_unsynced(inner.clone(), Some(n))
             } else {
-                FailingBackend::new(inner.clone(), Some(n))
+                FaultyStore::new(inner.clone(), Some(n))
             };
             let mut model = Model::default();
             seed_model(&mut model);
@@ -690,7 +712,10 @@ fn sweep(make: &dyn Fn() -> (Option<tempfile::TempDir>, Arc<dyn Backend>)) {
             }
             assert!(failed, "fail_at {n} never reached");
             assert_eq!(b.ops(), n, "operations after the failure are not counted");
-            assert!(matches!(b.list(""), Err(Error::Injected(_))));
+            assert!(matches!(
+                b.list(KeyKind::Container),
+                Err(Error::Injected(_))
+            ));
             let expected = if lose { &model.durable } else { &model.now };
             assert_eq!(
                 &contents(&*inner),
@@ -702,14 +727,14 @@ fn sweep(make: &dyn Fn() -> (Option<tempfile::TempDir>, Arc<dyn Backend>)) {
 }
 
 fn seed_model(model: &mut Model) {
-    model.apply(Step::Put("base", b"base"));
+    model.apply(Step::Put("index/base", b"base"));
     model.apply(Step::Put("containers/2", b"old two"));
     model.apply(Step::Sync);
 }
 
 #[test]
 fn failing_backend_sweep_on_memory() {
-    sweep(&|| (None, Arc::new(MemoryBackend::new())));
+    sweep(&|| (None, Arc::new(MemoryStore::new())));
 }
 
 #[test]
@@ -722,11 +747,11 @@ fn failing_backend_sweep_on_local() {
 
 #[test]
 fn failing_backend_never_fails_without_fail_at() {
-    let b = FailingBackend::new(MemoryBackend::new(), None);
+    let b = FaultyStore::new(MemoryStore::new(), None);
     for i in 0..100 {
-        b.put(&format!("k/{i}"), b"x").unwrap();
+        b.put(&nk(&format!("k/{i}")), b"x").unwrap();
     }
-    b.sync().unwrap();
+    b.barrier().unwrap();
     assert_eq!(b.ops(), 101);
     assert!(!b.has_failed());
 }
@@ -735,25 +760,34 @@ fn failing_backend_never_fails_without_fail_at() {
 /// batch, including restoring objects deleted in that batch.
 #[test]
 fn lost_unsynced_restores_the_last_synced_state() {
-    let inner = Arc::new(MemoryBackend::new());
-    let b = FailingBackend::with_lost_unsynced(inner.clone(), Some(6));
-    b.put("a", b"1").unwrap(); // 1
-    b.put("b", b"2").unwrap(); // 2
-    b.sync().unwrap(); // 3
-    b.delete("a").unwrap(); // 4
-    b.put("b", b"changed").unwrap(); // 5
-    assert_eq!(inner.get("b").unwrap(), b"changed");
-    assert!(matches!(b.put("c", b"3"), Err(Error::Injected(6)))); // 6: power loss
-    assert!(matches!(b.get("b"), Err(Error::Injected(6))));
-    let expected: BTreeMap<String, Vec<u8>> =
-        [("a".into(), b"1".to_vec()), ("b".into(), b"2".to_vec())].into();
+    let inner = Arc::new(MemoryStore::new());
+    let b = FaultyStore::with_lost_unsynced(inner.clone(), Some(6));
+    b.put(&nk("containers/a"), b"1").unwrap(); // 1
+    b.put(&nk("containers/b"), b"2").unwrap(); // 2
+    b.barrier().unwrap(); // 3
+    b.delete(&nk("containers/a")).unwrap(); // 4
+    b.put(&nk("containers/b"), b"changed").unwrap(); // 5
+    assert_eq!(inner.get(&nk("containers/b")).unwrap(), b"changed");
+    assert!(matches!(
+        b.put(&nk("containers/c"), b"3"),
+        Err(Error::Injected(6))
+    )); // 6: power loss
+    assert!(matches!(
+        b.get(&nk("containers/b")),
+        Err(Error::Injected(6))
+    ));
+    let expected: BTreeMap<String, Vec<u8>> = [
+        ("containers/a".into(), b"1".to_vec()),
+        ("containers/b".into(), b"2".to_vec()),
+    ]
+    .into();
     assert_eq!(contents(&*inner), expected);
 }
 
 #[test]
 fn local_paths_stay_inside_the_root() {
     let (_dir, b) = local();
-    b.put("a/b/c", b"x").unwrap();
+    b.put(&nk("a/b/c"), b"x").unwrap();
     assert_eq!(
         std::fs::read(b.root().join(Path::new("a/b/c"))).unwrap(),
         b"x"

@@ -145,9 +145,9 @@ pub fn checksum(bytes: &[u8]) -> [u8; 16] {
     xxhash_rust::xxh3::xxh3_128(bytes).to_le_bytes()
 }
 
-/// Human name of a container for messages.
-pub fn object_name(id: ContainerId) -> String {
-    format!("container {id:016x}")
+/// A container as errors name it (`container 00000000000000a1`).
+pub fn object_name(id: ContainerId) -> crate::error::ObjectRef {
+    crate::error::ObjectRef::Object(crate::backend::ObjectKey::Container(id))
 }
 
 pub fn encode_header(h: &Header) -> [u8; HEADER_LEN] {
@@ -195,7 +195,7 @@ pub fn decode_header(id: ContainerId, b: &[u8]) -> Result<Header> {
     let version = u32_at(b, 8);
     if version != VERSION {
         return Err(Error::UnsupportedVersion {
-            object: name,
+            object: name.into(),
             found: version,
             supported: VERSION,
         });

@@ -1,34 +1,22 @@
 //! Containers: the fixed-capacity, immutable unit of storage and of I/O.
 //!
 //! [`format`](mod@format) is the byte layout; [`ContainerBuilder`] fills one container;
-//! [`ContainerStore`] puts and gets container objects through the backend,
-//! verifying every read and counting every read and write in [`Metrics`];
-//! [`ContainerWriter`] fills and seals new containers (ingest and GC sweep).
+//! [`ContainerStore`] puts and gets container objects through the sealing
+//! layer ([`SealedStore`]), verifying every read and counting every read and
+//! write in [`Metrics`]; [`ContainerWriter`] fills and seals new containers
+//! (ingest and GC sweep).
 
 pub mod format;
 mod writer;
 
-use crate::backend::{Backend, ObjectBytes};
+use crate::backend::ObjectBytes;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FpMap, HashAlgo};
 use crate::metrics::Metrics;
+use crate::seal::SealedStore;
 pub use format::{ChunkKind, ChunkMeta, ContainerId, Header, PerKind};
 use std::sync::Arc;
 pub use writer::{ContainerWriter, IdAllocator};
-
-/// Object key of a container.
-pub fn container_key(id: ContainerId) -> String {
-    format!("containers/{id:016x}")
-}
-
-/// Parse a container key back into its id.
-pub fn parse_container_key(key: &str) -> Option<ContainerId> {
-    let hex = key.strip_prefix("containers/")?;
-    if hex.len() != 16 {
-        return None;
-    }
-    u64::from_str_radix(hex, 16).ok()
-}
 
 /// Accumulates the chunks of one open container.
 pub struct ContainerBuilder {
@@ -161,24 +149,19 @@ impl Container {
     }
 }
 
-/// Puts and gets containers through a backend; verifies and counts.
+/// Puts and gets containers through the sealing layer; verifies and counts.
 #[derive(Clone)]
 pub struct ContainerStore {
-    backend: Arc<dyn Backend>,
+    objects: SealedStore,
     algo: HashAlgo,
     trace: bool,
     metrics: Arc<Metrics>,
 }
 
 impl ContainerStore {
-    pub fn new(
-        backend: Arc<dyn Backend>,
-        algo: HashAlgo,
-        trace: bool,
-        metrics: Arc<Metrics>,
-    ) -> Self {
+    pub fn new(objects: SealedStore, algo: HashAlgo, trace: bool, metrics: Arc<Metrics>) -> Self {
         ContainerStore {
-            backend,
+            objects,
             algo,
             trace,
             metrics,
@@ -187,8 +170,8 @@ impl ContainerStore {
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
     }
-    pub fn backend(&self) -> &Arc<dyn Backend> {
-        &self.backend
+    pub fn objects(&self) -> &SealedStore {
+        &self.objects
     }
 
     /// Write one container. Recipe containers always hold their bytes (recipes
@@ -219,7 +202,7 @@ impl ContainerStore {
     ) -> Result<(u64, Vec<u8>)> {
         let trace = self.trace && kind == ChunkKind::Data;
         let object = format::encode_framed(id, kind, self.algo, trace, entries, framed);
-        self.backend.put(&container_key(id), &object)?;
+        self.objects.put_container(id, &object)?;
         let logical: u64 = entries.iter().map(|e| e.len as u64).sum();
         self.metrics
             .container_written(kind == ChunkKind::Recipe, logical);
@@ -234,10 +217,7 @@ impl ContainerStore {
     /// [`read`](Self::read) into `buf` (from [`Container::into_buffer`]), so
     /// a restore reuses the memory of the containers it evicts.
     pub fn read_into(&self, id: ContainerId, reuse: Vec<u8>) -> Result<Container> {
-        let object = self
-            .backend
-            .get_shared(&container_key(id), reuse)
-            .map_err(|e| missing_as(id, e))?;
+        let object = self.objects.get_container(id, reuse)?;
         let (header, meta) = format::decode(id, &object)?;
         self.check_algo(&header)?;
         self.metrics
@@ -248,17 +228,14 @@ impl ContainerStore {
     /// Read only the header and metadata section (two ranged reads). Not
     /// counted as a container read: it touches no chunk data.
     pub fn read_meta(&self, id: ContainerId) -> Result<(Header, Vec<ChunkMeta>)> {
-        let key = container_key(id);
         let head = self
-            .backend
-            .get_range(&key, 0, format::HEADER_LEN as u64)
-            .map_err(|e| missing_as(id, e))?;
+            .objects
+            .get_container_range(id, 0, format::HEADER_LEN as u64)?;
         let header = format::decode_header(id, &head)?;
         self.check_algo(&header)?;
         let meta = self
-            .backend
-            .get_range(&key, header.meta_offset(), header.meta_len)
-            .map_err(|e| missing_as(id, e))?;
+            .objects
+            .get_container_range(id, header.meta_offset(), header.meta_len)?;
         let meta = format::decode_meta(&header, &meta)?;
         Ok((header, meta))
     }
@@ -275,14 +252,5 @@ impl ContainerStore {
             ));
         }
         Ok(())
-    }
-}
-
-/// A missing or truncated container object is reported by container name.
-fn missing_as(id: ContainerId, e: Error) -> Error {
-    match e {
-        Error::MissingObject(_) => Error::MissingObject(format::object_name(id)),
-        Error::Corrupt { reason, .. } => Error::corrupt(format::object_name(id), reason),
-        other => other,
     }
 }

@@ -265,7 +265,7 @@ impl Marker for LogicalMark {
             };
             let stats = reader
                 .walk(&b.root_fp()?, b.root_level, &mut w)
-                .map_err(|e| in_backup(e, b.id))?;
+                .map_err(|e| e.in_backup(b.id, None))?;
             let (own, homes_bytes) = (w.own.take(), w.homes_bytes);
             reader.account(homes_bytes);
             m.walk += stats;
@@ -391,16 +391,5 @@ impl Walk<'_> {
             homes.push(c);
         }
         Ok(homes.into())
-    }
-}
-
-fn in_backup(e: Error, id: u64) -> Error {
-    match e {
-        Error::Corrupt { object, reason } => Error::Corrupt {
-            object: format!("{object} (needed by backup {id})"),
-            reason,
-        },
-        Error::MissingObject(o) => Error::MissingObject(format!("{o} (needed by backup {id})")),
-        other => other,
     }
 }

@@ -360,7 +360,7 @@ impl std::str::FromStr for GcStrategy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::MemoryBackend;
+    use crate::backend::MemoryStore;
     use crate::catalog::SourceKind;
     use crate::chunking::ChunkerConfig;
     use crate::container::ChunkKind;
@@ -458,7 +458,7 @@ mod tests {
 
     /// A writable in-memory repository of small chunks and containers.
     fn small_repo() -> Repository {
-        let b = Arc::new(MemoryBackend::new());
+        let b = Arc::new(MemoryStore::new());
         Repository::init(
             b.clone(),
             &InitOptions {

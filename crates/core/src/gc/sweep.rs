@@ -276,7 +276,7 @@ pub fn commit(
     repo.write_segment(&mut next, &entries)?;
     let mut gone: Vec<ContainerId> = reclaimed.iter().copied().collect();
     gone.sort_unstable();
-    superseded.extend(gone.into_iter().map(crate::container::container_key));
+    superseded.extend(gone.into_iter().map(crate::backend::ObjectKey::Container));
     let generation = repo.manifest.generation;
     let published = repo.publish(next, &superseded);
     // Once the manifest is out, the in-memory index must follow it, even if

@@ -234,10 +234,7 @@ impl Repository {
         mut sink: Sink<L>,
         members: Result<Vec<Member>>,
     ) -> Result<Vec<BackupEntry>> {
-        let time = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
+        let time = crate::clock::now();
         let outcome = members.and_then(|members| {
             sink.seal(ChunkKind::Data)?;
             sink.seal(ChunkKind::Recipe)?;

@@ -88,7 +88,7 @@ pub fn decode(bytes: &[u8], name: &str) -> Result<RecipeChunk> {
     }
     if bytes[2] != VERSION {
         return Err(Error::UnsupportedVersion {
-            object: name.to_string(),
+            object: name.into(),
             found: bytes[2] as u32,
             supported: VERSION as u32,
         });

@@ -12,7 +12,7 @@
 use super::{check_child, decode, RecipeChunk, RecipeWalker};
 use crate::cache::LruCache;
 use crate::container::{format::object_name, ChunkKind, ContainerId, ContainerStore};
-use crate::error::{Error, Result};
+use crate::error::{Error, ObjectRef, Result};
 use crate::fingerprint::{Fingerprint, FpMap, HashAlgo};
 use crate::index::Index;
 use crate::repo::Repository;
@@ -143,7 +143,7 @@ impl<'a> RecipeReader<'a> {
         self.last_container = self.index.get(ChunkKind::Recipe, fp);
         let id = self
             .last_container
-            .ok_or_else(|| Error::MissingObject(name.clone()))?;
+            .ok_or_else(|| Error::missing(ObjectRef::RecipeChunk(*fp)))?;
         let store = self.store;
         let c = self.cache.get(id, |id| store.read(id))?;
         let bytes = c
@@ -151,7 +151,7 @@ impl<'a> RecipeReader<'a> {
             .ok_or_else(|| Error::corrupt(object_name(id), format!("does not hold {name}")))?;
         if self.hash.hash(bytes) != *fp {
             return Err(Error::corrupt(
-                name,
+                ObjectRef::RecipeChunk(*fp),
                 "content does not match its fingerprint",
             ));
         }

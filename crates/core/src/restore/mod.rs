@@ -72,12 +72,10 @@ pub struct RestoreReport {
 fn chunk_meta(c: &Container, e: &RecipeEntry, bid: u64, offset: u64) -> Result<ChunkMeta> {
     let meta = *c.find(&e.fp).ok_or_else(|| {
         Error::corrupt(
-            format!(
-                "{} (needed by backup {bid} at offset {offset})",
-                object_name(c.id())
-            ),
+            object_name(c.id()),
             format!("does not hold chunk {}", e.fp.to_hex()),
         )
+        .in_backup(bid, Some(offset))
     })?;
     if meta.len as u64 != e.size {
         return Err(Error::corrupt(
@@ -131,7 +129,7 @@ impl Assembler<'_> {
                 }
             }
             Op::Load(id, loaded) => {
-                let c = receive(&loaded).map_err(|e| in_backup(e, bid, Some(offset)))?;
+                let c = receive(&loaded).map_err(|e| e.in_backup(bid, Some(offset)))?;
                 self.permit_return.give_back();
                 self.cached.insert(id, c);
             }
@@ -164,7 +162,7 @@ impl Assembler<'_> {
         }
         for (_, idx, loaded) in &w.containers {
             let first = offset + w.entries[idx[0]].1;
-            let c = receive(loaded).map_err(|e| in_backup(e, bid, Some(first)))?;
+            let c = receive(loaded).map_err(|e| e.in_backup(bid, Some(first)))?;
             self.permit_return.give_back();
             for &i in idx {
                 let (e, at) = &w.entries[i];
@@ -184,24 +182,6 @@ impl Assembler<'_> {
         self.offset += w.filled;
         self.chunks += w.entries.len() as u64;
         Ok(())
-    }
-}
-
-/// Name the backup (and offset) in an error about one of its objects.
-pub(crate) fn in_backup(e: Error, backup: u64, offset: Option<u64>) -> Error {
-    let at = match offset {
-        Some(o) => format!(" at offset {o}"),
-        None => String::new(),
-    };
-    match e {
-        Error::Corrupt { object, reason } => Error::Corrupt {
-            object: format!("{object} (needed by backup {backup}{at})"),
-            reason,
-        },
-        Error::MissingObject(o) => {
-            Error::MissingObject(format!("{o} (needed by backup {backup}{at})"))
-        }
-        other => other,
     }
 }
 

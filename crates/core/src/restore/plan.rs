@@ -10,7 +10,7 @@
 //! read, and every metric, are those of the papers' restore.
 
 use super::loader::{Loaded, Loaders, Permit, Permits};
-use super::{in_backup, CacheSpec, RestoreOptions};
+use super::{CacheSpec, RestoreOptions};
 use crate::cache::{faa, Access, Lru, Opt, OPT_WINDOW};
 use crate::catalog::BackupEntry;
 use crate::container::{ChunkKind, ContainerId};
@@ -137,11 +137,11 @@ impl Planner {
         let root = backup.root_fp()?;
         let mut walker = recipes
             .entries(root, backup.root_level)
-            .map_err(|e| in_backup(e, bid, None))?;
+            .map_err(|e| e.in_backup(bid, None))?;
         // The next recipe entry with the container the index sends it to;
         // `offset` is where it starts in the backup, for messages.
         let mut next = |offset: u64| -> Result<Option<(RecipeEntry, ContainerId)>> {
-            let Some(e) = walker.next().map_err(|e| in_backup(e, bid, Some(offset)))? else {
+            let Some(e) = walker.next().map_err(|e| e.in_backup(bid, Some(offset)))? else {
                 return Ok(None);
             };
             let id = repo.index.get(ChunkKind::Data, &e.fp).ok_or_else(|| {

@@ -3,11 +3,12 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use tessera_core::backend::{Backend, LocalBackend};
-use tessera_core::catalog::{manifest_key, SourceKind};
+use tessera_core::backend::{Generation, KeyKind, ObjectKey};
+use tessera_core::backend::{LocalStore, ObjectStore};
+use tessera_core::catalog::SourceKind;
 use tessera_core::check::{check_backend, CheckOptions, CheckReport, ReadData};
 use tessera_core::chunking::ChunkerConfig;
-use tessera_core::container::{container_key, ChunkKind, ContainerId};
+use tessera_core::container::{ChunkKind, ContainerId};
 use tessera_core::{BackupOptions, Repository};
 
 use crate::common;
@@ -16,7 +17,7 @@ use common::{bytes, open_new};
 struct Fixture {
     _dir: tempfile::TempDir,
     repo: std::path::PathBuf,
-    backend: Arc<dyn Backend>,
+    backend: Arc<dyn ObjectStore>,
     /// Backup of the tree (id 1) and of a stream sharing nothing with it (id 2).
     tree: u64,
     stream: u64,
@@ -31,7 +32,7 @@ fn fixture() -> Fixture {
     std::fs::write(src.join("docs/a-small.txt"), b"hello").unwrap();
     std::fs::write(src.join("z-big.bin"), bytes(1, 600_000)).unwrap();
     let repo = dir.path().join("repo");
-    let backend: Arc<dyn Backend> = Arc::new(LocalBackend::create(&repo).unwrap());
+    let backend: Arc<dyn ObjectStore> = Arc::new(LocalStore::create(&repo).unwrap());
     let mut r = open_new(
         backend.clone(),
         ChunkerConfig::Fastcdc {
@@ -104,7 +105,7 @@ fn last_tree_container(f: &Fixture) -> ContainerId {
 }
 
 fn path(f: &Fixture, id: ContainerId) -> std::path::PathBuf {
-    f.repo.join(container_key(id))
+    f.repo.join(ObjectKey::Container(id).to_string())
 }
 
 fn flip(p: &Path, at: usize) {
@@ -221,23 +222,23 @@ fn deleted_manifest_is_reported_not_mistaken_for_no_repository() {
     let r = Repository::open(f.backend.clone()).unwrap();
     let g = r.manifest().generation;
     drop(r);
-    std::fs::remove_file(f.repo.join(manifest_key(g))).unwrap();
+    std::fs::remove_file(f.repo.join(ObjectKey::Manifest(Generation(g)).to_string())).unwrap();
     let r = check(&f, ReadData::None);
     assert_eq!(r.problems.len(), 1);
     assert_eq!(r.problems[0].object, "manifest");
     assert!(r.problems[0].problem.contains("no manifest generation"));
     // An empty directory is simply no repository.
     let empty = tempfile::tempdir().unwrap();
-    let b: Arc<dyn Backend> = Arc::new(LocalBackend::create(empty.path()).unwrap());
+    let b: Arc<dyn ObjectStore> = Arc::new(LocalStore::create(empty.path()).unwrap());
     assert!(check_backend(b, &CheckOptions::default()).is_err());
 }
 
 #[test]
 fn leftovers_are_reported_and_removed_by_the_next_writer_only() {
     let f = fixture();
-    let listed: Vec<String> = f.backend.list("containers/").unwrap();
+    let listed: Vec<ObjectKey> = f.backend.list(KeyKind::Container).unwrap();
     f.backend
-        .put("containers/00000000000fffff", b"junk")
+        .put(&ObjectKey::Container(0xfffff), b"junk")
         .unwrap();
     let r = check(&f, ReadData::None);
     assert!(r.ok(), "leftovers are not damage");
@@ -245,7 +246,7 @@ fn leftovers_are_reported_and_removed_by_the_next_writer_only() {
     let w = Repository::open_writer(f.backend.clone(), "repair").unwrap();
     assert_eq!(w.leftovers().objects, r.leftovers);
     w.close().unwrap();
-    assert_eq!(f.backend.list("containers/").unwrap(), listed);
+    assert_eq!(f.backend.list(KeyKind::Container).unwrap(), listed);
     assert!(check(&f, ReadData::All).ok());
 }
 

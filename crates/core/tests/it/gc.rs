@@ -4,7 +4,7 @@
 use proptest::prelude::*;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
-use tessera_core::backend::{Backend, FailingBackend};
+use tessera_core::backend::{list_all, FaultyStore, KeyKind, ObjectStore};
 use tessera_core::catalog::SourceKind;
 use tessera_core::chunking::ChunkerConfig;
 use tessera_core::container::ChunkKind;
@@ -20,7 +20,7 @@ fn mutate(base: &[u8], seed: u64) -> Vec<u8> {
     common::mutate(base, seed, 4000)
 }
 
-fn init_small(b: Arc<dyn Backend>, trace: bool) {
+fn init_small(b: Arc<dyn ObjectStore>, trace: bool) {
     init_blake3(
         b,
         ChunkerConfig::Fastcdc {
@@ -178,7 +178,7 @@ fn naive_gc_reclaims_forgotten_data_and_keeps_the_rest() {
         assert!(repo.leftovers().objects.is_empty());
         assert_eq!(restore(&repo, id2).unwrap(), v2);
         assert_eq!(
-            b.list("containers/").unwrap().len(),
+            b.list(KeyKind::Container).unwrap().len(),
             repo.manifest().containers.len()
         );
         let mut repo = repo;
@@ -186,7 +186,7 @@ fn naive_gc_reclaims_forgotten_data_and_keeps_the_rest() {
         repo.forget(&[id2]).unwrap();
         gc(&mut repo, strategy);
         assert!(repo.manifest().containers.is_empty());
-        assert!(b.list("containers/").unwrap().is_empty());
+        assert!(b.list(KeyKind::Container).unwrap().is_empty());
         assert_eq!(repo.index().len(), (0, 0));
     }
 }
@@ -219,7 +219,7 @@ fn dry_run_changes_nothing() {
     let id1 = backup(&mut repo, "v1", &v1).unwrap();
     backup(&mut repo, "v2", &mutate(&v1, 6)).unwrap();
     repo.forget(&[id1]).unwrap();
-    let objects = b.list("").unwrap();
+    let objects = list_all(&*b).unwrap();
     let manifest = repo.manifest().clone();
     for strategy in [GcStrategy::Naive, GcStrategy::Gccdf] {
         let r = repo
@@ -231,7 +231,7 @@ fn dry_run_changes_nothing() {
             .unwrap();
         assert!(r.dry_run && r.involved_containers > 0 && r.reclaimed_containers > 0);
         assert_eq!(r.bytes_written, 0);
-        assert_eq!(b.list("").unwrap(), objects);
+        assert_eq!(list_all(&*b).unwrap(), objects);
         assert_eq!(repo.manifest(), &manifest);
     }
     let real = gc(&mut repo, GcStrategy::Naive);
@@ -629,7 +629,7 @@ fn crash_sweep(strategy: GcStrategy, loss: u64) -> u64 {
         .map(|_| ())
     };
     let inner = setup();
-    let counting = Arc::new(FailingBackend::new(inner.clone(), None));
+    let counting = Arc::new(FaultyStore::new(inner.clone(), None));
     let mut repo = Repository::open_writer(counting.clone(), "t").unwrap();
     let base = counting.ops();
     op(&mut repo).unwrap();
@@ -638,9 +638,9 @@ fn crash_sweep(strategy: GcStrategy, loss: u64) -> u64 {
     for n in (base + 1)..=total {
         let inner = setup();
         let failing = Arc::new(match loss {
-            0 => FailingBackend::new(inner.clone(), Some(n)),
-            1 => FailingBackend::with_lost_unsynced(inner.clone(), Some(n)),
-            seed => FailingBackend::with_partial_loss(inner.clone(), Some(n), seed),
+            0 => FaultyStore::new(inner.clone(), Some(n)),
+            1 => FaultyStore::with_lost_unsynced(inner.clone(), Some(n)),
+            seed => FaultyStore::with_partial_loss(inner.clone(), Some(n), seed),
         });
         let result = Repository::open_writer(failing.clone(), "t").and_then(|mut repo| {
             op(&mut repo)?;

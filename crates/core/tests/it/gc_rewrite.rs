@@ -5,7 +5,7 @@
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use tessera_core::backend::{Backend, MemoryBackend};
+use tessera_core::backend::{MemoryStore, ObjectStore};
 use tessera_core::catalog::SourceKind;
 use tessera_core::check::{CheckOptions, ReadData};
 use tessera_core::chunking::ChunkerConfig;
@@ -62,7 +62,7 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(40))]
     #[test]
     fn rewrites_forgets_and_gcs_keep_every_backup(ops in proptest::collection::vec(op(), 1..14)) {
-        let backend: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+        let backend: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
         let mut repo = open_new(
             backend.clone(),
             ChunkerConfig::Fastcdc { min: 512, avg: 2048, max: 8192 },

@@ -2,15 +2,17 @@
 //! the object, never a panic and never wrong output.
 
 use std::sync::Arc;
-use tessera_core::backend::{Backend, LocalBackend};
-use tessera_core::catalog::{manifest_key, SourceKind};
+use tessera_core::backend::{Generation, ObjectKey};
+use tessera_core::backend::{LocalStore, ObjectStore};
+use tessera_core::catalog::SourceKind;
 use tessera_core::container::format::checksum;
-use tessera_core::container::{container_key, ChunkKind, ContainerId};
+use tessera_core::container::{ChunkKind, ContainerId};
 use tessera_core::{BackupOptions, Error, InitOptions, Repository, RestoreOptions};
 
-fn repo_with_backup() -> (tempfile::TempDir, Arc<dyn Backend>, u64) {
+fn repo_with_backup() -> (tempfile::TempDir, Arc<dyn ObjectStore>, u64) {
     let dir = tempfile::tempdir().unwrap();
-    let backend: Arc<dyn Backend> = Arc::new(LocalBackend::create(&dir.path().join("r")).unwrap());
+    let backend: Arc<dyn ObjectStore> =
+        Arc::new(LocalStore::create(&dir.path().join("r")).unwrap());
     Repository::init(backend.clone(), &InitOptions::default()).unwrap();
     let mut r = Repository::open_writer(backend.clone(), "t").unwrap();
     let data: Vec<u8> = (0..300_000u32)
@@ -27,7 +29,7 @@ fn repo_with_backup() -> (tempfile::TempDir, Arc<dyn Backend>, u64) {
     (dir, backend, rep.backup.id)
 }
 
-fn generation(b: &Arc<dyn Backend>) -> u64 {
+fn generation(b: &Arc<dyn ObjectStore>) -> u64 {
     Repository::open(b.clone()).unwrap().manifest().generation
 }
 
@@ -58,7 +60,7 @@ fn set_version(bytes: &mut [u8], version: u32, header_sum: bool) {
 #[test]
 fn manifest_of_another_format_version_is_refused_by_name() {
     let (_d, b, _) = repo_with_backup();
-    let key = manifest_key(generation(&b));
+    let key = ObjectKey::Manifest(Generation(generation(&b)));
     let mut m = b.get(&key).unwrap();
     set_version(&mut m, 2, false);
     b.put(&key, &m).unwrap();
@@ -69,7 +71,7 @@ fn manifest_of_another_format_version_is_refused_by_name() {
     );
     let msg = err.to_string();
     assert!(
-        msg.contains(&key) && msg.contains("version 2") && msg.contains("version 1"),
+        msg.contains(&key.to_string()) && msg.contains("version 2") && msg.contains("version 1"),
         "{msg}"
     );
 }
@@ -79,9 +81,9 @@ fn container_of_another_format_version_is_refused_by_name() {
     let (_d, b, id) = repo_with_backup();
     let r = Repository::open(b.clone()).unwrap();
     let c = first_container(&r, ChunkKind::Data);
-    let mut obj = b.get(&container_key(c)).unwrap();
+    let mut obj = b.get(&ObjectKey::Container(c)).unwrap();
     set_version(&mut obj, 9, true);
-    b.put(&container_key(c), &obj).unwrap();
+    b.put(&ObjectKey::Container(c), &obj).unwrap();
     let entry = r.resolve(&id.to_string()).unwrap().clone();
     let err = r
         .restore_to(
@@ -101,7 +103,7 @@ fn container_of_another_format_version_is_refused_by_name() {
 #[test]
 fn garbage_and_truncated_manifests_are_corrupt_not_panics() {
     let (_d, b, _) = repo_with_backup();
-    let key = manifest_key(generation(&b));
+    let key = ObjectKey::Manifest(Generation(generation(&b)));
     let good = b.get(&key).unwrap();
     for bad in [
         b"garbage".to_vec(),
@@ -117,7 +119,7 @@ fn garbage_and_truncated_manifests_are_corrupt_not_panics() {
         b.put(&key, &bad).unwrap();
         let err = Repository::open(b.clone()).err().unwrap();
         assert!(matches!(err, Error::Corrupt { .. }), "{err}");
-        assert!(err.to_string().contains(&key), "{err}");
+        assert!(err.to_string().contains(&key.to_string()), "{err}");
     }
     b.put(&key, &good).unwrap();
     assert!(Repository::open(b).is_ok());
@@ -133,7 +135,7 @@ fn garbage_index_segment_is_named() {
         .clone();
     b.put(&seg, b"TSRAINDX\x01\0\0\0 not really").unwrap();
     let err = Repository::open(b.clone()).err().unwrap().to_string();
-    assert!(err.contains(&seg), "{err}");
+    assert!(err.contains(&seg.to_string()), "{err}");
 }
 
 #[test]
@@ -144,8 +146,8 @@ fn swapped_recipe_container_content_is_detected() {
     let r = Repository::open(b.clone()).unwrap();
     let rc = first_container(&r, ChunkKind::Recipe);
     let dc = first_container(&r, ChunkKind::Data);
-    let obj = b.get(&container_key(dc)).unwrap();
-    b.put(&container_key(rc), &obj).unwrap();
+    let obj = b.get(&ObjectKey::Container(dc)).unwrap();
+    b.put(&ObjectKey::Container(rc), &obj).unwrap();
     let entry = r.resolve(&id.to_string()).unwrap().clone();
     let mut out = Vec::new();
     let err = r
@@ -154,4 +156,60 @@ fn swapped_recipe_container_content_is_detected() {
         .to_string();
     assert!(err.contains(&format!("container {rc:016x}")), "{err}");
     assert!(out.is_empty(), "no bytes before the recipe is verified");
+}
+
+/// The fuzz input `crash-5d35984c` (once in the repository root), inline.
+/// Its byte 0 is even, so the `index_segment` target wrapped the other 48
+/// bytes (one entry) in a valid envelope; the entry's reserved bytes are not
+/// zero, which decoding used to accept, so the decoded segment did not
+/// re-encode to itself. It must now be refused by name, and no other
+/// parser may panic on it.
+#[test]
+fn fuzz_crash_5d35984c_index_segment_with_reserved_bytes() {
+    use tessera_core::catalog::{Manifest, VERSION};
+    use tessera_core::container::format::{self, checksum};
+    use tessera_core::index::decode_segment;
+    const CRASH: [u8; 49] = [
+        0x00, 0x00, 0xcc, 0xcc, 0xcc, 0xcc, 0x7f, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x03, 0xcc,
+        0xcc, 0xcc, 0xcc, 0x34, 0xff, 0x00, 0xdb, 0xdb, 0xdb, 0x00, 0x00, 0x0e, 0x1e, 0xcc, 0x00,
+        0x00, 0x00, 0x00, 0x0e, 0x0e, 0xff, 0xff, 0xff, 0xff, 0xff, 0x0e, 0x00, 0x00, 0x0e, 0xcc,
+        0xcc, 0x00, 0x00, 0x00,
+    ];
+    // As the index_segment target builds its segment.
+    let (flag, body) = CRASH.split_first().unwrap();
+    assert_eq!(flag & 1, 0);
+    let mut seg = b"TSRAINDX".to_vec();
+    seg.extend_from_slice(&1u32.to_le_bytes());
+    seg.extend_from_slice(&((body.len() / 48) as u64).to_le_bytes());
+    seg.extend_from_slice(body);
+    let sum = checksum(&seg);
+    seg.extend_from_slice(&sum);
+    let err = decode_segment(&seg, "fuzz").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "corrupt fuzz: reserved bytes of an entry are not zero"
+    );
+    assert!(decode_segment(&CRASH, "fuzz").is_err());
+
+    // The other parsers refuse it without panicking.
+    let mut man = b"TSRAMANI".to_vec();
+    man.extend_from_slice(&VERSION.to_le_bytes());
+    man.extend_from_slice(&(body.len() as u64).to_le_bytes());
+    man.extend_from_slice(body);
+    let sum = checksum(&man);
+    man.extend_from_slice(&sum);
+    assert!(Manifest::decode(&man, "fuzz").is_err());
+    assert!(Manifest::decode(&CRASH, "fuzz").is_err());
+    assert!(format::decode(7, &CRASH).is_err());
+    assert!(format::decode_salvage(7, &CRASH).is_err());
+    assert!(format::decode_header(7, &CRASH).is_err());
+    for part in CRASH.split(|&b| b == b'|').filter(|p| !p.is_empty()) {
+        assert!(tessera_core::recipe::decode(part, "fuzz").is_err());
+    }
+    let _ = tessera_core::trace::read_trace(&CRASH[..], "fuzz.trace".into())
+        .take(1000)
+        .count();
+    let dir = tempfile::tempdir().unwrap();
+    let mut input = &CRASH[..];
+    assert!(tessera_core::archive::extract(&mut input, &dir.path().join("t")).is_err());
 }

@@ -6,7 +6,7 @@ use crate::common;
 
 use common::{bytes, open_new};
 use std::sync::Arc;
-use tessera_core::backend::{Backend, MemoryBackend};
+use tessera_core::backend::{MemoryStore, ObjectStore};
 use tessera_core::catalog::SourceKind;
 use tessera_core::chunking::ChunkerConfig;
 use tessera_core::container::ChunkKind;
@@ -21,7 +21,7 @@ fn fp(name: &str) -> Fingerprint {
 }
 
 fn repo(trace: bool, container_size: u32) -> Repository {
-    let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+    let b: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
     open_new(
         b,
         ChunkerConfig::Fixed { size: CHUNK },

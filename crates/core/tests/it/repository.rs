@@ -4,10 +4,10 @@
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use tessera_core::backend::{Backend, FailingBackend, LocalBackend};
+use tessera_core::backend::{FaultyStore, LocalStore, ObjectStore};
+use tessera_core::backend::{KeyKind, ObjectKey};
 use tessera_core::catalog::SourceKind;
 use tessera_core::chunking::ChunkerConfig;
-use tessera_core::container::container_key;
 use tessera_core::{BackupOptions, Error, HashAlgo, InitOptions, Repository, RestoreOptions};
 
 use crate::common;
@@ -18,7 +18,7 @@ fn mutate(base: &[u8], seed: u64) -> Vec<u8> {
     common::mutate(base, seed, 5000)
 }
 
-fn init(backend: Arc<dyn Backend>, hash: HashAlgo, chunker: ChunkerConfig) {
+fn init(backend: Arc<dyn ObjectStore>, hash: HashAlgo, chunker: ChunkerConfig) {
     Repository::init(
         backend,
         &InitOptions {
@@ -213,7 +213,7 @@ proptest! {
 #[test]
 fn corrupt_or_missing_container_names_container_and_backup() {
     let dir = tempfile::tempdir().unwrap();
-    let b: Arc<dyn Backend> = Arc::new(LocalBackend::create(dir.path()).unwrap());
+    let b: Arc<dyn ObjectStore> = Arc::new(LocalStore::create(dir.path()).unwrap());
     init(b.clone(), HashAlgo::Blake3, ChunkerConfig::default());
     let mut repo = Repository::open_writer(b.clone(), "test").unwrap();
     let data = bytes(4, 1 << 20);
@@ -227,7 +227,9 @@ fn corrupt_or_missing_container_names_container_and_backup() {
         .find(|c| c.kind == tessera_core::container::ChunkKind::Data)
         .unwrap()
         .id;
-    let path = dir.path().join(container_key(data_container));
+    let path = dir
+        .path()
+        .join(ObjectKey::Container(data_container).to_string());
     let original = std::fs::read(&path).unwrap();
     let name = format!("container {data_container:016x}");
 
@@ -298,7 +300,7 @@ fn crash_sweep(
     };
     // Count the operation's mutating backend operations.
     let inner = setup();
-    let counting = Arc::new(FailingBackend::new(inner.clone(), None));
+    let counting = Arc::new(FaultyStore::new(inner.clone(), None));
     let mut repo = Repository::open_writer(counting.clone(), "test").unwrap();
     let base = counting.ops();
     op(&mut repo, &v2).unwrap();
@@ -308,9 +310,9 @@ fn crash_sweep(
     for n in (base + 1)..=total {
         let inner = setup();
         let failing = Arc::new(match loss {
-            0 => FailingBackend::new(inner.clone(), Some(n)),
-            1 => FailingBackend::with_lost_unsynced(inner.clone(), Some(n)),
-            seed => FailingBackend::with_partial_loss(inner.clone(), Some(n), seed),
+            0 => FaultyStore::new(inner.clone(), Some(n)),
+            1 => FaultyStore::with_lost_unsynced(inner.clone(), Some(n)),
+            seed => FaultyStore::with_partial_loss(inner.clone(), Some(n), seed),
         });
         let result = Repository::open_writer(failing.clone(), "test").and_then(|mut repo| {
             op(&mut repo, &v2)?;
@@ -505,7 +507,7 @@ fn index_segments_are_compacted_and_superseded_ones_deleted() {
             "{listed} segments listed"
         );
         assert_eq!(
-            b.list("index/").unwrap().len(),
+            b.list(KeyKind::IndexSegment).unwrap().len(),
             listed,
             "superseded segments deleted"
         );
@@ -592,7 +594,7 @@ proptest! {
         for (name, target) in &links {
             let _ = std::os::unix::fs::symlink(target, src.join(name));
         }
-        let b: Arc<dyn Backend> = Arc::new(LocalBackend::create(&t.path().join("repo")).unwrap());
+        let b: Arc<dyn ObjectStore> = Arc::new(LocalStore::create(&t.path().join("repo")).unwrap());
         init(b.clone(), HashAlgo::Blake3, ChunkerConfig::Fastcdc { min: 512, avg: 2048, max: 8192 });
         let mut repo = Repository::open_writer(b, "test").unwrap();
         let opts = BackupOptions::new("tree", SourceKind::Tree);

@@ -6,7 +6,7 @@ use crate::common;
 use common::{bytes, fp, open_new, repo_with_stream};
 use proptest::prelude::*;
 use std::sync::Arc;
-use tessera_core::backend::{Backend, MemoryBackend};
+use tessera_core::backend::{MemoryStore, ObjectStore};
 use tessera_core::catalog::SourceKind;
 use tessera_core::chunking::ChunkerConfig;
 use tessera_core::container::ContainerId;
@@ -19,7 +19,7 @@ const CHUNK: u32 = 4096;
 /// A trace repository whose containers hold one chunk each: a restore
 /// reads exactly the reference string of the recipe.
 fn repo_with(streams: &[&str]) -> Repository {
-    let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+    let b: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
     let mut repo = open_new(b, ChunkerConfig::default(), CHUNK, true);
     for s in streams {
         let opts = BackupOptions::new(*s, SourceKind::Trace);
@@ -111,7 +111,7 @@ proptest! {
 #[ignore = "benchmark; run by hand in release mode"]
 fn bench_restore_throughput_per_cache() {
     let data = bytes(0x1234, 256 << 20);
-    let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+    let b: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
     let (repo, entry) = repo_with_stream(b, ChunkerConfig::default(), 4 << 20, &data);
     for cache in ["lru:32", "opt:32", "faa:32", "faa:8"] {
         let opts = RestoreOptions {

@@ -10,7 +10,7 @@ use common::{bytes, repo_with_stream};
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use tessera_core::backend::{Backend, MemoryBackend};
+use tessera_core::backend::{KeyKind, MemoryStore, ObjectKey, ObjectStore};
 use tessera_core::catalog::BackupEntry;
 use tessera_core::chunking::ChunkerConfig;
 use tessera_core::restore::CacheSpec;
@@ -20,14 +20,14 @@ use tessera_core::{Repository, RestoreOptions};
 /// A memory backend whose `n`-th container read (1-based, `get` or
 /// `get_into`) fails; 0 never fails. Counts container reads.
 struct FailingReads {
-    inner: MemoryBackend,
+    inner: MemoryStore,
     fail_at: AtomicU64,
     reads: AtomicU64,
 }
 
 impl FailingReads {
-    fn read(&self, key: &str) -> Result<()> {
-        if key.starts_with("containers/") {
+    fn read(&self, key: &ObjectKey) -> Result<()> {
+        if key.kind() == Some(KeyKind::Container) {
             let n = self.reads.fetch_add(1, Ordering::SeqCst) + 1;
             if n == self.fail_at.load(Ordering::SeqCst) {
                 return Err(tessera_core::Error::io(
@@ -40,35 +40,35 @@ impl FailingReads {
     }
 }
 
-impl Backend for FailingReads {
-    fn put(&self, key: &str, data: &[u8]) -> Result<()> {
+impl ObjectStore for FailingReads {
+    fn put(&self, key: &ObjectKey, data: &[u8]) -> Result<()> {
         self.inner.put(key, data)
     }
-    fn get(&self, key: &str) -> Result<Vec<u8>> {
+    fn get(&self, key: &ObjectKey) -> Result<Vec<u8>> {
         self.read(key)?;
         self.inner.get(key)
     }
-    fn get_into(&self, key: &str, buf: &mut Vec<u8>) -> Result<()> {
+    fn get_into(&self, key: &ObjectKey, buf: &mut Vec<u8>) -> Result<()> {
         self.read(key)?;
         self.inner.get_into(key, buf)
     }
-    fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+    fn get_range(&self, key: &ObjectKey, offset: u64, len: u64) -> Result<Vec<u8>> {
         self.inner.get_range(key, offset, len)
     }
-    fn size(&self, key: &str) -> Result<u64> {
+    fn size(&self, key: &ObjectKey) -> Result<u64> {
         self.inner.size(key)
     }
-    fn list(&self, prefix: &str) -> Result<Vec<String>> {
-        self.inner.list(prefix)
+    fn list(&self, kind: KeyKind) -> Result<Vec<ObjectKey>> {
+        self.inner.list(kind)
     }
-    fn delete(&self, key: &str) -> Result<()> {
+    fn delete(&self, key: &ObjectKey) -> Result<()> {
         self.inner.delete(key)
     }
-    fn sync(&self) -> Result<()> {
-        self.inner.sync()
+    fn barrier(&self) -> Result<()> {
+        self.inner.barrier()
     }
-    fn create_new(&self, key: &str, data: &[u8]) -> Result<bool> {
-        self.inner.create_new(key, data)
+    fn put_if_absent(&self, key: &ObjectKey, data: &[u8]) -> Result<bool> {
+        self.inner.put_if_absent(key, data)
     }
     fn location(&self) -> String {
         "failing reads".into()
@@ -94,7 +94,7 @@ fn setup() -> (Arc<FailingReads>, Repository, BackupEntry, Vec<u8>) {
         data.extend_from_slice(&fresh[at..at + 4096]);
     }
     let backend = Arc::new(FailingReads {
-        inner: MemoryBackend::new(),
+        inner: MemoryStore::new(),
         fail_at: AtomicU64::new(0),
         reads: AtomicU64::new(0),
     });

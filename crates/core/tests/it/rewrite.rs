@@ -5,7 +5,7 @@
 use proptest::prelude::*;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use tessera_core::backend::{Backend, MemoryBackend};
+use tessera_core::backend::{MemoryStore, ObjectStore};
 use tessera_core::catalog::SourceKind;
 use tessera_core::chunking::ChunkerConfig;
 use tessera_core::container::{ChunkKind, ContainerId};
@@ -19,7 +19,7 @@ use common::{bytes, fp, init_blake3, open_new};
 const CHUNK: u32 = 1000;
 
 fn trace_repo() -> Repository {
-    let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+    let b: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
     open_new(b, ChunkerConfig::default(), 5 * CHUNK, true)
 }
 
@@ -126,7 +126,7 @@ fn naive_dedup_reads_more_containers_on_the_example() {
 
 #[test]
 fn har_history_survives_reopen() {
-    let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+    let b: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
     init_blake3(b.clone(), ChunkerConfig::default(), 5 * CHUNK, true);
     let har = RewriteSpec::parse("har:0.5:1").unwrap();
     let ii;
@@ -147,7 +147,7 @@ fn har_history_survives_reopen() {
     // With the default cap (5 % of the referenced bytes) the same history
     // is trimmed away: II holds 2 of the backup's 13 chunks.
     {
-        let b2: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+        let b2: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
         let mut r = open_new(b2, ChunkerConfig::default(), 5 * CHUNK, true);
         let capped = RewriteSpec::parse("har").unwrap();
         backup_letters(&mut r, "ABCDEFGHIJKLM", capped);
@@ -215,7 +215,7 @@ proptest! {
         picks in prop::collection::vec(0usize..7, 2..6),
         big_segment in any::<bool>(),
     ) {
-        let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+        let b: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
         let mut repo = open_new(
             b,
             ChunkerConfig::Fastcdc { min: 256, avg: 1024, max: 4096 },
@@ -284,7 +284,7 @@ proptest! {
 fn policies_rewrite_fragmented_versions() {
     let mut reads = Vec::new();
     for spec in ["none", "capping:2", "smr:2", "ned:0.5", "har:0.5"] {
-        let mut repo = small_repo(Arc::new(MemoryBackend::new()));
+        let mut repo = small_repo(Arc::new(MemoryStore::new()));
         let mut v = bytes(7, 200_000);
         let mut rewritten = 0;
         let mut last = 0;
@@ -329,7 +329,7 @@ fn index_state(repo: &Repository) -> Vec<(Fingerprint, ContainerId, Vec<Containe
 /// included), and the repository still restores.
 #[test]
 fn failed_rewriting_backup_restores_the_index_exactly() {
-    use tessera_core::backend::FailingBackend;
+    use tessera_core::backend::FaultyStore;
     let versions: Vec<Vec<u8>> = (0..4u64)
         .scan(bytes(3, 60_000), |v, k| {
             let cur = v.clone();
@@ -338,7 +338,7 @@ fn failed_rewriting_backup_restores_the_index_exactly() {
         })
         .collect();
     let setup = || {
-        let inner = Arc::new(MemoryBackend::new());
+        let inner = Arc::new(MemoryStore::new());
         let mut repo = small_repo(inner.clone());
         for (k, v) in versions[..3].iter().enumerate() {
             let opts = BackupOptions {
@@ -359,20 +359,20 @@ fn failed_rewriting_backup_restores_the_index_exactly() {
         };
         repo.backup_reader(&opts, &mut &versions[3][..], &mut |_| {})
     };
-    let counting = Arc::new(FailingBackend::new(setup(), None));
+    let counting = Arc::new(FaultyStore::new(setup(), None));
     let mut repo = Repository::open_writer(counting.clone(), "test").unwrap();
     let base = counting.ops();
     let rep = last(&mut repo).unwrap();
     assert!(rep.rewritten_chunks > 0);
     let total = counting.ops();
     for n in (base + 1)..=total {
-        let failing = Arc::new(FailingBackend::new(setup(), Some(n)));
+        let failing = Arc::new(FaultyStore::new(setup(), Some(n)));
         let mut repo = Repository::open_writer(failing.clone(), "test").unwrap();
         let before = index_state(&repo);
         if last(&mut repo).is_err() {
             assert_eq!(index_state(&repo), before, "fail at {n}");
             drop(repo);
-            let inner: Arc<dyn Backend> = failing.inner().clone();
+            let inner: Arc<dyn ObjectStore> = failing.inner().clone();
             let repo = Repository::open(inner).unwrap();
             for (k, b) in repo.backups().iter().enumerate() {
                 let mut out = Vec::new();
@@ -432,7 +432,7 @@ fn bench_ingest_throughput_per_policy() {
         let mut best = f64::MAX;
         let mut result = None;
         for _ in 0..2 {
-            let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+            let b: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
             init_blake3(b.clone(), ChunkerConfig::default(), 4 << 20, false);
             let mut repo = Repository::open_writer(b, "bench").unwrap();
             let started = std::time::Instant::now();
@@ -482,7 +482,7 @@ fn bench_ingest_throughput_per_policy() {
 /// compaction, so SMR keeps seeing redundancy among containers.
 #[test]
 fn older_copies_survive_reopen_and_compaction() {
-    let b: Arc<dyn Backend> = Arc::new(MemoryBackend::new());
+    let b: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
     init_blake3(b.clone(), ChunkerConfig::default(), 5 * CHUNK, true);
     let capping = RewriteSpec::Capping { level: 2 };
     let (ii, iv);
@@ -513,7 +513,7 @@ fn older_copies_survive_reopen_and_compaction() {
 
 /// A data repository of 1 KiB chunks in 8 KiB containers: small versions
 /// span many containers.
-fn small_repo(b: Arc<dyn Backend>) -> Repository {
+fn small_repo(b: Arc<dyn ObjectStore>) -> Repository {
     open_new(
         b,
         ChunkerConfig::Fastcdc {

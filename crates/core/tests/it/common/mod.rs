@@ -1,7 +1,7 @@
 //! Helpers shared by the integration-test modules.
 
 use std::sync::Arc;
-use tessera_core::backend::{Backend, MemoryBackend};
+use tessera_core::backend::{MemoryStore, ObjectStore};
 use tessera_core::catalog::{BackupEntry, SourceKind};
 use tessera_core::chunking::ChunkerConfig;
 use tessera_core::{BackupOptions, Fingerprint, HashAlgo, InitOptions, Repository, RestoreOptions};
@@ -21,8 +21,8 @@ pub fn bytes(seed: u64, len: usize) -> Vec<u8> {
 }
 
 /// A memory backend.
-pub fn mem() -> Arc<MemoryBackend> {
-    Arc::new(MemoryBackend::new())
+pub fn mem() -> Arc<MemoryStore> {
+    Arc::new(MemoryStore::new())
 }
 
 /// A new version of `base`: an overwrite, an insertion of `insert` bytes
@@ -51,7 +51,7 @@ pub fn fp(letter: char) -> Fingerprint {
 
 /// Initialise a BLAKE3 repository on `backend`.
 pub fn init_blake3(
-    backend: Arc<dyn Backend>,
+    backend: Arc<dyn ObjectStore>,
     chunker: ChunkerConfig,
     container_size: u32,
     trace: bool,
@@ -70,7 +70,7 @@ pub fn init_blake3(
 
 /// [`init_blake3`], then open the repository as writer "test".
 pub fn open_new(
-    backend: Arc<dyn Backend>,
+    backend: Arc<dyn ObjectStore>,
     chunker: ChunkerConfig,
     container_size: u32,
     trace: bool,
@@ -115,7 +115,7 @@ pub fn trace_of(
 /// A new data-mode repository on `backend` (BLAKE3) holding one stream
 /// backup of `data`, and that backup.
 pub fn repo_with_stream(
-    backend: Arc<dyn Backend>,
+    backend: Arc<dyn ObjectStore>,
     chunker: ChunkerConfig,
     container_size: u32,
     data: &[u8],

@@ -1,33 +1,33 @@
 //! Fault injection for crash-safety tests.
 //!
-//! Mutating operations (`put`, `delete`, `sync`, `create_new`) are numbered
+//! Mutating operations (`put`, `delete`, `barrier`, `put_if_absent`) are numbered
 //! from 1. When the number reaches `fail_at`, the process is considered dead
 //! at that instant: that operation fails with [`Error::Injected`] without
 //! having any effect (a failing `put` writes nothing, a failing `delete`
-//! deletes nothing, a failing `sync` makes nothing durable), and every later
+//! deletes nothing, a failing `barrier` makes nothing durable), and every later
 //! operation of any kind, reads included, fails the same way. What the inner
 //! backend holds afterwards is what the next process would find.
 //!
-//! With [`FailingBackend::with_lost_unsynced`] the failure is a power loss
-//! instead: puts and deletes since the last successful `sync` are undone in
+//! With [`FaultyStore::with_lost_unsynced`] the failure is a power loss
+//! instead: puts and deletes since the last successful `barrier` are undone in
 //! the inner backend (put objects removed or restored to their previous
-//! content, deleted objects restored). `create_new` is durable on return and
+//! content, deleted objects restored). `put_if_absent` is durable on return and
 //! is never undone.
 //!
-//! [`FailingBackend::with_partial_loss`] models a power loss on a disk that
+//! [`FaultyStore::with_partial_loss`] models a power loss on a disk that
 //! reorders writes: each unsynced key is rolled back or kept independently
 //! (chosen by a seed), so a later write can survive while an earlier one is
-//! lost. This is what catches a missing `sync` between writing objects and
+//! lost. This is what catches a missing `barrier` between writing objects and
 //! publishing the manifest that names them.
 //!
 //! A test first runs an operation with `fail_at = None` to learn how many
-//! mutating operations it performs ([`FailingBackend::ops`]), then repeats it
+//! mutating operations it performs ([`FaultyStore::ops`]), then repeats it
 //! with every `fail_at` in that range.
 //!
-//! `remove_temporaries` is passed through uncounted: the backends used with
+//! `clean_interrupted` is passed through uncounted: the stores used with
 //! this wrapper have no temporaries that could change what a reader sees.
 
-use super::{Backend, ObjectBytes};
+use super::{KeyKind, ObjectBytes, ObjectKey, ObjectStore};
 use crate::error::{Error, Result};
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
@@ -40,10 +40,10 @@ struct State {
     failed: Option<u64>,
     /// For power-loss mode: each key touched since the last successful sync,
     /// with its content at that sync (`None` = absent).
-    unsynced: BTreeMap<String, Option<Vec<u8>>>,
+    unsynced: BTreeMap<ObjectKey, Option<Vec<u8>>>,
 }
 
-pub struct FailingBackend<B: Backend> {
+pub struct FaultyStore<B: ObjectStore> {
     inner: B,
     fail_at: Option<u64>,
     lose_unsynced: bool,
@@ -55,11 +55,11 @@ pub struct FailingBackend<B: Backend> {
     state: Mutex<State>,
 }
 
-impl<B: Backend> FailingBackend<B> {
+impl<B: ObjectStore> FaultyStore<B> {
     /// Fail at mutating operation `fail_at` (1-based) and ever after; `None`
     /// never fails (to count operations).
     pub fn new(inner: B, fail_at: Option<u64>) -> Self {
-        FailingBackend {
+        FaultyStore {
             inner,
             fail_at,
             lose_unsynced: false,
@@ -71,7 +71,7 @@ impl<B: Backend> FailingBackend<B> {
     /// Like [`new`](Self::new), but the failure also loses every put and
     /// delete not yet made durable by `sync`, as a power loss would.
     pub fn with_lost_unsynced(inner: B, fail_at: Option<u64>) -> Self {
-        FailingBackend {
+        FaultyStore {
             lose_unsynced: true,
             ..Self::new(inner, fail_at)
         }
@@ -80,7 +80,7 @@ impl<B: Backend> FailingBackend<B> {
     /// Like [`with_lost_unsynced`](Self::with_lost_unsynced), but each unsynced
     /// key is independently lost or kept, as decided by `seed`.
     pub fn with_partial_loss(inner: B, fail_at: Option<u64>, seed: u64) -> Self {
-        FailingBackend {
+        FaultyStore {
             lose_unsynced: true,
             partial_seed: Some(seed),
             ..Self::new(inner, fail_at)
@@ -140,7 +140,7 @@ impl<B: Backend> FailingBackend<B> {
     fn lose(&self, state: &mut State) -> Result<()> {
         for (key, prior) in std::mem::take(&mut state.unsynced) {
             if let Some(seed) = self.partial_seed {
-                let h = blake3::hash(&[&seed.to_le_bytes()[..], key.as_bytes()].concat());
+                let h = blake3::hash(&[&seed.to_le_bytes()[..], key.name().as_bytes()].concat());
                 if h.as_bytes()[0] & 1 == 0 {
                     continue; // this write happened to reach the disk
                 }
@@ -150,12 +150,12 @@ impl<B: Backend> FailingBackend<B> {
                 None => self.inner.delete(&key)?,
             }
         }
-        // For a durable inner backend: the restored state is what survives.
-        self.inner.sync()
+        // For a durable inner store: the restored state is what survives.
+        self.inner.barrier()
     }
 
     /// Remember `key`'s durable content before its first unsynced change.
-    fn log(&self, state: &mut State, key: &str) -> Result<()> {
+    fn log(&self, state: &mut State, key: &ObjectKey) -> Result<()> {
         if !self.lose_unsynced || state.unsynced.contains_key(key) {
             return Ok(());
         }
@@ -164,65 +164,65 @@ impl<B: Backend> FailingBackend<B> {
             Err(Error::MissingObject(_)) => None,
             Err(e) => return Err(e),
         };
-        state.unsynced.insert(key.to_string(), prior);
+        state.unsynced.insert(key.clone(), prior);
         Ok(())
     }
 }
 
-impl<B: Backend> Backend for FailingBackend<B> {
+impl<B: ObjectStore> ObjectStore for FaultyStore<B> {
     /// Fails before writing anything: a put that fails leaves no object.
-    fn put(&self, key: &str, data: &[u8]) -> Result<()> {
+    fn put(&self, key: &ObjectKey, data: &[u8]) -> Result<()> {
         let mut state = self.mutation()?;
         self.log(&mut state, key)?;
         self.inner.put(key, data)
     }
 
-    fn get(&self, key: &str) -> Result<Vec<u8>> {
+    fn get(&self, key: &ObjectKey) -> Result<Vec<u8>> {
         self.check()?;
         self.inner.get(key)
     }
 
-    fn get_into(&self, key: &str, buf: &mut Vec<u8>) -> Result<()> {
+    fn get_into(&self, key: &ObjectKey, buf: &mut Vec<u8>) -> Result<()> {
         self.check()?;
         self.inner.get_into(key, buf)
     }
 
-    fn get_shared(&self, key: &str, reuse: Vec<u8>) -> Result<ObjectBytes> {
+    fn get_whole(&self, key: &ObjectKey, reuse: Vec<u8>) -> Result<ObjectBytes> {
         self.check()?;
-        self.inner.get_shared(key, reuse)
+        self.inner.get_whole(key, reuse)
     }
 
-    fn get_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+    fn get_range(&self, key: &ObjectKey, offset: u64, len: u64) -> Result<Vec<u8>> {
         self.check()?;
         self.inner.get_range(key, offset, len)
     }
 
-    fn size(&self, key: &str) -> Result<u64> {
+    fn size(&self, key: &ObjectKey) -> Result<u64> {
         self.check()?;
         self.inner.size(key)
     }
 
-    fn list(&self, prefix: &str) -> Result<Vec<String>> {
+    fn list(&self, kind: KeyKind) -> Result<Vec<ObjectKey>> {
         self.check()?;
-        self.inner.list(prefix)
+        self.inner.list(kind)
     }
 
-    fn delete(&self, key: &str) -> Result<()> {
+    fn delete(&self, key: &ObjectKey) -> Result<()> {
         let mut state = self.mutation()?;
         self.log(&mut state, key)?;
         self.inner.delete(key)
     }
 
-    fn sync(&self) -> Result<()> {
+    fn barrier(&self) -> Result<()> {
         let mut state = self.mutation()?;
-        self.inner.sync()?;
+        self.inner.barrier()?;
         state.unsynced.clear();
         Ok(())
     }
 
-    fn create_new(&self, key: &str, data: &[u8]) -> Result<bool> {
+    fn put_if_absent(&self, key: &ObjectKey, data: &[u8]) -> Result<bool> {
         let mut state = self.mutation()?;
-        let created = self.inner.create_new(key, data)?;
+        let created = self.inner.put_if_absent(key, data)?;
         if created {
             // Durable on return, and so is the directory entry it replaced:
             // a power loss must not bring back an earlier deleted object.
@@ -235,8 +235,8 @@ impl<B: Backend> Backend for FailingBackend<B> {
         self.inner.location()
     }
 
-    fn remove_temporaries(&self) -> Result<usize> {
+    fn clean_interrupted(&self) -> Result<usize> {
         self.check()?;
-        self.inner.remove_temporaries()
+        self.inner.clean_interrupted()
     }
 }
