@@ -128,28 +128,6 @@ struct Containers {
 type ReadContainer = (Vec<ChunkMeta>, ChunkKind, Vec<Fingerprint>);
 
 impl Repository {
-    /// Verify the repository. Errors are only returned for failures of the
-    /// check itself (e.g. the backend cannot be listed); everything wrong
-    /// with the repository is a [`Problem`] in the report.
-    pub fn check(&self, opts: &CheckOptions) -> Result<CheckReport> {
-        let m = &self.manifest;
-        let mut report = CheckReport {
-            generation: m.generation,
-            backups: m.backups.len(),
-            containers: m.containers.len(),
-            index_entries: {
-                let (d, r) = self.index.len();
-                d + r
-            },
-            leftovers: self.find_leftovers()?,
-            ..Default::default()
-        };
-        let containers = self.check_containers(opts, &mut report);
-        self.check_index(&containers, &mut report);
-        self.check_backups(&containers, &mut report);
-        Ok(report)
-    }
-
     /// Every listed container's header and metadata (and its data, when
     /// read whole) against the manifest.
     fn check_containers(&self, opts: &CheckOptions, report: &mut CheckReport) -> Containers {
@@ -396,6 +374,27 @@ impl Repository {
             .flatten();
         (damage, walk.err().map(|e| (last_recipe_container, e)))
     }
+}
+/// Verify the repository. Errors are only returned for failures of the
+/// check itself (e.g. the backend cannot be listed); everything wrong
+/// with the repository is a [`Problem`] in the report.
+pub(crate) fn check(repo: &Repository, opts: &CheckOptions) -> Result<CheckReport> {
+    let m = &repo.manifest;
+    let mut report = CheckReport {
+        generation: m.generation,
+        backups: m.backups.len(),
+        containers: m.containers.len(),
+        index_entries: {
+            let (d, r) = repo.index.len();
+            d + r
+        },
+        leftovers: repo.find_leftovers()?,
+        ..Default::default()
+    };
+    let containers = repo.check_containers(opts, &mut report);
+    repo.check_index(&containers, &mut report);
+    repo.check_backups(&containers, &mut report);
+    Ok(report)
 }
 
 /// What is wrong with a container as read, if anything: the kind its

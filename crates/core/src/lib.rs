@@ -36,5 +36,5 @@ pub use backend::{ObjectKey, ObjectStore};
 pub use error::{Error, ObjectRef, Result, Subject};
 pub use fingerprint::{Fingerprint, HashAlgo};
 pub use ingest::{BackupOptions, BackupReport};
-pub use repo::{InitOptions, Repository};
+pub use repo::{InitOptions, Repository, Writer};
 pub use restore::{RestoreOptions, RestoreReport};

@@ -1,25 +1,39 @@
-//! The repository: opening, locking, publishing manifest generations, and the
-//! operations on backups (backup, restore, forget, stats).
+//! The repository's API in one place: [`Repository`] (read-only: restore,
+//! list, check, plan GC, stats) and [`Writer`] (the same, holding the
+//! exclusive lock, plus backup, forget and GC). Each method here is the
+//! documented face of an operation implemented in its module (`ingest`,
+//! `restore`, `salvage`, `check`, `gc`); this file also holds opening,
+//! locking and publishing manifest generations.
 //!
-//! Crash safety rests on one rule, enforced in `Repository::publish`: new
+//! Crash safety rests on one rule, enforced in `Writer::publish`: new
 //! objects are made durable, then the new manifest generation is put
 //! (atomically), then — and only then — superseded objects are deleted.
 //! Anything a crash leaves behind is not listed by any manifest and is removed
 //! by the next writer ([`Repository::open_writer`]).
 
+use crate::archive::ExtractReport;
 use crate::backend::{Generation, KeyKind, ObjectKey, ObjectStore};
 use crate::catalog::{BackupEntry, ContainerEntry, Manifest, RepoConfig};
+use crate::check::{CheckOptions, CheckReport};
 use crate::chunking::ChunkerConfig;
 use crate::clock::now;
 use crate::container::{ChunkKind, ContainerStore};
 use crate::error::{Error, ObjectRef, Result};
+use crate::fingerprint::Fingerprint;
 use crate::fingerprint::HashAlgo;
+use crate::gc::{GcOptions, GcPlan, GcReport, Marker};
 use crate::index::{decode_segment, encode_segment, sort_entries, Index, IndexEntry};
+use crate::ingest::{BackupOptions, BackupReport, GroupInput, Ingest};
 use crate::lock::RepoLock;
 use crate::metrics::Metrics;
+use crate::recipe::reader::RecipeReader;
+use crate::restore::{RestoreOptions, RestoreReport};
+use crate::salvage::SalvageReport;
 use crate::seal::SealedStore;
 use serde::Serialize;
 use std::collections::HashSet;
+use std::io::{Read, Write};
+use std::path::Path;
 use std::sync::Arc;
 
 /// Index segments a manifest may list before they are merged into one.
@@ -59,8 +73,32 @@ pub struct Repository {
     pub(crate) index: Index,
     pub(crate) store: ContainerStore,
     pub(crate) metrics: Arc<Metrics>,
+}
+
+/// The repository opened for writing: a [`Repository`] plus the exclusive
+/// writer lock. Every mutation (backup, forget, gc) is a method of this
+/// type, so the compiler, not a run-time check, keeps read-only handles
+/// from mutating; reads go through `Deref`.
+pub struct Writer {
+    repo: Repository,
     lock: Option<RepoLock>,
     leftovers: Leftovers,
+}
+
+impl std::ops::Deref for Writer {
+    type Target = Repository;
+    fn deref(&self) -> &Repository {
+        &self.repo
+    }
+}
+
+/// Mutations inside the engine change the catalog and index in place; no
+/// public method of [`Repository`] takes `&mut self`, so this grants
+/// nothing beyond the writer's own API.
+impl std::ops::DerefMut for Writer {
+    fn deref_mut(&mut self) -> &mut Repository {
+        &mut self.repo
+    }
 }
 
 /// Summary for `tessera stats`.
@@ -178,22 +216,23 @@ impl Repository {
             index,
             store,
             metrics,
-            lock: None,
-            leftovers: Leftovers::default(),
         })
     }
 
     /// Open for writing: take the exclusive lock, load the newest generation,
     /// and remove leftovers of interrupted mutations.
-    pub fn open_writer(backend: Arc<dyn ObjectStore>, command: &str) -> Result<Self> {
+    pub fn open_writer(backend: Arc<dyn ObjectStore>, command: &str) -> Result<Writer> {
         if latest_generation(&*backend)?.is_none() {
             return Err(Error::NoRepository(backend.location().into()));
         }
         let lock = RepoLock::acquire(backend.clone(), command)?;
-        let mut repo = Self::open(backend)?;
-        repo.lock = Some(lock);
-        repo.leftovers = repo.remove_leftovers()?;
-        Ok(repo)
+        let repo = Self::open(backend)?;
+        let leftovers = repo.remove_leftovers()?;
+        Ok(Writer {
+            repo,
+            lock: Some(lock),
+            leftovers,
+        })
     }
 
     /// Objects no manifest lists: what an interrupted mutation left behind.
@@ -231,7 +270,7 @@ impl Repository {
         Ok(out)
     }
 
-    fn remove_leftovers(&mut self) -> Result<Leftovers> {
+    fn remove_leftovers(&self) -> Result<Leftovers> {
         let objects = self.leftover_keys()?;
         for key in &objects {
             self.objects.delete(key)?;
@@ -244,40 +283,6 @@ impl Repository {
             objects: objects.iter().map(ObjectKey::name).collect(),
             temporaries,
         })
-    }
-
-    /// Leftovers removed when this writer opened the repository.
-    pub fn leftovers(&self) -> &Leftovers {
-        &self.leftovers
-    }
-
-    pub(crate) fn require_writer(&self) -> Result<()> {
-        if self.lock.is_none() {
-            return Err(Error::invalid(
-                "internal error: repository opened read-only for a mutation",
-            ));
-        }
-        Ok(())
-    }
-
-    /// Publish `next` as the new generation: make every new object durable,
-    /// put the manifest, then delete what it supersedes.
-    pub(crate) fn publish(&mut self, mut next: Manifest, superseded: &[ObjectKey]) -> Result<()> {
-        self.require_writer()?;
-        next.generation = self.manifest.generation + 1;
-        self.objects.barrier()?;
-        self.objects.put(
-            &ObjectKey::Manifest(Generation(next.generation)),
-            next.encode(),
-        )?;
-        self.objects.barrier()?;
-        let old = ObjectKey::Manifest(Generation(self.manifest.generation));
-        self.manifest = next;
-        self.objects.delete(&old)?;
-        for key in superseded {
-            self.objects.delete(key)?;
-        }
-        self.objects.barrier()
     }
 
     /// Write the index entries a mutation added as one new segment and return
@@ -379,26 +384,6 @@ impl Repository {
         )))
     }
 
-    /// Remove backups from the catalog (logical deletion). Their chunks stay
-    /// until garbage collection.
-    pub fn forget(&mut self, ids: &[u64]) -> Result<Vec<BackupEntry>> {
-        self.require_writer()?;
-        for id in ids {
-            if self.manifest.backup(*id).is_none() {
-                return Err(Error::Snapshot(format!(
-                    "no snapshot '{id}' (see `tessera snapshots`)"
-                )));
-            }
-        }
-        let mut next = self.manifest.clone();
-        let (gone, kept): (Vec<_>, Vec<_>) =
-            next.backups.into_iter().partition(|b| ids.contains(&b.id));
-        next.backups = kept;
-        next.forgotten.extend(gone.iter().cloned());
-        self.publish(next, &[])?;
-        Ok(gone)
-    }
-
     pub fn stats(&self) -> RepoStats {
         let m = &self.manifest;
         let sum = |kind: ChunkKind| -> (usize, u64) {
@@ -441,6 +426,224 @@ impl Repository {
                 mem as f64 / (de + re) as f64
             },
         }
+    }
+
+    // Restores, listings, check and GC planning: implemented in their
+    // modules (`restore`, `salvage`, `check`, `gc`, `recipe::reader`).
+
+    /// The entries of a backup (`tessera ls`): a directory backup's tar
+    /// entries in stream order; a file or stream backup is one file named
+    /// after its source. The backup is restored (to a pipe) to read them,
+    /// so a damaged backup fails as its restore would.
+    pub fn list_entries(
+        &self,
+        backup: &BackupEntry,
+        visit: &mut dyn FnMut(crate::archive::Listed) -> Result<()>,
+    ) -> Result<()> {
+        crate::restore::list_entries(self, backup, visit)
+    }
+
+    /// Restore a backup's byte stream into `out` (nothing is written in trace
+    /// mode, where only the I/O is accounted).
+    pub fn restore_to(
+        &self,
+        backup: &BackupEntry,
+        out: &mut dyn Write,
+        opts: &RestoreOptions,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<RestoreReport> {
+        crate::restore::restore_to(self, backup, out, opts, progress)
+    }
+
+    /// Restore a backup into a directory: a tree backup is extracted (unsafe
+    /// entries refused and listed), a file or stream backup becomes one file
+    /// named after its source.
+    pub fn restore_into(
+        &self,
+        backup: &BackupEntry,
+        target: &Path,
+        opts: &RestoreOptions,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<(RestoreReport, ExtractReport)> {
+        crate::restore::restore_into(self, backup, target, opts, progress)
+    }
+
+    /// [`restore_into`](Self::restore_into) only the entries at or below
+    /// the `include` paths of a directory backup (everything when empty).
+    /// The whole stream is still restored (recipes are read in order); only
+    /// the extraction is partial. Includes that match nothing are listed in
+    /// [`ExtractReport::unmatched`].
+    pub fn restore_into_selected(
+        &self,
+        backup: &BackupEntry,
+        target: &Path,
+        opts: &RestoreOptions,
+        include: &[String],
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<(RestoreReport, ExtractReport)> {
+        crate::restore::restore_into_selected(self, backup, target, opts, include, progress)
+    }
+
+    /// Restore a backup's byte stream into `out`, writing damaged chunks as
+    /// zeros and reporting them. Fails only if the recipe is unreadable or
+    /// `out` fails.
+    pub fn restore_damaged_to(
+        &self,
+        b: &BackupEntry,
+        out: &mut dyn Write,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<SalvageReport> {
+        crate::salvage::restore_damaged_to(self, b, out, progress)
+    }
+
+    /// Restore a backup into a directory, damaged chunks as zeros: a tree is
+    /// extracted (entries whose tar headers were lost are missing), a stream
+    /// becomes one file. The report lists what is damaged.
+    pub fn restore_damaged_into(
+        &self,
+        b: &BackupEntry,
+        target: &Path,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<(SalvageReport, ExtractReport)> {
+        crate::salvage::restore_damaged_into(self, b, target, progress)
+    }
+
+    /// Mark (with the options' marker) and select: what [`gc`](Self::gc)
+    /// would do. Changes nothing.
+    pub fn plan_gc(&self, opts: &GcOptions) -> Result<GcPlan> {
+        crate::gc::plan_gc(self, opts)
+    }
+
+    /// [`plan_gc`](Self::plan_gc) with another mark: where the physical and
+    /// focused marks come in.
+    pub fn plan_gc_marked(&self, opts: &GcOptions, marker: &dyn Marker) -> Result<GcPlan> {
+        crate::gc::plan_gc_marked(self, opts, marker)
+    }
+
+    /// Verify the repository. Errors are only returned for failures of the
+    /// check itself (e.g. the backend cannot be listed); everything wrong
+    /// with the repository is a [`Problem`] in the report.
+    pub fn check(&self, opts: &CheckOptions) -> Result<CheckReport> {
+        crate::check::check(self, opts)
+    }
+
+    /// A [`RecipeReader`] over this repository keeping up to `containers`
+    /// recipe containers.
+    pub fn recipe_reader(&self, containers: usize) -> RecipeReader<'_> {
+        crate::recipe::reader::recipe_reader(self, containers)
+    }
+}
+
+impl Writer {
+    // Backups and GC: implemented in `ingest` and `gc`.
+
+    /// Run a backup: `feed` writes the backup's bytes (or trace entries) into
+    /// the [`Ingest`]; then the recipe is closed, the containers and index
+    /// segment written, and a new manifest generation published. On any error
+    /// nothing is published and the repository is unchanged.
+    pub fn backup_with(
+        &mut self,
+        opts: &BackupOptions,
+        feed: impl FnOnce(&mut Ingest) -> Result<()>,
+    ) -> Result<BackupReport> {
+        crate::ingest::backup_with(self, opts, feed)
+    }
+
+    /// Back up a byte stream (a file, or stdin under a name).
+    pub fn backup_reader(
+        &mut self,
+        opts: &BackupOptions,
+        reader: &mut dyn Read,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<BackupReport> {
+        crate::ingest::backup_reader(self, opts, reader, progress)
+    }
+
+    /// Back up a directory as a deterministic tar stream.
+    pub fn backup_tree(
+        &mut self,
+        opts: &BackupOptions,
+        root: &std::path::Path,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<(BackupReport, crate::archive::TreeStats)> {
+        crate::ingest::backup_tree(self, opts, root, progress)
+    }
+
+    /// Back up a fingerprint trace: (fingerprint, size) per chunk.
+    pub fn backup_trace(
+        &mut self,
+        opts: &BackupOptions,
+        chunks: impl IntoIterator<Item = Result<(Fingerprint, u32)>>,
+    ) -> Result<BackupReport> {
+        crate::ingest::backup_trace(self, opts, chunks)
+    }
+
+    /// Back up every member of `group` interleaved (see the module docs):
+    /// one chunk of each member in turn, into shared containers; then one
+    /// manifest generation lists them all, in order. All or nothing: on any
+    /// error none of them is published.
+    pub fn backup_interleaved(
+        &mut self,
+        group: Vec<(BackupOptions, GroupInput)>,
+    ) -> Result<Vec<BackupReport>> {
+        crate::ingest::interleave::backup_interleaved(self, group)
+    }
+
+    /// Reclaim the space of chunks no retained backup references: mark,
+    /// select, sweep (naive copy-forward or GCCDF reordering), then publish
+    /// a new generation before deleting the old containers.
+    pub fn gc(&mut self, opts: &GcOptions) -> Result<GcReport> {
+        crate::gc::gc(self, opts)
+    }
+
+    /// Carry out a plan: sweep, publish a new generation, then delete the
+    /// reclaimed containers. A dry-run plan changes nothing; a plan with
+    /// nothing to reclaim only records that the forgotten backups are done.
+    pub fn gc_with(&mut self, plan: GcPlan) -> Result<GcReport> {
+        crate::gc::gc_with(self, plan)
+    }
+
+    /// Leftovers removed when this writer opened the repository.
+    pub fn leftovers(&self) -> &Leftovers {
+        &self.leftovers
+    }
+
+    /// Remove backups from the catalog (logical deletion). Their chunks stay
+    /// until garbage collection.
+    pub fn forget(&mut self, ids: &[u64]) -> Result<Vec<BackupEntry>> {
+        for id in ids {
+            if self.manifest.backup(*id).is_none() {
+                return Err(Error::Snapshot(format!(
+                    "no snapshot '{id}' (see `tessera snapshots`)"
+                )));
+            }
+        }
+        let mut next = self.manifest.clone();
+        let (gone, kept): (Vec<_>, Vec<_>) =
+            next.backups.into_iter().partition(|b| ids.contains(&b.id));
+        next.backups = kept;
+        next.forgotten.extend(gone.iter().cloned());
+        self.publish(next, &[])?;
+        Ok(gone)
+    }
+
+    /// Publish `next` as the new generation: make every new object durable,
+    /// put the manifest, then delete what it supersedes.
+    pub(crate) fn publish(&mut self, mut next: Manifest, superseded: &[ObjectKey]) -> Result<()> {
+        next.generation = self.manifest.generation + 1;
+        self.objects.barrier()?;
+        self.objects.put(
+            &ObjectKey::Manifest(Generation(next.generation)),
+            next.encode(),
+        )?;
+        self.objects.barrier()?;
+        let old = ObjectKey::Manifest(Generation(self.manifest.generation));
+        self.manifest = next;
+        self.objects.delete(&old)?;
+        for key in superseded {
+            self.objects.delete(key)?;
+        }
+        self.objects.barrier()
     }
 
     /// Release the writer lock (also released on drop).

@@ -267,66 +267,65 @@ impl Repository {
             Err(_) => vec!["(recipe unreadable)".into()],
         }
     }
-
-    /// Restore a backup's byte stream into `out`, writing damaged chunks as
-    /// zeros and reporting them. Fails only if the recipe is unreadable or
-    /// `out` fails.
-    pub fn restore_damaged_to(
-        &self,
-        b: &BackupEntry,
-        out: &mut dyn Write,
-        progress: &mut dyn FnMut(u64),
-    ) -> Result<SalvageReport> {
-        let mut s = TolerantStream::new(self, b).map_err(|e| e.in_backup(b.id, None))?;
-        let mut buf = vec![0u8; 1 << 20];
-        let mut n = 0u64;
-        loop {
-            let k = s
-                .read(&mut buf)
-                .map_err(|e| Error::corrupt(format!("recipe of backup {}", b.id), e.to_string()))?;
-            if k == 0 {
-                break;
-            }
-            out.write_all(&buf[..k])
-                .ctx(|| "cannot write restored data".into())?;
-            n += k as u64;
-            progress(n);
+}
+/// Restore a backup's byte stream into `out`, writing damaged chunks as
+/// zeros and reporting them. Fails only if the recipe is unreadable or
+/// `out` fails.
+pub(crate) fn restore_damaged_to(
+    repo: &Repository,
+    b: &BackupEntry,
+    out: &mut dyn Write,
+    progress: &mut dyn FnMut(u64),
+) -> Result<SalvageReport> {
+    let mut s = TolerantStream::new(repo, b).map_err(|e| e.in_backup(b.id, None))?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut n = 0u64;
+    loop {
+        let k = s
+            .read(&mut buf)
+            .map_err(|e| Error::corrupt(format!("recipe of backup {}", b.id), e.to_string()))?;
+        if k == 0 {
+            break;
         }
-        out.flush().ctx(|| "cannot write restored data".into())?;
-        let damaged = s.damaged().to_vec();
-        let files = if damaged.is_empty() {
-            Vec::new()
-        } else if b.source == SourceKind::Tree {
-            self.damaged_files(b, &damaged)
-        } else {
-            vec![b.name.clone()]
-        };
-        Ok(SalvageReport {
-            backup_id: b.id,
-            restored_bytes: n,
-            damaged_bytes: damaged.iter().map(|r| r.1).sum(),
-            damaged,
-            files,
-        })
+        out.write_all(&buf[..k])
+            .ctx(|| "cannot write restored data".into())?;
+        n += k as u64;
+        progress(n);
     }
+    out.flush().ctx(|| "cannot write restored data".into())?;
+    let damaged = s.damaged().to_vec();
+    let files = if damaged.is_empty() {
+        Vec::new()
+    } else if b.source == SourceKind::Tree {
+        repo.damaged_files(b, &damaged)
+    } else {
+        vec![b.name.clone()]
+    };
+    Ok(SalvageReport {
+        backup_id: b.id,
+        restored_bytes: n,
+        damaged_bytes: damaged.iter().map(|r| r.1).sum(),
+        damaged,
+        files,
+    })
+}
 
-    /// Restore a backup into a directory, damaged chunks as zeros: a tree is
-    /// extracted (entries whose tar headers were lost are missing), a stream
-    /// becomes one file. The report lists what is damaged.
-    pub fn restore_damaged_into(
-        &self,
-        b: &BackupEntry,
-        target: &Path,
-        progress: &mut dyn FnMut(u64),
-    ) -> Result<(SalvageReport, ExtractReport)> {
-        let (restored, extracted) = crate::restore::into_directory(
-            b,
-            target,
-            &[],
-            |out| self.restore_damaged_to(b, out, progress),
-            |r| r.restored_bytes,
-        )?;
-        let rep = restored?;
-        Ok((rep, extracted?))
-    }
+/// Restore a backup into a directory, damaged chunks as zeros: a tree is
+/// extracted (entries whose tar headers were lost are missing), a stream
+/// becomes one file. The report lists what is damaged.
+pub(crate) fn restore_damaged_into(
+    repo: &Repository,
+    b: &BackupEntry,
+    target: &Path,
+    progress: &mut dyn FnMut(u64),
+) -> Result<(SalvageReport, ExtractReport)> {
+    let (restored, extracted) = crate::restore::into_directory(
+        b,
+        target,
+        &[],
+        |out| repo.restore_damaged_to(b, out, progress),
+        |r| r.restored_bytes,
+    )?;
+    let rep = restored?;
+    Ok((rep, extracted?))
 }

@@ -16,7 +16,7 @@ use tessera_core::backend::{self, CountingStore, IoCounters, ObjectStore};
 use tessera_core::catalog::SourceKind;
 use tessera_core::gc::GcReport;
 use tessera_core::ingest::GroupInput;
-use tessera_core::{BackupOptions, BackupReport, InitOptions, Repository, RestoreOptions};
+use tessera_core::{BackupOptions, BackupReport, InitOptions, Repository, RestoreOptions, Writer};
 
 /// One backup of the sequence, as every approach ingests it.
 #[derive(Clone, Debug)]
@@ -500,7 +500,7 @@ fn summarize(s: &mut Summary, rows: &[Row]) {
 /// what it cost in backend requests and bytes.
 type Counted = Arc<CountingStore<Arc<dyn ObjectStore>>>;
 
-fn open_repo(exp: &Experiment, a: &Approach, work: &Path) -> Result<(Repository, Counted)> {
+fn open_repo(exp: &Experiment, a: &Approach, work: &Path) -> Result<(Writer, Counted)> {
     let location = match exp.backend {
         BackendKind::Memory => "memory:".to_string(),
         BackendKind::Local => {
@@ -534,7 +534,7 @@ struct ApproachRun<'a> {
     exp: &'a Experiment,
     a: &'a Approach,
     versions: &'a [Version],
-    repo: Repository,
+    repo: Writer,
     backend: Counted,
     cache: tessera_core::restore::CacheSpec,
     scale: Option<ScaleSeries>,

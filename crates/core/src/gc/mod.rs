@@ -7,7 +7,7 @@
 //! containers it reclaimed.
 //!
 //! A GC is a [`GcPlan`] (mark + select, what `--dry-run` reports) carried
-//! out by [`Repository::gc_with`]. The mark is a [`Marker`]: the logical
+//! out by [`Writer::gc_with`](crate::Writer::gc_with). The mark is a [`Marker`]: the logical
 //! mark today; the physical (PGC) and focused (FGC) marks implement the same
 //! trait and reach the sweep through [`Repository::plan_gc_marked`].
 
@@ -23,7 +23,7 @@ pub use select::Selection;
 use crate::container::ContainerId;
 use crate::error::{Error, Result};
 use crate::layout::{ContainerLayout, Layout};
-use crate::repo::Repository;
+use crate::repo::{Repository, Writer};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::fmt;
@@ -187,7 +187,7 @@ impl GcOptions {
 }
 
 /// Mark and select: what a GC would do, before it does it (`gc --dry-run`
-/// reports exactly this). [`Repository::gc_with`] carries it out.
+/// reports exactly this). [`Writer::gc_with`](crate::Writer::gc_with) carries it out.
 pub struct GcPlan {
     pub options: GcOptions,
     /// The manifest generation planned on: a plan is only carried out on it.
@@ -241,113 +241,113 @@ impl GcPlan {
     }
 }
 
-impl Repository {
-    /// Reclaim the space of chunks no retained backup references: mark,
-    /// select, sweep (naive copy-forward or GCCDF reordering), then publish
-    /// a new generation before deleting the old containers.
-    pub fn gc(&mut self, opts: &GcOptions) -> Result<GcReport> {
-        self.require_writer()?;
-        let plan = self.plan_gc(opts)?;
-        self.gc_with(plan)
-    }
+/// Reclaim the space of chunks no retained backup references: mark,
+/// select, sweep (naive copy-forward or GCCDF reordering), then publish
+/// a new generation before deleting the old containers.
+pub(crate) fn gc(repo: &mut Writer, opts: &GcOptions) -> Result<GcReport> {
+    let plan = repo.plan_gc(opts)?;
+    repo.gc_with(plan)
+}
 
-    /// Mark (with the options' marker) and select: what [`gc`](Self::gc)
-    /// would do. Changes nothing.
-    pub fn plan_gc(&self, opts: &GcOptions) -> Result<GcPlan> {
-        self.plan_gc_marked(opts, &opts.marker())
-    }
+/// Mark (with the options' marker) and select: what [`gc`](Self::gc)
+/// would do. Changes nothing.
+pub(crate) fn plan_gc(repo: &Repository, opts: &GcOptions) -> Result<GcPlan> {
+    repo.plan_gc_marked(opts, &opts.marker())
+}
 
-    /// [`plan_gc`](Self::plan_gc) with another mark: where the physical and
-    /// focused marks come in.
-    pub fn plan_gc_marked(&self, opts: &GcOptions, marker: &dyn Marker) -> Result<GcPlan> {
-        opts.validate().map_err(Error::invalid)?;
-        let started = Instant::now();
-        let io0 = self.metrics.snapshot();
-        let mark = marker.mark(self)?;
-        let selection = select::select(self, &mark, opts.liveness_threshold)?;
-        let mark_seconds = started.elapsed().as_secs_f64();
-        let mark_bytes_read = self
-            .metrics
-            .snapshot()
-            .since(&io0)
-            .recipe_container_bytes_read;
-        let reclaimed: HashSet<_> = selection
-            .empty
-            .iter()
-            .chain(&selection.copy)
-            .chain(&selection.recipe_empty)
-            .chain(&selection.recipe_copy)
-            .copied()
-            .collect();
-        let reclaimed_logical_bytes = self
-            .manifest
-            .containers
-            .iter()
-            .filter(|c| reclaimed.contains(&c.id))
-            .map(|c| c.logical_bytes)
-            .sum();
-        Ok(GcPlan {
-            options: opts.clone(),
-            generation: self.manifest.generation,
-            mark,
-            selection,
-            reclaimed,
-            reclaimed_logical_bytes,
-            mark_seconds,
-            mark_bytes_read,
-            container_size: self.manifest.config.container_size as u64,
-        })
-    }
+/// [`plan_gc`](Self::plan_gc) with another mark: where the physical and
+/// focused marks come in.
+pub(crate) fn plan_gc_marked(
+    repo: &Repository,
+    opts: &GcOptions,
+    marker: &dyn Marker,
+) -> Result<GcPlan> {
+    opts.validate().map_err(Error::invalid)?;
+    let started = Instant::now();
+    let io0 = repo.metrics.snapshot();
+    let mark = marker.mark(repo)?;
+    let selection = select::select(repo, &mark, opts.liveness_threshold)?;
+    let mark_seconds = started.elapsed().as_secs_f64();
+    let mark_bytes_read = repo
+        .metrics
+        .snapshot()
+        .since(&io0)
+        .recipe_container_bytes_read;
+    let reclaimed: HashSet<_> = selection
+        .empty
+        .iter()
+        .chain(&selection.copy)
+        .chain(&selection.recipe_empty)
+        .chain(&selection.recipe_copy)
+        .copied()
+        .collect();
+    let reclaimed_logical_bytes = repo
+        .manifest
+        .containers
+        .iter()
+        .filter(|c| reclaimed.contains(&c.id))
+        .map(|c| c.logical_bytes)
+        .sum();
+    Ok(GcPlan {
+        options: opts.clone(),
+        generation: repo.manifest.generation,
+        mark,
+        selection,
+        reclaimed,
+        reclaimed_logical_bytes,
+        mark_seconds,
+        mark_bytes_read,
+        container_size: repo.manifest.config.container_size as u64,
+    })
+}
 
-    /// Carry out a plan: sweep, publish a new generation, then delete the
-    /// reclaimed containers. A dry-run plan changes nothing; a plan with
-    /// nothing to reclaim only records that the forgotten backups are done.
-    pub fn gc_with(&mut self, plan: GcPlan) -> Result<GcReport> {
-        self.require_writer()?;
-        if plan.generation != self.manifest.generation {
-            return Err(Error::invalid(format!(
-                "the GC plan was made on generation {}, the repository is at {}: plan again",
-                plan.generation, self.manifest.generation
-            )));
+/// Carry out a plan: sweep, publish a new generation, then delete the
+/// reclaimed containers. A dry-run plan changes nothing; a plan with
+/// nothing to reclaim only records that the forgotten backups are done.
+pub(crate) fn gc_with(repo: &mut Writer, plan: GcPlan) -> Result<GcReport> {
+    if plan.generation != repo.manifest.generation {
+        return Err(Error::invalid(format!(
+            "the GC plan was made on generation {}, the repository is at {}: plan again",
+            plan.generation, repo.manifest.generation
+        )));
+    }
+    let started = Instant::now();
+    let mut r = plan.report();
+    let dry_run = plan.options.dry_run;
+    if dry_run || plan.reclaimed.is_empty() {
+        if !dry_run && !repo.manifest.forgotten.is_empty() {
+            // Nothing to reclaim, but the deletions are now accounted for.
+            let mut next = repo.manifest.clone();
+            next.forgotten.clear();
+            repo.publish(next, &[])?;
         }
-        let started = Instant::now();
-        let mut r = plan.report();
-        let dry_run = plan.options.dry_run;
-        if dry_run || plan.reclaimed.is_empty() {
-            if !dry_run && !self.manifest.forgotten.is_empty() {
-                // Nothing to reclaim, but the deletions are now accounted for.
-                let mut next = self.manifest.clone();
-                next.forgotten.clear();
-                self.publish(next, &[])?;
-            }
-            r.total_seconds += started.elapsed().as_secs_f64();
-            return Ok(r);
-        }
-        let io1 = self.metrics.snapshot();
-        let swept = ContainerLayout.sweep(self, &plan.mark, &plan.selection, &plan.options)?;
-        let io = self.metrics.snapshot().since(&io1);
-        r.bytes_read = io.data_container_bytes_read;
-        r.bytes_written = io.data_container_bytes_written;
-        swept.add_to(&mut r, plan.mark.memory_bytes, plan.reclaimed_logical_bytes);
-        let produced = swept.produced();
-        let moved: Vec<_> = swept
-            .data
-            .moved
-            .iter()
-            .chain(&swept.recipe.moved)
-            .copied()
-            .collect();
-        let next_id = swept.recipe.next_id();
-        let GcPlan {
-            mark, reclaimed, ..
-        } = plan;
-        drop(mark);
-        let t = Instant::now();
-        sweep::commit(self, &reclaimed, &produced, &moved, next_id)?;
-        r.publish_seconds = t.elapsed().as_secs_f64();
         r.total_seconds += started.elapsed().as_secs_f64();
-        Ok(r)
+        return Ok(r);
     }
+    let io1 = repo.metrics.snapshot();
+    let swept = ContainerLayout.sweep(repo, &plan.mark, &plan.selection, &plan.options)?;
+    let io = repo.metrics.snapshot().since(&io1);
+    r.bytes_read = io.data_container_bytes_read;
+    r.bytes_written = io.data_container_bytes_written;
+    swept.add_to(&mut r, plan.mark.memory_bytes, plan.reclaimed_logical_bytes);
+    let produced = swept.produced();
+    let moved: Vec<_> = swept
+        .data
+        .moved
+        .iter()
+        .chain(&swept.recipe.moved)
+        .copied()
+        .collect();
+    let next_id = swept.recipe.next_id();
+    let GcPlan {
+        mark, reclaimed, ..
+    } = plan;
+    drop(mark);
+    let t = Instant::now();
+    sweep::commit(repo, &reclaimed, &produced, &moved, next_id)?;
+    r.publish_seconds = t.elapsed().as_secs_f64();
+    r.total_seconds += started.elapsed().as_secs_f64();
+    Ok(r)
 }
 
 impl std::str::FromStr for GcStrategy {
@@ -366,6 +366,7 @@ mod tests {
     use crate::container::ChunkKind;
     use crate::index::IndexEntry;
     use crate::repo::container_entry;
+    use crate::repo::Writer;
     use crate::{BackupOptions, InitOptions, RestoreOptions};
     use std::sync::Arc;
 
@@ -457,7 +458,7 @@ mod tests {
     }
 
     /// A writable in-memory repository of small chunks and containers.
-    fn small_repo() -> Repository {
+    fn small_repo() -> Writer {
         let b = Arc::new(MemoryStore::new());
         Repository::init(
             b.clone(),
@@ -475,7 +476,7 @@ mod tests {
         Repository::open_writer(b, "t").unwrap()
     }
 
-    fn two_versions() -> (Repository, u64, Vec<u8>) {
+    fn two_versions() -> (Writer, u64, Vec<u8>) {
         let mut repo = small_repo();
         let v1: Vec<u8> = (0..200_000u64 / 32)
             .flat_map(|i| crate::HashAlgo::Blake3.hash(&i.to_le_bytes()).0)

@@ -12,7 +12,7 @@ use crate::container::{ChunkKind, ContainerId, ContainerWriter, IdAllocator};
 use crate::error::Result;
 use crate::fingerprint::{Fingerprint, FpMap, FpSet};
 use crate::index::{sort_entries, IndexEntry};
-use crate::repo::Repository;
+use crate::repo::{Repository, Writer};
 use std::collections::HashSet;
 use std::time::Instant;
 
@@ -240,7 +240,7 @@ pub fn sweep_containers(
 /// with the moved chunks' new homes, as one segment superseding all others;
 /// the manifest without the reclaimed containers and with the produced ones.
 pub fn commit(
-    repo: &mut Repository,
+    repo: &mut Writer,
     reclaimed: &HashSet<ContainerId>,
     produced: &[ContainerEntry],
     moved: &[IndexEntry],

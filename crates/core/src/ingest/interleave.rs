@@ -20,7 +20,7 @@ use crate::index::DataCursor;
 use crate::ingest::{BackupOptions, BackupReport};
 use crate::layout::ContainerLayout;
 use crate::recipe::RecipeBuilder;
-use crate::repo::Repository;
+use crate::repo::Writer;
 use crate::rewrite::RewriteSpec;
 use std::time::Instant;
 
@@ -42,118 +42,115 @@ struct Dealt {
     cursor: DataCursor,
 }
 
-impl Repository {
-    /// Back up every member of `group` interleaved (see the module docs):
-    /// one chunk of each member in turn, into shared containers; then one
-    /// manifest generation lists them all, in order. All or nothing: on any
-    /// error none of them is published.
-    pub fn backup_interleaved(
-        &mut self,
-        group: Vec<(BackupOptions, GroupInput)>,
-    ) -> Result<Vec<BackupReport>> {
-        self.require_writer()?;
-        let started = Instant::now();
-        let before = self.metrics.snapshot();
-        let cfg = self.manifest.config.clone();
-        if group.is_empty() {
-            return Ok(Vec::new());
+/// Back up every member of `group` interleaved (see the module docs):
+/// one chunk of each member in turn, into shared containers; then one
+/// manifest generation lists them all, in order. All or nothing: on any
+/// error none of them is published.
+pub(crate) fn backup_interleaved(
+    repo: &mut Writer,
+    group: Vec<(BackupOptions, GroupInput)>,
+) -> Result<Vec<BackupReport>> {
+    let started = Instant::now();
+    let before = repo.metrics.snapshot();
+    let cfg = repo.manifest.config.clone();
+    if group.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut names = Vec::with_capacity(group.len());
+    let mut dealt = Vec::with_capacity(group.len());
+    let chunker = cfg.chunker.build();
+    for (opts, input) in group {
+        if opts.rewrite != RewriteSpec::None {
+            return Err(Error::invalid(format!(
+                "backup {:?}: interleaved ingest does not rewrite (rewrite {} was asked)",
+                opts.name, opts.rewrite
+            )));
         }
-        let mut names = Vec::with_capacity(group.len());
-        let mut dealt = Vec::with_capacity(group.len());
-        let chunker = cfg.chunker.build();
-        for (opts, input) in group {
-            if opts.rewrite != RewriteSpec::None {
-                return Err(Error::invalid(format!(
-                    "backup {:?}: interleaved ingest does not rewrite (rewrite {} was asked)",
-                    opts.name, opts.rewrite
-                )));
+        let (chunks, bytes) = match input {
+            GroupInput::Trace(t) => {
+                if !cfg.trace {
+                    return Err(Error::invalid("this repository stores data; it cannot ingest a fingerprint trace (init it with --trace)"));
+                }
+                (
+                    t.into_iter().map(|(fp, n)| (fp, n, 0)).collect(),
+                    Vec::new(),
+                )
             }
-            let (chunks, bytes) = match input {
-                GroupInput::Trace(t) => {
-                    if !cfg.trace {
-                        return Err(Error::invalid("this repository stores data; it cannot ingest a fingerprint trace (init it with --trace)"));
-                    }
-                    (
-                        t.into_iter().map(|(fp, n)| (fp, n, 0)).collect(),
-                        Vec::new(),
-                    )
+            GroupInput::Bytes(b) => {
+                if cfg.trace {
+                    return Err(Error::invalid(
+                        "this repository holds fingerprint traces; it cannot store bytes",
+                    ));
                 }
-                GroupInput::Bytes(b) => {
-                    if cfg.trace {
-                        return Err(Error::invalid(
-                            "this repository holds fingerprint traces; it cannot store bytes",
-                        ));
-                    }
-                    let mut at = 0;
-                    let chunks = chunk_all(&*chunker, &b)
-                        .into_iter()
-                        .map(|n| {
-                            let c = (cfg.hash.hash(&b[at..at + n]), n as u32, at);
-                            at += n;
-                            c
-                        })
-                        .collect();
-                    (chunks, b)
-                }
-            };
-            names.push((opts.name, opts.source));
-            dealt.push(Dealt {
-                chunks,
-                bytes,
-                recipe: RecipeBuilder::new(cfg.hash),
-                counts: Counts::default(),
-                cursor: DataCursor::default(),
+                let mut at = 0;
+                let chunks = chunk_all(&*chunker, &b)
+                    .into_iter()
+                    .map(|n| {
+                        let c = (cfg.hash.hash(&b[at..at + n]), n as u32, at);
+                        at += n;
+                        c
+                    })
+                    .collect();
+                (chunks, b)
+            }
+        };
+        names.push((opts.name, opts.source));
+        dealt.push(Dealt {
+            chunks,
+            bytes,
+            recipe: RecipeBuilder::new(cfg.hash),
+            counts: Counts::default(),
+            cursor: DataCursor::default(),
+        });
+    }
+
+    let mut sink = Sink::new(repo, &ContainerLayout, None);
+    let trace = cfg.trace;
+    let mut deal = || -> Result<Vec<Member>> {
+        let longest = dealt.iter().map(|d| d.chunks.len()).max().unwrap_or(0);
+        for k in 0..longest {
+            for d in dealt.iter_mut() {
+                let Some(&(fp, len, at)) = d.chunks.get(k) else {
+                    continue;
+                };
+                let bytes = if trace {
+                    &[][..]
+                } else {
+                    &d.bytes[at..at + len as usize]
+                };
+                // The sink counts for, and follows the index log of,
+                // the member whose chunk this is.
+                sink.counts = d.counts;
+                sink.cursor = d.cursor;
+                sink.dedup_chunk(fp, len, bytes)?;
+                d.recipe.push(fp, len as u64, &mut sink)?;
+                d.counts = sink.counts;
+                d.cursor = sink.cursor;
+            }
+        }
+        let mut members = Vec::with_capacity(dealt.len());
+        for (d, (name, source)) in dealt.drain(..).zip(names.drain(..)) {
+            sink.counts = d.counts;
+            let root = d.recipe.finish(&mut sink)?;
+            members.push(Member {
+                name,
+                source,
+                root,
+                counts: sink.counts,
             });
         }
-
-        let mut sink = Sink::new(self, &ContainerLayout, None);
-        let trace = cfg.trace;
-        let mut deal = || -> Result<Vec<Member>> {
-            let longest = dealt.iter().map(|d| d.chunks.len()).max().unwrap_or(0);
-            for k in 0..longest {
-                for d in dealt.iter_mut() {
-                    let Some(&(fp, len, at)) = d.chunks.get(k) else {
-                        continue;
-                    };
-                    let bytes = if trace {
-                        &[][..]
-                    } else {
-                        &d.bytes[at..at + len as usize]
-                    };
-                    // The sink counts for, and follows the index log of,
-                    // the member whose chunk this is.
-                    sink.counts = d.counts;
-                    sink.cursor = d.cursor;
-                    sink.dedup_chunk(fp, len, bytes)?;
-                    d.recipe.push(fp, len as u64, &mut sink)?;
-                    d.counts = sink.counts;
-                    d.cursor = sink.cursor;
-                }
-            }
-            let mut members = Vec::with_capacity(dealt.len());
-            for (d, (name, source)) in dealt.drain(..).zip(names.drain(..)) {
-                sink.counts = d.counts;
-                let root = d.recipe.finish(&mut sink)?;
-                members.push(Member {
-                    name,
-                    source,
-                    root,
-                    counts: sink.counts,
-                });
-            }
-            Ok(members)
-        };
-        let members = deal();
-        let counts: Vec<Counts> = match &members {
-            Ok(m) => m.iter().map(|m| m.counts).collect(),
-            Err(_) => Vec::new(),
-        };
-        let entries = self.commit(sink, members)?;
-        let io = self.metrics.snapshot().since(&before);
-        Ok(entries
-            .into_iter()
-            .zip(counts)
-            .map(|(e, c)| report(e, c, 0, &io, started))
-            .collect())
-    }
+        Ok(members)
+    };
+    let members = deal();
+    let counts: Vec<Counts> = match &members {
+        Ok(m) => m.iter().map(|m| m.counts).collect(),
+        Err(_) => Vec::new(),
+    };
+    let entries = repo.commit(sink, members)?;
+    let io = repo.metrics.snapshot().since(&before);
+    Ok(entries
+        .into_iter()
+        .zip(counts)
+        .map(|(e, c)| report(e, c, 0, &io, started))
+        .collect())
 }

@@ -47,13 +47,13 @@ use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::layout::{ChunkWriter, ContainerLayout, Layout};
 use crate::recipe::RecipeEntry;
-use crate::repo::Repository;
+use crate::repo::Writer;
 use crate::rewrite::{RewriteSpec, Rewriter};
 use serde::Serialize;
 use std::io::{self, Read, Write};
 use std::time::Instant;
 
-mod interleave;
+pub(crate) mod interleave;
 mod pipeline;
 mod segment;
 mod sink;
@@ -163,19 +163,7 @@ fn report(
     }
 }
 
-impl Repository {
-    /// Run a backup: `feed` writes the backup's bytes (or trace entries) into
-    /// the [`Ingest`]; then the recipe is closed, the containers and index
-    /// segment written, and a new manifest generation published. On any error
-    /// nothing is published and the repository is unchanged.
-    pub fn backup_with(
-        &mut self,
-        opts: &BackupOptions,
-        feed: impl FnOnce(&mut Ingest) -> Result<()>,
-    ) -> Result<BackupReport> {
-        self.backup_in(&ContainerLayout, opts, feed)
-    }
-
+impl Writer {
     /// [`backup_with`](Self::backup_with) on a given layout.
     fn backup_in<L: Layout>(
         &mut self,
@@ -183,7 +171,6 @@ impl Repository {
         opts: &BackupOptions,
         feed: impl FnOnce(&mut Ingest<L>) -> Result<()>,
     ) -> Result<BackupReport> {
-        self.require_writer()?;
         let started = Instant::now();
         let cfg = self.manifest.config.clone();
         let before = self.metrics.snapshot();
@@ -285,64 +272,75 @@ impl Repository {
         }
         published
     }
+}
+/// Run a backup: `feed` writes the backup's bytes (or trace entries) into
+/// the [`Ingest`]; then the recipe is closed, the containers and index
+/// segment written, and a new manifest generation published. On any error
+/// nothing is published and the repository is unchanged.
+pub(crate) fn backup_with(
+    repo: &mut Writer,
+    opts: &BackupOptions,
+    feed: impl FnOnce(&mut Ingest) -> Result<()>,
+) -> Result<BackupReport> {
+    repo.backup_in(&ContainerLayout, opts, feed)
+}
 
-    /// Back up a byte stream (a file, or stdin under a name).
-    pub fn backup_reader(
-        &mut self,
-        opts: &BackupOptions,
-        reader: &mut dyn Read,
-        progress: &mut dyn FnMut(u64),
-    ) -> Result<BackupReport> {
-        let name = opts.name.clone();
-        self.backup_with(opts, |ingest| {
-            let mut buf = vec![0u8; 1 << 20];
-            loop {
-                let n = match reader.read(&mut buf) {
-                    Ok(0) => return Ok(()),
-                    Ok(n) => n,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) => return Err(Error::io(format!("cannot read {name}"), e)),
-                };
-                ingest
-                    .write_all(&buf[..n])
-                    .map_err(|e| Error::io("backup", e))?;
-                progress(ingest.fed());
-            }
-        })
-    }
-
-    /// Back up a directory as a deterministic tar stream.
-    pub fn backup_tree(
-        &mut self,
-        opts: &BackupOptions,
-        root: &std::path::Path,
-        progress: &mut dyn FnMut(u64),
-    ) -> Result<(BackupReport, crate::archive::TreeStats)> {
-        let mut stats = None;
-        let report = self.backup_with(opts, |ingest| {
-            let mut done = 0u64;
-            let mut on_bytes = |n: u64| {
-                done += n;
-                progress(done)
+/// Back up a byte stream (a file, or stdin under a name).
+pub(crate) fn backup_reader(
+    repo: &mut Writer,
+    opts: &BackupOptions,
+    reader: &mut dyn Read,
+    progress: &mut dyn FnMut(u64),
+) -> Result<BackupReport> {
+    let name = opts.name.clone();
+    repo.backup_with(opts, |ingest| {
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = match reader.read(&mut buf) {
+                Ok(0) => return Ok(()),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(Error::io(format!("cannot read {name}"), e)),
             };
-            stats = Some(crate::archive::write_tree(root, ingest, &mut on_bytes)?);
-            Ok(())
-        })?;
-        Ok((report, stats.unwrap_or_default()))
-    }
+            ingest
+                .write_all(&buf[..n])
+                .map_err(|e| Error::io("backup", e))?;
+            progress(ingest.fed());
+        }
+    })
+}
 
-    /// Back up a fingerprint trace: (fingerprint, size) per chunk.
-    pub fn backup_trace(
-        &mut self,
-        opts: &BackupOptions,
-        chunks: impl IntoIterator<Item = Result<(Fingerprint, u32)>>,
-    ) -> Result<BackupReport> {
-        self.backup_with(opts, |ingest| {
-            for c in chunks {
-                let (fp, len) = c?;
-                ingest.push_trace(fp, len)?;
-            }
-            Ok(())
-        })
-    }
+/// Back up a directory as a deterministic tar stream.
+pub(crate) fn backup_tree(
+    repo: &mut Writer,
+    opts: &BackupOptions,
+    root: &std::path::Path,
+    progress: &mut dyn FnMut(u64),
+) -> Result<(BackupReport, crate::archive::TreeStats)> {
+    let mut stats = None;
+    let report = repo.backup_with(opts, |ingest| {
+        let mut done = 0u64;
+        let mut on_bytes = |n: u64| {
+            done += n;
+            progress(done)
+        };
+        stats = Some(crate::archive::write_tree(root, ingest, &mut on_bytes)?);
+        Ok(())
+    })?;
+    Ok((report, stats.unwrap_or_default()))
+}
+
+/// Back up a fingerprint trace: (fingerprint, size) per chunk.
+pub(crate) fn backup_trace(
+    repo: &mut Writer,
+    opts: &BackupOptions,
+    chunks: impl IntoIterator<Item = Result<(Fingerprint, u32)>>,
+) -> Result<BackupReport> {
+    repo.backup_with(opts, |ingest| {
+        for c in chunks {
+            let (fp, len) = c?;
+            ingest.push_trace(fp, len)?;
+        }
+        Ok(())
+    })
 }

@@ -11,7 +11,7 @@ use crate::gc::select::Selection;
 use crate::gc::sweep::{sweep_containers, Swept};
 use crate::gc::GcOptions;
 use crate::index::Index;
-use crate::repo::Repository;
+use crate::repo::{Repository, Writer};
 
 /// Fixed-size containers (the default and, for now, only layout).
 #[derive(Clone, Copy, Debug, Default)]
@@ -90,7 +90,7 @@ impl Layout for ContainerLayout {
         repo.index.get(kind, fp)
     }
     /// Containers need no work after a backup.
-    fn after_backup(&self, _repo: &mut Repository, _backups: &[BackupEntry]) -> Result<()> {
+    fn after_backup(&self, _repo: &mut Writer, _backups: &[BackupEntry]) -> Result<()> {
         Ok(())
     }
     /// Copy-forward of the selected containers' live chunks (naive or

@@ -39,7 +39,7 @@ use crate::gc::mark::Mark;
 use crate::gc::select::Selection;
 use crate::gc::GcOptions;
 use crate::index::DedupIndex;
-use crate::repo::Repository;
+use crate::repo::{Repository, Writer};
 
 /// Writes a backup's chunks into the layout's storage units (containers
 /// here; categories under MFDedup). Ids come from the manifest's allocator.
@@ -77,7 +77,7 @@ pub trait Layout: Send + Sized + 'static {
     /// Where a restore reads the chunk `fp` of `kind`.
     fn locate(&self, repo: &Repository, kind: ChunkKind, fp: &Fingerprint) -> Option<ContainerId>;
     /// Runs once `backups` are published (MFDedup arranges here).
-    fn after_backup(&self, repo: &mut Repository, backups: &[BackupEntry]) -> Result<()>;
+    fn after_backup(&self, repo: &mut Writer, backups: &[BackupEntry]) -> Result<()>;
     /// Free the space of the containers GC selected.
     fn sweep(
         &self,

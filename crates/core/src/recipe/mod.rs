@@ -17,7 +17,7 @@
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, HashAlgo, FP_LEN};
 
-mod reader;
+pub(crate) mod reader;
 
 pub use reader::{Entries, Fetch, RecipeReader, RecipeVisitor, WalkStats};
 

@@ -214,15 +214,13 @@ impl<'a> RecipeReader<'a> {
     }
 }
 
-impl Repository {
-    /// A [`RecipeReader`] over this repository keeping up to `containers`
-    /// recipe containers.
-    pub fn recipe_reader(&self, containers: usize) -> RecipeReader<'_> {
-        RecipeReader::new(
-            &self.index,
-            &self.store,
-            self.manifest.config.hash,
-            containers,
-        )
-    }
+/// A [`RecipeReader`] over this repository keeping up to `containers`
+/// recipe containers.
+pub(crate) fn recipe_reader(repo: &Repository, containers: usize) -> RecipeReader<'_> {
+    RecipeReader::new(
+        &repo.index,
+        &repo.store,
+        repo.manifest.config.hash,
+        containers,
+    )
 }

@@ -186,48 +186,6 @@ impl Assembler<'_> {
 }
 
 impl Repository {
-    /// Restore a backup's byte stream into `out` (nothing is written in trace
-    /// mode, where only the I/O is accounted).
-    pub fn restore_to(
-        &self,
-        backup: &BackupEntry,
-        out: &mut dyn Write,
-        opts: &RestoreOptions,
-        progress: &mut dyn FnMut(u64),
-    ) -> Result<RestoreReport> {
-        let started = Instant::now();
-        let before = self.metrics.snapshot();
-        let bid = backup.id;
-        let (offset, chunks) = self.run_restore(backup, out, opts, progress)?;
-        out.flush().ctx(|| "cannot write restored data".into())?;
-        progress(offset);
-        if offset != backup.logical_bytes {
-            return Err(Error::corrupt(
-                format!("backup {bid}"),
-                format!(
-                    "recipe restores {offset} bytes, catalog says {}",
-                    backup.logical_bytes
-                ),
-            ));
-        }
-        let io = self.metrics.snapshot().since(&before);
-        let secs = started.elapsed().as_secs_f64();
-        Ok(RestoreReport {
-            backup_id: bid,
-            restored_bytes: offset,
-            chunks,
-            data_containers_read: io.data_containers_read,
-            data_container_bytes_read: io.data_container_bytes_read,
-            recipe_containers_read: io.recipe_containers_read,
-            read_amplification: read_amplification(io.data_container_bytes_read, offset),
-            speed_factor: speed_factor(offset, io.data_containers_read),
-            cache_containers: opts.cache.containers(),
-            cache: opts.cache,
-            seconds: secs,
-            throughput_mb_s: mb_per_s(offset, secs),
-        })
-    }
-
     /// The three stages: the planner walks the recipe and decides the cache
     /// (on this repository's index), the loaders read and verify the
     /// containers it asks for, and this thread, the [`Assembler`], copies
@@ -273,112 +231,151 @@ impl Repository {
             Ok((a.offset, a.chunks))
         })
     }
-
-    /// Restore a backup into a directory: a tree backup is extracted (unsafe
-    /// entries refused and listed), a file or stream backup becomes one file
-    /// named after its source.
-    pub fn restore_into(
-        &self,
-        backup: &BackupEntry,
-        target: &Path,
-        opts: &RestoreOptions,
-        progress: &mut dyn FnMut(u64),
-    ) -> Result<(RestoreReport, ExtractReport)> {
-        self.restore_into_selected(backup, target, opts, &[], progress)
+}
+/// Restore a backup's byte stream into `out` (nothing is written in trace
+/// mode, where only the I/O is accounted).
+pub(crate) fn restore_to(
+    repo: &Repository,
+    backup: &BackupEntry,
+    out: &mut dyn Write,
+    opts: &RestoreOptions,
+    progress: &mut dyn FnMut(u64),
+) -> Result<RestoreReport> {
+    let started = Instant::now();
+    let before = repo.metrics.snapshot();
+    let bid = backup.id;
+    let (offset, chunks) = repo.run_restore(backup, out, opts, progress)?;
+    out.flush().ctx(|| "cannot write restored data".into())?;
+    progress(offset);
+    if offset != backup.logical_bytes {
+        return Err(Error::corrupt(
+            format!("backup {bid}"),
+            format!(
+                "recipe restores {offset} bytes, catalog says {}",
+                backup.logical_bytes
+            ),
+        ));
     }
+    let io = repo.metrics.snapshot().since(&before);
+    let secs = started.elapsed().as_secs_f64();
+    Ok(RestoreReport {
+        backup_id: bid,
+        restored_bytes: offset,
+        chunks,
+        data_containers_read: io.data_containers_read,
+        data_container_bytes_read: io.data_container_bytes_read,
+        recipe_containers_read: io.recipe_containers_read,
+        read_amplification: read_amplification(io.data_container_bytes_read, offset),
+        speed_factor: speed_factor(offset, io.data_containers_read),
+        cache_containers: opts.cache.containers(),
+        cache: opts.cache,
+        seconds: secs,
+        throughput_mb_s: mb_per_s(offset, secs),
+    })
+}
 
-    /// [`restore_into`](Self::restore_into) only the entries at or below
-    /// the `include` paths of a directory backup (everything when empty).
-    /// The whole stream is still restored (recipes are read in order); only
-    /// the extraction is partial. Includes that match nothing are listed in
-    /// [`ExtractReport::unmatched`].
-    pub fn restore_into_selected(
-        &self,
-        backup: &BackupEntry,
-        target: &Path,
-        opts: &RestoreOptions,
-        include: &[String],
-        progress: &mut dyn FnMut(u64),
-    ) -> Result<(RestoreReport, ExtractReport)> {
-        // Refuse a bad path before restoring anything.
-        crate::archive::include_paths(include)?;
-        let (restored, extracted) = into_directory(
-            backup,
-            target,
-            include,
-            |out| self.restore_to(backup, out, opts, progress),
-            |r| r.restored_bytes,
-        )?;
-        match restored {
-            // Damage explains the truncated stream the extractor saw; name
-            // the files it touches.
-            Err(e @ (Error::Corrupt { .. } | Error::MissingObject(_))) => {
-                Err(self.explain_damage(backup, e))
-            }
-            // Otherwise an extraction error explains a broken pipe better
-            // than the pipe error.
-            restored => {
-                let ext = extracted?;
-                Ok((restored?, ext))
-            }
+/// Restore a backup into a directory: a tree backup is extracted (unsafe
+/// entries refused and listed), a file or stream backup becomes one file
+/// named after its source.
+pub(crate) fn restore_into(
+    repo: &Repository,
+    backup: &BackupEntry,
+    target: &Path,
+    opts: &RestoreOptions,
+    progress: &mut dyn FnMut(u64),
+) -> Result<(RestoreReport, ExtractReport)> {
+    repo.restore_into_selected(backup, target, opts, &[], progress)
+}
+
+/// [`restore_into`](Self::restore_into) only the entries at or below
+/// the `include` paths of a directory backup (everything when empty).
+/// The whole stream is still restored (recipes are read in order); only
+/// the extraction is partial. Includes that match nothing are listed in
+/// [`ExtractReport::unmatched`].
+pub(crate) fn restore_into_selected(
+    repo: &Repository,
+    backup: &BackupEntry,
+    target: &Path,
+    opts: &RestoreOptions,
+    include: &[String],
+    progress: &mut dyn FnMut(u64),
+) -> Result<(RestoreReport, ExtractReport)> {
+    // Refuse a bad path before restoring anything.
+    crate::archive::include_paths(include)?;
+    let (restored, extracted) = into_directory(
+        backup,
+        target,
+        include,
+        |out| repo.restore_to(backup, out, opts, progress),
+        |r| r.restored_bytes,
+    )?;
+    match restored {
+        // Damage explains the truncated stream the extractor saw; name
+        // the files it touches.
+        Err(e @ (Error::Corrupt { .. } | Error::MissingObject(_))) => {
+            Err(repo.explain_damage(backup, e))
+        }
+        // Otherwise an extraction error explains a broken pipe better
+        // than the pipe error.
+        restored => {
+            let ext = extracted?;
+            Ok((restored?, ext))
         }
     }
 }
 
-impl Repository {
-    /// The entries of a backup (`tessera ls`): a directory backup's tar
-    /// entries in stream order; a file or stream backup is one file named
-    /// after its source. The backup is restored (to a pipe) to read them,
-    /// so a damaged backup fails as its restore would.
-    pub fn list_entries(
-        &self,
-        backup: &BackupEntry,
-        visit: &mut dyn FnMut(crate::archive::Listed) -> Result<()>,
-    ) -> Result<()> {
-        match backup.source {
-            SourceKind::Trace => Err(Error::invalid(format!(
-                "backup {} is a fingerprint trace: it has no files to list",
-                backup.id
-            ))),
-            SourceKind::File | SourceKind::Stream => visit(crate::archive::Listed {
-                path: file_name(backup).to_string_lossy().into_owned(),
-                kind: "file",
-                size: backup.logical_bytes,
-                mode: 0o644,
-                mtime: backup.time,
-                link: None,
-            }),
-            SourceKind::Tree => {
-                let (mut reader, writer) = std::io::pipe().ctx(|| "cannot create a pipe".into())?;
-                std::thread::scope(|scope| {
-                    let producer = std::thread::Builder::new()
-                        .name("tessera-list".into())
-                        .spawn_scoped(scope, move || {
-                            let mut w = std::io::BufWriter::with_capacity(1 << 20, writer);
-                            let opts = RestoreOptions::default();
-                            self.restore_to(backup, &mut w, &opts, &mut |_| {})
-                        })
-                        .ctx(|| "cannot start the restore thread".into())?;
-                    let listed = crate::archive::list(&mut reader, visit);
-                    if listed.is_ok() {
-                        // The second end-of-archive block (and anything a
-                        // hostile stream adds) must not fail the producer.
-                        let _ = std::io::copy(&mut reader, &mut std::io::sink());
-                    }
-                    // Otherwise stop the producer: its writes now fail.
-                    drop(reader);
-                    let restored = producer
-                        .join()
-                        .unwrap_or_else(|p| std::panic::resume_unwind(p));
-                    match (restored, listed) {
-                        // Damage explains the broken stream the lister saw.
-                        (Err(e @ (Error::Corrupt { .. } | Error::MissingObject(_))), _) => Err(e),
-                        (_, Err(e)) => Err(e),
-                        (Err(e), Ok(())) => Err(e),
-                        (Ok(_), Ok(())) => Ok(()),
-                    }
-                })
-            }
+/// The entries of a backup (`tessera ls`): a directory backup's tar
+/// entries in stream order; a file or stream backup is one file named
+/// after its source. The backup is restored (to a pipe) to read them,
+/// so a damaged backup fails as its restore would.
+pub(crate) fn list_entries(
+    repo: &Repository,
+    backup: &BackupEntry,
+    visit: &mut dyn FnMut(crate::archive::Listed) -> Result<()>,
+) -> Result<()> {
+    match backup.source {
+        SourceKind::Trace => Err(Error::invalid(format!(
+            "backup {} is a fingerprint trace: it has no files to list",
+            backup.id
+        ))),
+        SourceKind::File | SourceKind::Stream => visit(crate::archive::Listed {
+            path: file_name(backup).to_string_lossy().into_owned(),
+            kind: "file",
+            size: backup.logical_bytes,
+            mode: 0o644,
+            mtime: backup.time,
+            link: None,
+        }),
+        SourceKind::Tree => {
+            let (mut reader, writer) = std::io::pipe().ctx(|| "cannot create a pipe".into())?;
+            std::thread::scope(|scope| {
+                let producer = std::thread::Builder::new()
+                    .name("tessera-list".into())
+                    .spawn_scoped(scope, move || {
+                        let mut w = std::io::BufWriter::with_capacity(1 << 20, writer);
+                        let opts = RestoreOptions::default();
+                        repo.restore_to(backup, &mut w, &opts, &mut |_| {})
+                    })
+                    .ctx(|| "cannot start the restore thread".into())?;
+                let listed = crate::archive::list(&mut reader, visit);
+                if listed.is_ok() {
+                    // The second end-of-archive block (and anything a
+                    // hostile stream adds) must not fail the producer.
+                    let _ = std::io::copy(&mut reader, &mut std::io::sink());
+                }
+                // Otherwise stop the producer: its writes now fail.
+                drop(reader);
+                let restored = producer
+                    .join()
+                    .unwrap_or_else(|p| std::panic::resume_unwind(p));
+                match (restored, listed) {
+                    // Damage explains the broken stream the lister saw.
+                    (Err(e @ (Error::Corrupt { .. } | Error::MissingObject(_))), _) => Err(e),
+                    (_, Err(e)) => Err(e),
+                    (Err(e), Ok(())) => Err(e),
+                    (Ok(_), Ok(())) => Ok(()),
+                }
+            })
         }
     }
 }

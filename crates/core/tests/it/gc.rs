@@ -10,7 +10,9 @@ use tessera_core::chunking::ChunkerConfig;
 use tessera_core::container::ChunkKind;
 use tessera_core::gc::{GcOptions, GcReport, GcStrategy, VcSpec};
 use tessera_core::recipe::{self, RecipeWalker};
-use tessera_core::{BackupOptions, Fingerprint, HashAlgo, InitOptions, Repository, RestoreOptions};
+use tessera_core::{
+    BackupOptions, Fingerprint, HashAlgo, InitOptions, Repository, RestoreOptions, Writer,
+};
 
 use crate::common;
 use common::{backup, bytes, init_blake3, mem, restore, trace_of};
@@ -89,7 +91,7 @@ fn assert_only_live_chunks(repo: &Repository) {
     }
 }
 
-fn gc(repo: &mut Repository, strategy: GcStrategy) -> GcReport {
+fn gc(repo: &mut Writer, strategy: GcStrategy) -> GcReport {
     repo.gc(&GcOptions {
         strategy,
         ..Default::default()
@@ -334,7 +336,7 @@ fn tfp(n: u32) -> Fingerprint {
     HashAlgo::Blake3.hash(&n.to_le_bytes())
 }
 
-fn trace_backup(repo: &mut Repository, name: &str, chunks: &[u32], len: u32) -> u64 {
+fn trace_backup(repo: &mut Writer, name: &str, chunks: &[u32], len: u32) -> u64 {
     let opts = BackupOptions::new(name, SourceKind::Trace);
     repo.backup_trace(&opts, chunks.iter().map(|&n| Ok((tfp(n), len))))
         .unwrap()
@@ -619,7 +621,7 @@ fn crash_sweep(strategy: GcStrategy, loss: u64) -> u64 {
         repo.close().unwrap();
         inner
     };
-    let op = |repo: &mut Repository| {
+    let op = |repo: &mut Writer| {
         repo.gc(&GcOptions {
             strategy,
             segment_containers: 3,

@@ -12,7 +12,7 @@ use tessera_core::chunking::ChunkerConfig;
 use tessera_core::container::ChunkKind;
 use tessera_core::ingest::GroupInput;
 use tessera_core::rewrite::RewriteSpec;
-use tessera_core::{BackupOptions, Fingerprint, HashAlgo, Repository, RestoreOptions};
+use tessera_core::{BackupOptions, Fingerprint, HashAlgo, Repository, RestoreOptions, Writer};
 
 const CHUNK: u32 = 4096;
 
@@ -20,7 +20,7 @@ fn fp(name: &str) -> Fingerprint {
     HashAlgo::Blake3.hash(name.as_bytes())
 }
 
-fn repo(trace: bool, container_size: u32) -> Repository {
+fn repo(trace: bool, container_size: u32) -> Writer {
     let b: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
     open_new(
         b,

@@ -8,7 +8,9 @@ use tessera_core::backend::{FaultyStore, LocalStore, ObjectStore};
 use tessera_core::backend::{KeyKind, ObjectKey};
 use tessera_core::catalog::SourceKind;
 use tessera_core::chunking::ChunkerConfig;
-use tessera_core::{BackupOptions, Error, HashAlgo, InitOptions, Repository, RestoreOptions};
+use tessera_core::{
+    BackupOptions, Error, HashAlgo, InitOptions, Repository, RestoreOptions, Writer,
+};
 
 use crate::common;
 use common::{backup, bytes, init_blake3, mem, restore, trace_of};
@@ -275,7 +277,7 @@ fn crash_sweep(
     loss: u64,
     preload: u64,
     allowed: &[&[&str]],
-    op: impl Fn(&mut Repository, &[u8]) -> tessera_core::Result<()>,
+    op: impl Fn(&mut Writer, &[u8]) -> tessera_core::Result<()>,
 ) -> u64 {
     let v1 = bytes(11, 600_000);
     let v2 = mutate(&v1, 12);

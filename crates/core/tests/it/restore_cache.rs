@@ -12,13 +12,13 @@ use tessera_core::chunking::ChunkerConfig;
 use tessera_core::container::ContainerId;
 use tessera_core::restore::cache::{faa_reads, lru_reads, opt_reads};
 use tessera_core::restore::CacheSpec;
-use tessera_core::{BackupOptions, Repository, RestoreOptions};
+use tessera_core::{BackupOptions, Repository, RestoreOptions, Writer};
 
 const CHUNK: u32 = 4096;
 
 /// A trace repository whose containers hold one chunk each: a restore
 /// reads exactly the reference string of the recipe.
-fn repo_with(streams: &[&str]) -> Repository {
+fn repo_with(streams: &[&str]) -> Writer {
     let b: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
     let mut repo = open_new(b, ChunkerConfig::default(), CHUNK, true);
     for s in streams {

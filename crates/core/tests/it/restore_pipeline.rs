@@ -15,7 +15,7 @@ use tessera_core::catalog::BackupEntry;
 use tessera_core::chunking::ChunkerConfig;
 use tessera_core::restore::CacheSpec;
 use tessera_core::Result;
-use tessera_core::{Repository, RestoreOptions};
+use tessera_core::{RestoreOptions, Writer};
 
 /// A memory backend whose `n`-th container read (1-based, `get` or
 /// `get_into`) fails; 0 never fails. Counts container reads.
@@ -77,7 +77,7 @@ impl ObjectStore for FailingReads {
 
 /// A stream of 4 KiB pieces, half of them copies of earlier ones, backed up
 /// into 32 KiB containers: many containers, each referenced from far apart.
-fn setup() -> (Arc<FailingReads>, Repository, BackupEntry, Vec<u8>) {
+fn setup() -> (Arc<FailingReads>, Writer, BackupEntry, Vec<u8>) {
     let fresh = bytes(7, 1 << 20);
     let mut data = Vec::new();
     let mut x = 11u64;

@@ -10,7 +10,7 @@ use tessera_core::catalog::SourceKind;
 use tessera_core::chunking::ChunkerConfig;
 use tessera_core::container::{ChunkKind, ContainerId};
 use tessera_core::rewrite::RewriteSpec;
-use tessera_core::{BackupOptions, BackupReport, Fingerprint, Repository, RestoreOptions};
+use tessera_core::{BackupOptions, BackupReport, Fingerprint, Repository, RestoreOptions, Writer};
 
 use crate::common;
 use common::{bytes, fp, init_blake3, open_new};
@@ -18,12 +18,12 @@ use common::{bytes, fp, init_blake3, open_new};
 /// Fig. 3: every chunk is one letter of 1000 bytes, a container holds 5.
 const CHUNK: u32 = 1000;
 
-fn trace_repo() -> Repository {
+fn trace_repo() -> Writer {
     let b: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
     open_new(b, ChunkerConfig::default(), 5 * CHUNK, true)
 }
 
-fn backup_letters(repo: &mut Repository, letters: &str, rewrite: RewriteSpec) -> BackupReport {
+fn backup_letters(repo: &mut Writer, letters: &str, rewrite: RewriteSpec) -> BackupReport {
     let opts = BackupOptions {
         rewrite,
         ..BackupOptions::new(letters, SourceKind::Trace)
@@ -53,7 +53,7 @@ fn at(repo: &Repository, letter: char) -> ContainerId {
 /// II (F G) and III (3) plus unique N O P: both schemes keep I and III and
 /// rewrite F G next to N O P in IV. Stream 3 is A B C, F–J, O P and unique
 /// Q R S.
-fn paper_example(level_spec: RewriteSpec) -> (Repository, [BackupReport; 3], [ContainerId; 4]) {
+fn paper_example(level_spec: RewriteSpec) -> (Writer, [BackupReport; 3], [ContainerId; 4]) {
     let mut repo = trace_repo();
     let r1 = backup_letters(&mut repo, "ABCDEFGHIJKLM", level_spec);
     let (c1, c2, c3) = (at(&repo, 'A'), at(&repo, 'F'), at(&repo, 'K'));
@@ -351,7 +351,7 @@ fn failed_rewriting_backup_restores_the_index_exactly() {
         repo.close().unwrap();
         inner
     };
-    let last = |repo: &mut Repository| {
+    let last = |repo: &mut Writer| {
         let opts = BackupOptions {
             rewrite: RewriteSpec::Capping { level: 1 },
             segment_bytes: 16 * 1024,
@@ -513,7 +513,7 @@ fn older_copies_survive_reopen_and_compaction() {
 
 /// A data repository of 1 KiB chunks in 8 KiB containers: small versions
 /// span many containers.
-fn small_repo(b: Arc<dyn ObjectStore>) -> Repository {
+fn small_repo(b: Arc<dyn ObjectStore>) -> Writer {
     open_new(
         b,
         ChunkerConfig::Fastcdc {

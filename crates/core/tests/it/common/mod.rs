@@ -4,7 +4,9 @@ use std::sync::Arc;
 use tessera_core::backend::{MemoryStore, ObjectStore};
 use tessera_core::catalog::{BackupEntry, SourceKind};
 use tessera_core::chunking::ChunkerConfig;
-use tessera_core::{BackupOptions, Fingerprint, HashAlgo, InitOptions, Repository, RestoreOptions};
+use tessera_core::{
+    BackupOptions, Fingerprint, HashAlgo, InitOptions, Repository, RestoreOptions, Writer,
+};
 
 /// Cheap deterministic bytes (xorshift), so tests can make megabytes quickly.
 pub fn bytes(seed: u64, len: usize) -> Vec<u8> {
@@ -74,13 +76,13 @@ pub fn open_new(
     chunker: ChunkerConfig,
     container_size: u32,
     trace: bool,
-) -> Repository {
+) -> Writer {
     init_blake3(backend.clone(), chunker, container_size, trace);
     Repository::open_writer(backend, "test").unwrap()
 }
 
 /// Back `data` up as the stream `name`; the new backup's id.
-pub fn backup(repo: &mut Repository, name: &str, data: &[u8]) -> tessera_core::Result<u64> {
+pub fn backup(repo: &mut Writer, name: &str, data: &[u8]) -> tessera_core::Result<u64> {
     let mut r = data;
     let opts = BackupOptions::new(name, SourceKind::Stream);
     repo.backup_reader(&opts, &mut r, &mut |_| {})
@@ -119,7 +121,7 @@ pub fn repo_with_stream(
     chunker: ChunkerConfig,
     container_size: u32,
     data: &[u8],
-) -> (Repository, BackupEntry) {
+) -> (Writer, BackupEntry) {
     let mut repo = open_new(backend, chunker, container_size, false);
     let opts = BackupOptions::new("s", SourceKind::Stream);
     let id = repo
