@@ -508,7 +508,7 @@ impl Repository {
         crate::salvage::restore_damaged_into(self, b, target, progress)
     }
 
-    /// Mark (with the options' marker) and select: what [`gc`](Self::gc)
+    /// Mark (with the options' marker) and select: what [`gc`](Writer::gc)
     /// would do. Changes nothing.
     pub fn plan_gc(&self, opts: &GcOptions) -> Result<GcPlan> {
         crate::gc::plan_gc(self, opts)
@@ -522,7 +522,7 @@ impl Repository {
 
     /// Verify the repository. Errors are only returned for failures of the
     /// check itself (e.g. the backend cannot be listed); everything wrong
-    /// with the repository is a [`Problem`] in the report.
+    /// with the repository is a [`Problem`](crate::check::Problem) in the report.
     pub fn check(&self, opts: &CheckOptions) -> Result<CheckReport> {
         crate::check::check(self, opts)
     }

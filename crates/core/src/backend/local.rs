@@ -434,7 +434,7 @@ impl ObjectStore for LocalStore {
         fs::read(&path).map_err(|e| Self::missing_or(key, &path, "read", e))
     }
 
-    /// Objects of [`MAP_MIN`] bytes or more are mapped, not copied: a
+    /// Objects of `MAP_MIN` bytes or more are mapped, not copied: a
     /// restore reads each container once or more and only looks at it, and
     /// on the reference machine the copy out of the page cache was the
     /// restore's largest cost. The mapping is populated at once (the whole
