@@ -375,9 +375,7 @@ impl Repository {
         (damage, walk.err().map(|e| (last_recipe_container, e)))
     }
 }
-/// Verify the repository. Errors are only returned for failures of the
-/// check itself (e.g. the backend cannot be listed); everything wrong
-/// with the repository is a [`Problem`] in the report.
+/// [`Repository::check`](crate::Repository::check).
 pub(crate) fn check(repo: &Repository, opts: &CheckOptions) -> Result<CheckReport> {
     let m = &repo.manifest;
     let mut report = CheckReport {

@@ -268,9 +268,7 @@ impl Repository {
         }
     }
 }
-/// Restore a backup's byte stream into `out`, writing damaged chunks as
-/// zeros and reporting them. Fails only if the recipe is unreadable or
-/// `out` fails.
+/// [`Repository::restore_damaged_to`](crate::Repository::restore_damaged_to).
 pub(crate) fn restore_damaged_to(
     repo: &Repository,
     b: &BackupEntry,
@@ -310,9 +308,7 @@ pub(crate) fn restore_damaged_to(
     })
 }
 
-/// Restore a backup into a directory, damaged chunks as zeros: a tree is
-/// extracted (entries whose tar headers were lost are missing), a stream
-/// becomes one file. The report lists what is damaged.
+/// [`Repository::restore_damaged_into`](crate::Repository::restore_damaged_into).
 pub(crate) fn restore_damaged_into(
     repo: &Repository,
     b: &BackupEntry,

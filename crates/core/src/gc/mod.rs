@@ -241,22 +241,18 @@ impl GcPlan {
     }
 }
 
-/// Reclaim the space of chunks no retained backup references: mark,
-/// select, sweep (naive copy-forward or GCCDF reordering), then publish
-/// a new generation before deleting the old containers.
+/// [`Writer::gc`](crate::Writer::gc).
 pub(crate) fn gc(repo: &mut Writer, opts: &GcOptions) -> Result<GcReport> {
     let plan = repo.plan_gc(opts)?;
     repo.gc_with(plan)
 }
 
-/// Mark (with the options' marker) and select: what [`gc`](Self::gc)
-/// would do. Changes nothing.
+/// [`Repository::plan_gc`](crate::Repository::plan_gc).
 pub(crate) fn plan_gc(repo: &Repository, opts: &GcOptions) -> Result<GcPlan> {
     repo.plan_gc_marked(opts, &opts.marker())
 }
 
-/// [`plan_gc`](Self::plan_gc) with another mark: where the physical and
-/// focused marks come in.
+/// [`Repository::plan_gc_marked`](crate::Repository::plan_gc_marked).
 pub(crate) fn plan_gc_marked(
     repo: &Repository,
     opts: &GcOptions,
@@ -301,9 +297,7 @@ pub(crate) fn plan_gc_marked(
     })
 }
 
-/// Carry out a plan: sweep, publish a new generation, then delete the
-/// reclaimed containers. A dry-run plan changes nothing; a plan with
-/// nothing to reclaim only records that the forgotten backups are done.
+/// [`Writer::gc_with`](crate::Writer::gc_with).
 pub(crate) fn gc_with(repo: &mut Writer, plan: GcPlan) -> Result<GcReport> {
     if plan.generation != repo.manifest.generation {
         return Err(Error::invalid(format!(

@@ -42,10 +42,7 @@ struct Dealt {
     cursor: DataCursor,
 }
 
-/// Back up every member of `group` interleaved (see the module docs):
-/// one chunk of each member in turn, into shared containers; then one
-/// manifest generation lists them all, in order. All or nothing: on any
-/// error none of them is published.
+/// [`Writer::backup_interleaved`](crate::Writer::backup_interleaved).
 pub(crate) fn backup_interleaved(
     repo: &mut Writer,
     group: Vec<(BackupOptions, GroupInput)>,

@@ -273,10 +273,7 @@ impl Writer {
         published
     }
 }
-/// Run a backup: `feed` writes the backup's bytes (or trace entries) into
-/// the [`Ingest`]; then the recipe is closed, the containers and index
-/// segment written, and a new manifest generation published. On any error
-/// nothing is published and the repository is unchanged.
+/// [`Writer::backup_with`](crate::Writer::backup_with).
 pub(crate) fn backup_with(
     repo: &mut Writer,
     opts: &BackupOptions,
@@ -285,7 +282,7 @@ pub(crate) fn backup_with(
     repo.backup_in(&ContainerLayout, opts, feed)
 }
 
-/// Back up a byte stream (a file, or stdin under a name).
+/// [`Writer::backup_reader`](crate::Writer::backup_reader).
 pub(crate) fn backup_reader(
     repo: &mut Writer,
     opts: &BackupOptions,
@@ -310,7 +307,7 @@ pub(crate) fn backup_reader(
     })
 }
 
-/// Back up a directory as a deterministic tar stream.
+/// [`Writer::backup_tree`](crate::Writer::backup_tree).
 pub(crate) fn backup_tree(
     repo: &mut Writer,
     opts: &BackupOptions,
@@ -330,7 +327,7 @@ pub(crate) fn backup_tree(
     Ok((report, stats.unwrap_or_default()))
 }
 
-/// Back up a fingerprint trace: (fingerprint, size) per chunk.
+/// [`Writer::backup_trace`](crate::Writer::backup_trace).
 pub(crate) fn backup_trace(
     repo: &mut Writer,
     opts: &BackupOptions,

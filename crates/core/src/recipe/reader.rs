@@ -214,8 +214,7 @@ impl<'a> RecipeReader<'a> {
     }
 }
 
-/// A [`RecipeReader`] over this repository keeping up to `containers`
-/// recipe containers.
+/// [`Repository::recipe_reader`](crate::Repository::recipe_reader).
 pub(crate) fn recipe_reader(repo: &Repository, containers: usize) -> RecipeReader<'_> {
     RecipeReader::new(
         &repo.index,

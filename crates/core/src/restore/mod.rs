@@ -232,8 +232,7 @@ impl Repository {
         })
     }
 }
-/// Restore a backup's byte stream into `out` (nothing is written in trace
-/// mode, where only the I/O is accounted).
+/// [`Repository::restore_to`](crate::Repository::restore_to).
 pub(crate) fn restore_to(
     repo: &Repository,
     backup: &BackupEntry,
@@ -274,9 +273,7 @@ pub(crate) fn restore_to(
     })
 }
 
-/// Restore a backup into a directory: a tree backup is extracted (unsafe
-/// entries refused and listed), a file or stream backup becomes one file
-/// named after its source.
+/// [`Repository::restore_into`](crate::Repository::restore_into).
 pub(crate) fn restore_into(
     repo: &Repository,
     backup: &BackupEntry,
@@ -287,11 +284,7 @@ pub(crate) fn restore_into(
     repo.restore_into_selected(backup, target, opts, &[], progress)
 }
 
-/// [`restore_into`](Self::restore_into) only the entries at or below
-/// the `include` paths of a directory backup (everything when empty).
-/// The whole stream is still restored (recipes are read in order); only
-/// the extraction is partial. Includes that match nothing are listed in
-/// [`ExtractReport::unmatched`].
+/// [`Repository::restore_into_selected`](crate::Repository::restore_into_selected).
 pub(crate) fn restore_into_selected(
     repo: &Repository,
     backup: &BackupEntry,
@@ -324,10 +317,7 @@ pub(crate) fn restore_into_selected(
     }
 }
 
-/// The entries of a backup (`tessera ls`): a directory backup's tar
-/// entries in stream order; a file or stream backup is one file named
-/// after its source. The backup is restored (to a pipe) to read them,
-/// so a damaged backup fails as its restore would.
+/// [`Repository::list_entries`](crate::Repository::list_entries).
 pub(crate) fn list_entries(
     repo: &Repository,
     backup: &BackupEntry,
