@@ -118,7 +118,7 @@ impl Manifest {
         Manifest {
             generation: 0,
             config,
-            next_container_id: 1,
+            next_container_id: ContainerId(1),
             next_backup_id: 1,
             next_segment_id: 1,
             backups: Vec::new(),
@@ -216,9 +216,9 @@ mod tests {
             created: 1,
         });
         m.generation = 3;
-        m.next_container_id = 3;
+        m.next_container_id = ContainerId(3);
         m.containers.push(ContainerEntry {
-            id: 2,
+            id: ContainerId(2),
             kind: ChunkKind::Data,
             chunks: 1,
             logical_bytes: 10,
@@ -243,7 +243,7 @@ mod tests {
     #[test]
     fn inconsistent_manifest_is_rejected() {
         let mut m = sample();
-        m.next_container_id = 2;
+        m.next_container_id = ContainerId(2);
         let err = Manifest::decode(&m.encode(), "m").unwrap_err();
         assert!(err.to_string().contains("out of range"), "{err}");
     }

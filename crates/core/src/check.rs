@@ -107,7 +107,7 @@ impl CheckReport {
 }
 
 /// A data chunk a backup cannot restore: the container the index names
-/// (`ContainerId::MAX` if none) and the chunk's (offset, length) in the backup.
+/// (`ContainerId(u64::MAX)` if none) and the chunk's (offset, length) in the backup.
 type DamagedChunk = (ContainerId, (u64, u64));
 
 /// Why a recipe walk stopped, and the recipe container it was reading.
@@ -352,7 +352,7 @@ impl Repository {
                 match held {
                     Some((_, true)) => {}
                     Some((cid, false)) => damage.push((cid, (offset, e.size))),
-                    None => damage.push((ContainerId::MAX, (offset, e.size))),
+                    None => damage.push((ContainerId(u64::MAX), (offset, e.size))),
                 }
                 offset += e.size;
             }

@@ -85,7 +85,7 @@ impl Index {
     }
     #[inline]
     pub fn get(&self, kind: ChunkKind, fp: &Fingerprint) -> Option<ContainerId> {
-        self.map(kind).get(fp)
+        self.map(kind).get(fp).map(ContainerId)
     }
     /// Whether the index holds a chunk of `kind` (reads less memory than
     /// [`get`](Self::get)).
@@ -102,7 +102,7 @@ impl Index {
     pub fn insert(&mut self, e: IndexEntry) {
         match e.kind {
             ChunkKind::Data => {
-                let old = self.data.insert(e.fp, e.container);
+                let old = self.data.insert(e.fp, e.container.0).map(ContainerId);
                 if let Some(old) = old.filter(|&o| o != e.container) {
                     let v = self.copies.entry(e.fp).or_default();
                     v.retain(|&c| c != e.container && c != old);
@@ -112,7 +112,7 @@ impl Index {
                 }
             }
             ChunkKind::Recipe => {
-                self.recipe.insert(e.fp, e.container);
+                self.recipe.insert(e.fp, e.container.0);
             }
         };
     }
@@ -132,7 +132,7 @@ impl Index {
     /// A data chunk's exact state (preferred copy and older copies), to undo
     /// a failed backup.
     pub fn data_state(&self, fp: &Fingerprint) -> (Option<ContainerId>, Vec<ContainerId>) {
-        (self.data.get(fp), self.copies(fp).to_vec())
+        (self.data.get(fp).map(ContainerId), self.copies(fp).to_vec())
     }
     pub fn set_data_state(
         &mut self,
@@ -140,7 +140,7 @@ impl Index {
         (primary, copies): (Option<ContainerId>, Vec<ContainerId>),
     ) {
         match primary {
-            Some(c) => self.data.insert(fp, c),
+            Some(c) => self.data.insert(fp, c.0),
             None => self.data.remove(&fp),
         };
         if copies.is_empty() {
@@ -186,12 +186,12 @@ impl Index {
     pub fn entries(&self) -> impl Iterator<Item = IndexEntry> + '_ {
         let d = self.data.iter().map(|(fp, c)| IndexEntry {
             fp,
-            container: c,
+            container: ContainerId(c),
             kind: ChunkKind::Data,
         });
         let r = self.recipe.iter().map(|(fp, c)| IndexEntry {
             fp,
-            container: c,
+            container: ContainerId(c),
             kind: ChunkKind::Recipe,
         });
         d.chain(r)
@@ -305,7 +305,7 @@ pub fn encode_segment(entries: &[IndexEntry]) -> Vec<u8> {
         .zip(out[20..body].chunks_exact_mut(ENTRY_LEN))
     {
         b[..FP_LEN].copy_from_slice(&e.fp.0);
-        b[32..40].copy_from_slice(&e.container.to_le_bytes());
+        b[32..40].copy_from_slice(&e.container.0.to_le_bytes());
         b[40] = match e.kind {
             ChunkKind::Data => 0,
             ChunkKind::Recipe => 1,
@@ -357,7 +357,7 @@ pub fn decode_segment(b: &[u8], name: &str) -> Result<Vec<IndexEntry>> {
             };
             Ok(IndexEntry {
                 fp: Fingerprint(e[..FP_LEN].try_into().unwrap()),
-                container: u64::from_le_bytes(e[32..40].try_into().unwrap()),
+                container: ContainerId(u64::from_le_bytes(e[32..40].try_into().unwrap())),
                 kind,
             })
         })
@@ -374,7 +374,7 @@ mod tests {
         let entries: Vec<_> = (0..100u32)
             .map(|i| IndexEntry {
                 fp: HashAlgo::Blake3.hash(&i.to_le_bytes()),
-                container: i as u64 / 10,
+                container: ContainerId(i as u64 / 10),
                 kind: if i % 3 == 0 {
                     ChunkKind::Recipe
                 } else {
@@ -398,7 +398,7 @@ mod tests {
     fn reserved_bytes_must_be_zero() {
         let e = IndexEntry {
             fp: HashAlgo::Blake3.hash(b"x"),
-            container: 3,
+            container: ContainerId(3),
             kind: ChunkKind::Data,
         };
         let mut seg = encode_segment(&[e]);
@@ -416,18 +416,18 @@ mod tests {
         let mut idx = Index::default();
         idx.insert(IndexEntry {
             fp,
-            container: 1,
+            container: ContainerId(1),
             kind: ChunkKind::Data,
         });
         assert_eq!(idx.get(ChunkKind::Recipe, &fp), None);
         idx.insert(IndexEntry {
             fp,
-            container: 5,
+            container: ContainerId(5),
             kind: ChunkKind::Data,
         });
-        assert_eq!(idx.get(ChunkKind::Data, &fp), Some(5));
+        assert_eq!(idx.get(ChunkKind::Data, &fp), Some(ContainerId(5)));
         assert_eq!(idx.len(), (1, 0));
-        assert_eq!(idx.copies(&fp), &[1]);
+        assert_eq!(idx.copies(&fp), &[ContainerId(1)]);
     }
 
     #[test]
@@ -437,13 +437,13 @@ mod tests {
         for c in [1, 4, 1, 7] {
             idx.insert(IndexEntry {
                 fp,
-                container: c,
+                container: ContainerId(c),
                 kind: ChunkKind::Data,
             });
         }
         // Repointing to 1 moved it from the copies to the front.
-        assert_eq!(idx.get(ChunkKind::Data, &fp), Some(7));
-        assert_eq!(idx.copies(&fp), &[4, 1]);
+        assert_eq!(idx.get(ChunkKind::Data, &fp), Some(ContainerId(7)));
+        assert_eq!(idx.copies(&fp), &[ContainerId(4), ContainerId(1)]);
         let mut replay = Index::default();
         for e in idx.copy_entries().chain(idx.entries()) {
             replay.insert(e);

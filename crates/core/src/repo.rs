@@ -17,7 +17,7 @@ use crate::catalog::{BackupEntry, ContainerEntry, Manifest, RepoConfig};
 use crate::check::{CheckOptions, CheckReport};
 use crate::chunking::ChunkerConfig;
 use crate::clock::now;
-use crate::container::{ChunkKind, ContainerStore};
+use crate::container::{ChunkKind, ContainerId, ContainerStore};
 use crate::error::{Error, ObjectRef, Result};
 use crate::fingerprint::Fingerprint;
 use crate::fingerprint::HashAlgo;
@@ -657,7 +657,7 @@ impl Writer {
 
 /// Used by ingest to list the containers it wrote.
 pub(crate) fn container_entry(
-    id: u64,
+    id: ContainerId,
     kind: ChunkKind,
     chunks: usize,
     logical_bytes: u64,

@@ -196,7 +196,7 @@ mod tests {
         let err = s.get(&missing).err().unwrap();
         assert!(matches!(err, Error::MissingObject(_)));
         assert_eq!(err.to_string(), "missing object manifests/0000000000000003");
-        let err = s.get_container_range(9, 0, 1).unwrap_err();
+        let err = s.get_container_range(ContainerId(9), 0, 1).unwrap_err();
         assert_eq!(err.to_string(), "missing object container 0000000000000009");
 
         let fp = Fingerprint::default();

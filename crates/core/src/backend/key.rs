@@ -91,7 +91,9 @@ impl ObjectKey {
             Some(KeyKind::Manifest) => {
                 numbered("manifests/").map(|g| ObjectKey::Manifest(Generation(g)))
             }
-            Some(KeyKind::Container) => numbered("containers/").map(ObjectKey::Container),
+            Some(KeyKind::Container) => {
+                numbered("containers/").map(|n| ObjectKey::Container(ContainerId(n)))
+            }
             Some(KeyKind::IndexSegment) => numbered("index/").map(ObjectKey::IndexSegment),
             Some(KeyKind::Lock) => Some(ObjectKey::Lock),
             None => None,
@@ -212,7 +214,7 @@ mod tests {
     fn names_round_trip_and_strays_are_kept() {
         for k in [
             ObjectKey::Manifest(Generation(42)),
-            ObjectKey::Container(0xa1),
+            ObjectKey::Container(ContainerId(0xa1)),
             ObjectKey::IndexSegment(u64::MAX),
             ObjectKey::Lock,
         ] {

@@ -3,8 +3,6 @@
 //! container it needs is read exactly once, and all of its chunks that the
 //! window holds are copied into place. Memory is the area, not containers.
 
-use crate::container::ContainerId;
-
 /// Area of a cache of `containers`: (containers − 1) × container size, as in
 /// Destor (one container's worth is the read buffer), and at least one
 /// container.
@@ -20,7 +18,7 @@ pub fn fits(filled: u64, len: u64, area: u64) -> bool {
 
 /// Containers read by FAA restoring `refs` (container, chunk length) with
 /// an area of `area` bytes.
-pub fn faa_reads(refs: &[(ContainerId, u64)], area: u64) -> u64 {
+pub fn faa_reads<K: Copy + Eq + std::hash::Hash>(refs: &[(K, u64)], area: u64) -> u64 {
     let mut reads = 0u64;
     let mut window = std::collections::HashSet::new();
     let mut filled = 0u64;

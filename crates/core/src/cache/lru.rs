@@ -9,14 +9,14 @@ use std::sync::Arc;
 /// The LRU policy on bare container ids: which references miss and what
 /// each miss evicts. A restore runs it ahead of the reads, so the reads can
 /// be issued before the chunks are needed.
-pub struct Lru {
+pub struct Lru<K = ContainerId> {
     capacity: usize,
     clock: u64,
     /// Cached containers and when each was last used.
-    stamps: HashMap<ContainerId, u64>,
+    stamps: HashMap<K, u64>,
 }
 
-impl Lru {
+impl<K: Copy + Eq + std::hash::Hash> Lru<K> {
     pub fn new(capacity: usize) -> Self {
         Lru {
             capacity: capacity.max(1),
@@ -26,13 +26,13 @@ impl Lru {
     }
 
     /// Whether `id` is cached (does not count as a use).
-    pub fn contains(&self, id: ContainerId) -> bool {
+    pub fn contains(&self, id: K) -> bool {
         self.stamps.contains_key(&id)
     }
 
     /// A reference to `id`: a hit, or a miss that brings `id` in and, when
     /// the cache is full, evicts the least recently used container.
-    pub fn access(&mut self, id: ContainerId) -> Access {
+    pub fn access(&mut self, id: K) -> Access<K> {
         self.clock += 1;
         if let Some(stamp) = self.stamps.get_mut(&id) {
             *stamp = self.clock;

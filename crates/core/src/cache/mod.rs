@@ -82,15 +82,15 @@ impl std::str::FromStr for CacheSpec {
 
 /// What a cache policy decided for one reference.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Access {
+pub enum Access<K = ContainerId> {
     /// The container is cached.
     Hit,
     /// The container must be read; it replaces `evict` when the cache is full.
-    Miss { evict: Option<ContainerId> },
+    Miss { evict: Option<K> },
 }
 
 /// Containers an LRU cache of `n` reads for the reference string `refs`.
-pub fn lru_reads(refs: &[ContainerId], n: usize) -> u64 {
+pub fn lru_reads<K: Copy + Eq + std::hash::Hash>(refs: &[K], n: usize) -> u64 {
     let mut c = Lru::new(n);
     refs.iter()
         .filter(|&&id| c.access(id) != Access::Hit)
@@ -98,7 +98,7 @@ pub fn lru_reads(refs: &[ContainerId], n: usize) -> u64 {
 }
 
 /// Containers an OPT cache of `n` reads with a look-ahead of `window` references.
-pub fn opt_reads(refs: &[ContainerId], n: usize, window: usize) -> u64 {
+pub fn opt_reads<K: Copy + Eq + std::hash::Hash>(refs: &[K], n: usize, window: usize) -> u64 {
     let mut reads = 0;
     let mut c = Opt::new(n);
     let mut ahead = 0;
@@ -121,7 +121,7 @@ mod tests {
     #[test]
     fn hand_made_recipes_have_known_read_counts() {
         // 1 2 3 1 2 3 … with room for 2: LRU always misses, OPT keeps one.
-        let cyc: Vec<ContainerId> = (0..12).map(|i| i % 3).collect();
+        let cyc: Vec<u64> = (0..12).map(|i| i % 3).collect();
         assert_eq!(lru_reads(&cyc, 2), 12);
         // Belady: 3 compulsory misses, then one miss every other reference.
         assert_eq!(opt_reads(&cyc, 2, 100), 7);

@@ -12,18 +12,18 @@ pub const OPT_WINDOW: usize = 1 << 20;
 
 /// The OPT policy on bare container ids. References are announced as they
 /// enter the look-ahead window, then accessed in the same order.
-pub struct Opt {
+pub struct Opt<K = ContainerId> {
     capacity: usize,
     clock: u64,
     /// Cached containers and when they were last used (ties among
     /// containers with no reference in the window fall back to LRU).
-    stamps: HashMap<ContainerId, u64>,
+    stamps: HashMap<K, u64>,
     /// Positions of the announced, not yet accessed references per container.
-    future: HashMap<ContainerId, VecDeque<u64>>,
+    future: HashMap<K, VecDeque<u64>>,
     announced: u64,
 }
 
-impl Opt {
+impl<K: Copy + Eq + std::hash::Hash> Opt<K> {
     pub fn new(capacity: usize) -> Self {
         Opt {
             capacity: capacity.max(1),
@@ -35,19 +35,19 @@ impl Opt {
     }
 
     /// Whether `id` is cached (does not count as a use).
-    pub fn contains(&self, id: ContainerId) -> bool {
+    pub fn contains(&self, id: K) -> bool {
         self.stamps.contains_key(&id)
     }
 
     /// A reference entering the look-ahead window (in recipe order).
-    pub fn announce(&mut self, id: ContainerId) {
+    pub fn announce(&mut self, id: K) {
         self.future.entry(id).or_default().push_back(self.announced);
         self.announced += 1;
     }
 
     /// The next reference, which must have been announced: a hit, or a miss
     /// that evicts (when full) the container used farthest ahead.
-    pub fn access(&mut self, id: ContainerId) -> Access {
+    pub fn access(&mut self, id: K) -> Access<K> {
         self.clock += 1;
         if let Some(q) = self.future.get_mut(&id) {
             q.pop_front();

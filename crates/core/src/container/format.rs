@@ -34,7 +34,43 @@ pub const HEADER_LEN: usize = 128;
 pub const META_ENTRY_LEN: usize = 48;
 
 /// Container identifier, allocated from the manifest, never reused.
-pub type ContainerId = u64;
+/// Serialized as the bare number (manifests) and written little endian in
+/// headers and index segments. `{}` prints the number and `{:016x}` the
+/// object-name spelling, as they did when ids were bare integers.
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(transparent)]
+pub struct ContainerId(pub u64);
+
+impl ContainerId {
+    /// The id allocated after this one.
+    pub fn next(self) -> ContainerId {
+        ContainerId(self.0 + 1)
+    }
+}
+
+impl std::fmt::LowerHex for ContainerId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::LowerHex::fmt(&self.0, f)
+    }
+}
+
+impl std::fmt::Display for ContainerId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.0, f)
+    }
+}
 
 /// What a chunk holds: user data (recipe level 0) or a recipe chunk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -157,7 +193,7 @@ pub fn encode_header(h: &Header) -> [u8; HEADER_LEN] {
     b[12] = h.kind.code();
     b[13] = h.algo.code();
     b[14] = h.trace as u8;
-    b[16..24].copy_from_slice(&h.id.to_le_bytes());
+    b[16..24].copy_from_slice(&h.id.0.to_le_bytes());
     b[24..28].copy_from_slice(&h.chunk_count.to_le_bytes());
     b[32..40].copy_from_slice(&h.data_len.to_le_bytes());
     b[40..48].copy_from_slice(&h.logical_len.to_le_bytes());
@@ -211,7 +247,7 @@ pub fn decode_header(id: ContainerId, b: &[u8]) -> Result<Header> {
         kind,
         algo,
         trace: b[14] != 0,
-        id: u64_at(b, 16),
+        id: ContainerId(u64_at(b, 16)),
         chunk_count: u32_at(b, 24),
         data_len: u64_at(b, 32),
         logical_len: u64_at(b, 40),
@@ -406,14 +442,21 @@ mod tests {
     fn round_trip_data_and_trace() {
         for trace in [false, true] {
             let (entries, data) = sample(trace);
-            let obj = encode(7, ChunkKind::Data, HashAlgo::Blake3, trace, &entries, &data);
-            let (h, meta) = decode(7, &obj).unwrap();
+            let obj = encode(
+                ContainerId(7),
+                ChunkKind::Data,
+                HashAlgo::Blake3,
+                trace,
+                &entries,
+                &data,
+            );
+            let (h, meta) = decode(ContainerId(7), &obj).unwrap();
             assert_eq!(meta, entries);
             assert_eq!(h.logical_len, 510);
             assert_eq!(h.trace, trace);
             assert_eq!(obj.len() as u64, h.object_len());
             // Metadata alone: header + metadata section only.
-            let h2 = decode_header(7, &obj[..HEADER_LEN]).unwrap();
+            let h2 = decode_header(ContainerId(7), &obj[..HEADER_LEN]).unwrap();
             assert_eq!(
                 decode_meta(&h2, &obj[h2.meta_offset() as usize..]).unwrap(),
                 entries
@@ -424,11 +467,18 @@ mod tests {
     #[test]
     fn every_flipped_byte_is_detected() {
         let (entries, data) = sample(false);
-        let obj = encode(3, ChunkKind::Data, HashAlgo::Blake3, false, &entries, &data);
+        let obj = encode(
+            ContainerId(3),
+            ChunkKind::Data,
+            HashAlgo::Blake3,
+            false,
+            &entries,
+            &data,
+        );
         for i in 0..obj.len() {
             let mut bad = obj.clone();
             bad[i] ^= 0x40;
-            let err = decode(3, &bad).expect_err(&format!("flip at {i} undetected"));
+            let err = decode(ContainerId(3), &bad).expect_err(&format!("flip at {i} undetected"));
             assert!(
                 err.to_string().contains("container 0000000000000003"),
                 "{err}"
@@ -439,11 +489,18 @@ mod tests {
     #[test]
     fn truncation_and_wrong_id_are_detected() {
         let (entries, data) = sample(false);
-        let obj = encode(3, ChunkKind::Data, HashAlgo::Blake3, false, &entries, &data);
+        let obj = encode(
+            ContainerId(3),
+            ChunkKind::Data,
+            HashAlgo::Blake3,
+            false,
+            &entries,
+            &data,
+        );
         for len in [0, 10, HEADER_LEN, obj.len() - 1] {
-            assert!(decode(3, &obj[..len]).is_err());
+            assert!(decode(ContainerId(3), &obj[..len]).is_err());
         }
-        assert!(decode(4, &obj)
+        assert!(decode(ContainerId(4), &obj)
             .unwrap_err()
             .to_string()
             .contains("header names"));
@@ -452,9 +509,16 @@ mod tests {
     #[test]
     fn future_version_is_reported_as_such() {
         let (entries, data) = sample(false);
-        let mut obj = encode(3, ChunkKind::Data, HashAlgo::Blake3, false, &entries, &data);
+        let mut obj = encode(
+            ContainerId(3),
+            ChunkKind::Data,
+            HashAlgo::Blake3,
+            false,
+            &entries,
+            &data,
+        );
         obj[8..12].copy_from_slice(&2u32.to_le_bytes());
-        let err = decode(3, &obj).unwrap_err();
+        let err = decode(ContainerId(3), &obj).unwrap_err();
         assert!(
             matches!(err, Error::UnsupportedVersion { found: 2, .. }),
             "{err}"

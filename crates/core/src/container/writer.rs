@@ -28,7 +28,7 @@ impl IdAllocator {
     }
     fn allocate(&mut self) -> ContainerId {
         let id = self.next;
-        self.next += 1;
+        self.next = id.next();
         id
     }
 }
@@ -56,7 +56,7 @@ impl ContainerWriter {
             store,
             kind,
             builder: ContainerBuilder::new(kind, capacity, trace),
-            id: 0,
+            id: ContainerId(0),
             written: Vec::new(),
             write_seconds: 0.0,
         }

@@ -405,7 +405,7 @@ mod tests {
             }
             let mut next = repo.manifest.clone();
             let new_id = next.next_container_id;
-            next.next_container_id += 1;
+            next.next_container_id = new_id.next();
             let obj = repo
                 .store
                 .write(new_id, ChunkKind::Data, &entries, &bytes)

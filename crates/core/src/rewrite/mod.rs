@@ -210,10 +210,11 @@ mod tests {
     use std::collections::HashMap;
 
     // Containers of `smr-rewriting.md` Fig. 3 (capacity 5 chunks).
-    const I: ContainerId = 1;
-    const II: ContainerId = 2;
-    const III: ContainerId = 3;
-    const IV: ContainerId = 4;
+    const I: ContainerId = ContainerId(1);
+    const II: ContainerId = ContainerId(2);
+    const III: ContainerId = ContainerId(3);
+    const IV: ContainerId = ContainerId(4);
+    const V: ContainerId = ContainerId(5);
 
     /// A segment from (chunk name, containers holding a copy).
     fn segment(chunks: &[(&str, &[ContainerId])]) -> (Vec<String>, Segment) {
@@ -303,24 +304,24 @@ mod tests {
 
     #[test]
     fn selection_is_exactly_the_level_and_stops_at_zero_gain() {
-        let (_, seg) = segment(&[("a", &[1]), ("b", &[2]), ("c", &[3]), ("d", &[1, 2])]);
+        let (_, seg) = segment(&[("a", &[I]), ("b", &[II]), ("c", &[III]), ("d", &[I, II])]);
         assert_eq!(capping_select(&seg, 2).len(), 2);
         assert_eq!(smr_select(&seg, 2).len(), 2);
         // Container 2 adds nothing once 1 and 4 are chosen: gain 0 stops.
-        let (_, seg) = segment(&[("a", &[1, 2]), ("b", &[1, 2]), ("c", &[4])]);
+        let (_, seg) = segment(&[("a", &[I, II]), ("b", &[I, II]), ("c", &[IV])]);
         let s = smr_select(&seg, 10);
-        assert_eq!(s, vec![1, 4]);
+        assert_eq!(s, vec![I, IV]);
         assert!(smr_select(&Segment::default(), 3).is_empty());
     }
 
     #[test]
     fn har_rewrites_only_chunks_without_a_dense_copy() {
-        let (names, seg) = segment(&[("a", &[1]), ("b", &[2]), ("c", &[1, 3])]);
-        let d = Har::new(&[1]).decide(&seg);
+        let (names, seg) = segment(&[("a", &[I]), ("b", &[II]), ("c", &[I, III])]);
+        let d = Har::new(&[I]).decide(&seg);
         assert_eq!(rewritten(&names, &d), ["a"]);
-        assert_eq!(d[2], Some(3));
-        let used = HashMap::from([(1, 40), (2, 60), (3, 50)]);
-        assert_eq!(har_sparse(&used, 100, 0.5, 1.0), vec![1]);
+        assert_eq!(d[2], Some(III));
+        let used = HashMap::from([(I, 40), (II, 60), (III, 50)]);
+        assert_eq!(har_sparse(&used, 100, 0.5, 1.0), vec![I]);
     }
 
     #[test]
@@ -353,13 +354,13 @@ mod tests {
     #[test]
     fn har_trims_the_most_used_sparse_containers_to_the_limit() {
         // Sparse (< 50 of 100): 1, 2, 3 with 85 of the 285 bytes referenced.
-        let used = HashMap::from([(1, 10), (2, 30), (3, 45), (4, 100), (5, 100)]);
-        assert_eq!(har_sparse(&used, 100, 0.5, 1.0), vec![1, 2, 3]);
-        assert_eq!(har_sparse(&used, 100, 0.5, 0.3), vec![1, 2, 3]);
+        let used = HashMap::from([(I, 10), (II, 30), (III, 45), (IV, 100), (V, 100)]);
+        assert_eq!(har_sparse(&used, 100, 0.5, 1.0), vec![I, II, III]);
+        assert_eq!(har_sparse(&used, 100, 0.5, 0.3), vec![I, II, III]);
         // 57 allowed: drop 3 (45), leaving 40.
-        assert_eq!(har_sparse(&used, 100, 0.5, 0.2), vec![1, 2]);
+        assert_eq!(har_sparse(&used, 100, 0.5, 0.2), vec![I, II]);
         // 28.5 allowed: drop 3, then 2.
-        assert_eq!(har_sparse(&used, 100, 0.5, 0.1), vec![1]);
+        assert_eq!(har_sparse(&used, 100, 0.5, 0.1), vec![I]);
         assert!(har_sparse(&used, 100, 0.5, 0.0).is_empty());
         assert!(har_sparse(&HashMap::new(), 100, 0.5, 0.05).is_empty());
     }

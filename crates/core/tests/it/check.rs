@@ -238,7 +238,7 @@ fn leftovers_are_reported_and_removed_by_the_next_writer_only() {
     let f = fixture();
     let listed: Vec<ObjectKey> = f.backend.list(KeyKind::Container).unwrap();
     f.backend
-        .put(&ObjectKey::Container(0xfffff), b"junk")
+        .put(&ObjectKey::Container(ContainerId(0xfffff)), b"junk")
         .unwrap();
     let r = check(&f, ReadData::None);
     assert!(r.ok(), "leftovers are not damage");

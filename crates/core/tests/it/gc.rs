@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tessera_core::backend::{list_all, FaultyStore, KeyKind, ObjectStore};
 use tessera_core::catalog::SourceKind;
 use tessera_core::chunking::ChunkerConfig;
-use tessera_core::container::ChunkKind;
+use tessera_core::container::{ChunkKind, ContainerId};
 use tessera_core::gc::{GcOptions, GcReport, GcStrategy, VcSpec};
 use tessera_core::recipe::{self, RecipeWalker};
 use tessera_core::{
@@ -151,7 +151,7 @@ fn naive_gc_reclaims_forgotten_data_and_keeps_the_rest() {
             new.iter().map(|c| c.logical_bytes).sum::<u64>()
         );
         // Each reclaimed container still holding live chunks was read once.
-        let kept: HashSet<u64> = repo.manifest().containers.iter().map(|c| c.id).collect();
+        let kept: HashSet<ContainerId> = repo.manifest().containers.iter().map(|c| c.id).collect();
         let reclaimed_bytes: u64 = before_gc
             .containers
             .iter()
@@ -197,7 +197,7 @@ fn naive_gc_reclaims_forgotten_data_and_keeps_the_rest() {
 /// scenario below those are the forgotten v3's, which share nothing and so
 /// are deleted without being read.
 fn deleted_bytes(before: &tessera_core::catalog::Manifest, after: &Repository, count: u64) -> u64 {
-    let kept: HashSet<u64> = after.manifest().containers.iter().map(|c| c.id).collect();
+    let kept: HashSet<ContainerId> = after.manifest().containers.iter().map(|c| c.id).collect();
     let gone: Vec<_> = before
         .containers
         .iter()

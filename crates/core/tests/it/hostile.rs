@@ -200,9 +200,9 @@ fn fuzz_crash_5d35984c_index_segment_with_reserved_bytes() {
     man.extend_from_slice(&sum);
     assert!(Manifest::decode(&man, "fuzz").is_err());
     assert!(Manifest::decode(&CRASH, "fuzz").is_err());
-    assert!(format::decode(7, &CRASH).is_err());
-    assert!(format::decode_salvage(7, &CRASH).is_err());
-    assert!(format::decode_header(7, &CRASH).is_err());
+    assert!(format::decode(ContainerId(7), &CRASH).is_err());
+    assert!(format::decode_salvage(ContainerId(7), &CRASH).is_err());
+    assert!(format::decode_header(ContainerId(7), &CRASH).is_err());
     for part in CRASH.split(|&b| b == b'|').filter(|p| !p.is_empty()) {
         assert!(tessera_core::recipe::decode(part, "fuzz").is_err());
     }

@@ -64,7 +64,7 @@ fn textbook_reference_string() {
     let repo = repo_with(&["01234567", s]);
     assert_eq!(reads(&repo, 1, "opt:3"), 9);
     assert_eq!(reads(&repo, 1, "lru:3"), 12);
-    let ids: Vec<ContainerId> = s.bytes().map(|b| b as ContainerId).collect();
+    let ids: Vec<ContainerId> = s.bytes().map(|b| ContainerId(b as u64)).collect();
     assert_eq!(opt_reads(&ids, 3, usize::MAX), 9);
     assert_eq!(lru_reads(&ids, 3), 12);
     let sized: Vec<(ContainerId, u64)> = ids.iter().map(|&i| (i, 1)).collect();
@@ -84,7 +84,7 @@ proptest! {
         // Every policy reads each distinct container at least once.
         let distinct = refs.iter().collect::<std::collections::HashSet<_>>().len() as u64;
         prop_assert!(opt >= distinct);
-        let sized: Vec<(ContainerId, u64)> = refs.iter().map(|&i| (i, 1)).collect();
+        let sized: Vec<(u64, u64)> = refs.iter().map(|&i| (i, 1)).collect();
         prop_assert!(faa_reads(&sized, u64::MAX) == distinct);
     }
 
@@ -98,7 +98,7 @@ proptest! {
         let opt = reads(&repo, 1, &format!("opt:{n}"));
         let lru = reads(&repo, 1, &format!("lru:{n}"));
         prop_assert!(opt <= lru);
-        let ids: Vec<ContainerId> = refs.iter().map(|&i| i as ContainerId).collect();
+        let ids: Vec<ContainerId> = refs.iter().map(|&i| ContainerId(i as u64)).collect();
         prop_assert_eq!(lru, lru_reads(&ids, n));
         prop_assert_eq!(opt, opt_reads(&ids, n, usize::MAX));
     }
