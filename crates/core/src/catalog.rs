@@ -51,11 +51,46 @@ pub enum SourceKind {
     Trace,
 }
 
+/// Backup identifier: a sequence number from the manifest, never reused.
+/// Serialized and printed as the bare number.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(transparent)]
+pub struct BackupId(pub u64);
+
+impl BackupId {
+    /// The id allocated after this one.
+    pub fn next(self) -> BackupId {
+        BackupId(self.0 + 1)
+    }
+}
+
+impl std::fmt::Display for BackupId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.0, f)
+    }
+}
+
+/// Backup ids are the numbers users type (`tessera forget 3`).
+impl PartialEq<u64> for BackupId {
+    fn eq(&self, other: &u64) -> bool {
+        self.0 == *other
+    }
+}
+
+impl std::str::FromStr for BackupId {
+    type Err = std::num::ParseIntError;
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        s.parse().map(BackupId)
+    }
+}
+
 /// One backup (a version) in the catalog.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BackupEntry {
     /// Sequence number, unique within the repository, never reused.
-    pub id: u64,
+    pub id: BackupId,
     /// Root fingerprint of the recipe tree (hex): the content's identity.
     pub root: String,
     pub root_level: u8,
@@ -95,7 +130,7 @@ pub struct Manifest {
     pub generation: u64,
     pub config: RepoConfig,
     pub next_container_id: ContainerId,
-    pub next_backup_id: u64,
+    pub next_backup_id: BackupId,
     pub next_segment_id: u64,
     pub backups: Vec<BackupEntry>,
     pub containers: Vec<ContainerEntry>,
@@ -119,7 +154,7 @@ impl Manifest {
             generation: 0,
             config,
             next_container_id: ContainerId(1),
-            next_backup_id: 1,
+            next_backup_id: BackupId(1),
             next_segment_id: 1,
             backups: Vec::new(),
             containers: Vec::new(),
@@ -197,7 +232,7 @@ impl Manifest {
         Ok(())
     }
 
-    pub fn backup(&self, id: u64) -> Option<&BackupEntry> {
+    pub fn backup(&self, id: BackupId) -> Option<&BackupEntry> {
         self.backups.iter().find(|b| b.id == id)
     }
 }

@@ -17,7 +17,7 @@
 //! the files of its tar stream (see [`crate::salvage`]).
 
 use crate::backend::KeyKind;
-use crate::catalog::{BackupEntry, ContainerEntry, SourceKind};
+use crate::catalog::{BackupEntry, BackupId, ContainerEntry, SourceKind};
 use crate::container::format::object_name;
 use crate::container::{ChunkKind, ChunkMeta, ContainerId};
 use crate::error::{Error, Result, Subject};
@@ -76,7 +76,7 @@ pub struct Problem {
     pub object: String,
     pub problem: String,
     /// Retained backups that cannot be restored completely because of it.
-    pub backups: Vec<u64>,
+    pub backups: Vec<BackupId>,
     /// Paths inside directory backups whose bytes are affected.
     pub files: Vec<String>,
 }

@@ -6,6 +6,7 @@
 //! `check` read them as data; the one-line text is rendered from them.
 
 use crate::backend::ObjectKey;
+use crate::catalog::BackupId;
 use crate::fingerprint::Fingerprint;
 use std::fmt;
 use std::path::PathBuf;
@@ -27,7 +28,7 @@ pub enum ObjectRef {
     /// `chunk <hex>`
     DataChunk(Fingerprint),
     /// `backup <id>`
-    Backup(u64),
+    Backup(BackupId),
     /// Anything else, by name (`manifest`, the lock, a tar stream).
     Named(String),
 }
@@ -55,7 +56,7 @@ impl fmt::Display for ObjectRef {
 pub struct Subject {
     pub object: ObjectRef,
     /// The backup whose restore, walk or check needed the object.
-    pub backup: Option<u64>,
+    pub backup: Option<BackupId>,
     /// Byte offset in that backup's stream.
     pub offset: Option<u64>,
     /// The file (of a directory backup, or on disk) involved.
@@ -254,7 +255,7 @@ impl Error {
 
     /// Name the backup (and offset in its stream) that needed the object at
     /// fault; the innermost such context is kept.
-    pub fn in_backup(mut self, backup: u64, offset: Option<u64>) -> Self {
+    pub fn in_backup(mut self, backup: BackupId, offset: Option<u64>) -> Self {
         if let Some(s) = self.subject_mut() {
             if s.backup.is_none() {
                 s.backup = Some(backup);

@@ -33,6 +33,7 @@ pub mod trace;
 pub mod units;
 
 pub use backend::{ObjectKey, ObjectStore};
+pub use catalog::BackupId;
 pub use error::{Error, ObjectRef, Result, Subject};
 pub use fingerprint::{Fingerprint, HashAlgo};
 pub use ingest::{BackupOptions, BackupReport};

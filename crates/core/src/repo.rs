@@ -13,7 +13,7 @@
 
 use crate::archive::ExtractReport;
 use crate::backend::{Generation, KeyKind, ObjectKey, ObjectStore};
-use crate::catalog::{BackupEntry, ContainerEntry, Manifest, RepoConfig};
+use crate::catalog::{BackupEntry, BackupId, ContainerEntry, Manifest, RepoConfig};
 use crate::check::{CheckOptions, CheckReport};
 use crate::chunking::ChunkerConfig;
 use crate::clock::now;
@@ -355,7 +355,7 @@ impl Repository {
                 .max_by_key(|b| b.id)
                 .ok_or_else(|| Error::Snapshot("the repository has no backups".into()));
         }
-        if let Ok(id) = spec.parse::<u64>() {
+        if let Ok(id) = spec.parse::<BackupId>() {
             if let Some(b) = self.manifest.backup(id) {
                 return Ok(b);
             }
@@ -610,7 +610,7 @@ impl Writer {
 
     /// Remove backups from the catalog (logical deletion). Their chunks stay
     /// until garbage collection.
-    pub fn forget(&mut self, ids: &[u64]) -> Result<Vec<BackupEntry>> {
+    pub fn forget(&mut self, ids: &[BackupId]) -> Result<Vec<BackupEntry>> {
         for id in ids {
             if self.manifest.backup(*id).is_none() {
                 return Err(Error::Snapshot(format!(

@@ -6,7 +6,7 @@
 //! A backup kept by any rule is kept. Policies never reach into the catalog:
 //! they only compute the split, so a dry run is the same computation.
 
-use crate::catalog::BackupEntry;
+use crate::catalog::{BackupEntry, BackupId};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RetentionPolicy {
@@ -19,8 +19,8 @@ pub struct RetentionPolicy {
 /// The decision: ids to keep and to forget, both newest first.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RetentionPlan {
-    pub keep: Vec<u64>,
-    pub forget: Vec<u64>,
+    pub keep: Vec<BackupId>,
+    pub forget: Vec<BackupId>,
 }
 
 const DAY: u64 = 86_400;
@@ -98,7 +98,7 @@ mod tests {
 
     fn b(id: u64, time: u64) -> BackupEntry {
         BackupEntry {
-            id,
+            id: BackupId(id),
             root: "00".repeat(32),
             root_level: 1,
             name: "x".into(),

@@ -14,7 +14,7 @@
 use crate::archive::ExtractReport;
 use crate::backend::ObjectBytes;
 use crate::cache::LruCache;
-use crate::catalog::{BackupEntry, SourceKind};
+use crate::catalog::{BackupEntry, BackupId, SourceKind};
 use crate::container::{format, ChunkKind, ChunkMeta, ContainerId, Header};
 use crate::error::{Error, IoContext, Result};
 use crate::fingerprint::Fingerprint;
@@ -31,7 +31,7 @@ type RawContainer = (ObjectBytes, Vec<ChunkMeta>);
 /// What a salvaging restore could not restore.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct SalvageReport {
-    pub backup_id: u64,
+    pub backup_id: BackupId,
     pub restored_bytes: u64,
     /// (offset, length) of every range written as zeros.
     pub damaged: Vec<(u64, u64)>,

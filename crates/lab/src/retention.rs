@@ -64,12 +64,13 @@ impl Retention {
 
     /// Backups (ids, oldest first in `retained`) to delete now; empty when no
     /// round is due.
-    pub fn round(&self, retained: &[u64], rng: &mut ChaCha8Rng) -> Vec<u64> {
+    /// Generic over the id type: the lab passes backup ids, tests numbers.
+    pub fn round<T: Copy>(&self, retained: &[T], rng: &mut ChaCha8Rng) -> Vec<T> {
         if retained.len() <= self.retain {
             return Vec::new();
         }
         let k = self.delete.min(retained.len());
-        let candidates: Vec<u64> = match self.pick {
+        let candidates: Vec<T> = match self.pick {
             Pick::Oldest => retained[..k].to_vec(),
             Pick::Spread => {
                 let step = retained.len() as f64 / k as f64;

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 use tessera_core::backend::{self, CountingStore, IoCounters, ObjectStore};
-use tessera_core::catalog::SourceKind;
+use tessera_core::catalog::{BackupId, SourceKind};
 use tessera_core::gc::GcReport;
 use tessera_core::ingest::GroupInput;
 use tessera_core::{BackupOptions, BackupReport, InitOptions, Repository, RestoreOptions, Writer};
@@ -42,7 +42,7 @@ pub struct BackupRow {
     /// Position in the backup sequence (0-based).
     pub step: usize,
     pub version: String,
-    pub backup_id: u64,
+    pub backup_id: BackupId,
     pub logical_bytes: u64,
     pub chunks: u64,
     /// Data bytes this backup stored anew (rewrites included).
@@ -71,7 +71,7 @@ pub struct RestoreRow {
     pub when: &'static str,
     pub step: usize,
     pub version: String,
-    pub backup_id: u64,
+    pub backup_id: BackupId,
     pub restored_bytes: u64,
     pub chunks: u64,
     pub containers_read: u64,
@@ -540,7 +540,7 @@ struct ApproachRun<'a> {
     scale: Option<ScaleSeries>,
     rng: Option<rand_chacha::ChaCha8Rng>,
     /// Backup id → step, so rows can name versions.
-    step_of: std::collections::HashMap<u64, usize>,
+    step_of: std::collections::HashMap<BackupId, usize>,
     /// Logical bytes of every backup so far (the classic dedup ratio's numerator).
     ingested: u64,
     round: usize,
@@ -700,14 +700,14 @@ impl ApproachRun<'_> {
 
     /// A retention round after `step` if one is due: forget, then GC if the
     /// approach has one.
-    fn retention_round(&mut self, step: usize, backup_id: u64) -> Result<()> {
+    fn retention_round(&mut self, step: usize, backup_id: BackupId) -> Result<()> {
         let (Some(ret), Some(rng)) = (&self.exp.retention, self.rng.as_mut()) else {
             return Ok(());
         };
         // Backups up to this one: with interleaving, the group's later
         // members exist already but are not yet due for retention, so
         // every approach and interleave deletes the same backups.
-        let ids: Vec<u64> = self
+        let ids: Vec<BackupId> = self
             .repo
             .backups()
             .iter()

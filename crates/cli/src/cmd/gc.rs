@@ -8,7 +8,7 @@ use anyhow::{bail, Result};
 use serde::Serialize;
 use std::process::ExitCode;
 use tessera_core::backend::IoCounters;
-use tessera_core::catalog::BackupEntry;
+use tessera_core::catalog::{BackupEntry, BackupId};
 use tessera_core::gc::GcReport;
 use tessera_core::retention::RetentionPolicy;
 use tessera_core::Repository;
@@ -17,7 +17,7 @@ use tessera_core::Repository;
 struct ForgetReport {
     dry_run: bool,
     forgotten: Vec<BackupEntry>,
-    kept: Vec<u64>,
+    kept: Vec<BackupId>,
     remaining: usize,
 }
 

@@ -7,7 +7,7 @@
 //! and the index maps `fp` to `C`: older copies left by rewriting are dead.
 
 use super::bloom::Bloom;
-use crate::catalog::BackupEntry;
+use crate::catalog::{BackupEntry, BackupId};
 use crate::container::{ChunkKind, ContainerId};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FpMap, FpSet};
@@ -198,9 +198,9 @@ pub struct Mark {
     pub live: Option<HashMap<ContainerId, Live>>,
     pub live_recipe: HashMap<ContainerId, u32>,
     /// RRT: container → retained backups referencing it, ascending ids.
-    pub rrt: HashMap<ContainerId, Vec<u64>>,
+    pub rrt: HashMap<ContainerId, Vec<BackupId>>,
     /// Per-backup recipe fingerprints (GCCDF's ownership checks).
-    pub owners: HashMap<u64, FpFilter>,
+    pub owners: HashMap<BackupId, FpFilter>,
     /// Recipe chunks the walks visited and the subtrees they skipped as
     /// already marked.
     pub walk: WalkStats,
@@ -321,7 +321,7 @@ struct Walk<'m> {
     homes: &'m mut FpMap<Arc<[ContainerId]>>,
     memoize: bool,
     homes_bytes: usize,
-    backup: u64,
+    backup: BackupId,
     own: Option<FpFilter>,
     skip_seen: bool,
 }

@@ -355,7 +355,7 @@ impl std::str::FromStr for GcStrategy {
 mod tests {
     use super::*;
     use crate::backend::MemoryStore;
-    use crate::catalog::SourceKind;
+    use crate::catalog::{BackupId, SourceKind};
     use crate::chunking::ChunkerConfig;
     use crate::container::ChunkKind;
     use crate::index::IndexEntry;
@@ -364,7 +364,7 @@ mod tests {
     use crate::{BackupOptions, InitOptions, RestoreOptions};
     use std::sync::Arc;
 
-    fn restore(repo: &Repository, id: u64) -> Vec<u8> {
+    fn restore(repo: &Repository, id: BackupId) -> Vec<u8> {
         let b = repo.manifest.backup(id).unwrap().clone();
         let mut out = Vec::new();
         repo.restore_to(&b, &mut out, &RestoreOptions::default(), &mut |_| {})
@@ -470,7 +470,7 @@ mod tests {
         Repository::open_writer(b, "t").unwrap()
     }
 
-    fn two_versions() -> (Writer, u64, Vec<u8>) {
+    fn two_versions() -> (Writer, BackupId, Vec<u8>) {
         let mut repo = small_repo();
         let v1: Vec<u8> = (0..200_000u64 / 32)
             .flat_map(|i| crate::HashAlgo::Blake3.hash(&i.to_le_bytes()).0)

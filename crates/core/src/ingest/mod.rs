@@ -249,7 +249,7 @@ impl Writer {
                     new_bytes: c.new_bytes,
                     new_chunks: c.new_chunks,
                 };
-                next.next_backup_id += 1;
+                next.next_backup_id = next.next_backup_id.next();
                 next.backups.push(entry.clone());
                 entries.push(entry);
             }

@@ -14,7 +14,7 @@
 //! metrics do not depend on the pipeline.
 
 use crate::archive::ExtractReport;
-use crate::catalog::{BackupEntry, SourceKind};
+use crate::catalog::{BackupEntry, BackupId, SourceKind};
 use crate::container::{format::object_name, ChunkMeta, Container, ContainerId};
 use crate::error::{Error, IoContext, Result};
 use crate::metrics::{mb_per_s, read_amplification, speed_factor};
@@ -53,7 +53,7 @@ pub struct RestoreOptions {
 /// What a restore did.
 #[derive(Clone, Debug, Serialize)]
 pub struct RestoreReport {
-    pub backup_id: u64,
+    pub backup_id: BackupId,
     pub restored_bytes: u64,
     pub chunks: u64,
     pub data_containers_read: u64,
@@ -69,7 +69,7 @@ pub struct RestoreReport {
 }
 
 /// Where `e` is in container `c`, checked against the recipe.
-fn chunk_meta(c: &Container, e: &RecipeEntry, bid: u64, offset: u64) -> Result<ChunkMeta> {
+fn chunk_meta(c: &Container, e: &RecipeEntry, bid: BackupId, offset: u64) -> Result<ChunkMeta> {
     let meta = *c.find(&e.fp).ok_or_else(|| {
         Error::corrupt(
             object_name(c.id()),
@@ -91,7 +91,7 @@ fn chunk_meta(c: &Container, e: &RecipeEntry, bid: u64, offset: u64) -> Result<C
 
 /// The planner sent a chunk of a container it never loaded: a bug, reported
 /// as an error rather than a panic.
-fn unplanned(id: ContainerId, bid: u64, offset: u64) -> Error {
+fn unplanned(id: ContainerId, bid: BackupId, offset: u64) -> Error {
     Error::io(
         format!("restore of backup {bid} at offset {offset}"),
         std::io::Error::other(format!(
@@ -107,7 +107,7 @@ struct Assembler<'a> {
     out: &'a mut dyn Write,
     /// Trace mode: account, write nothing.
     trace: bool,
-    bid: u64,
+    bid: BackupId,
     buffers: &'a Buffers,
     permit_return: &'a loader::PermitReturn,
     /// The containers the cache holds (and those being filled in).

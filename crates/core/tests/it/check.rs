@@ -9,6 +9,7 @@ use tessera_core::catalog::SourceKind;
 use tessera_core::check::{check_backend, CheckOptions, CheckReport, ReadData};
 use tessera_core::chunking::ChunkerConfig;
 use tessera_core::container::{ChunkKind, ContainerId};
+use tessera_core::BackupId;
 use tessera_core::{BackupOptions, Repository};
 
 use crate::common;
@@ -19,8 +20,8 @@ struct Fixture {
     repo: std::path::PathBuf,
     backend: Arc<dyn ObjectStore>,
     /// Backup of the tree (id 1) and of a stream sharing nothing with it (id 2).
-    tree: u64,
-    stream: u64,
+    tree: BackupId,
+    stream: BackupId,
 }
 
 /// A repository with a directory backup (a small file, then a big one) and

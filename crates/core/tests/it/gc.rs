@@ -10,6 +10,7 @@ use tessera_core::chunking::ChunkerConfig;
 use tessera_core::container::{ChunkKind, ContainerId};
 use tessera_core::gc::{GcOptions, GcReport, GcStrategy, VcSpec};
 use tessera_core::recipe::{self, RecipeWalker};
+use tessera_core::BackupId;
 use tessera_core::{
     BackupOptions, Fingerprint, HashAlgo, InitOptions, Repository, RestoreOptions, Writer,
 };
@@ -336,7 +337,7 @@ fn tfp(n: u32) -> Fingerprint {
     HashAlgo::Blake3.hash(&n.to_le_bytes())
 }
 
-fn trace_backup(repo: &mut Writer, name: &str, chunks: &[u32], len: u32) -> u64 {
+fn trace_backup(repo: &mut Writer, name: &str, chunks: &[u32], len: u32) -> BackupId {
     let opts = BackupOptions::new(name, SourceKind::Trace);
     repo.backup_trace(&opts, chunks.iter().map(|&n| Ok((tfp(n), len))))
         .unwrap()
@@ -558,7 +559,7 @@ proptest! {
         let b = mem();
         init_small(b.clone(), false);
         let mut repo = Repository::open_writer(b.clone(), "t").unwrap();
-        let mut model: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+        let mut model: BTreeMap<BackupId, Vec<u8>> = BTreeMap::new();
         for op in ops {
             match op {
                 Op::Backup { base, seed } => {
@@ -828,7 +829,7 @@ fn gc_rounds_benchmark() {
             repo.backup_trace(&opts, version.iter().map(|&n| Ok((tfp(n), 4096))))
                 .unwrap();
             if repo.backups().len() == 12 {
-                let old: Vec<u64> = repo.backups()[..2].iter().map(|b| b.id).collect();
+                let old: Vec<BackupId> = repo.backups()[..2].iter().map(|b| b.id).collect();
                 repo.forget(&old).unwrap();
                 let r = gc(&mut repo, strategy);
                 involved += r.involved_containers;

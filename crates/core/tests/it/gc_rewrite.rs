@@ -12,6 +12,7 @@ use tessera_core::chunking::ChunkerConfig;
 use tessera_core::gc::{GcOptions, GcStrategy};
 use tessera_core::restore::CacheSpec;
 use tessera_core::rewrite::RewriteSpec;
+use tessera_core::BackupId;
 use tessera_core::{BackupOptions, Repository, RestoreOptions};
 
 use crate::common;
@@ -69,7 +70,7 @@ proptest! {
             16 * 1024,
             false,
         );
-        let mut model: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut model: BTreeMap<BackupId, u64> = BTreeMap::new();
         for op in ops {
             match op {
                 Op::Backup(v, rewrite) => {

@@ -9,7 +9,11 @@ use tessera_core::container::format::checksum;
 use tessera_core::container::{ChunkKind, ContainerId};
 use tessera_core::{BackupOptions, Error, InitOptions, Repository, RestoreOptions};
 
-fn repo_with_backup() -> (tempfile::TempDir, Arc<dyn ObjectStore>, u64) {
+fn repo_with_backup() -> (
+    tempfile::TempDir,
+    Arc<dyn ObjectStore>,
+    tessera_core::BackupId,
+) {
     let dir = tempfile::tempdir().unwrap();
     let backend: Arc<dyn ObjectStore> =
         Arc::new(LocalStore::create(&dir.path().join("r")).unwrap());

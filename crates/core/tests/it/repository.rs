@@ -8,6 +8,7 @@ use tessera_core::backend::{FaultyStore, LocalStore, ObjectStore};
 use tessera_core::backend::{KeyKind, ObjectKey};
 use tessera_core::catalog::SourceKind;
 use tessera_core::chunking::ChunkerConfig;
+use tessera_core::BackupId;
 use tessera_core::{
     BackupOptions, Error, HashAlgo, InitOptions, Repository, RestoreOptions, Writer,
 };
@@ -72,7 +73,7 @@ fn second_version_dedups_and_both_restore() {
     // A reopened repository finds everything through the persisted index.
     repo.close().unwrap();
     let repo = Repository::open(b).unwrap();
-    assert_eq!(restore(&repo, 2).unwrap(), v2);
+    assert_eq!(restore(&repo, BackupId(2)).unwrap(), v2);
     let s = repo.stats();
     assert_eq!(s.backups, 2);
     assert!(s.dedup_ratio > 1.8, "{}", s.dedup_ratio);
@@ -180,7 +181,7 @@ proptest! {
         let b = mem();
         init(b.clone(), HashAlgo::Blake3, ChunkerConfig::Fastcdc { min: 512, avg: 2048, max: 8192 });
         let mut repo = Repository::open_writer(b.clone(), "test").unwrap();
-        let mut model: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+        let mut model: BTreeMap<BackupId, Vec<u8>> = BTreeMap::new();
         for op in ops {
             match op {
                 Op::Backup { base, seed } => {
@@ -203,7 +204,7 @@ proptest! {
                     repo = Repository::open_writer(b.clone(), "test").unwrap();
                 }
             }
-            let listed: Vec<u64> = repo.backups().iter().map(|b| b.id).collect();
+            let listed: Vec<BackupId> = repo.backups().iter().map(|b| b.id).collect();
             prop_assert_eq!(listed, model.keys().copied().collect::<Vec<_>>());
             for (id, data) in &model {
                 prop_assert_eq!(&restore(&repo, *id).unwrap(), data);
@@ -380,7 +381,7 @@ fn crash_at_every_operation_of_a_forget() {
     for lose in 0..8 {
         crash_sweep(lose, 0, &[&["v1"], &["v1", "v2"], &["v2"]], |repo, v2| {
             backup(repo, "v2", v2)?;
-            repo.forget(&[1])?;
+            repo.forget(&[BackupId(1)])?;
             Ok(())
         });
     }

@@ -10,6 +10,7 @@ use tessera_core::catalog::SourceKind;
 use tessera_core::chunking::ChunkerConfig;
 use tessera_core::container::{ChunkKind, ContainerId};
 use tessera_core::rewrite::RewriteSpec;
+use tessera_core::BackupId;
 use tessera_core::{BackupOptions, BackupReport, Fingerprint, Repository, RestoreOptions, Writer};
 
 use crate::common;
@@ -32,7 +33,7 @@ fn backup_letters(repo: &mut Writer, letters: &str, rewrite: RewriteSpec) -> Bac
         .unwrap()
 }
 
-fn containers_read(repo: &Repository, id: u64) -> u64 {
+fn containers_read(repo: &Repository, id: BackupId) -> u64 {
     let b = repo.manifest().backup(id).unwrap().clone();
     repo.restore_to(
         &b,
@@ -287,7 +288,7 @@ fn policies_rewrite_fragmented_versions() {
         let mut repo = small_repo(Arc::new(MemoryStore::new()));
         let mut v = bytes(7, 200_000);
         let mut rewritten = 0;
-        let mut last = 0;
+        let mut last = BackupId(0);
         for k in 0..8u64 {
             let opts = BackupOptions {
                 rewrite: RewriteSpec::parse(spec).unwrap(),

@@ -2,6 +2,7 @@
 //! load the valid chunks into the GC cache and gather the involved backups
 //! from the RRT.
 
+use crate::catalog::BackupId;
 use crate::container::{ChunkKind, ContainerId};
 use crate::error::Result;
 use crate::fingerprint::{Fingerprint, FpSet};
@@ -69,8 +70,8 @@ pub fn load_segment(
 
 /// Involved backups of a segment (union of its containers' RRT entries),
 /// newest first, as the analyzer checks them.
-pub fn involved_backups(mark: &Mark, segment: &[ContainerId]) -> Vec<u64> {
-    let mut b: Vec<u64> = segment
+pub fn involved_backups(mark: &Mark, segment: &[ContainerId]) -> Vec<BackupId> {
+    let mut b: Vec<BackupId> = segment
         .iter()
         .filter_map(|id| mark.rrt.get(id))
         .flatten()

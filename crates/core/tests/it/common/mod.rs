@@ -5,7 +5,7 @@ use tessera_core::backend::{MemoryStore, ObjectStore};
 use tessera_core::catalog::{BackupEntry, SourceKind};
 use tessera_core::chunking::ChunkerConfig;
 use tessera_core::{
-    BackupOptions, Fingerprint, HashAlgo, InitOptions, Repository, RestoreOptions, Writer,
+    BackupId, BackupOptions, Fingerprint, HashAlgo, InitOptions, Repository, RestoreOptions, Writer,
 };
 
 /// Cheap deterministic bytes (xorshift), so tests can make megabytes quickly.
@@ -82,7 +82,7 @@ pub fn open_new(
 }
 
 /// Back `data` up as the stream `name`; the new backup's id.
-pub fn backup(repo: &mut Writer, name: &str, data: &[u8]) -> tessera_core::Result<u64> {
+pub fn backup(repo: &mut Writer, name: &str, data: &[u8]) -> tessera_core::Result<BackupId> {
     let mut r = data;
     let opts = BackupOptions::new(name, SourceKind::Stream);
     repo.backup_reader(&opts, &mut r, &mut |_| {})
@@ -90,7 +90,7 @@ pub fn backup(repo: &mut Writer, name: &str, data: &[u8]) -> tessera_core::Resul
 }
 
 /// Restore backup `id` into memory.
-pub fn restore(repo: &Repository, id: u64) -> tessera_core::Result<Vec<u8>> {
+pub fn restore(repo: &Repository, id: BackupId) -> tessera_core::Result<Vec<u8>> {
     let b = repo.manifest().backup(id).expect("listed").clone();
     let mut out = Vec::new();
     repo.restore_to(&b, &mut out, &RestoreOptions::default(), &mut |_| {})?;
