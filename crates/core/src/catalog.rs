@@ -11,7 +11,7 @@
 //! Envelope: `b"TSRAMANI"` | version u32 | JSON length u64 | JSON | XXH3-128 of all before.
 //! JSON keeps the manifest inspectable; the checksum keeps it honest.
 
-use crate::backend::ObjectKey;
+use crate::backend::{Generation, ObjectKey};
 use crate::chunking::ChunkerConfig;
 use crate::container::format::checksum;
 use crate::container::{ChunkKind, ContainerId};
@@ -127,7 +127,7 @@ pub struct ContainerEntry {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Manifest {
-    pub generation: u64,
+    pub generation: Generation,
     pub config: RepoConfig,
     pub next_container_id: ContainerId,
     pub next_backup_id: BackupId,
@@ -151,7 +151,7 @@ pub struct Manifest {
 impl Manifest {
     pub fn new(config: RepoConfig) -> Self {
         Manifest {
-            generation: 0,
+            generation: Generation(0),
             config,
             next_container_id: ContainerId(1),
             next_backup_id: BackupId(1),
@@ -250,7 +250,7 @@ mod tests {
             trace: false,
             created: 1,
         });
-        m.generation = 3;
+        m.generation = Generation(3);
         m.next_container_id = ContainerId(3);
         m.containers.push(ContainerEntry {
             id: ContainerId(2),

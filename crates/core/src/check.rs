@@ -16,7 +16,7 @@
 //! next. For a directory backup the damaged byte ranges are mapped back to
 //! the files of its tar stream (see [`crate::salvage`]).
 
-use crate::backend::KeyKind;
+use crate::backend::{Generation, KeyKind};
 use crate::catalog::{BackupEntry, BackupId, ContainerEntry, SourceKind};
 use crate::container::format::object_name;
 use crate::container::{ChunkKind, ChunkMeta, ContainerId};
@@ -84,7 +84,7 @@ pub struct Problem {
 /// What `check` verified and found.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct CheckReport {
-    pub generation: u64,
+    pub generation: Generation,
     pub backups: usize,
     pub containers: usize,
     pub index_entries: usize,

@@ -105,7 +105,7 @@ impl std::ops::DerefMut for Writer {
 #[derive(Clone, Debug, Serialize)]
 pub struct RepoStats {
     pub location: String,
-    pub generation: u64,
+    pub generation: Generation,
     pub hash: HashAlgo,
     pub chunker: String,
     pub container_size: u32,
@@ -169,7 +169,7 @@ impl Repository {
             created: now(),
         };
         let mut manifest = Manifest::new(config);
-        manifest.generation = 1;
+        manifest.generation = Generation(1);
         let objects = SealedStore::plain(backend);
         objects.put(&ObjectKey::Manifest(Generation(1)), manifest.encode())?;
         objects.barrier()?;
@@ -184,7 +184,7 @@ impl Repository {
         let key = ObjectKey::Manifest(generation);
         let name = ObjectRef::Object(key.clone());
         let manifest = Manifest::decode(&objects.get(&key)?, name.clone())?;
-        if manifest.generation != generation.0 {
+        if manifest.generation != generation {
             return Err(Error::corrupt(
                 name,
                 format!("claims generation {}", manifest.generation),
@@ -260,7 +260,7 @@ impl Repository {
                     .filter(|k| !listed.contains(k)),
             );
         }
-        let current = Generation(self.manifest.generation);
+        let current = self.manifest.generation;
         out.extend(
             self.objects
                 .list(KeyKind::Manifest)?
@@ -630,14 +630,12 @@ impl Writer {
     /// Publish `next` as the new generation: make every new object durable,
     /// put the manifest, then delete what it supersedes.
     pub(crate) fn publish(&mut self, mut next: Manifest, superseded: &[ObjectKey]) -> Result<()> {
-        next.generation = self.manifest.generation + 1;
+        next.generation = self.manifest.generation.next();
         self.objects.barrier()?;
-        self.objects.put(
-            &ObjectKey::Manifest(Generation(next.generation)),
-            next.encode(),
-        )?;
+        self.objects
+            .put(&ObjectKey::Manifest(next.generation), next.encode())?;
         self.objects.barrier()?;
-        let old = ObjectKey::Manifest(Generation(self.manifest.generation));
+        let old = ObjectKey::Manifest(self.manifest.generation);
         self.manifest = next;
         self.objects.delete(&old)?;
         for key in superseded {

@@ -181,7 +181,7 @@ impl SealedStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::MemoryStore;
+    use crate::backend::{Generation, MemoryStore};
     use crate::error::Error;
 
     #[test]
@@ -192,7 +192,7 @@ mod tests {
         s.put(&key, b"segment".to_vec()).unwrap();
         assert_eq!(mem.get(&key).unwrap(), b"segment");
         assert_eq!(&*s.get(&key).unwrap(), b"segment");
-        let missing = ObjectKey::Manifest(crate::backend::Generation(3));
+        let missing = ObjectKey::Manifest(Generation(3));
         let err = s.get(&missing).err().unwrap();
         assert!(matches!(err, Error::MissingObject(_)));
         assert_eq!(err.to_string(), "missing object manifests/0000000000000003");

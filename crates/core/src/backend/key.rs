@@ -11,7 +11,20 @@ use crate::container::ContainerId;
 use std::fmt;
 
 /// A manifest generation: the repository's state is its newest one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(transparent)]
 pub struct Generation(pub u64);
 
 impl Generation {

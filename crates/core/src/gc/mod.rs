@@ -20,6 +20,7 @@ pub mod sweep;
 pub use mark::{LogicalMark, Mark, Marker, VcSpec};
 pub use select::Selection;
 
+use crate::backend::Generation;
 use crate::container::ContainerId;
 use crate::error::{Error, Result};
 use crate::layout::{ContainerLayout, Layout};
@@ -191,7 +192,7 @@ impl GcOptions {
 pub struct GcPlan {
     pub options: GcOptions,
     /// The manifest generation planned on: a plan is only carried out on it.
-    pub generation: u64,
+    pub generation: Generation,
     pub mark: Mark,
     pub selection: Selection,
     /// Containers to delete, data and recipe (empty and copied forward).

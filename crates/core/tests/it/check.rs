@@ -3,7 +3,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use tessera_core::backend::{Generation, KeyKind, ObjectKey};
+use tessera_core::backend::{KeyKind, ObjectKey};
 use tessera_core::backend::{LocalStore, ObjectStore};
 use tessera_core::catalog::SourceKind;
 use tessera_core::check::{check_backend, CheckOptions, CheckReport, ReadData};
@@ -223,7 +223,7 @@ fn deleted_manifest_is_reported_not_mistaken_for_no_repository() {
     let r = Repository::open(f.backend.clone()).unwrap();
     let g = r.manifest().generation;
     drop(r);
-    std::fs::remove_file(f.repo.join(ObjectKey::Manifest(Generation(g)).to_string())).unwrap();
+    std::fs::remove_file(f.repo.join(ObjectKey::Manifest(g).to_string())).unwrap();
     let r = check(&f, ReadData::None);
     assert_eq!(r.problems.len(), 1);
     assert_eq!(r.problems[0].object, "manifest");

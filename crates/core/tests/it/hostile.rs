@@ -34,7 +34,7 @@ fn repo_with_backup() -> (
 }
 
 fn generation(b: &Arc<dyn ObjectStore>) -> u64 {
-    Repository::open(b.clone()).unwrap().manifest().generation
+    Repository::open(b.clone()).unwrap().manifest().generation.0
 }
 
 /// The first container of `kind` the manifest lists.

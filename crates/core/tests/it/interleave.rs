@@ -155,7 +155,7 @@ fn data_members_restore_byte_for_byte() {
         )
         .unwrap();
     // One manifest generation for the whole group.
-    assert_eq!(r.manifest().generation, before + 1);
+    assert_eq!(r.manifest().generation, before.next());
     for (rep, s) in reports.iter().zip(&streams) {
         assert_eq!(rep.logical_bytes, s.len() as u64);
         let mut out = Vec::new();
