@@ -46,10 +46,13 @@ fn repair(input: &[u8]) -> Vec<u8> {
 
 fuzz_target!(|input: &[u8]| {
     let data = repair(input);
-    if let Ok(h) = format::decode_header(7, &data) {
+    if let Ok(h) = format::decode_header(format::ContainerId(7), &data) {
         let _ = format::decode_meta(&h, data.get(h.meta_offset() as usize..).unwrap_or(&[]));
     }
-    for decoded in [format::decode(7, &data), format::decode_salvage(7, &data)] {
+    for decoded in [
+        format::decode(format::ContainerId(7), &data),
+        format::decode_salvage(format::ContainerId(7), &data),
+    ] {
         if let Ok((h, metas)) = decoded {
             for m in metas {
                 let end = m.offset as u64 + m.len as u64;
