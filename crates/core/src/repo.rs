@@ -318,6 +318,15 @@ impl Repository {
         Ok(superseded)
     }
 
+    /// Where a restore reads the chunk `fp` of `kind`: the one place the
+    /// repository's layout answers it (containers today; MFDedup's
+    /// categories when that layout is chosen at `init`).
+    #[inline]
+    pub(crate) fn locate(&self, kind: ChunkKind, fp: &crate::Fingerprint) -> Option<ContainerId> {
+        use crate::layout::Layout;
+        crate::layout::ContainerLayout.locate(self, kind, fp)
+    }
+
     pub fn manifest(&self) -> &Manifest {
         &self.manifest
     }

@@ -79,7 +79,7 @@ impl<'a> TolerantStream<'a> {
     /// An intact chunk of the expected size: from its verified container, or
     /// salvaged (and rehashed) from a container whose data checksum fails.
     fn chunk(&mut self, fp: &Fingerprint, size: u64) -> Option<Vec<u8>> {
-        let id = self.repo.index.get(ChunkKind::Data, fp)?;
+        let id = self.repo.locate(ChunkKind::Data, fp)?;
         if let Ok(c) = self.cache.get(id, |id| self.repo.store.read(id)) {
             return c
                 .chunk(fp)

@@ -375,7 +375,7 @@ impl Walk<'_> {
     fn add_data_chunks(&mut self, chunk: &RecipeChunk) -> Result<Arc<[ContainerId]>> {
         let mut homes = Vec::with_capacity(chunk.entries.len());
         for e in &chunk.entries {
-            let c = self.repo.index.get(ChunkKind::Data, &e.fp).ok_or_else(|| {
+            let c = self.repo.locate(ChunkKind::Data, &e.fp).ok_or_else(|| {
                 Error::corrupt(
                     format!("backup {}", self.backup),
                     format!("chunk {} is not in the index", e.fp.to_hex()),

@@ -21,11 +21,11 @@
 //!   volumes and categories instead of copying forward, and whose
 //!   [`Layout::locate`] answers fingerprint → category for restore.
 //!
-//! Call sites still on the container functions (to switch to the trait when
-//! the second layout lands): restore's planner (`restore/plan.rs`, the
-//! index lookup per recipe entry → [`Layout::locate`]), GC's sweep call in
-//! `gc/mod.rs` (→ [`Layout::sweep`]), and `salvage.rs`/`check.rs`, which
-//! read the index directly.
+//! Restore's planner, salvage, check and GC's mark find chunks through
+//! `Repository::locate` and GC sweeps through [`Layout::sweep`]; both call
+//! [`ContainerLayout`] today and dispatch on the repository's layout once a
+//! second one exists. GC's select and sweep still ask the index whether a
+//! container's copy is the indexed one: that is container-layout logic.
 
 mod containers;
 

@@ -144,7 +144,7 @@ impl Planner {
             let Some(e) = walker.next().map_err(|e| e.in_backup(bid, Some(offset)))? else {
                 return Ok(None);
             };
-            let id = repo.index.get(ChunkKind::Data, &e.fp).ok_or_else(|| {
+            let id = repo.locate(ChunkKind::Data, &e.fp).ok_or_else(|| {
                 Error::corrupt(
                     format!("backup {bid}"),
                     format!(
