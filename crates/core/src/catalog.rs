@@ -275,6 +275,24 @@ mod tests {
         assert!(Manifest::decode(&b[..b.len() - 2], "m").is_err());
     }
 
+    /// The typed ids are serde-transparent: manifests keep bare numbers.
+    #[test]
+    fn ids_are_stored_as_bare_numbers() {
+        let mut m = sample();
+        m.next_backup_id = BackupId(5);
+        m.har_sparse.push(ContainerId(2));
+        let json = serde_json::to_string(&m).unwrap();
+        for field in [
+            r#""generation":3,"#,
+            r#""next_container_id":3,"#,
+            r#""next_backup_id":5,"#,
+            r#""id":2,"#,
+            r#""har_sparse":[2]"#,
+        ] {
+            assert!(json.contains(field), "{field} not in {json}");
+        }
+    }
+
     #[test]
     fn inconsistent_manifest_is_rejected() {
         let mut m = sample();

@@ -32,8 +32,9 @@ pub mod seal;
 pub mod trace;
 pub mod units;
 
-pub use backend::{ObjectKey, ObjectStore};
+pub use backend::{Generation, ObjectKey, ObjectStore};
 pub use catalog::BackupId;
+pub use container::ContainerId;
 pub use error::{Error, ObjectRef, Result, Subject};
 pub use fingerprint::{Fingerprint, HashAlgo};
 pub use ingest::{BackupOptions, BackupReport};
