@@ -6,31 +6,41 @@
 //! always streamed, and a stream that stops before its end-of-archive marker
 //! is an error rather than a silently shorter restore.
 //!
+//! Nothing is ever resolved through a path string. The target directory is
+//! opened once, and every entry is created relative to a directory handle
+//! reached from it one component at a time with `O_NOFOLLOW | O_DIRECTORY`,
+//! then with the `*at` calls that do not follow a final symlink (`O_EXCL`
+//! creation, `mkdirat`, `symlinkat`, `linkat` without `AT_SYMLINK_FOLLOW`,
+//! `mknodat`, `AT_SYMLINK_NOFOLLOW` for owners and times). So a symlink
+//! anywhere in the target, stored or already there, is never followed, and
+//! symlinks themselves are restored exactly as stored: absolute, climbing
+//! with `..`, or dangling.
+//!
 //! Safety rules, each refusing one entry (recorded in the report) and moving on:
-//! * paths must be relative, non-empty and free of `..`;
+//! * paths must be relative, non-empty and free of `..` and NUL bytes;
 //! * nothing is created below a symlink, below a refused entry, or below a
-//!   path that is not a directory; every parent inside the target is checked
-//!   with `symlink_metadata` before anything is created;
+//!   path that is not a directory;
 //! * nothing existing is overwritten (existing directories are merged into);
-//! * symlinks must be relative and resolve inside the target. They are created
-//!   last, after all files and directories, so that no later entry can be
-//!   written through one, and are checked again then by resolving them against
-//!   what is on disk (following the symlinks already there);
 //! * hard links may only point at a regular file this extraction created;
-//! * devices, fifos and other special entries are not restored.
+//! * owners, setuid and setgid bits, and device nodes are restored only when
+//!   running as root (numeric ids, as `tar --numeric-owner`); otherwise a
+//!   device is refused and the other entries get the running user as owner.
 
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::ffi::OsStr;
-use std::fs::{self, DirBuilder, OpenOptions, Permissions};
-use std::io::{self, BufReader, Read, Write};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::collections::{HashMap, HashSet};
+use std::ffi::{CStr, CString, OsStr};
+use std::fs::{self, File, Permissions};
+use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use filetime::FileTime;
 use tar::Header;
 
-use super::serialize::{padding, BLOCK, DIRECTORY, HARDLINK, REGULAR, SYMLINK};
+use super::serialize::{
+    padding, BLOCK, BLOCK_DEVICE, CHAR_DEVICE, DIRECTORY, FIFO, HARDLINK, REGULAR, SYMLINK,
+};
 use super::{ExtractReport, Refused};
 use crate::error::{Error, IoContext, Result};
 
@@ -41,9 +51,9 @@ const STREAM: &str = "tar stream";
 const MAX_LONG_NAME: u64 = 64 * 1024;
 /// Largest PAX extended header accepted, for the same reason.
 const MAX_PAX: u64 = 1024 * 1024;
-/// Symlinks followed while checking one symlink target: the kernel's limit,
-/// past which a path does not resolve at all.
-const MAX_SYMLINK_HOPS: u32 = 40;
+/// Runs of zeros this long, at this alignment, are left as holes in the
+/// restored file rather than written.
+const HOLE: usize = 4096;
 const COPY_BUF: usize = 256 * 1024;
 
 /// Extract a tar stream into `target`, which is created if missing.
@@ -52,9 +62,10 @@ const COPY_BUF: usize = 256 * 1024;
 /// every other existing path is left alone (the entry is refused with
 /// "already exists"). Unsafe or unsupported entries are refused one by one and
 /// listed in [`ExtractReport::refused`]; everything else is restored with its
-/// permission bits (setuid, setgid and sticky cleared) and mtime. Ownership is
-/// not restored. A malformed or truncated stream is an error; what was
-/// extracted before it stays on disk.
+/// permission bits and mtime, and when running as root with its numeric owner
+/// (otherwise setuid and setgid bits are cleared and device nodes refused).
+/// Runs of zeros become holes. A malformed or truncated stream is an error;
+/// what was extracted before it stays on disk.
 pub fn extract(input: &mut dyn Read, target: &Path) -> Result<ExtractReport> {
     extract_selected(input, target, &[])
 }
@@ -66,6 +77,17 @@ pub fn extract_selected(
     input: &mut dyn Read,
     target: &Path,
     include: &[String],
+) -> Result<ExtractReport> {
+    extract_as(input, target, include, running_as_root())
+}
+
+/// [`extract_selected`], restoring owners, setuid/setgid bits and device
+/// nodes only if `as_root` (so that tests run the unprivileged rules as root).
+pub(super) fn extract_as(
+    input: &mut dyn Read,
+    target: &Path,
+    include: &[String],
+    as_root: bool,
 ) -> Result<ExtractReport> {
     let select = if include.is_empty() {
         None
@@ -82,13 +104,22 @@ pub fn extract_selected(
         inner: BufReader::with_capacity(COPY_BUF, input),
         pos: 0,
     };
+    // The target itself is the caller's choice: a symlink to it is followed.
+    let root = open_at(
+        libc::AT_FDCWD,
+        &cstr(target.as_os_str().as_bytes()),
+        DIR_FLAGS,
+        0,
+    )
+    .ctx(|| format!("cannot open {}", target.display()))?;
     let mut x = Extractor {
-        root: target.to_path_buf(),
+        root_path: target.to_path_buf(),
+        root,
+        open: Vec::new(),
+        as_root,
         report: ExtractReport::default(),
         files: HashSet::new(),
         refused: HashSet::new(),
-        symlinks: Vec::new(),
-        symlink_paths: HashSet::new(),
         dirs: HashMap::new(),
         buf: vec![0; COPY_BUF],
         select,
@@ -121,6 +152,9 @@ pub fn list(input: &mut dyn Read, visit: &mut dyn FnMut(Listed) -> Result<()>) -
             DIRECTORY => "dir",
             SYMLINK => "symlink",
             HARDLINK => "hardlink",
+            FIFO => "fifo",
+            CHAR_DEVICE => "chardev",
+            BLOCK_DEVICE => "blockdev",
             _ => "other",
         };
         let has_link = e.kind == SYMLINK || e.kind == HARDLINK;
@@ -142,7 +176,8 @@ pub fn list(input: &mut dyn Read, visit: &mut dyn FnMut(Listed) -> Result<()>) -
 pub struct Listed {
     /// As stored (directories end in `/`), lossily decoded as UTF-8.
     pub path: String,
-    /// `file`, `dir`, `symlink`, `hardlink` or `other`.
+    /// `file`, `dir`, `symlink`, `hardlink`, `fifo`, `chardev`, `blockdev`
+    /// or `other`.
     pub kind: &'static str,
     /// Content bytes (files only).
     pub size: u64,
@@ -236,6 +271,11 @@ struct Entry {
     size: u64,
     mode: u32,
     mtime: u64,
+    /// Numeric owner, when the header's field decodes.
+    uid: Option<u64>,
+    gid: Option<u64>,
+    /// Device numbers of a character or block device entry.
+    device: Option<(u32, u32)>,
 }
 
 /// The PAX keys this reader honours; others are ignored.
@@ -245,6 +285,8 @@ struct Pax {
     linkpath: Option<Vec<u8>>,
     size: Option<u64>,
     mtime: Option<u64>,
+    uid: Option<u64>,
+    gid: Option<u64>,
 }
 
 /// Read the next entry's header(s). `None` at the end-of-archive marker; an
@@ -345,6 +387,16 @@ fn next_entry(s: &mut Stream) -> Result<Option<Entry>> {
                 if kind == b'S' {
                     skip_sparse_maps(s, &h)?;
                 }
+                // Foreign streams may leave these fields blank: then the
+                // owner is not restored, and a device is refused.
+                let device = match kind {
+                    CHAR_DEVICE | BLOCK_DEVICE => h
+                        .device_major()
+                        .ok()
+                        .flatten()
+                        .zip(h.device_minor().ok().flatten()),
+                    _ => None,
+                };
                 return Ok(Some(Entry {
                     kind,
                     path,
@@ -352,6 +404,9 @@ fn next_entry(s: &mut Stream) -> Result<Option<Entry>> {
                     size: pax.size.unwrap_or(size),
                     mode,
                     mtime,
+                    uid: pax.uid.or_else(|| h.uid().ok()),
+                    gid: pax.gid.or_else(|| h.gid().ok()),
+                    device,
                 }));
             }
         }
@@ -394,6 +449,8 @@ fn parse_pax(mut data: &[u8]) -> std::result::Result<Pax, String> {
             b"path" => pax.path = Some(value.to_vec()),
             b"linkpath" => pax.linkpath = Some(value.to_vec()),
             b"size" => pax.size = Some(parse_decimal(value).ok_or_else(bad)?),
+            b"uid" => pax.uid = Some(parse_decimal(value).ok_or_else(bad)?),
+            b"gid" => pax.gid = Some(parse_decimal(value).ok_or_else(bad)?),
             b"mtime" => {
                 // Seconds with an optional fraction; times before 1970 become 0.
                 let whole = value.split(|b| *b == b'.').next().unwrap_or_default();
@@ -423,6 +480,9 @@ fn components(path: &[u8]) -> std::result::Result<Vec<&[u8]>, &'static str> {
     if path[0] == b'/' {
         return Err("absolute path");
     }
+    if path.contains(&0) {
+        return Err("path contains a NUL byte");
+    }
     let mut out = Vec::new();
     for c in path.split(|b| *b == b'/') {
         match c {
@@ -445,25 +505,44 @@ fn lossy(bytes: &[u8]) -> String {
 /// The outcome of a safety check: `Err` carries the refusal reason.
 type Check<T> = std::result::Result<T, String>;
 
-/// A symlink whose creation waits until every other entry is on disk.
-struct PendingSymlink {
-    shown: String,
-    key: Vec<u8>,
-    link: Vec<u8>,
+/// Directory handles used only as the base of `*at` calls: `O_PATH` needs no
+/// read permission on them.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+const DIR_FLAGS: libc::c_int = libc::O_PATH | libc::O_DIRECTORY;
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+const DIR_FLAGS: libc::c_int = libc::O_RDONLY | libc::O_DIRECTORY;
+
+fn running_as_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// What a directory gets once nothing more is created in it.
+struct DirMeta {
+    mode: u32,
     mtime: u64,
+    owner: Option<(u64, u64)>,
 }
 
 struct Extractor {
-    root: PathBuf,
+    /// The target, for messages.
+    root_path: PathBuf,
+    /// The target, opened once: every entry is created relative to it.
+    root: OwnedFd,
+    /// Directories opened along the previous entry's parents, from the root
+    /// down: consecutive entries of a sorted stream share most of them. This
+    /// extraction never removes or replaces anything, so a name opened once
+    /// keeps naming the same directory.
+    open: Vec<(Vec<u8>, OwnedFd)>,
+    /// Whether owners, setuid/setgid bits and device nodes are restored.
+    as_root: bool,
     report: ExtractReport,
     /// Regular files created by this extraction: the only hard link targets.
     files: HashSet<Vec<u8>>,
     /// Refused paths: nothing is created below them.
     refused: HashSet<Vec<u8>>,
-    symlinks: Vec<PendingSymlink>,
-    symlink_paths: HashSet<Vec<u8>>,
-    /// Directories and their (mode, mtime), applied once their contents exist.
-    dirs: HashMap<Vec<u8>, (u32, u64)>,
+    /// Directories and their metadata, applied once their contents exist.
+    dirs: HashMap<Vec<u8>, DirMeta>,
     buf: Vec<u8>,
     /// `--include`: which entries to restore (all without one).
     select: Option<Selection>,
@@ -504,7 +583,7 @@ impl Extractor {
     }
 
     fn abs(&self, key: &[u8]) -> PathBuf {
-        self.root.join(OsStr::from_bytes(key))
+        self.root_path.join(OsStr::from_bytes(key))
     }
 
     fn refuse(&mut self, shown: &str, key: Option<Vec<u8>>, reason: impl Into<String>) {
@@ -534,7 +613,7 @@ impl Extractor {
             return Ok(());
         }
         let key = join(&comps);
-        if let Err(reason) = self.check_ancestors(&comps, &key) {
+        if let Err(reason) = self.check_ancestors(&comps) {
             self.refuse(&shown, Some(key), reason);
             return Ok(());
         }
@@ -544,11 +623,9 @@ impl Extractor {
             }
             REGULAR | 0 | b'7' => self.file(e, &comps, &key, &shown, data)?,
             DIRECTORY => self.dir(e, &comps, &key)?,
-            SYMLINK => self.symlink(e, &comps, &key, shown.clone()),
+            SYMLINK => self.symlink(e, &comps, &shown)?,
             HARDLINK => self.hardlink(e, &comps)?,
-            b'3' => Err("character devices are not restored".into()),
-            b'4' => Err("block devices are not restored".into()),
-            b'6' => Err("fifos are not restored".into()),
+            FIFO | CHAR_DEVICE | BLOCK_DEVICE => self.special(e, &comps, &shown)?,
             b'S' => Err("GNU sparse files are not supported".into()),
             k => Err(format!(
                 "unsupported entry type {:?}",
@@ -561,10 +638,9 @@ impl Extractor {
         Ok(())
     }
 
-    /// Refuse anything below a refused entry or a (pending) symlink, and
-    /// anything at the path of a pending symlink.
-    fn check_ancestors(&self, comps: &[&[u8]], key: &[u8]) -> Check<()> {
-        if self.refused.is_empty() && self.symlink_paths.is_empty() {
+    /// Refuse anything below a refused entry.
+    fn check_ancestors(&self, comps: &[&[u8]]) -> Check<()> {
+        if self.refused.is_empty() {
             return Ok(());
         }
         for i in 1..comps.len() {
@@ -572,52 +648,102 @@ impl Extractor {
             if self.refused.contains(&parent) {
                 return Err(format!("parent {} was refused", lossy(&parent)));
             }
-            if self.symlink_paths.contains(&parent) {
-                return Err(format!("parent {} is a symlink", lossy(&parent)));
-            }
-        }
-        if self.symlink_paths.contains(key) {
-            return Err("already exists".into());
         }
         Ok(())
     }
 
-    /// Make sure every parent of `comps` inside the target is a real directory
-    /// (creating missing ones) and return the entry's full path. Refuses when a
-    /// parent is a symlink or not a directory, so nothing is ever written
-    /// through a symlink.
-    fn prepare(&self, comps: &[&[u8]]) -> Result<Check<PathBuf>> {
-        let mut path = self.root.clone();
-        let (last, parents) = comps.split_last().expect("non-empty path");
-        for (i, c) in parents.iter().enumerate() {
-            path.push(OsStr::from_bytes(c));
-            match fs::symlink_metadata(&path) {
-                Ok(m) if m.file_type().is_symlink() => {
-                    return Ok(Err(format!(
-                        "parent {} is a symlink",
-                        lossy(&join(&comps[..=i]))
-                    )))
+    /// The directory handle an entry is created in: its parents are opened
+    /// one by one without following symlinks (missing ones are created), so
+    /// a parent that is a symlink or not a directory refuses the entry.
+    fn parent(&mut self, comps: &[&[u8]]) -> Result<Check<RawFd>> {
+        let parents = &comps[..comps.len() - 1];
+        let keep = self
+            .open
+            .iter()
+            .zip(parents)
+            .take_while(|((name, _), c)| name == *c)
+            .count();
+        self.open.truncate(keep);
+        for (i, c) in parents.iter().enumerate().skip(keep) {
+            let at = self.current();
+            let name = cstr(c);
+            let mut opened = open_at(at, &name, DIR_FLAGS | libc::O_NOFOLLOW, 0);
+            if matches!(&opened, Err(e) if e.kind() == io::ErrorKind::NotFound) {
+                // A stream normally lists directories before their contents;
+                // one that does not gets default directories.
+                match mkdir_at(at, &name, 0o755) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                    Err(e) => {
+                        let path = self.abs(&join(&comps[..=i]));
+                        return Err(Error::io(format!("cannot create {}", path.display()), e));
+                    }
                 }
-                Ok(m) if m.is_dir() => {}
-                Ok(_) => {
-                    return Ok(Err(format!(
-                        "parent {} is not a directory",
-                        lossy(&join(&comps[..=i]))
-                    )))
+                opened = open_at(at, &name, DIR_FLAGS | libc::O_NOFOLLOW, 0);
+            }
+            match opened {
+                Ok(fd) => self.open.push((c.to_vec(), fd)),
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) => {
+                    let what = if lstat_at(at, &name).is_ok_and(|m| is_type(&m, libc::S_IFLNK)) {
+                        "is a symlink"
+                    } else {
+                        "is not a directory"
+                    };
+                    return Ok(Err(format!("parent {} {what}", lossy(&join(&comps[..=i])))));
                 }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    // A stream normally lists directories before their
-                    // contents; one that does not gets default directories.
-                    DirBuilder::new()
-                        .mode(0o755)
-                        .create(&path)
-                        .ctx(|| format!("cannot create {}", path.display()))?;
+                Err(e) => {
+                    let path = self.abs(&join(&comps[..=i]));
+                    return Err(Error::io(format!("cannot open {}", path.display()), e));
                 }
-                Err(e) => return Err(Error::io(format!("cannot inspect {}", path.display()), e)),
             }
         }
-        path.push(OsStr::from_bytes(last));
-        Ok(Ok(path))
+        Ok(Ok(self.current()))
+    }
+
+    /// The deepest directory opened by [`Self::parent`].
+    fn current(&self) -> RawFd {
+        self.open
+            .last()
+            .map_or(self.root.as_raw_fd(), |(_, fd)| fd.as_raw_fd())
+    }
+
+    /// Permission bits to apply: setuid and setgid only with the owner.
+    fn mode_bits(&self, mode: u32) -> u32 {
+        if self.as_root {
+            mode & 0o7777
+        } else {
+            mode & 0o1777
+        }
+    }
+
+    /// The numeric owner to restore, if any.
+    fn owner(&self, e: &Entry) -> Option<(u64, u64)> {
+        if self.as_root {
+            e.uid.zip(e.gid)
+        } else {
+            None
+        }
+    }
+
+    /// Give a restored entry its owner with `chown`; a failure is reported
+    /// (the entry stays) rather than stopping the restore.
+    fn chown(
+        &mut self,
+        shown: &str,
+        owner: Option<(u64, u64)>,
+        chown: impl FnOnce(libc::uid_t, libc::gid_t) -> io::Result<()>,
+    ) {
+        let Some((uid, gid)) = owner else { return };
+        let result = match (libc::uid_t::try_from(uid), libc::gid_t::try_from(gid)) {
+            (Ok(u), Ok(g)) => chown(u, g).map_err(|e| e.to_string()),
+            _ => Err("out of range".into()),
+        };
+        if let Err(err) = result {
+            self.report.refused.push(Refused {
+                path: shown.to_string(),
+                reason: format!("restored, but not its owner {uid}:{gid}: {err}"),
+            });
+        }
     }
 
     fn file(
@@ -628,27 +754,28 @@ impl Extractor {
         shown: &str,
         data: &mut dyn Read,
     ) -> Result<Check<()>> {
-        let path = match self.prepare(comps)? {
-            Ok(p) => p,
+        let at = match self.parent(comps)? {
+            Ok(fd) => fd,
             Err(r) => return Ok(Err(r)),
         };
+        let path = self.abs(key);
         // O_EXCL never follows or replaces whatever is already there.
-        let opened = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path);
-        let mut file = match opened {
-            Ok(f) => f,
+        let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW;
+        let mut file = match open_at(at, &cstr(comps[comps.len() - 1]), flags, 0o600) {
+            Ok(fd) => File::from(fd),
             Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
                 return Ok(Err("already exists".into()))
             }
             Err(err) => return Err(Error::io(format!("cannot create {}", path.display()), err)),
         };
         let mut written = 0u64;
+        let mut holes = false;
         while written < e.size {
-            let n = match data.read(&mut self.buf) {
+            let want = self
+                .buf
+                .len()
+                .min(usize::try_from(e.size - written).unwrap_or(usize::MAX));
+            let n = match data.read(&mut self.buf[..want]) {
                 Ok(0) => {
                     return Err(Error::corrupt(
                         STREAM,
@@ -659,12 +786,23 @@ impl Extractor {
                 Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
                 Err(err) => return Err(read_error(err)),
             };
-            file.write_all(&self.buf[..n])
+            holes |= write_sparse(&mut file, &self.buf[..n], written)
                 .ctx(|| format!("cannot write {}", path.display()))?;
             written += n as u64;
         }
-        // Mode and mtime through the open descriptor, after the last write.
-        file.set_permissions(Permissions::from_mode(e.mode & 0o777))
+        if holes {
+            // A hole at the end is only a seek: the length makes it real.
+            file.set_len(e.size)
+                .ctx(|| format!("cannot write {}", path.display()))?;
+        }
+        // Owner, mode and mtime through the open descriptor, after the last
+        // write, in this order because chown clears setuid and setgid.
+        let fd = file.as_raw_fd();
+        self.chown(shown, self.owner(e), |u, g| {
+            // SAFETY: `fd` is an open descriptor owned by `file`.
+            cvt(unsafe { libc::fchown(fd, u, g) })
+        });
+        file.set_permissions(Permissions::from_mode(self.mode_bits(e.mode)))
             .ctx(|| format!("cannot set the permissions of {}", path.display()))?;
         filetime::set_file_handle_times(&file, None, Some(file_time(e.mtime)))
             .ctx(|| format!("cannot set the mtime of {}", path.display()))?;
@@ -675,47 +813,71 @@ impl Extractor {
     }
 
     fn dir(&mut self, e: &Entry, comps: &[&[u8]], key: &[u8]) -> Result<Check<()>> {
-        let path = match self.prepare(comps)? {
-            Ok(p) => p,
+        let at = match self.parent(comps)? {
+            Ok(fd) => fd,
             Err(r) => return Ok(Err(r)),
         };
+        let name = cstr(comps[comps.len() - 1]);
         // Owner-only until the end, so that a read-only directory can still
         // be filled and nobody else sees a half-restored one.
-        match DirBuilder::new().mode(0o700).create(&path) {
+        match mkdir_at(at, &name, 0o700) {
             Ok(()) => {}
             Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
-                let is_dir = fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
-                if !is_dir {
+                if !lstat_at(at, &name).is_ok_and(|m| is_type(&m, libc::S_IFDIR)) {
                     return Ok(Err("already exists".into()));
                 }
             }
-            Err(err) => return Err(Error::io(format!("cannot create {}", path.display()), err)),
+            Err(err) => {
+                let path = self.abs(key);
+                return Err(Error::io(format!("cannot create {}", path.display()), err));
+            }
         }
-        self.dirs.insert(key.to_vec(), (e.mode & 0o777, e.mtime));
+        let meta = DirMeta {
+            mode: self.mode_bits(e.mode),
+            mtime: e.mtime,
+            owner: self.owner(e),
+        };
+        self.dirs.insert(key.to_vec(), meta);
         self.report.dirs += 1;
         Ok(Ok(()))
     }
 
-    /// Check what can be checked now and queue the symlink for the end.
-    fn symlink(&mut self, e: &Entry, comps: &[&[u8]], key: &[u8], shown: String) -> Check<()> {
-        check_link_text(&e.link, &comps[..comps.len() - 1])?;
-        self.symlink_paths.insert(key.to_vec());
-        self.symlinks.push(PendingSymlink {
-            shown,
-            key: key.to_vec(),
-            link: e.link.clone(),
-            mtime: e.mtime,
-        });
-        Ok(())
+    /// A symlink, with its target exactly as stored: it is never followed
+    /// here, so where it points does not matter.
+    fn symlink(&mut self, e: &Entry, comps: &[&[u8]], shown: &str) -> Result<Check<()>> {
+        if e.link.is_empty() {
+            return Ok(Err("empty symlink target".into()));
+        }
+        if e.link.contains(&0) {
+            return Ok(Err("symlink target contains a NUL byte".into()));
+        }
+        let at = match self.parent(comps)? {
+            Ok(fd) => fd,
+            Err(r) => return Ok(Err(r)),
+        };
+        let name = cstr(comps[comps.len() - 1]);
+        let path = self.abs(&join(comps));
+        match symlink_at(&cstr(&e.link), at, &name) {
+            Ok(()) => {}
+            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
+                return Ok(Err("already exists".into()))
+            }
+            Err(err) => return Err(Error::io(format!("cannot create {}", path.display()), err)),
+        }
+        self.chown(shown, self.owner(e), |u, g| chown_at(at, &name, u, g));
+        times_at(at, &name, e.mtime)
+            .ctx(|| format!("cannot set the mtime of {}", path.display()))?;
+        self.report.symlinks += 1;
+        Ok(Ok(()))
     }
 
     fn hardlink(&mut self, e: &Entry, comps: &[&[u8]]) -> Result<Check<()>> {
         let target = match components(&e.link) {
-            Ok(t) if !t.is_empty() => join(&t),
+            Ok(t) if !t.is_empty() => t,
             Ok(_) => return Ok(Err("empty hard link target".into())),
             Err(reason) => return Ok(Err(format!("hard link target: {reason}"))),
         };
-        if !self.files.contains(&target) {
+        if !self.files.contains(&join(&target)) {
             if self.select.is_some() {
                 // Its data is stored with the first path of the inode.
                 return Ok(Err(format!(
@@ -728,23 +890,81 @@ impl Extractor {
                 lossy(&e.link)
             )));
         }
-        let path = match self.prepare(comps)? {
-            Ok(p) => p,
+        // The target's directory stays open while the link's is reached.
+        let from = match self.parent(&target)? {
+            Ok(fd) => dup(fd).ctx(|| "cannot duplicate a descriptor".into())?,
             Err(r) => return Ok(Err(r)),
         };
-        match fs::hard_link(self.abs(&target), &path) {
+        let at = match self.parent(comps)? {
+            Ok(fd) => fd,
+            Err(r) => return Ok(Err(r)),
+        };
+        let from_name = cstr(target[target.len() - 1]);
+        match link_at(
+            from.as_raw_fd(),
+            &from_name,
+            at,
+            &cstr(comps[comps.len() - 1]),
+        ) {
             Ok(()) => {}
             Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
                 return Ok(Err("already exists".into()))
             }
-            Err(err) => return Err(Error::io(format!("cannot create {}", path.display()), err)),
+            Err(err) => {
+                let path = self.abs(&join(comps));
+                return Err(Error::io(format!("cannot create {}", path.display()), err));
+            }
         }
         self.report.hardlinks += 1;
         Ok(Ok(()))
     }
 
-    /// Create the queued symlinks, then give directories their mode and mtime,
-    /// deepest first, now that nothing more is created inside them.
+    /// A fifo, or a device node when running as root.
+    fn special(&mut self, e: &Entry, comps: &[&[u8]], shown: &str) -> Result<Check<()>> {
+        let (format, what) = match e.kind {
+            FIFO => (libc::S_IFIFO, "fifo"),
+            CHAR_DEVICE => (libc::S_IFCHR, "character device"),
+            _ => (libc::S_IFBLK, "block device"),
+        };
+        let dev = if e.kind == FIFO {
+            0
+        } else if !self.as_root {
+            return Ok(Err(format!("{what}s are restored only by root")));
+        } else if let Some((major, minor)) = e.device {
+            libc::makedev(major, minor)
+        } else {
+            return Ok(Err(format!("{what} without device numbers")));
+        };
+        let at = match self.parent(comps)? {
+            Ok(fd) => fd,
+            Err(r) => return Ok(Err(r)),
+        };
+        let name = cstr(comps[comps.len() - 1]);
+        let path = self.abs(&join(comps));
+        match mknod_at(at, &name, format | 0o600, dev) {
+            Ok(()) => {}
+            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
+                return Ok(Err("already exists".into()))
+            }
+            // Root without CAP_MKNOD, as in many containers.
+            Err(err) if err.raw_os_error() == Some(libc::EPERM) => {
+                return Ok(Err(format!("cannot create the {what}: {err}")))
+            }
+            Err(err) => return Err(Error::io(format!("cannot create {}", path.display()), err)),
+        }
+        self.chown(shown, self.owner(e), |u, g| chown_at(at, &name, u, g));
+        // Just created by mknodat, which never follows or replaces a
+        // symlink: following the name here reaches that node.
+        chmod_at(at, &name, self.mode_bits(e.mode))
+            .ctx(|| format!("cannot set the permissions of {}", path.display()))?;
+        times_at(at, &name, e.mtime)
+            .ctx(|| format!("cannot set the mtime of {}", path.display()))?;
+        self.report.specials += 1;
+        Ok(Ok(()))
+    }
+
+    /// Give directories their owner, mode and mtime, deepest first, now that
+    /// nothing more is created inside them.
     fn finish(mut self) -> Result<ExtractReport> {
         if let Some(sel) = self.select.take() {
             self.report.unmatched = sel
@@ -755,153 +975,180 @@ impl Extractor {
                 .map(|(n, _)| n)
                 .collect();
         }
-        for link in std::mem::take(&mut self.symlinks) {
-            if let Err(reason) = self.create_symlink(&link)? {
-                self.refuse(&link.shown, None, reason);
-            }
-        }
         let mut dirs: Vec<_> = std::mem::take(&mut self.dirs).into_iter().collect();
-        let depth = |k: &[u8]| k.iter().filter(|b| **b == b'/').count();
-        dirs.sort_by(|a, b| depth(&b.0).cmp(&depth(&a.0)).then_with(|| a.0.cmp(&b.0)));
-        for (key, (mode, mtime)) in dirs {
+        // Descending order puts every directory after all paths below it.
+        dirs.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        for (key, meta) in dirs {
+            let comps: Vec<&[u8]> = key.split(|b| *b == b'/').collect();
             let path = self.abs(&key);
-            // Through a descriptor opened without following a symlink.
-            let dir = OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
-                .open(&path)
+            let at = match self.parent(&comps)? {
+                Ok(fd) => fd,
+                Err(r) => {
+                    self.refuse(&lossy(&key), None, r);
+                    continue;
+                }
+            };
+            let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW;
+            let dir = open_at(at, &cstr(comps[comps.len() - 1]), flags, 0)
+                .map(File::from)
                 .ctx(|| format!("cannot open {}", path.display()))?;
-            filetime::set_file_handle_times(&dir, None, Some(file_time(mtime)))
+            let fd = dir.as_raw_fd();
+            self.chown(&lossy(&key), meta.owner, |u, g| {
+                // SAFETY: `fd` is an open descriptor owned by `dir`.
+                cvt(unsafe { libc::fchown(fd, u, g) })
+            });
+            filetime::set_file_handle_times(&dir, None, Some(file_time(meta.mtime)))
                 .ctx(|| format!("cannot set the mtime of {}", path.display()))?;
-            dir.set_permissions(Permissions::from_mode(mode))
+            dir.set_permissions(Permissions::from_mode(meta.mode))
                 .ctx(|| format!("cannot set the permissions of {}", path.display()))?;
         }
         Ok(self.report)
     }
-
-    fn create_symlink(&mut self, link: &PendingSymlink) -> Result<Check<()>> {
-        let comps: Vec<&[u8]> = link.key.split(|b| *b == b'/').collect();
-        let path = match self.prepare(&comps)? {
-            Ok(p) => p,
-            Err(r) => return Ok(Err(r)),
-        };
-        if let Err(reason) = self.resolve_inside(&comps[..comps.len() - 1], &link.link)? {
-            return Ok(Err(reason));
-        }
-        match std::os::unix::fs::symlink(OsStr::from_bytes(&link.link), &path) {
-            Ok(()) => {}
-            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
-                return Ok(Err("already exists".into()))
-            }
-            Err(err) => return Err(Error::io(format!("cannot create {}", path.display()), err)),
-        }
-        let t = file_time(link.mtime);
-        filetime::set_symlink_file_times(&path, t, t)
-            .ctx(|| format!("cannot set the mtime of {}", path.display()))?;
-        self.report.symlinks += 1;
-        Ok(Ok(()))
-    }
-
-    /// Resolve symlink text `link`, found in directory `parent`, against the
-    /// files on disk, following symlinks already there, and refuse it if it
-    /// leaves the target. Past a component that does not exist the rest is
-    /// resolved by text, and a `..` there is refused: whatever later appears
-    /// at the missing path could make it climb anywhere.
-    fn resolve_inside(&self, parent: &[&[u8]], link: &[u8]) -> Result<Check<()>> {
-        let outside = || {
-            Err(format!(
-                "symlink target {} leaves the target directory",
-                lossy(link)
-            ))
-        };
-        let mut at: Vec<Vec<u8>> = parent.iter().map(|c| c.to_vec()).collect();
-        let mut todo: VecDeque<Vec<u8>> = link.split(|b| *b == b'/').map(<[u8]>::to_vec).collect();
-        let mut missing = false;
-        let mut hops = 0;
-        while let Some(c) = todo.pop_front() {
-            match c.as_slice() {
-                b"" | b"." => continue,
-                b".." if missing => {
-                    return Ok(Err(format!(
-                        "symlink target {} climbs out of a missing directory",
-                        lossy(link)
-                    )))
-                }
-                b".." => {
-                    if at.pop().is_none() {
-                        return Ok(outside());
-                    }
-                    continue;
-                }
-                _ => at.push(c),
-            }
-            if missing {
-                continue;
-            }
-            let path = self.root.join(OsStr::from_bytes(&at.join(&b'/')));
-            match fs::symlink_metadata(&path) {
-                Ok(m) if m.file_type().is_symlink() => {
-                    hops += 1;
-                    if hops > MAX_SYMLINK_HOPS {
-                        // The kernel gives up here too (ELOOP): a symlink
-                        // loop is harmless, and a backup may hold one.
-                        return Ok(Ok(()));
-                    }
-                    let next = fs::read_link(&path)
-                        .ctx(|| format!("cannot read {}", path.display()))?
-                        .into_os_string()
-                        .into_vec();
-                    if next.first() == Some(&b'/') {
-                        return Ok(outside());
-                    }
-                    at.pop();
-                    for c in next.split(|b| *b == b'/').rev() {
-                        todo.push_front(c.to_vec());
-                    }
-                }
-                Ok(m) if m.is_dir() => {}
-                // Nothing can be below a file: resolution would fail there.
-                Ok(_) => missing = true,
-                Err(err)
-                    if err.kind() == io::ErrorKind::NotFound
-                        || err.raw_os_error() == Some(libc::ENOTDIR) =>
-                {
-                    missing = true
-                }
-                Err(err) => {
-                    return Err(Error::io(format!("cannot inspect {}", path.display()), err))
-                }
-            }
-        }
-        Ok(Ok(()))
-    }
 }
 
-/// The checks on a symlink's text alone, done when its entry is read so that
-/// entries below a bad symlink are refused too: it must be non-empty, relative
-/// and, read as a path from `parent`, stay inside the target.
-fn check_link_text(link: &[u8], parent: &[&[u8]]) -> Check<()> {
-    if link.is_empty() {
-        return Err("empty symlink target".into());
-    }
-    if link[0] == b'/' {
-        return Err(format!("symlink target {} is absolute", lossy(link)));
-    }
-    let mut depth = parent.len();
-    for c in link.split(|b| *b == b'/') {
-        match c {
-            b"" | b"." => {}
-            b".." => {
-                depth = depth.checked_sub(1).ok_or_else(|| {
-                    format!("symlink target {} leaves the target directory", lossy(link))
-                })?;
-            }
-            _ => depth += 1,
+/// Write `data`, found at offset `at` of the file, leaving whole aligned
+/// blocks of zeros as holes (the file was created empty, so they read as
+/// zeros). Returns whether it left a hole.
+fn write_sparse(file: &mut File, data: &[u8], at: u64) -> io::Result<bool> {
+    let mut holes = false;
+    let mut run = 0; // start of the bytes not yet written
+    let mut i = 0;
+    while i < data.len() {
+        let end = data
+            .len()
+            .min(i + HOLE - ((at + i as u64) % HOLE as u64) as usize);
+        let block = &data[i..end];
+        if block.len() == HOLE && block.iter().all(|b| *b == 0) {
+            file.write_all(&data[run..i])?;
+            file.seek(SeekFrom::Current(HOLE as i64))?;
+            holes = true;
+            run = end;
         }
+        i = end;
     }
-    Ok(())
+    file.write_all(&data[run..])?;
+    Ok(holes)
 }
 
 fn file_time(secs: u64) -> FileTime {
     FileTime::from_unix_time(i64::try_from(secs).unwrap_or(i64::MAX), 0)
+}
+
+// ---------------------------------------------------------------- syscalls
+//
+// Thin wrappers over the `*at` calls: each takes a directory descriptor and
+// one path component, so nothing is ever resolved through a path string.
+
+/// A path component or symlink target as a C string. Paths with NUL bytes
+/// are refused before getting here.
+fn cstr(bytes: &[u8]) -> CString {
+    CString::new(bytes).expect("NUL bytes are refused earlier")
+}
+
+fn cvt(r: libc::c_int) -> io::Result<()> {
+    if r == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+fn is_type(m: &libc::stat, format: libc::mode_t) -> bool {
+    m.st_mode & libc::S_IFMT == format
+}
+
+fn open_at(dir: RawFd, name: &CStr, flags: libc::c_int, mode: libc::mode_t) -> io::Result<OwnedFd> {
+    loop {
+        // SAFETY: `name` is NUL-terminated; the result is checked.
+        let fd = unsafe {
+            libc::openat(
+                dir,
+                name.as_ptr(),
+                flags | libc::O_CLOEXEC,
+                libc::c_uint::from(mode),
+            )
+        };
+        if fd >= 0 {
+            // SAFETY: a descriptor just returned by openat, owned by no one else.
+            return Ok(unsafe { OwnedFd::from_raw_fd(fd) });
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+fn dup(fd: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: fcntl on a descriptor; the result is checked.
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if new < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor just returned by fcntl, owned by no one else.
+    Ok(unsafe { OwnedFd::from_raw_fd(new) })
+}
+
+fn lstat_at(dir: RawFd, name: &CStr) -> io::Result<libc::stat> {
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: `st` is written by fstatat on success, which is checked.
+    cvt(unsafe {
+        libc::fstatat(
+            dir,
+            name.as_ptr(),
+            st.as_mut_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })?;
+    // SAFETY: fstatat succeeded.
+    Ok(unsafe { st.assume_init() })
+}
+
+fn mkdir_at(dir: RawFd, name: &CStr, mode: libc::mode_t) -> io::Result<()> {
+    // SAFETY: `name` is NUL-terminated.
+    cvt(unsafe { libc::mkdirat(dir, name.as_ptr(), mode) })
+}
+
+fn symlink_at(target: &CStr, dir: RawFd, name: &CStr) -> io::Result<()> {
+    // SAFETY: both strings are NUL-terminated.
+    cvt(unsafe { libc::symlinkat(target.as_ptr(), dir, name.as_ptr()) })
+}
+
+/// A hard link; without `AT_SYMLINK_FOLLOW` a symlink source is not followed.
+fn link_at(from_dir: RawFd, from: &CStr, dir: RawFd, name: &CStr) -> io::Result<()> {
+    // SAFETY: both strings are NUL-terminated.
+    cvt(unsafe { libc::linkat(from_dir, from.as_ptr(), dir, name.as_ptr(), 0) })
+}
+
+fn mknod_at(dir: RawFd, name: &CStr, mode: libc::mode_t, dev: libc::dev_t) -> io::Result<()> {
+    // SAFETY: `name` is NUL-terminated.
+    cvt(unsafe { libc::mknodat(dir, name.as_ptr(), mode, dev) })
+}
+
+fn chown_at(dir: RawFd, name: &CStr, uid: libc::uid_t, gid: libc::gid_t) -> io::Result<()> {
+    // SAFETY: `name` is NUL-terminated.
+    cvt(unsafe { libc::fchownat(dir, name.as_ptr(), uid, gid, libc::AT_SYMLINK_NOFOLLOW) })
+}
+
+fn chmod_at(dir: RawFd, name: &CStr, mode: u32) -> io::Result<()> {
+    // SAFETY: `name` is NUL-terminated.
+    cvt(unsafe { libc::fchmodat(dir, name.as_ptr(), mode as libc::mode_t, 0) })
+}
+
+/// Set the access and modification times of `name` itself, never of what
+/// a symlink there points to.
+fn times_at(dir: RawFd, name: &CStr, mtime: u64) -> io::Result<()> {
+    let t = libc::timespec {
+        tv_sec: libc::time_t::try_from(mtime).unwrap_or(libc::time_t::MAX),
+        tv_nsec: 0,
+    };
+    // SAFETY: `name` is NUL-terminated and `times` holds two timespecs.
+    cvt(unsafe {
+        libc::utimensat(
+            dir,
+            name.as_ptr(),
+            [t, t].as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })
 }

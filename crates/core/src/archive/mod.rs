@@ -22,8 +22,10 @@
 //! * Regular files, directories (empty ones included), symlinks (target bytes
 //!   verbatim, never followed) and hard links: the first path of an inode with
 //!   more than one link, in stream order, is a regular file and later paths are
-//!   `Link` entries naming it. Sockets, fifos and devices are not stored; they
-//!   are listed in [`TreeStats::skipped`].
+//!   `Link` entries naming it. Fifos and character and block devices are
+//!   stored (type `6`, `3`, `4`, device numbers in the header); sockets are
+//!   not, and are listed in [`TreeStats::skipped`]. Extended attributes,
+//!   ACLs, sub-second times and sparseness are not recorded.
 //! * A file that changes size while it is read is stored with the size seen
 //!   when it was opened: zero-filled if it shrank, cut if it grew, so that the
 //!   stream stays well-formed.
@@ -34,7 +36,10 @@
 //! [`extract`] treats the stream as hostile: entries that would land outside
 //! the target, write through a symlink, or overwrite an existing file are
 //! refused one by one (listed in [`ExtractReport::refused`]) while the rest is
-//! restored. Malformed streams are errors, never panics.
+//! restored. Symlinks are restored as stored, whatever they point to: every
+//! entry is created relative to an open directory handle, never following a
+//! symlink, so none can lead a later entry out. Malformed streams are errors,
+//! never panics.
 
 use serde::Serialize;
 
@@ -58,8 +63,10 @@ pub struct TreeStats {
     pub hardlinks: u64,
     /// File content bytes (the sum of the regular files' sizes).
     pub bytes: u64,
-    /// Paths left out of the stream, as `path: reason` (sockets, fifos,
-    /// devices, files that vanished during the walk).
+    /// Fifos and device nodes.
+    pub specials: u64,
+    /// Paths left out of the stream, as `path: reason` (sockets, files that
+    /// vanished during the walk).
     pub skipped: Vec<String>,
 }
 
@@ -78,6 +85,8 @@ pub struct ExtractReport {
     pub dirs: u64,
     pub symlinks: u64,
     pub hardlinks: u64,
+    /// Fifos and device nodes.
+    pub specials: u64,
     /// File content bytes written.
     pub bytes: u64,
     /// Entries skipped for safety or because they are unsupported.

@@ -32,7 +32,12 @@ const COPY_BUF: usize = 256 * 1024;
 pub(super) const REGULAR: u8 = b'0';
 pub(super) const HARDLINK: u8 = b'1';
 pub(super) const SYMLINK: u8 = b'2';
+pub(super) const CHAR_DEVICE: u8 = b'3';
+pub(super) const BLOCK_DEVICE: u8 = b'4';
 pub(super) const DIRECTORY: u8 = b'5';
+pub(super) const FIFO: u8 = b'6';
+/// Largest device major or minor number the 8-byte octal header fields hold.
+const MAX_DEVICE_NUMBER: u32 = 0o7_777_777;
 
 /// The header fields taken from a file's metadata.
 #[derive(Debug, Clone, Copy)]
@@ -61,8 +66,8 @@ impl Attrs {
 /// progress bars); the calls add up to [`TreeStats::bytes`].
 ///
 /// Symlinks are never followed below `root` (`root` itself may be one). An
-/// unreadable file or directory is an error naming its path; sockets, fifos,
-/// devices and files that vanish during the walk are listed in
+/// unreadable file or directory is an error naming its path; sockets and
+/// files that vanish during the walk are listed in
 /// [`TreeStats::skipped`]. The format is described in the module docs.
 pub fn write_tree(
     root: &Path,
@@ -182,15 +187,32 @@ impl TreeWriter<'_, '_> {
             self.stats.symlinks += 1;
         } else if ft.is_file() {
             self.file(rel, &abs, &meta)?;
+        } else if ft.is_fifo() {
+            self.put_header(&abs, FIFO, rel, b"", Attrs::of(&meta), 0)?;
+            self.stats.specials += 1;
+        } else if ft.is_char_device() || ft.is_block_device() {
+            let kind = if ft.is_char_device() {
+                CHAR_DEVICE
+            } else {
+                BLOCK_DEVICE
+            };
+            let (major, minor) = (libc::major(meta.rdev()), libc::minor(meta.rdev()));
+            if major > MAX_DEVICE_NUMBER || minor > MAX_DEVICE_NUMBER {
+                self.skip(
+                    rel,
+                    "device number too large for the tar header (not stored)",
+                );
+            } else {
+                self.header.clear();
+                encode_device(&mut self.header, kind, rel, Attrs::of(&meta), major, minor);
+                self.out
+                    .write_all(&self.header)
+                    .map_err(|e| write_error(&abs, e))?;
+                self.stats.specials += 1;
+            }
         } else {
             let what = if ft.is_socket() {
                 "socket"
-            } else if ft.is_fifo() {
-                "fifo"
-            } else if ft.is_char_device() {
-                "character device"
-            } else if ft.is_block_device() {
-                "block device"
             } else {
                 "unknown file type"
             };
@@ -303,6 +325,33 @@ pub(super) fn encode_header(
     if link.len() >= NAME_FIELD {
         encode_long(out, b'K', link);
     }
+    let h = header(kind, name, link, attrs, size);
+    out.extend_from_slice(h.as_bytes());
+}
+
+/// Append the header records of a character or block device: [`encode_header`]
+/// plus the device numbers, which only device entries carry (other entries
+/// keep zero fields, so their bytes do not change).
+pub(super) fn encode_device(
+    out: &mut Vec<u8>,
+    kind: u8,
+    name: &[u8],
+    attrs: Attrs,
+    major: u32,
+    minor: u32,
+) {
+    if name.len() >= NAME_FIELD {
+        encode_long(out, b'L', name);
+    }
+    let mut h = header(kind, name, b"", attrs, 0);
+    let gnu = h.as_gnu_mut().expect("a GNU header");
+    gnu.set_device_major(major);
+    gnu.set_device_minor(minor);
+    h.set_cksum();
+    out.extend_from_slice(h.as_bytes());
+}
+
+fn header(kind: u8, name: &[u8], link: &[u8], attrs: Attrs, size: u64) -> Header {
     let mut h = Header::new_gnu();
     copy_field(&mut h.as_old_mut().name, name);
     copy_field(&mut h.as_old_mut().linkname, link);
@@ -313,7 +362,7 @@ pub(super) fn encode_header(
     h.set_size(size);
     h.set_entry_type(EntryType::new(kind));
     h.set_cksum();
-    out.extend_from_slice(h.as_bytes());
+    h
 }
 
 /// A GNU long-name (`L`) or long-link (`K`) record holding `value` plus a NUL,
