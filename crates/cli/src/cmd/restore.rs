@@ -210,6 +210,9 @@ pub fn ls(repo: &RepoArg, snapshot: &str, long: bool, json: bool) -> Result<Exit
                 "symlink" => 'l',
                 "hardlink" => 'h',
                 "file" => '-',
+                "fifo" => 'p',
+                "chardev" => 'c',
+                "blockdev" => 'b',
                 _ => '?',
             };
             let link = e.link.as_ref().map_or(String::new(), |l| {
