@@ -51,40 +51,7 @@ pub enum SourceKind {
     Trace,
 }
 
-/// Backup identifier: a sequence number from the manifest, never reused.
-/// Serialized and printed as the bare number.
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
-)]
-#[serde(transparent)]
-pub struct BackupId(pub u64);
-
-impl BackupId {
-    /// The id allocated after this one.
-    pub fn next(self) -> BackupId {
-        BackupId(self.0 + 1)
-    }
-}
-
-impl std::fmt::Display for BackupId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Display::fmt(&self.0, f)
-    }
-}
-
-/// Backup ids are the numbers users type (`tessera forget 3`).
-impl PartialEq<u64> for BackupId {
-    fn eq(&self, other: &u64) -> bool {
-        self.0 == *other
-    }
-}
-
-impl std::str::FromStr for BackupId {
-    type Err = std::num::ParseIntError;
-    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
-        s.parse().map(BackupId)
-    }
-}
+pub use crate::ids::BackupId;
 
 /// One backup (a version) in the catalog.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

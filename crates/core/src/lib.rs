@@ -17,6 +17,7 @@ pub mod error;
 pub mod fingerprint;
 mod fptable;
 pub mod gc;
+pub mod ids;
 pub mod index;
 pub mod ingest;
 pub mod layout;

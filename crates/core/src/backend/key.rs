@@ -10,34 +10,7 @@
 use crate::container::ContainerId;
 use std::fmt;
 
-/// A manifest generation: the repository's state is its newest one.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    Default,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    serde::Serialize,
-    serde::Deserialize,
-)]
-#[serde(transparent)]
-pub struct Generation(pub u64);
-
-impl Generation {
-    pub fn next(self) -> Generation {
-        Generation(self.0 + 1)
-    }
-}
-
-impl fmt::Display for Generation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
-    }
-}
+pub use crate::ids::Generation;
 
 /// The kinds of object, by the prefix their names share.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

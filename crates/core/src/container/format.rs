@@ -33,44 +33,7 @@ pub const VERSION: u32 = 1;
 pub const HEADER_LEN: usize = 128;
 pub const META_ENTRY_LEN: usize = 48;
 
-/// Container identifier, allocated from the manifest, never reused.
-/// Serialized as the bare number (manifests) and written little endian in
-/// headers and index segments. `{}` prints the number and `{:016x}` the
-/// object-name spelling, as they did when ids were bare integers.
-#[derive(
-    Clone,
-    Copy,
-    Debug,
-    Default,
-    PartialEq,
-    Eq,
-    PartialOrd,
-    Ord,
-    Hash,
-    serde::Serialize,
-    serde::Deserialize,
-)]
-#[serde(transparent)]
-pub struct ContainerId(pub u64);
-
-impl ContainerId {
-    /// The id allocated after this one.
-    pub fn next(self) -> ContainerId {
-        ContainerId(self.0 + 1)
-    }
-}
-
-impl std::fmt::LowerHex for ContainerId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::LowerHex::fmt(&self.0, f)
-    }
-}
-
-impl std::fmt::Display for ContainerId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        std::fmt::Display::fmt(&self.0, f)
-    }
-}
+pub use crate::ids::ContainerId;
 
 /// What a chunk holds: user data (recipe level 0) or a recipe chunk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
