@@ -382,6 +382,16 @@ fn decode_sized_header(id: ContainerId, object: &[u8]) -> Result<Header> {
 mod tests {
     use super::*;
 
+    const ID: ContainerId = ContainerId(3);
+
+    /// A data container `ID` of `sample(false)`, encoded.
+    fn sample_object() -> (Vec<ChunkMeta>, Vec<u8>) {
+        let (entries, data) = sample(false);
+        let kind = ChunkKind::Data;
+        let obj = encode(ID, kind, HashAlgo::Blake3, false, &entries, &data);
+        (entries, obj)
+    }
+
     fn sample(trace: bool) -> (Vec<ChunkMeta>, Vec<u8>) {
         let mut entries = Vec::new();
         let mut data = Vec::new();
@@ -429,19 +439,11 @@ mod tests {
 
     #[test]
     fn every_flipped_byte_is_detected() {
-        let (entries, data) = sample(false);
-        let obj = encode(
-            ContainerId(3),
-            ChunkKind::Data,
-            HashAlgo::Blake3,
-            false,
-            &entries,
-            &data,
-        );
+        let (_, obj) = sample_object();
         for i in 0..obj.len() {
             let mut bad = obj.clone();
             bad[i] ^= 0x40;
-            let err = decode(ContainerId(3), &bad).expect_err(&format!("flip at {i} undetected"));
+            let err = decode(ID, &bad).expect_err(&format!("flip at {i} undetected"));
             assert!(
                 err.to_string().contains("container 0000000000000003"),
                 "{err}"
@@ -451,17 +453,9 @@ mod tests {
 
     #[test]
     fn truncation_and_wrong_id_are_detected() {
-        let (entries, data) = sample(false);
-        let obj = encode(
-            ContainerId(3),
-            ChunkKind::Data,
-            HashAlgo::Blake3,
-            false,
-            &entries,
-            &data,
-        );
+        let (_, obj) = sample_object();
         for len in [0, 10, HEADER_LEN, obj.len() - 1] {
-            assert!(decode(ContainerId(3), &obj[..len]).is_err());
+            assert!(decode(ID, &obj[..len]).is_err());
         }
         assert!(decode(ContainerId(4), &obj)
             .unwrap_err()
@@ -473,7 +467,7 @@ mod tests {
     fn future_version_is_reported_as_such() {
         let (entries, data) = sample(false);
         let mut obj = encode(
-            ContainerId(3),
+            ID,
             ChunkKind::Data,
             HashAlgo::Blake3,
             false,
@@ -481,7 +475,7 @@ mod tests {
             &data,
         );
         obj[8..12].copy_from_slice(&2u32.to_le_bytes());
-        let err = decode(ContainerId(3), &obj).unwrap_err();
+        let err = decode(ID, &obj).unwrap_err();
         assert!(
             matches!(err, Error::UnsupportedVersion { found: 2, .. }),
             "{err}"
