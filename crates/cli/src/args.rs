@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use tessera_core::check::ReadData;
 use tessera_core::chunking::ChunkerConfig;
-use tessera_core::gc::{GcOptions, GcStrategy, VcSpec};
+use tessera_core::gc::{GcOptions, GcStrategy, MarkSpec, VcSpec};
 use tessera_core::restore::CacheSpec;
 use tessera_core::rewrite::RewriteSpec;
 use tessera_core::units::ByteSize;
@@ -373,12 +373,16 @@ pub struct GcArgs {
     /// Show what would be reclaimed without changing the repository
     #[arg(long)]
     pub dry_run: bool,
+    /// Mark phase: logical (depth-first recipe walk), physical, physical+ or focused
+    #[arg(long, default_value = "logical", value_name = "MARK")]
+    pub mark: MarkSpec,
 }
 
 impl GcArgs {
     pub fn options(&self) -> GcOptions {
         GcOptions {
             strategy: self.strategy,
+            mark: self.mark,
             segment_containers: self.segment_containers,
             liveness_threshold: self.liveness_threshold,
             split_threshold: self.split_threshold,

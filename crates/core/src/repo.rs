@@ -578,6 +578,24 @@ impl Writer {
         crate::ingest::backup_tree(self, opts, root, progress)
     }
 
+    /// Back up several paths (directories or files) as one backup, leaving
+    /// out what `selection` excludes.
+    ///
+    /// Contract (issues 13 and 19): one directory path is stored as today
+    /// (entries relative to it); several paths are stored under their
+    /// absolute paths with the leading `/` removed, as restic does. Until
+    /// the directory stream of issue 19 lands, only one directory path and
+    /// the default selection are accepted.
+    pub fn backup_paths(
+        &mut self,
+        opts: &BackupOptions,
+        paths: &[std::path::PathBuf],
+        selection: &crate::archive::Selection,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<(BackupReport, crate::archive::TreeStats)> {
+        crate::ingest::backup_paths(self, opts, paths, selection, progress)
+    }
+
     /// Back up a fingerprint trace: (fingerprint, size) per chunk.
     pub fn backup_trace(
         &mut self,

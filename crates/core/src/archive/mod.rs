@@ -44,11 +44,13 @@
 use serde::Serialize;
 
 mod extract;
+mod select;
 mod serialize;
 #[cfg(test)]
 mod tests;
 
 pub use self::extract::{extract, extract_selected, include_paths, list, Listed};
+pub use self::select::Selection;
 pub use self::serialize::write_tree;
 
 /// Summary of a serialized tree.

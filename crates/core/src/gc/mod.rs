@@ -17,7 +17,7 @@ pub mod mark;
 pub mod select;
 pub mod sweep;
 
-pub use mark::{LogicalMark, Mark, Marker, VcSpec};
+pub use mark::{LogicalMark, Mark, MarkSpec, Marker, VcSpec};
 pub use select::Selection;
 
 use crate::backend::Generation;
@@ -65,7 +65,10 @@ impl fmt::Display for GcStrategy {
 /// GC parameters.
 #[derive(Clone, Debug)]
 pub struct GcOptions {
+    /// The sweep: naive copy-forward or GCCDF.
     pub strategy: GcStrategy,
+    /// The mark: logical today; physical, physical+ and focused plug in here.
+    pub mark: MarkSpec,
     /// GC-involved containers processed together (GCCDF's segment, S).
     pub segment_containers: usize,
     /// Containers whose liveness (live bytes / bytes) is at or above this
@@ -88,6 +91,7 @@ impl Default for GcOptions {
     fn default() -> Self {
         GcOptions {
             strategy: GcStrategy::Naive,
+            mark: MarkSpec::Logical,
             segment_containers: 100,
             liveness_threshold: 1.0,
             dry_run: false,
@@ -250,6 +254,12 @@ pub(crate) fn gc(repo: &mut Writer, opts: &GcOptions) -> Result<GcReport> {
 
 /// [`Repository::plan_gc`](crate::Repository::plan_gc).
 pub(crate) fn plan_gc(repo: &Repository, opts: &GcOptions) -> Result<GcPlan> {
+    if opts.mark != MarkSpec::Logical {
+        return Err(Error::invalid(format!(
+            "the {} mark is not built yet",
+            opts.mark
+        )));
+    }
     repo.plan_gc_marked(opts, &opts.marker())
 }
 

@@ -327,6 +327,23 @@ pub(crate) fn backup_tree(
     Ok((report, stats.unwrap_or_default()))
 }
 
+/// [`Writer::backup_paths`](crate::Writer::backup_paths).
+pub(crate) fn backup_paths(
+    repo: &mut Writer,
+    opts: &BackupOptions,
+    paths: &[std::path::PathBuf],
+    selection: &crate::archive::Selection,
+    progress: &mut dyn FnMut(u64),
+) -> Result<(BackupReport, crate::archive::TreeStats)> {
+    let _ = selection;
+    match paths {
+        [one] => backup_tree(repo, opts, one, progress),
+        _ => Err(Error::invalid(
+            "a backup of several paths is not supported yet (issue 19)",
+        )),
+    }
+}
+
 /// [`Writer::backup_trace`](crate::Writer::backup_trace).
 pub(crate) fn backup_trace(
     repo: &mut Writer,

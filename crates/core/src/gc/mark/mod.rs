@@ -17,6 +17,52 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
+/// Which mark phase a GC runs, chosen by name (`gc --mark NAME`): any mark
+/// works with any sweep ([`GcStrategy`](super::GcStrategy)).
+///
+/// Contract for the marks being built (issues 15 and 16): each variant has
+/// its `Marker` in its own module beside this one (`logical` today in this
+/// file; `physical.rs` for `Physical`/`PhysicalPlus`, `focused.rs` for
+/// `Focused`), and [`GcOptions::marker`](super::GcOptions) dispatches on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MarkSpec {
+    /// Depth-first walk of every retained backup's recipe tree (LGC).
+    #[default]
+    Logical,
+    /// Breadth-first over the recipe levels, containers in order (PGC).
+    Physical,
+    /// PGC with the analysis phase and dynamic duplicate removal (PGC+).
+    PhysicalPlus,
+    /// Only the deleted backups and their correlative backups (FGC).
+    Focused,
+}
+
+impl std::str::FromStr for MarkSpec {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "logical" => Ok(MarkSpec::Logical),
+            "physical" => Ok(MarkSpec::Physical),
+            "physical+" => Ok(MarkSpec::PhysicalPlus),
+            "focused" => Ok(MarkSpec::Focused),
+            _ => Err(format!(
+                "unknown mark `{s}` (expected logical, physical, physical+ or focused)"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for MarkSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            MarkSpec::Logical => "logical",
+            MarkSpec::Physical => "physical",
+            MarkSpec::PhysicalPlus => "physical+",
+            MarkSpec::Focused => "focused",
+        })
+    }
+}
+
 /// The valid-chunk (VC) table, as named on the command line and in the
 /// lab: `exact`, `bloom:P` or `phv`.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
