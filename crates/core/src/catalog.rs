@@ -20,7 +20,10 @@ use crate::fingerprint::{Fingerprint, HashAlgo};
 use serde::{Deserialize, Serialize};
 
 const MAGIC: [u8; 8] = *b"TSRAMANI";
-pub const VERSION: u32 = 1;
+/// The repository format version: written in the unsealed `config` object
+/// (checked first at open), in every manifest and in every container
+/// header. Version 2: compressed and sealed objects, key slots.
+pub const VERSION: u32 = 2;
 
 /// Fixed at `init`: how every backup of this repository is chunked and stored.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

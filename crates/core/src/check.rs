@@ -186,7 +186,7 @@ impl Repository {
         match self.store.read(c.id) {
             Ok(cont) => {
                 report.data_containers_read += (c.kind == ChunkKind::Data) as u64;
-                let algo = self.manifest.config.hash;
+                let algo = self.fingerprinter();
                 let mut bad = Vec::new();
                 for meta in &cont.meta {
                     report.chunks_rehashed += 1;
@@ -315,10 +315,13 @@ impl Repository {
     /// the damaged chunks, or None if even the header or metadata is bad.
     fn salvage(&self, id: ContainerId) -> Option<(Vec<ChunkMeta>, ChunkKind, Vec<Fingerprint>)> {
         let (object, h, metas) = self.salvage_object(id)?;
-        let algo = self.manifest.config.hash;
+        let algo = self.fingerprinter();
+        let sealer = self.store.sealer();
         let bad = metas
             .iter()
-            .filter(|m| algo.hash(salvage::chunk_bytes(&object, m)) != m.fp)
+            .filter(|m| {
+                salvage::chunk_bytes(&object, m, sealer).is_none_or(|b| algo.hash(&b) != m.fp)
+            })
             .map(|m| m.fp)
             .collect();
         Some((metas, h.kind, bad))

@@ -2,7 +2,9 @@
 //!
 //! A repository holds four kinds of objects, each under its own prefix with
 //! a 16-hex-digit number: `manifests/<generation>`, `containers/<id>`,
-//! `index/<id>`, plus the single `lock`. Names found by listing that do not
+//! `index/<id>`, plus the single `lock`; and, unsealed because they are
+//! read before any key, the single `config` and the key slots `keys/<id>`.
+//! Names found by listing that do not
 //! parse as one of these (a crash's or an operator's litter under a known
 //! prefix) are carried as [`ObjectKey::Stray`], so they can still be reported
 //! and deleted.
@@ -19,15 +21,26 @@ pub enum KeyKind {
     Container,
     IndexSegment,
     Lock,
+    /// The repository's unsealed config (format version, encryption).
+    Config,
+    /// Key slots: the master key wrapped under one password each.
+    KeySlot,
 }
 
 impl KeyKind {
-    pub const ALL: [KeyKind; 4] = [
+    pub const ALL: [KeyKind; 6] = [
         KeyKind::Manifest,
         KeyKind::Container,
         KeyKind::IndexSegment,
         KeyKind::Lock,
+        KeyKind::Config,
+        KeyKind::KeySlot,
     ];
+
+    /// Kinds whose one object's whole name is the prefix.
+    pub fn is_single(self) -> bool {
+        matches!(self, KeyKind::Lock | KeyKind::Config)
+    }
 
     /// What every name of this kind starts with (the whole name for the lock).
     pub fn prefix(self) -> &'static str {
@@ -36,6 +49,8 @@ impl KeyKind {
             KeyKind::Container => "containers/",
             KeyKind::IndexSegment => "index/",
             KeyKind::Lock => "lock",
+            KeyKind::Config => "config",
+            KeyKind::KeySlot => "keys/",
         }
     }
 
@@ -43,9 +58,10 @@ impl KeyKind {
     pub fn of_name(name: &str) -> Option<KeyKind> {
         match name {
             "lock" => Some(KeyKind::Lock),
+            "config" => Some(KeyKind::Config),
             _ => KeyKind::ALL
                 .into_iter()
-                .find(|k| *k != KeyKind::Lock && name.starts_with(k.prefix())),
+                .find(|k| !k.is_single() && name.starts_with(k.prefix())),
         }
     }
 }
@@ -57,6 +73,8 @@ pub enum ObjectKey {
     Container(ContainerId),
     IndexSegment(u64),
     Lock,
+    Config,
+    KeySlot(u64),
     /// A listed name that is none of the above (`containers/junk`): kept
     /// whole so it can be reported and deleted, never written by the engine.
     Stray(String),
@@ -82,6 +100,8 @@ impl ObjectKey {
             }
             Some(KeyKind::IndexSegment) => numbered("index/").map(ObjectKey::IndexSegment),
             Some(KeyKind::Lock) => Some(ObjectKey::Lock),
+            Some(KeyKind::Config) => Some(ObjectKey::Config),
+            Some(KeyKind::KeySlot) => numbered("keys/").map(ObjectKey::KeySlot),
             None => None,
         };
         // Only the canonical spelling parses, so a key's name round-trips
@@ -104,6 +124,8 @@ impl ObjectKey {
             ObjectKey::Container(_) => Some(KeyKind::Container),
             ObjectKey::IndexSegment(_) => Some(KeyKind::IndexSegment),
             ObjectKey::Lock => Some(KeyKind::Lock),
+            ObjectKey::Config => Some(KeyKind::Config),
+            ObjectKey::KeySlot(_) => Some(KeyKind::KeySlot),
             ObjectKey::Stray(name) => KeyKind::of_name(name),
         }
     }
@@ -136,6 +158,8 @@ impl fmt::Display for ObjectKey {
             ObjectKey::Container(id) => write!(f, "containers/{id:016x}"),
             ObjectKey::IndexSegment(id) => write!(f, "index/{id:016x}"),
             ObjectKey::Lock => f.write_str("lock"),
+            ObjectKey::Config => f.write_str("config"),
+            ObjectKey::KeySlot(id) => write!(f, "keys/{id:016x}"),
             ObjectKey::Stray(name) => f.write_str(name),
         }
     }
@@ -203,6 +227,8 @@ mod tests {
             ObjectKey::Container(ContainerId(0xa1)),
             ObjectKey::IndexSegment(u64::MAX),
             ObjectKey::Lock,
+            ObjectKey::Config,
+            ObjectKey::KeySlot(2),
         ] {
             assert_eq!(ObjectKey::parse(&k.name()), k);
         }

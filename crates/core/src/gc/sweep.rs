@@ -8,7 +8,7 @@ use super::mark::Mark;
 use super::select::Selection;
 use super::{GcOptions, GcStrategy};
 use crate::catalog::ContainerEntry;
-use crate::container::{ChunkKind, ContainerId, ContainerWriter, IdAllocator};
+use crate::container::{ChunkKind, ChunkMeta, ContainerId, ContainerWriter, IdAllocator};
 use crate::error::Result;
 use crate::fingerprint::{Fingerprint, FpMap, FpSet};
 use crate::index::{sort_entries, IndexEntry};
@@ -46,6 +46,18 @@ impl Packer {
         let container = self.writer.push(&mut self.ids, fp, len, bytes)?;
         self.moved.push(IndexEntry {
             fp,
+            container,
+            kind: self.kind,
+        });
+        Ok(())
+    }
+
+    /// Move a chunk's stored bytes (`m` is its entry in its old container)
+    /// as they are: no decompression, no re-encryption.
+    pub fn push_stored(&mut self, m: &ChunkMeta, stored: &[u8]) -> Result<()> {
+        let container = self.writer.push_stored(&mut self.ids, m, stored)?;
+        self.moved.push(IndexEntry {
+            fp: m.fp,
             container,
             kind: self.kind,
         });
@@ -96,12 +108,12 @@ pub fn copy_forward(
 ) -> Result<()> {
     for &id in ids {
         let t = Instant::now();
-        let c = repo.store.read(id)?;
+        let c = repo.store.read_stored(id)?;
         stats.read_seconds += t.elapsed().as_secs_f64();
         let mut cached = 0;
         for m in &c.meta {
             if live(&m.fp) && repo.index.get(kind, &m.fp) == Some(id) && placed.insert(m.fp) {
-                packer.push(m.fp, m.len, c.bytes(m))?;
+                packer.push_stored(m, c.stored(m))?;
                 cached += m.len as u64;
                 stats.moved_chunks += 1;
             }
@@ -141,7 +153,7 @@ pub fn gccdf_sweep(
         stats.analyze_seconds += t.elapsed().as_secs_f64();
         for i in order {
             let i = i as usize;
-            packer.push(cache.fps[i], cache.lens[i], cache.bytes(i))?;
+            packer.push_stored(&cache.metas[i], cache.stored(i))?;
             stats.moved_chunks += 1;
         }
         packer.seal()?;

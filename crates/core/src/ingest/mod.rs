@@ -176,7 +176,8 @@ impl Writer {
         let before = self.metrics.snapshot();
         let rw = Rewriter::new(&opts.rewrite, opts.segment_bytes, &self.manifest);
         let sink = Sink::new(self, layout, rw);
-        let mut ingest = Ingest::start(sink, cfg.chunker.build(), cfg.hash, cfg.trace);
+        let fingerprinter = self.fingerprinter().clone();
+        let mut ingest = Ingest::start(sink, cfg.chunker.build(), fingerprinter, cfg.trace);
         let fed = feed(&mut ingest);
         let (mut sink, recipe, worker, upstream_root) = ingest.stop(fed.is_ok());
         let member = worker.and(fed).and_then(|()| {

@@ -15,7 +15,7 @@
 //! `b"TR"` | version u8 (=1) | level u8 | count u32 | count × (fingerprint\[32\], size u64)
 
 use crate::error::{Error, Result};
-use crate::fingerprint::{Fingerprint, HashAlgo, FP_LEN};
+use crate::fingerprint::{Fingerprint, Fingerprinter, FP_LEN};
 
 pub(crate) mod reader;
 
@@ -119,7 +119,7 @@ pub trait RecipeSink {
 
 /// Builds the Merkle tree of one backup while its data chunks stream in.
 pub struct RecipeBuilder {
-    algo: HashAlgo,
+    algo: Fingerprinter,
     /// `levels[k]` holds the pending entries of the level-(k+1) chunk.
     levels: Vec<Vec<RecipeEntry>>,
     /// Chunks emitted so far at each level.
@@ -136,7 +136,8 @@ fn is_boundary(fp: &Fingerprint, count: usize) -> bool {
 }
 
 impl RecipeBuilder {
-    pub fn new(algo: HashAlgo) -> Self {
+    pub fn new(algo: impl Into<Fingerprinter>) -> Self {
+        let algo = algo.into();
         RecipeBuilder {
             algo,
             levels: vec![Vec::new()],
@@ -282,6 +283,7 @@ pub(crate) fn check_child(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::HashAlgo;
     use std::collections::HashMap;
 
     #[derive(Default)]
