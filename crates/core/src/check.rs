@@ -436,6 +436,18 @@ pub fn check_backend(
     backend: std::sync::Arc<dyn crate::backend::ObjectStore>,
     opts: &CheckOptions,
 ) -> Result<CheckReport> {
+    check_backend_with(backend, opts, &crate::repo::no_password)
+}
+
+/// [`check_backend`] of a repository that may be encrypted: `password` is
+/// asked for if it is. Index segments that cannot be read (missing,
+/// tampered, swapped) are reported each, and the rest is checked without
+/// them.
+pub fn check_backend_with(
+    backend: std::sync::Arc<dyn crate::backend::ObjectStore>,
+    opts: &CheckOptions,
+    password: crate::repo::PasswordSource,
+) -> Result<CheckReport> {
     let problem = |object: &str, problem: String| CheckReport {
         problems: vec![Problem {
             object: object.into(),
@@ -445,8 +457,19 @@ pub fn check_backend(
         }],
         ..Default::default()
     };
-    match Repository::open(backend.clone()) {
-        Ok(repo) => repo.check(opts),
+    let mut bad_segments = Vec::new();
+    match Repository::open_inner(backend.clone(), password, Some(&mut bad_segments)) {
+        Ok(repo) => {
+            let mut report = repo.check(opts)?;
+            let segments = bad_segments.into_iter().map(|(key, e)| Problem {
+                object: crate::error::ObjectRef::Object(key).to_string(),
+                problem: e.problem(),
+                backups: Vec::new(),
+                files: Vec::new(),
+            });
+            report.problems.splice(0..0, segments);
+            Ok(report)
+        }
         Err(Error::NoRepository(p)) => {
             let containers = backend.list(KeyKind::Container)?.len();
             let segments = backend.list(KeyKind::IndexSegment)?.len();

@@ -75,7 +75,7 @@ pub struct SealOptions {
 pub type PasswordSource<'a> = &'a dyn Fn() -> Result<Password>;
 
 /// For repositories opened without a password source.
-fn no_password() -> Result<Password> {
+pub(crate) fn no_password() -> Result<Password> {
     Err(Error::Key(
         "the repository is encrypted: give its password (TESSERA_PASSWORD, --password-file, --password-command, or a terminal prompt)".into(),
     ))
@@ -320,6 +320,17 @@ impl Repository {
     /// Open for reading; `password` is asked for only if the repository is
     /// encrypted.
     pub fn open_with(backend: Arc<dyn ObjectStore>, password: PasswordSource) -> Result<Self> {
+        Self::open_inner(backend, password, None)
+    }
+
+    /// [`open_with`](Self::open_with); with `bad_segments`, an index
+    /// segment that cannot be read is recorded there and skipped (for
+    /// `check`, which then reports it and goes on) instead of failing.
+    pub(crate) fn open_inner(
+        backend: Arc<dyn ObjectStore>,
+        password: PasswordSource,
+        mut bad_segments: Option<&mut Vec<(ObjectKey, Error)>>,
+    ) -> Result<Self> {
         let generation = latest_generation(&*backend)?
             .ok_or_else(|| Error::NoRepository(backend.location().into()))?;
         let seal = Self::read_seal(&*backend, generation)?;
@@ -361,12 +372,24 @@ impl Repository {
         let mut index = Index::default();
         for seg in &manifest.index_segments {
             let name = ObjectRef::Object(seg.clone());
-            let bytes = objects.get(seg).map_err(|e| match e {
-                Error::MissingObject(_) => e.about(name.clone()),
-                e => e,
-            })?;
-            // The decoder names what it is given; the error names the key.
-            let entries = decode_segment(&bytes, &name.to_string()).map_err(|e| e.about(name))?;
+            let read = objects
+                .get(seg)
+                .map_err(|e| match e {
+                    Error::MissingObject(_) => e.about(name.clone()),
+                    e => e,
+                })
+                // The decoder names what it is given; the error names the key.
+                .and_then(|bytes| {
+                    decode_segment(&bytes, &name.to_string()).map_err(|e| e.about(name))
+                });
+            let entries = match (read, bad_segments.as_deref_mut()) {
+                (Ok(entries), _) => entries,
+                (Err(e), Some(bad)) => {
+                    bad.push((seg.clone(), e));
+                    continue;
+                }
+                (Err(e), None) => return Err(e),
+            };
             for e in entries {
                 index.insert(e);
             }
