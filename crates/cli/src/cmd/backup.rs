@@ -13,7 +13,7 @@ use tessera_core::archive::TreeStats;
 use tessera_core::backend::IoCounters;
 use tessera_core::catalog::SourceKind;
 use tessera_core::rewrite::RewriteSpec;
-use tessera_core::{BackupOptions, BackupReport, Repository};
+use tessera_core::{BackupOptions, BackupReport};
 
 #[derive(Serialize)]
 struct Report {
@@ -47,7 +47,7 @@ pub fn backup(
     path: Option<PathBuf>,
     stdin_name: Option<String>,
     trace_file: Option<PathBuf>,
-    (rewrite, segment_bytes): (RewriteSpec, u64),
+    (rewrite, segment_bytes, compression): (RewriteSpec, u64, Option<tessera_core::Compression>),
     json: bool,
 ) -> Result<ExitCode> {
     let options = |name: String, source| BackupOptions {
@@ -60,7 +60,10 @@ pub fn backup(
         std::fs::symlink_metadata(p).with_context(|| format!("cannot read {}", p.display()))?;
     }
     let backend = open_backend(repo)?;
-    let mut r = Repository::open_writer(backend.clone(), "tessera backup")?;
+    let mut r = super::key::open_writer(repo, backend.clone(), "tessera backup")?;
+    if let Some(c) = compression {
+        r.set_compression(c);
+    }
     let mut report = if let Some(name) = stdin_name {
         let pb = ui::progress(None, "backup", json);
         let opts = options(name, SourceKind::Stream);

@@ -6,8 +6,7 @@ use crate::ui;
 use anyhow::Result;
 use serde::Serialize;
 use std::process::ExitCode;
-use tessera_core::check::{check_backend, CheckOptions, CheckReport, ReadData};
-use tessera_core::Repository;
+use tessera_core::check::{check_backend_with, CheckOptions, CheckReport, ReadData};
 
 #[derive(Serialize)]
 struct Report {
@@ -28,11 +27,13 @@ pub fn check(
     let mut removed = Vec::new();
     if repair_leftovers {
         // A writer removes exactly the objects no manifest lists.
-        let w = Repository::open_writer(backend.clone(), "tessera check --repair-leftovers")?;
+        let w = super::key::open_writer(repo, backend.clone(), "tessera check --repair-leftovers")?;
         removed = w.leftovers().objects.clone();
         w.close()?;
     }
-    let check = check_backend(backend, &CheckOptions { read_data })?;
+    let check = check_backend_with(backend, &CheckOptions { read_data }, &|| {
+        super::key::password(repo).map_err(|e| tessera_core::Error::Key(ui::one_line(&e)))
+    })?;
     let ok = check.ok();
     if json {
         ui::print_json(&Report {

@@ -8,35 +8,72 @@ use serde::Serialize;
 use std::process::ExitCode;
 use tessera_core::backend;
 use tessera_core::lock;
-use tessera_core::{InitOptions, Repository};
+use tessera_core::{Compression, Encryption, InitOptions, KdfParams, Repository, SealOptions};
 
-pub fn init(repo: &RepoArg, opts: &InitOptions, json: bool) -> Result<ExitCode> {
+pub fn init(
+    repo: &RepoArg,
+    opts: &InitOptions,
+    (encryption, compression, kdf): (Encryption, Compression, KdfParams),
+    json: bool,
+) -> Result<ExitCode> {
     let path = std::path::Path::new(&repo.repo);
     if path.exists() && !path.is_dir() {
         anyhow::bail!("{} exists and is not a directory", repo.repo);
     }
+    let seal = SealOptions {
+        compression,
+        encryption: match encryption {
+            Encryption::None => None,
+            _ => Some((super::key::new_password(repo, None, true)?, kdf)),
+        },
+    };
+    let password = seal.encryption.as_ref().map(|(p, _)| p.clone());
     let backend = backend::create(&repo.repo)?;
-    Repository::init(backend.clone(), opts)?;
-    let r = Repository::open(backend)?;
+    Repository::init_sealed(backend.clone(), opts, &seal)?;
+    let r = Repository::open_with(backend, &|| {
+        password
+            .clone()
+            .ok_or_else(|| tessera_core::Error::Key("no password".into()))
+    })?;
+    if !encryption.is_encrypted() {
+        eprintln!(
+            "WARNING: the repository at {} is NOT encrypted: anyone who can read its files can read every backup",
+            repo.repo
+        );
+    }
     if json {
-        ui::print_json(&r.config())?;
+        #[derive(serde::Serialize)]
+        struct Created<'a> {
+            #[serde(flatten)]
+            config: &'a tessera_core::catalog::RepoConfig,
+            encryption: Encryption,
+            compression: Compression,
+        }
+        ui::print_json(&Created {
+            config: r.config(),
+            encryption,
+            compression,
+        })?;
     } else {
         let c = r.config();
         println!(
-            "created repository {} at {}\n  fingerprints {}, chunker {}, containers {}{}",
+            "created repository {} at {}\n  fingerprints {}{}, chunker {}, containers {}{}\n  encryption {}, compression {}",
             &c.repo_id[..8],
             repo.repo,
             c.hash.name(),
+            if encryption.is_encrypted() { " (keyed)" } else { "" },
             c.chunker.describe(),
             ui::bytes(c.container_size as u64),
-            if c.trace { ", trace mode" } else { "" }
+            if c.trace { ", trace mode" } else { "" },
+            encryption,
+            compression
         );
     }
     Ok(ExitCode::SUCCESS)
 }
 
 pub fn snapshots(repo: &RepoArg, json: bool) -> Result<ExitCode> {
-    let r = Repository::open(open_backend(repo)?)?;
+    let r = super::key::open(repo, open_backend(repo)?)?;
     if json {
         ui::print_json(&r.backups())?;
         return Ok(ExitCode::SUCCESS);
@@ -71,7 +108,7 @@ struct ForgetReport {
 }
 
 pub fn forget(repo: &RepoArg, specs: &[String], json: bool) -> Result<ExitCode> {
-    let mut r = Repository::open_writer(open_backend(repo)?, "tessera forget")?;
+    let mut r = super::key::open_writer(repo, open_backend(repo)?, "tessera forget")?;
     let mut ids = Vec::new();
     for s in specs {
         let id = r.resolve(s)?.id;
@@ -105,7 +142,7 @@ pub fn forget(repo: &RepoArg, specs: &[String], json: bool) -> Result<ExitCode> 
 }
 
 pub fn stats(repo: &RepoArg, json: bool) -> Result<ExitCode> {
-    let r = Repository::open(open_backend(repo)?)?;
+    let r = super::key::open(repo, open_backend(repo)?)?;
     let s = r.stats();
     if json {
         ui::print_json(&s)?;

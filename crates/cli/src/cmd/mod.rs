@@ -4,6 +4,7 @@ mod backup;
 mod bench;
 mod check;
 mod gc;
+mod key;
 mod lab;
 mod manage;
 mod restore;
@@ -23,6 +24,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             chunker,
             container_size,
             trace,
+            encryption,
+            compression,
+            kdf,
             json,
         } => {
             let opts = tessera_core::InitOptions {
@@ -31,7 +35,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 container_size,
                 trace,
             };
-            manage::init(&repo, &opts, json.json)
+            manage::init(&repo, &opts, (encryption, compression, kdf), json.json)
         }
         Command::Backup {
             repo,
@@ -40,13 +44,14 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             trace_file,
             rewrite,
             segment_size,
+            compression,
             json,
         } => backup::backup(
             &repo,
             path,
             stdin_name,
             trace_file,
-            (rewrite, segment_size),
+            (rewrite, segment_size, compression),
             json.json,
         ),
         Command::Snapshots { repo, json } => manage::snapshots(&repo, json.json),
@@ -112,6 +117,11 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             };
             check::check(&repo, read_data, repair_leftovers, json.json)
         }
+        Command::Key {
+            repo,
+            command,
+            json,
+        } => key::run(&repo, command, json),
         Command::Lab { command } => lab::run(command),
     }
 }

@@ -18,7 +18,10 @@ fn bin() -> PathBuf {
 
 fn tessera(repo: &Path) -> Command {
     let mut c = Command::new(bin());
-    c.env("TESSERA_REPO", repo).env_remove("RUST_BACKTRACE");
+    c.env("TESSERA_REPO", repo)
+        .env("TESSERA_PASSWORD", "test password")
+        .env("TESSERA_KDF", "m=8,t=1,p=1")
+        .env_remove("RUST_BACKTRACE");
     c
 }
 

@@ -9,3 +9,4 @@ mod gc;
 mod kill;
 mod lab;
 mod rewrite;
+mod seal;

@@ -50,6 +50,9 @@ pub enum Encryption {
 }
 
 impl Encryption {
+    pub fn is_encrypted(self) -> bool {
+        self != Encryption::None
+    }
     pub fn name(self) -> &'static str {
         match self {
             Encryption::None => "none",
