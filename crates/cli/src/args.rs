@@ -302,6 +302,15 @@ pub enum LabCommand {
         /// Restore cache: lru:N, opt:N or faa:N (as for `restore --cache`)
         #[arg(long, value_name = "SPEC", default_value_t = CacheSpec::default(), value_parser = Checked(prefixed::<CacheSpec>))]
         cache: CacheSpec,
+        /// Compression of the benchmark repository (as for `init --compression`)
+        #[arg(long, default_value = "off", value_name = "LEVEL", value_parser = Checked(prefixed::<Compression>))]
+        compression: Compression,
+        /// Encryption of the benchmark repository (as for `init --encryption`)
+        #[arg(long, default_value = "none", value_name = "NAME", value_parser = Checked(prefixed::<Encryption>))]
+        encryption: Encryption,
+        /// Make the stream's fresh bytes text-like (compressible) instead of random
+        #[arg(long)]
+        compressible: bool,
         #[command(flatten)]
         json: JsonArg,
     },

@@ -167,12 +167,14 @@ impl ContainerBuilder {
 
 /// A container read back from storage: verified header, metadata and data.
 /// When its chunks are stored as they are, their bytes are read out of the
-/// object; otherwise every chunk was opened into `plain` when it was read.
+/// object; otherwise every chunk was opened, when it was read, into a plain
+/// buffer that replaces the object (`opened`).
 pub struct Container {
     pub header: Header,
     pub meta: Vec<ChunkMeta>,
     object: ObjectBytes,
-    plain: Option<Vec<u8>>,
+    /// `object` holds the opened chunks at their logical offsets.
+    opened: bool,
     /// Read with [`ContainerStore::read_stored`], chunks not stored plain:
     /// only their stored bytes are at hand.
     stored_only: bool,
@@ -180,12 +182,7 @@ pub struct Container {
 }
 
 impl Container {
-    fn new(
-        header: Header,
-        meta: Vec<ChunkMeta>,
-        object: ObjectBytes,
-        plain: Option<Vec<u8>>,
-    ) -> Self {
+    fn new(header: Header, meta: Vec<ChunkMeta>, object: ObjectBytes, opened: bool) -> Self {
         let mut by_fp = FpMap::with_capacity_and_hasher(meta.len(), Default::default());
         for (i, m) in meta.iter().enumerate() {
             by_fp.entry(m.fp).or_insert(i as u32);
@@ -194,7 +191,7 @@ impl Container {
             header,
             meta,
             object,
-            plain,
+            opened,
             stored_only: false,
             by_fp,
         }
@@ -212,18 +209,21 @@ impl Container {
         if self.header.trace || self.stored_only {
             return &[];
         }
-        match &self.plain {
-            Some(p) => p
+        if self.opened {
+            return self
+                .object
                 .get(m.offset as usize..m.offset as usize + m.len as usize)
-                .unwrap_or(&[]),
-            None => {
-                let start = format::HEADER_LEN + m.stored_offset as usize;
-                &self.object[start..start + m.len as usize]
-            }
+                .unwrap_or(&[]);
         }
+        let start = format::HEADER_LEN + m.stored_offset as usize;
+        &self.object[start..start + m.len as usize]
     }
-    /// Stored bytes of a chunk (compressed and/or sealed), as GC copies them.
+    /// Stored bytes of a chunk (compressed and/or sealed), as GC copies them
+    /// (a container read with [`ContainerStore::read_stored`]).
     pub fn stored(&self, m: &ChunkMeta) -> &[u8] {
+        if self.opened {
+            return &[];
+        }
         let start = format::HEADER_LEN + m.stored_offset as usize;
         &self.object[start..start + m.stored_len as usize]
     }
@@ -238,21 +238,30 @@ impl Container {
     }
 }
 
+thread_local! {
+    /// The buffer a sealed container's object was read into, kept for the
+    /// next container this thread opens.
+    static OPEN_BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Whether a container's chunks can be read straight out of its object.
 fn stored_plain(meta: &[ChunkMeta], sealer: &Sealer) -> bool {
     !sealer.encrypted() && meta.iter().all(|m| m.codec == Codec::Raw)
 }
 
-/// Open every chunk of a container into one plain buffer (logical offsets).
-/// A chunk that does not open is a corruption of the container naming it.
+/// Open every chunk of a container into `plain` (logical offsets; resized
+/// to `logical_len`). A chunk that does not open is a corruption of the
+/// container naming it.
 pub fn open_chunks(
     id: ContainerId,
     object: &[u8],
     meta: &[ChunkMeta],
     sealer: &Sealer,
     logical_len: u64,
+    mut plain: Vec<u8>,
 ) -> Result<Vec<u8>> {
-    let mut plain = vec![0u8; logical_len as usize];
+    plain.clear();
+    plain.resize(logical_len as usize, 0);
     for m in meta {
         let stored = chunk_stored(object, m);
         let out = &mut plain[m.offset as usize..m.offset as usize + m.len as usize];
@@ -406,20 +415,23 @@ impl ContainerStore {
         let object = self.objects.get_container(id, reuse)?;
         let (header, meta) = format::decode(id, &object, self.sealer())?;
         self.check_algo(&header)?;
-        let plain = if header.trace || stored_plain(&meta, self.sealer()) {
-            None
+        let opened = !header.trace && !stored_plain(&meta, self.sealer());
+        let object = if opened {
+            // The plain bytes replace the object; the two buffers take
+            // turns (this thread keeps the other one), so a restore opens
+            // containers without allocating.
+            let spare = OPEN_BUFFER.with(|b| std::mem::take(&mut *b.borrow_mut()));
+            let sealer = self.sealer();
+            let plain = open_chunks(id, &object, &meta, sealer, header.logical_len, spare)?;
+            let old = object.into_buffer();
+            OPEN_BUFFER.with(|b| *b.borrow_mut() = old);
+            plain.into()
         } else {
-            Some(open_chunks(
-                id,
-                &object,
-                &meta,
-                self.sealer(),
-                header.logical_len,
-            )?)
+            object
         };
         self.metrics
             .container_read(header.kind == ChunkKind::Recipe, header.logical_len);
-        Ok(Container::new(header, meta, object, plain))
+        Ok(Container::new(header, meta, object, opened))
     }
 
     /// Read and verify a whole container without opening its chunks: for
@@ -433,7 +445,7 @@ impl ContainerStore {
         self.metrics
             .container_read(header.kind == ChunkKind::Recipe, header.logical_len);
         let stored_only = !stored_plain(&meta, self.sealer());
-        let mut c = Container::new(header, meta, object, None);
+        let mut c = Container::new(header, meta, object, false);
         c.stored_only = stored_only;
         Ok(c)
     }
