@@ -224,6 +224,10 @@ impl KeySlot {
         if self.kdf != "argon2id" {
             return Err(bad("unknown key derivation (expected argon2id)"));
         }
+        // A planted slot must not make every open allocate without bound.
+        if self.params.m_kib > 4 << 20 || self.params.t > 64 || self.params.p > 64 {
+            return Err(bad("implausible key derivation parameters"));
+        }
         let salt = hex::decode(&self.salt).map_err(|_| bad("bad salt"))?;
         let wrapped = hex::decode(&self.wrapped).map_err(|_| bad("bad wrapped key"))?;
         let kek = self.params.derive(password, &salt)?;
