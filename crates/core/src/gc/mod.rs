@@ -134,10 +134,7 @@ impl GcOptions {
                 ));
             }
         }
-        for (what, r) in [
-            ("read", self.max_read_rate),
-            ("write", self.max_write_rate),
-        ] {
+        for (what, r) in [("read", self.max_read_rate), ("write", self.max_write_rate)] {
             if r == Some(0) {
                 return Err(format!("the maximum {what} rate must be above 0"));
             }
@@ -476,7 +473,15 @@ mod tests {
     /// chunk, and GC must keep exactly the newer copy.
     #[test]
     fn stale_copies_left_by_rewriting_are_dead() {
-        for strategy in [GcStrategy::Naive, GcStrategy::Gccdf] {
+        let marks = [
+            MarkSpec::Logical,
+            MarkSpec::Physical,
+            MarkSpec::PhysicalPlus,
+        ];
+        for (strategy, mark) in [GcStrategy::Naive, GcStrategy::Gccdf]
+            .into_iter()
+            .flat_map(|s| marks.map(|m| (s, m)))
+        {
             let mut repo = small_repo();
             let data: Vec<u8> = (0..60_000u32)
                 .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
@@ -530,9 +535,11 @@ mod tests {
             let r = repo
                 .gc(&GcOptions {
                     strategy,
+                    mark,
                     ..Default::default()
                 })
                 .unwrap();
+            assert_eq!(r.mark, mark.to_string());
             assert_eq!(r.involved_containers, 1, "only the stale copies' container");
             assert_eq!(r.reclaimed_containers, 1);
             assert_eq!(r.moved_chunks as u32, first.chunks - 3);
@@ -584,6 +591,18 @@ mod tests {
         }
         repo.forget(&[ids[0]]).unwrap();
         (repo, ids[1], v2)
+    }
+
+    #[test]
+    fn throttle_delay_keeps_the_average_rate() {
+        use std::time::Duration;
+        let d = |bytes, ms| sweep::Throttle::delay(1000, bytes, Duration::from_millis(ms));
+        assert_eq!(d(500, 0), Duration::from_millis(500));
+        assert_eq!(d(500, 200), Duration::from_millis(300));
+        assert_eq!(d(500, 900), Duration::ZERO, "behind schedule: no wait");
+        let mut unlimited = sweep::Throttle::new(None);
+        unlimited.consume(u64::MAX / 2);
+        assert_eq!(unlimited.slept_seconds(), 0.0);
     }
 
     /// A plan is what a dry run reports; carrying it out reclaims it.

@@ -177,7 +177,11 @@ fn unique_liveness(
                 dead.insert(&m.fp);
             }
         }
-        let live_dup = dup.get(&c.id).copied().unwrap_or(0).saturating_sub(dead_dup);
+        let live_dup = dup
+            .get(&c.id)
+            .copied()
+            .unwrap_or(0)
+            .saturating_sub(dead_dup);
         let unique = live.saturating_sub(live_dup);
         let bytes = if live == 0 {
             0
