@@ -385,6 +385,9 @@ pub struct GcArgs {
     /// Copy phase: write at most this many container bytes per second (e.g. 50MiB)
     #[arg(long, value_name = "BYTES", value_parser = Checked(positive_bytes))]
     pub max_write_rate: Option<ByteSize>,
+    /// Logical mark: walk recipe subtrees shared by several backups again for each (the physical-GC paper's LGC) instead of skipping those already marked
+    #[arg(long)]
+    pub walk_shared_subtrees: bool,
 }
 
 impl GcArgs {
@@ -405,6 +408,7 @@ impl GcArgs {
             memory_limit: self.memory_limit.map(|b| b.0),
             max_read_rate: self.max_read_rate.map(|b| b.0),
             max_write_rate: self.max_write_rate.map(|b| b.0),
+            walk_shared_subtrees: self.walk_shared_subtrees,
         }
     }
 }

@@ -92,6 +92,9 @@ pub struct GcOptions {
     pub max_read_rate: Option<u64>,
     /// Copy phase: at most this many container bytes written per second.
     pub max_write_rate: Option<u64>,
+    /// Logical mark: walk shared recipe subtrees again for every backup
+    /// (the paper's LGC) instead of skipping those already marked.
+    pub walk_shared_subtrees: bool,
 }
 
 impl Default for GcOptions {
@@ -108,6 +111,7 @@ impl Default for GcOptions {
             memory_limit: None,
             max_read_rate: None,
             max_write_rate: None,
+            walk_shared_subtrees: false,
         }
     }
 }
@@ -245,6 +249,7 @@ impl GcOptions {
         LogicalMark {
             vc: self.vc,
             owners_fp_rate: (self.strategy == GcStrategy::Gccdf).then_some(self.ownership_fp_rate),
+            walk_shared: self.walk_shared_subtrees,
         }
     }
 }

@@ -307,6 +307,10 @@ pub struct LogicalMark {
     /// `Some(rate)`: also build the RRT and one ownership filter per backup
     /// (GCCDF) with this false-positive rate (0 = exact sets).
     pub owners_fp_rate: Option<f64>,
+    /// Walk every backup's tree in full, shared subtrees again each time,
+    /// as DDFS's LGC must (FAST'17 §3.1: its Bloom-filter live vector cannot
+    /// safely say a subtree was seen), so its cost follows the logical size.
+    pub walk_shared: bool,
 }
 
 impl Marker for LogicalMark {
@@ -334,7 +338,7 @@ impl Marker for LogicalMark {
                 own: self
                     .owners_fp_rate
                     .map(|p| FpFilter::new(b.chunks as usize, p)),
-                skip_seen: self.owners_fp_rate.is_none(),
+                skip_seen: self.owners_fp_rate.is_none() && !self.walk_shared,
             };
             let stats = reader
                 .walk(&b.root_fp()?, b.root_level, &mut w)
