@@ -456,7 +456,7 @@ impl PhysicalMark {
                 union(o[k].entry(root).or_default(), &[b.id]);
             }
         }
-        let hash = repo.manifest.config.hash;
+        let hash = repo.fingerprinter();
         let mut missing_data = Vec::new();
         // A container holding chunks of several levels may still be cached
         // when the next level comes to it (§3.3); as many as the logical
