@@ -13,7 +13,7 @@ use tessera_core::archive::TreeStats;
 use tessera_core::backend::IoCounters;
 use tessera_core::catalog::SourceKind;
 use tessera_core::rewrite::RewriteSpec;
-use tessera_core::{BackupOptions, BackupReport, Repository};
+use tessera_core::{BackupOptions, BackupReport};
 
 #[derive(Serialize)]
 struct Report {
@@ -60,7 +60,7 @@ pub fn backup(
         std::fs::symlink_metadata(p).with_context(|| format!("cannot read {}", p.display()))?;
     }
     let backend = open_backend(repo)?;
-    let mut r = Repository::open_writer(backend.clone(), "tessera backup")?;
+    let mut r = super::open_writer(backend.clone(), "tessera backup")?;
     let mut report = if let Some(name) = stdin_name {
         let pb = ui::progress(None, "backup", json);
         let opts = options(name, SourceKind::Stream);

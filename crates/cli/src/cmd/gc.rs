@@ -11,7 +11,6 @@ use tessera_core::backend::IoCounters;
 use tessera_core::catalog::{BackupEntry, BackupId};
 use tessera_core::gc::GcReport;
 use tessera_core::retention::RetentionPolicy;
-use tessera_core::Repository;
 
 #[derive(Serialize)]
 struct ForgetReport {
@@ -34,7 +33,7 @@ pub fn forget(
     if !specs.is_empty() && !policy.is_empty() {
         bail!("give either backup ids or a retention policy, not both");
     }
-    let mut r = Repository::open_writer(open_backend(repo)?, "tessera forget")?;
+    let mut r = super::open_writer(open_backend(repo)?, "tessera forget")?;
     let mut ids = Vec::new();
     if policy.is_empty() {
         for s in specs {
@@ -96,7 +95,7 @@ pub fn gc(repo: &RepoArg, a: &GcArgs, json: bool) -> Result<ExitCode> {
     let opts = a.options();
     opts.validate().map_err(anyhow::Error::msg)?;
     let backend = open_backend(repo)?;
-    let mut r = Repository::open_writer(backend.clone(), "tessera gc")?;
+    let mut r = super::open_writer(backend.clone(), "tessera gc")?;
     let pb = ui::progress(None, "garbage collection", json);
     pb.enable_steady_tick(std::time::Duration::from_millis(120));
     let report = r.gc(&opts);

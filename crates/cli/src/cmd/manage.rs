@@ -71,7 +71,7 @@ struct ForgetReport {
 }
 
 pub fn forget(repo: &RepoArg, specs: &[String], json: bool) -> Result<ExitCode> {
-    let mut r = Repository::open_writer(open_backend(repo)?, "tessera forget")?;
+    let mut r = super::open_writer(open_backend(repo)?, "tessera forget")?;
     let mut ids = Vec::new();
     for s in specs {
         let id = r.resolve(s)?.id;

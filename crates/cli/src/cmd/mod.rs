@@ -120,6 +120,19 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
 /// command cost in backend requests and bytes.
 pub type Counted = Arc<CountingStore<Arc<dyn ObjectStore>>>;
 
+/// Open the repository for writing; a stale lock of a crashed writer is
+/// broken on the way, and said so in one line on stderr.
+pub fn open_writer(
+    backend: Arc<dyn ObjectStore>,
+    command: &str,
+) -> Result<tessera_core::repo::Writer> {
+    let w = tessera_core::Repository::open_writer(backend, command)?;
+    if let Some(b) = w.broken_lock() {
+        eprintln!("note: {}", b.notice());
+    }
+    Ok(w)
+}
+
 /// The store of an existing repository.
 pub fn open_backend(repo: &RepoArg) -> Result<Counted> {
     Ok(Arc::new(CountingStore::new(backend::open(&repo.repo)?)))
