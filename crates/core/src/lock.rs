@@ -461,7 +461,8 @@ fn held_message(info: &LockInfo) -> String {
     msg
 }
 
-fn current_owner() -> String {
+/// The user name locks and backups record: `$USER` (or `$LOGNAME`), else `uid <n>`.
+pub fn current_owner() -> String {
     for var in ["USER", "LOGNAME"] {
         if let Ok(name) = std::env::var(var) {
             if !name.is_empty() {
@@ -473,7 +474,8 @@ fn current_owner() -> String {
     format!("uid {}", unsafe { libc::getuid() })
 }
 
-fn current_host() -> String {
+/// This machine's host name, as locks and backups record it.
+pub fn current_host() -> String {
     gethostname::gethostname().to_string_lossy().into_owned()
 }
 

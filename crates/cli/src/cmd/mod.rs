@@ -4,11 +4,13 @@ mod backup;
 mod bench;
 mod check;
 mod gc;
+mod inspect;
 mod lab;
 mod manage;
 mod restore;
 
 use crate::args::{Cli, Command, RepoArg};
+use crate::filter::Filter;
 use anyhow::Result;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -16,6 +18,7 @@ use tessera_core::backend::{self, CountingStore, ObjectStore};
 use tessera_core::check::ReadData;
 
 pub fn run(cli: Cli) -> Result<ExitCode> {
+    crate::ui::set_verbosity(cli.quiet, cli.verbose);
     match cli.command {
         Command::Init {
             repo,
@@ -35,21 +38,29 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Backup {
             repo,
-            path,
+            paths,
             stdin_name,
             trace_file,
             rewrite,
             segment_size,
+            select,
+            record,
             json,
         } => backup::backup(
             &repo,
-            path,
-            stdin_name,
-            trace_file,
+            backup::Source {
+                paths,
+                stdin_name,
+                trace_file,
+            },
             (rewrite, segment_size),
+            &select,
+            &record,
             json.json,
         ),
-        Command::Snapshots { repo, json } => manage::snapshots(&repo, json.json),
+        Command::Snapshots { repo, filter, json } => {
+            manage::snapshots(&repo, &Filter::new(&filter), json.json)
+        }
         Command::Ls {
             repo,
             snapshot,
@@ -64,13 +75,15 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             cache,
             skip_damaged,
             include,
+            filter,
             json,
         } => {
+            let filter = Filter::new(&filter);
             if skip_damaged {
-                restore::restore_damaged(&repo, &snapshot, target, stdout, json.json)
+                restore::restore_damaged(&repo, &snapshot, &filter, target, stdout, json.json)
             } else {
                 let to = restore::To { target, stdout };
-                restore::restore(&repo, &snapshot, to, &include, cache, json.json)
+                restore::restore(&repo, &snapshot, &filter, to, &include, cache, json.json)
             }
         }
         Command::Forget {
@@ -80,6 +93,11 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             keep_daily,
             keep_weekly,
             keep_monthly,
+            keep_yearly,
+            keep_within,
+            keep_tag,
+            group_by,
+            filter,
             dry_run,
             json,
         } => {
@@ -88,11 +106,21 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 keep_daily,
                 keep_weekly,
                 keep_monthly,
+                keep_yearly,
+                keep_within,
+                keep_tags: crate::filter::tag_lists(&keep_tag),
             };
-            if policy.is_empty() && !dry_run && !snapshots.is_empty() {
+            let filter = Filter::new(&filter);
+            if policy.is_empty() && !dry_run && !snapshots.is_empty() && filter.is_empty() {
                 manage::forget(&repo, &snapshots, json.json)
             } else {
-                gc::forget(&repo, &snapshots, policy, dry_run, json.json)
+                let how = gc::ForgetBy {
+                    policy,
+                    group_by,
+                    filter,
+                    dry_run,
+                };
+                gc::forget(&repo, &snapshots, how, json.json)
             }
         }
         Command::Gc { repo, args, json } => gc::gc(&repo, &args, json.json),
@@ -111,6 +139,44 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 (false, None) => ReadData::None,
             };
             check::check(&repo, read_data, repair_leftovers, json.json)
+        }
+        Command::Diff {
+            repo,
+            from,
+            to,
+            json,
+        } => inspect::diff(&repo, &from, &to, json.json),
+        Command::Find {
+            repo,
+            patterns,
+            snapshot,
+            ignore_case,
+            filter,
+            json,
+        } => inspect::find(
+            &repo,
+            &patterns,
+            &snapshot,
+            &Filter::new(&filter),
+            ignore_case,
+            json.json,
+        ),
+        Command::Dump {
+            repo,
+            snapshot,
+            entry,
+            filter,
+        } => inspect::dump(&repo, &snapshot, &entry, &Filter::new(&filter)),
+        Command::Completion { shell } => {
+            use clap::CommandFactory;
+            let mut cmd = Cli::command();
+            clap_complete::generate(shell, &mut cmd, "tessera", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man => {
+            use clap::CommandFactory;
+            clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
+            Ok(ExitCode::SUCCESS)
         }
         Command::Lab { command } => lab::run(command),
     }

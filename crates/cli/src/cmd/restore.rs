@@ -2,6 +2,7 @@
 
 use super::open_backend;
 use crate::args::RepoArg;
+use crate::filter::Filter;
 use crate::ui;
 use anyhow::Result;
 use serde::Serialize;
@@ -33,6 +34,7 @@ pub struct To {
 pub fn restore(
     repo: &RepoArg,
     snapshot: &str,
+    filter: &Filter,
     to: To,
     include: &[String],
     cache: CacheSpec,
@@ -41,7 +43,7 @@ pub fn restore(
     let (target, to_stdout) = (to.target, to.stdout);
     let backend = open_backend(repo)?;
     let r = Repository::open(backend.clone())?;
-    let backup = r.resolve(snapshot)?.clone();
+    let backup = filter.resolve(&r, snapshot)?.clone();
     let opts = RestoreOptions { cache };
     let pb = ui::progress(Some(backup.logical_bytes), "restore", json || to_stdout);
     let mut report = if to_stdout {
@@ -123,13 +125,14 @@ pub fn restore(
 pub fn restore_damaged(
     repo: &RepoArg,
     snapshot: &str,
+    filter: &Filter,
     target: Option<PathBuf>,
     to_stdout: bool,
     json: bool,
 ) -> Result<ExitCode> {
     let backend = open_backend(repo)?;
     let r = Repository::open(backend.clone())?;
-    let backup = r.resolve(snapshot)?.clone();
+    let backup = filter.resolve(&r, snapshot)?.clone();
     let pb = ui::progress(Some(backup.logical_bytes), "restore", json || to_stdout);
     let (rep, ext) = if to_stdout {
         let stdout = std::io::stdout();

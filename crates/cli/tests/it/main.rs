@@ -3,9 +3,12 @@
 //! `cargo test -p tessera --test it kill`.
 
 mod check;
+mod choose;
 mod cli;
 mod common;
 mod gc;
+mod inspect;
 mod kill;
 mod lab;
 mod rewrite;
+mod snapshots;
