@@ -324,6 +324,16 @@ pub enum Command {
         #[command(flatten)]
         filter: FilterArgs,
     },
+    /// Browse backups as a read-only file system (FUSE): ids/, hosts/, tags/, latest
+    Mount {
+        #[command(flatten)]
+        repo: RepoArg,
+        /// An existing directory; unmount with `fusermount3 -u DIR`
+        #[arg(value_name = "DIR")]
+        mountpoint: PathBuf,
+        #[command(flatten)]
+        filter: FilterArgs,
+    },
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
     Completion {
         #[arg(value_name = "SHELL")]

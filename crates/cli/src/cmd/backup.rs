@@ -51,10 +51,12 @@ pub struct Source {
 
 /// The selection `--exclude` and friends describe.
 fn selection(a: &SelectArgs) -> Result<Selection> {
-    let mut s = Selection::default();
-    s.one_file_system = a.one_file_system;
-    s.exclude_caches = a.exclude_caches;
-    s.exclude_if_present = a.exclude_if_present.clone();
+    let mut s = Selection {
+        one_file_system: a.one_file_system,
+        exclude_caches: a.exclude_caches,
+        exclude_if_present: a.exclude_if_present.clone(),
+        ..Selection::default()
+    };
     for p in &a.exclude {
         s.add_exclude(p, false)?;
     }

@@ -7,6 +7,7 @@ mod gc;
 mod inspect;
 mod lab;
 mod manage;
+mod mount;
 mod restore;
 
 use crate::args::{Cli, Command, RepoArg};
@@ -167,6 +168,11 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             entry,
             filter,
         } => inspect::dump(&repo, &snapshot, &entry, &Filter::new(&filter)),
+        Command::Mount {
+            repo,
+            mountpoint,
+            filter,
+        } => mount::mount(&repo, &mountpoint, &Filter::new(&filter)),
         Command::Completion { shell } => {
             use clap::CommandFactory;
             let mut cmd = Cli::command();

@@ -10,5 +10,6 @@ mod gc;
 mod inspect;
 mod kill;
 mod lab;
+mod mount;
 mod rewrite;
 mod snapshots;

@@ -44,21 +44,21 @@ pub struct Selection {
     pub exclude_caches: bool,
     /// Leave out directories holding an entry of one of these names.
     pub exclude_if_present: Vec<String>,
-    patterns: Vec<Pattern>,
+    /// Exclude patterns in order (the last that matches decides).
+    pub patterns: Vec<Pattern>,
 }
 
-/// One compiled pattern.
+/// One compiled exclude pattern ([`Pattern::new`]).
 #[derive(Debug, Clone)]
-struct Pattern {
+pub struct Pattern {
     matcher: GlobMatcher,
     dir_only: bool,
     negated: bool,
 }
 
-impl Selection {
-    /// Add an exclude pattern (see the module docs); `ignore_case` for
-    /// `--iexclude`.
-    pub fn add_exclude(&mut self, pattern: &str, ignore_case: bool) -> Result<()> {
+impl Pattern {
+    /// Compile a gitignore-style pattern (see the module docs).
+    pub fn new(pattern: &str, ignore_case: bool) -> Result<Pattern> {
         let bad = |why: String| Error::invalid(format!("bad exclude pattern '{pattern}': {why}"));
         let (negated, rest) = match pattern.strip_prefix('!') {
             Some(rest) => (true, rest),
@@ -85,11 +85,19 @@ impl Selection {
             .build()
             .map_err(|e| bad(e.kind().to_string()))?
             .compile_matcher();
-        self.patterns.push(Pattern {
+        Ok(Pattern {
             matcher,
             dir_only,
             negated,
-        });
+        })
+    }
+}
+
+impl Selection {
+    /// Add an exclude pattern (see the module docs); `ignore_case` for
+    /// `--iexclude`.
+    pub fn add_exclude(&mut self, pattern: &str, ignore_case: bool) -> Result<()> {
+        self.patterns.push(Pattern::new(pattern, ignore_case)?);
         Ok(())
     }
 
