@@ -14,7 +14,8 @@
 //!   another process (the start time in `/proc/PID/stat` differs from the one
 //!   recorded in the lock, or, for a lock that did not record it, the process
 //!   started after the lock was taken).
-//! * A lock from **another host** cannot be checked from here. Its holder
+//! * A lock from **another host** (or from another pid namespace of this
+//!   host name, such as another container) cannot be checked from here. Its holder
 //!   rewrites the lock's `refreshed` time every [`REFRESH_EVERY`] while it
 //!   runs (a background thread); a lock not refreshed for [`STALE_AFTER`] is
 //!   broken automatically, otherwise only `tessera unlock` breaks it.
@@ -57,6 +58,11 @@ pub struct LockInfo {
     /// reuses its pid. Absent where `/proc` is not available.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_ticks: Option<u64>,
+    /// The holder's pid namespace (`/proc/self/ns/pid`): a holder in
+    /// another container of the same host name has pids this process
+    /// cannot see, so its lock is judged as another host's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid_ns: Option<String>,
 }
 
 impl LockInfo {
@@ -194,6 +200,7 @@ impl RepoLock {
             command: command.to_string(),
             refreshed: now,
             start_ticks: process_start_ticks(std::process::id()),
+            pid_ns: pid_namespace(),
         };
         let token = format!(
             "{}-{}-{}",
@@ -375,7 +382,8 @@ pub fn break_lock(backend: &dyn ObjectStore) -> Result<Option<LockInfo>> {
 /// Whether a lock is stale at `now` (unix seconds), and why; `None` while
 /// its holder may be alive. See the module docs for the rules.
 pub fn staleness(info: &LockInfo, now: u64) -> Option<Staleness> {
-    if info.host != current_host() {
+    let same_ns = info.pid_ns.is_none() || info.pid_ns == pid_namespace();
+    if info.host != current_host() || !same_ns {
         let age = now.saturating_sub(info.last_seen());
         return (age > STALE_AFTER.as_secs()).then_some(Staleness::NotRefreshed);
     }
@@ -409,6 +417,13 @@ fn pid_alive(pid: u32) -> bool {
     let r = unsafe { libc::kill(pid, 0) };
     // EPERM means it exists but belongs to someone else.
     r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// This process's pid namespace, as `/proc/self/ns/pid` names it.
+fn pid_namespace() -> Option<String> {
+    std::fs::read_link("/proc/self/ns/pid")
+        .ok()
+        .map(|p| p.to_string_lossy().into_owned())
 }
 
 /// Field 22 of `/proc/PID/stat`: the process's start in clock ticks since
@@ -450,7 +465,8 @@ fn held_message(info: &LockInfo) -> String {
         crate::clock::format_utc(info.time),
         info.command
     );
-    if info.host != current_host() {
+    let same_ns = info.pid_ns.is_none() || info.pid_ns == pid_namespace();
+    if info.host != current_host() || !same_ns {
         msg.push_str(&format!(
             "; last refreshed {}, it is broken automatically {} minutes after that, \
              or now with `tessera unlock` if that process is surely gone",
@@ -497,6 +513,7 @@ mod tests {
             command: "tessera backup".into(),
             refreshed: 0,
             start_ticks: None,
+            pid_ns: None,
         }
     }
 
@@ -673,6 +690,27 @@ mod tests {
             .unwrap()
             .notice()
             .ends_with("it was not refreshed for 30 minutes"));
+    }
+
+    #[test]
+    fn lock_of_another_pid_namespace_is_judged_by_its_refresh() {
+        // Same host name, another container: its pid means nothing here.
+        let now = crate::clock::now();
+        let mut i = info(dead_pid(), &current_host(), now);
+        i.pid_ns = Some("pid:[1]".into());
+        assert_ne!(i.pid_ns, pid_namespace());
+        assert_eq!(staleness(&i, now), None);
+        let limit = STALE_AFTER.as_secs();
+        assert_eq!(
+            staleness(&i, now + limit + 1),
+            Some(Staleness::NotRefreshed)
+        );
+        i.pid_ns = pid_namespace();
+        assert_eq!(staleness(&i, now), Some(Staleness::ProcessGone));
+        let b = mem();
+        let lock = RepoLock::acquire(b.clone(), "tessera backup").unwrap();
+        assert_eq!(lock.info().pid_ns, pid_namespace());
+        assert!(lock.info().pid_ns.is_some());
     }
 
     #[test]
