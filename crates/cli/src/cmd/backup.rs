@@ -133,7 +133,7 @@ pub fn backup(
         meta.paths = vec![filter::absolute(t)];
     }
     let backend = open_backend(repo)?;
-    let mut r = super::open_writer(backend.clone(), "tessera backup")?;
+    let mut r = super::open_writer(repo, backend.clone(), "tessera backup")?;
     let name = match (&stdin_name, &trace_file) {
         (Some(n), _) => n.clone(),
         (_, Some(t)) => t.display().to_string(),

@@ -46,7 +46,7 @@ pub fn forget(repo: &RepoArg, specs: &[String], how: ForgetBy, json: bool) -> Re
     if !specs.is_empty() && !policy.is_empty() {
         bail!("give either backup ids or a retention policy, not both");
     }
-    let mut r = super::open_writer(open_backend(repo)?, "tessera forget")?;
+    let mut r = super::open_writer(repo, open_backend(repo)?, "tessera forget")?;
     let mut ids = Vec::new();
     let mut groups = Vec::new();
     if policy.is_empty() {
@@ -125,7 +125,7 @@ pub fn gc(repo: &RepoArg, a: &GcArgs, json: bool) -> Result<ExitCode> {
     let opts = a.options();
     opts.validate().map_err(anyhow::Error::msg)?;
     let backend = open_backend(repo)?;
-    let mut r = super::open_writer(backend.clone(), "tessera gc")?;
+    let mut r = super::open_writer(repo, backend.clone(), "tessera gc")?;
     let pb = ui::progress(None, "garbage collection", json);
     pb.enable_steady_tick(std::time::Duration::from_millis(120));
     let report = r.gc(&opts);

@@ -83,7 +83,7 @@ fn differing(a: &Listed, b: &Listed) -> Vec<&'static str> {
 /// entry is changed when its type, size, modification time, permissions or
 /// link target differ.
 pub fn diff(repo: &RepoArg, a: &str, b: &str, json: bool) -> Result<ExitCode> {
-    let r = Repository::open(open_backend(repo)?)?;
+    let r = super::open_repo(repo, open_backend(repo)?)?;
     let (ba, bb) = (r.resolve(a)?.clone(), r.resolve(b)?.clone());
     let (ea, eb) = (entries(&r, &ba)?, entries(&r, &bb)?);
     let mut rep = DiffReport {
@@ -187,7 +187,7 @@ pub fn find(
     ignore_case: bool,
     json: bool,
 ) -> Result<ExitCode> {
-    let r = Repository::open(open_backend(repo)?)?;
+    let r = super::open_repo(repo, open_backend(repo)?)?;
     let mut sel = Selection::default();
     for p in patterns {
         sel.add_exclude(p, ignore_case)?;
@@ -246,7 +246,7 @@ pub fn find(
 /// stream, on standard output. A file or stream backup is dumped by its
 /// name (as `tessera ls` shows it).
 pub fn dump(repo: &RepoArg, snapshot: &str, path: &str, filter: &Filter) -> Result<ExitCode> {
-    let r = Repository::open(open_backend(repo)?)?;
+    let r = super::open_repo(repo, open_backend(repo)?)?;
     let b = filter.resolve(&r, snapshot)?.clone();
     let want = path.trim_matches('/');
     let opts = RestoreOptions::default();

@@ -37,7 +37,7 @@ pub fn init(repo: &RepoArg, opts: &InitOptions, json: bool) -> Result<ExitCode> 
 }
 
 pub fn snapshots(repo: &RepoArg, filter: &Filter, json: bool) -> Result<ExitCode> {
-    let r = Repository::open(open_backend(repo)?)?;
+    let r = super::open_repo(repo, open_backend(repo)?)?;
     let chosen = filter.select(r.backups());
     if json {
         ui::print_json(&chosen)?;
@@ -75,7 +75,7 @@ struct ForgetReport {
 }
 
 pub fn forget(repo: &RepoArg, specs: &[String], json: bool) -> Result<ExitCode> {
-    let mut r = super::open_writer(open_backend(repo)?, "tessera forget")?;
+    let mut r = super::open_writer(repo, open_backend(repo)?, "tessera forget")?;
     let mut ids = Vec::new();
     for s in specs {
         let id = r.resolve(s)?.id;
@@ -109,7 +109,7 @@ pub fn forget(repo: &RepoArg, specs: &[String], json: bool) -> Result<ExitCode> 
 }
 
 pub fn stats(repo: &RepoArg, json: bool) -> Result<ExitCode> {
-    let r = Repository::open(open_backend(repo)?)?;
+    let r = super::open_repo(repo, open_backend(repo)?)?;
     let s = r.stats();
     if json {
         ui::print_json(&s)?;

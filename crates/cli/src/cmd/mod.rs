@@ -195,6 +195,7 @@ pub type Counted = Arc<CountingStore<Arc<dyn ObjectStore>>>;
 /// Open the repository for writing; a stale lock of a crashed writer is
 /// broken on the way, and said so in one line on stderr.
 pub fn open_writer(
+    _repo: &RepoArg,
     backend: Arc<dyn ObjectStore>,
     command: &str,
 ) -> Result<tessera_core::repo::Writer> {
@@ -203,6 +204,14 @@ pub fn open_writer(
         eprintln!("note: {}", b.notice());
     }
     Ok(w)
+}
+
+/// Open the repository for reading (the one place commands do).
+pub fn open_repo(
+    _repo: &RepoArg,
+    backend: Arc<dyn ObjectStore>,
+) -> Result<tessera_core::Repository> {
+    Ok(tessera_core::Repository::open(backend)?)
 }
 
 /// The store of an existing repository.

@@ -410,7 +410,7 @@ pub fn mount(repo: &RepoArg, mountpoint: &Path, filter: &Filter) -> Result<ExitC
     if !meta.is_dir() {
         anyhow::bail!("{} is not a directory", mountpoint.display());
     }
-    let r = Repository::open(open_backend(repo)?)?;
+    let r = super::open_repo(repo, open_backend(repo)?)?;
     let backups: Vec<BackupEntry> = filter
         .select(r.backups())
         .into_iter()

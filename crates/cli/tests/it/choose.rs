@@ -187,7 +187,11 @@ fn as_unprivileged(repo: &Path) -> Command {
     } else {
         Command::new(bin)
     };
-    c.env("TESSERA_REPO", repo).env_remove("RUST_BACKTRACE");
+    // As common::tessera: the password of repositories encrypted by default.
+    c.env("TESSERA_REPO", repo)
+        .env("TESSERA_PASSWORD", "test password")
+        .env("TESSERA_KDF", "m=8,t=1,p=1")
+        .env_remove("RUST_BACKTRACE");
     c
 }
 

@@ -63,6 +63,9 @@ fn mount_browses_and_reads_backups() {
     std::fs::create_dir(&mnt).unwrap();
     let child = Command::new(assert_cmd::cargo::cargo_bin("tessera"))
         .env("TESSERA_REPO", &repo)
+        // As common::tessera: the password of repositories encrypted by default.
+        .env("TESSERA_PASSWORD", "test password")
+        .env("TESSERA_KDF", "m=8,t=1,p=1")
         .arg("mount")
         .arg(&mnt)
         .stdout(Stdio::null())
