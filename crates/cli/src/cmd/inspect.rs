@@ -12,18 +12,108 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::process::ExitCode;
 use tessera_core::archive::{Listed, Selection};
-use tessera_core::catalog::{BackupEntry, BackupId};
+use tessera_core::catalog::{BackupEntry, BackupId, SourceKind};
 use tessera_core::{Repository, RestoreOptions};
 
-/// A backup's entries by path (directories without their trailing `/`).
-fn entries(r: &Repository, b: &BackupEntry) -> Result<BTreeMap<String, Listed>> {
+/// An entry as `diff` compares it: its listing plus, for a regular file,
+/// a BLAKE3 hash of its content.
+struct Seen {
+    e: Listed,
+    content: Option<[u8; 32]>,
+}
+
+/// A backup's entries by path (directories without their trailing `/`),
+/// with content hashes: the backup's restore stream (a tar stream for a
+/// directory) is read once.
+fn entries(r: &Repository, b: &BackupEntry) -> Result<BTreeMap<String, Seen>> {
     let mut out = BTreeMap::new();
-    r.list_entries(b, &mut |e| {
-        let key = e.path.trim_end_matches('/').to_string();
-        out.insert(key, e);
-        Ok(())
+    if b.source != SourceKind::Tree {
+        let mut names = Vec::new();
+        r.list_entries(b, &mut |e| {
+            names.push(e);
+            Ok(())
+        })?;
+        let mut h = HashWriter(blake3::Hasher::new());
+        r.restore_to(b, &mut h, &RestoreOptions::default(), &mut |_| {})?;
+        let content = Some(*h.0.finalize().as_bytes());
+        for e in names {
+            out.insert(e.path.clone(), Seen { e, content });
+        }
+        return Ok(out);
+    }
+    let (reader, writer) = std::io::pipe().context("cannot create a pipe")?;
+    std::thread::scope(|scope| -> Result<()> {
+        let producer = scope.spawn(move || {
+            let mut w = std::io::BufWriter::with_capacity(1 << 20, writer);
+            let done = r.restore_to(b, &mut w, &RestoreOptions::default(), &mut |_| {});
+            done.and_then(|_| {
+                w.flush()
+                    .map_err(|e| tessera_core::Error::io("restore pipe", e))
+            })
+        });
+        let read = read_tar(reader, &mut out);
+        let restored = producer.join().expect("the restore thread does not panic");
+        restored?;
+        read
     })?;
     Ok(out)
+}
+
+struct HashWriter(blake3::Hasher);
+
+impl Write for HashWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn read_tar(reader: impl std::io::Read, out: &mut BTreeMap<String, Seen>) -> Result<()> {
+    use tar::EntryType;
+    let mut ar = tar::Archive::new(reader);
+    for entry in ar.entries().context("cannot read the backup's stream")? {
+        let mut entry = entry.context("cannot read the backup's stream")?;
+        let h = entry.header();
+        let kind = match h.entry_type() {
+            EntryType::Regular | EntryType::Continuous => "file",
+            EntryType::Directory => "dir",
+            EntryType::Symlink => "symlink",
+            EntryType::Link => "hardlink",
+            EntryType::Fifo => "fifo",
+            EntryType::Char => "chardev",
+            EntryType::Block => "blockdev",
+            _ => continue,
+        };
+        let path = String::from_utf8_lossy(&entry.path_bytes())
+            .trim_end_matches('/')
+            .to_string();
+        let link = entry
+            .link_name_bytes()
+            .map(|l| String::from_utf8_lossy(&l).into_owned());
+        let e = Listed {
+            path: path.clone(),
+            kind,
+            size: h.size().unwrap_or(0),
+            mode: h.mode().unwrap_or(0) & 0o7777,
+            mtime: h.mtime().unwrap_or(0),
+            link,
+        };
+        let content = if kind == "file" {
+            let mut hw = HashWriter(blake3::Hasher::new());
+            std::io::copy(&mut entry, &mut hw).context("cannot read the backup's stream")?;
+            Some(*hw.0.finalize().as_bytes())
+        } else {
+            None
+        };
+        out.insert(path, Seen { e, content });
+    }
+    // Drain what follows the end marker so the writer never blocks.
+    let mut rest = ar.into_inner();
+    std::io::copy(&mut rest, &mut std::io::sink()).context("cannot read the backup's stream")?;
+    Ok(())
 }
 
 /// One difference between two backups.
@@ -38,7 +128,7 @@ struct Change {
     old_size: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     new_size: Option<u64>,
-    /// For `changed`: which of type, size, mtime, mode, link differ.
+    /// For `changed`: which of content, type, size, mtime, mode, link differ.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     fields: Vec<&'static str>,
 }
@@ -59,8 +149,12 @@ struct DiffReport {
     changes: Vec<Change>,
 }
 
-fn differing(a: &Listed, b: &Listed) -> Vec<&'static str> {
+fn differing(x: &Seen, y: &Seen) -> Vec<&'static str> {
+    let (a, b) = (&x.e, &y.e);
     let mut f = Vec::new();
+    if x.content != y.content {
+        f.push("content");
+    }
     if a.kind != b.kind {
         f.push("type");
     }
@@ -80,8 +174,8 @@ fn differing(a: &Listed, b: &Listed) -> Vec<&'static str> {
 }
 
 /// `tessera diff A B`: what B adds, removes and changes relative to A. An
-/// entry is changed when its type, size, modification time, permissions or
-/// link target differ.
+/// entry is changed when its content (compared by hash), type, size,
+/// modification time, permissions or link target differ.
 pub fn diff(repo: &RepoArg, a: &str, b: &str, json: bool) -> Result<ExitCode> {
     let r = super::open_repo(repo, open_backend(repo)?)?;
     let (ba, bb) = (r.resolve(a)?.clone(), r.resolve(b)?.clone());
@@ -92,6 +186,8 @@ pub fn diff(repo: &RepoArg, a: &str, b: &str, json: bool) -> Result<ExitCode> {
         ..Default::default()
     };
     for (path, old) in &ea {
+        let old_seen = old;
+        let old = &old.e;
         match eb.get(path) {
             None => {
                 rep.removed += 1;
@@ -105,8 +201,9 @@ pub fn diff(repo: &RepoArg, a: &str, b: &str, json: bool) -> Result<ExitCode> {
                     fields: Vec::new(),
                 });
             }
-            Some(new) => {
-                let fields = differing(old, new);
+            Some(new_seen) => {
+                let fields = differing(old_seen, new_seen);
+                let new = &new_seen.e;
                 // A directory's mtime changes with its contents, which are
                 // listed themselves.
                 if fields.is_empty() || (new.kind == "dir" && old.kind == "dir") {
@@ -126,6 +223,7 @@ pub fn diff(repo: &RepoArg, a: &str, b: &str, json: bool) -> Result<ExitCode> {
         }
     }
     for (path, new) in &eb {
+        let new = &new.e;
         if !ea.contains_key(path) {
             rep.added += 1;
             rep.added_bytes += new.size;
@@ -201,7 +299,7 @@ pub fn find(
         }
         v
     };
-    chosen.retain(|b| b.source != tessera_core::catalog::SourceKind::Trace);
+    chosen.retain(|b| b.source != SourceKind::Trace);
     chosen.sort_by_key(|b| std::cmp::Reverse(b.id));
     let mut found = Vec::new();
     for b in &chosen {
@@ -252,7 +350,7 @@ pub fn dump(repo: &RepoArg, snapshot: &str, path: &str, filter: &Filter) -> Resu
     let opts = RestoreOptions::default();
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
-    if b.source != tessera_core::catalog::SourceKind::Tree {
+    if b.source != SourceKind::Tree {
         let mut name = None;
         r.list_entries(&b, &mut |e| {
             name = Some(e.path);

@@ -25,6 +25,8 @@ fn diff_find_dump() {
     ok(tessera(&repo).arg("init"));
     ok(tessera(&repo).arg("backup").arg(&src));
     write(&src, "grow.txt", b"much longer now");
+    // Same size, and (most likely) the same second: found by content.
+    write(&src, "same.txt", b"UNCHANGED");
     std::fs::remove_file(src.join("gone.txt")).unwrap();
     write(&src, "new/file.conf", b"b = 2\n");
     ok(tessera(&repo).arg("backup").arg(&src));
@@ -33,10 +35,10 @@ fn diff_find_dump() {
     assert_eq!((d["from"].as_u64(), d["to"].as_u64()), (Some(1), Some(2)));
     assert_eq!(d["added"], 2, "{d}"); // new/ and new/file.conf
     assert_eq!(d["removed"], 1, "{d}");
-    assert_eq!(d["changed"], 1, "{d}");
+    assert_eq!(d["changed"], 2, "{d}");
     assert_eq!(d["added_bytes"], 6);
     assert_eq!(d["removed_bytes"], 13);
-    assert_eq!(d["changed_bytes"], 15);
+    assert_eq!(d["changed_bytes"], 15 + 9);
     let changes: Vec<(String, String)> = d["changes"]
         .as_array()
         .unwrap()
@@ -53,6 +55,7 @@ fn diff_find_dump() {
         ("changed", "grow.txt"),
         ("added", "new"),
         ("added", "new/file.conf"),
+        ("changed", "same.txt"),
     ]
     .iter()
     .map(|(a, b)| (a.to_string(), b.to_string()))
@@ -64,9 +67,16 @@ fn diff_find_dump() {
         "{human}"
     );
     assert!(
-        human.contains("M    grow.txt") && human.contains("1 changed"),
+        human.contains("M    grow.txt") && human.contains("2 changed"),
         "{human}"
     );
+    let same = d["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["path"] == "same.txt")
+        .unwrap();
+    assert_eq!(same["fields"][0], "content", "{same}");
     assert!(ok(tessera(&repo).args(["diff", "2", "2", "--json"])).contains("\"changes\": []"));
 
     // find: in every backup, newest first; by name at any depth.
