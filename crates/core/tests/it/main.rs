@@ -9,6 +9,7 @@ mod gc;
 mod gc_rewrite;
 mod hostile;
 mod interleave;
+mod mfdedup;
 mod repository;
 mod restore_cache;
 mod restore_pipeline;
