@@ -48,11 +48,14 @@ pub fn backup(
     stdin_name: Option<String>,
     trace_file: Option<PathBuf>,
     (rewrite, segment_bytes): (RewriteSpec, u64),
+    (chain, arrange): (Option<String>, bool),
     json: bool,
 ) -> Result<ExitCode> {
     let options = |name: String, source| BackupOptions {
         rewrite,
         segment_bytes,
+        chain: chain.clone(),
+        arrange,
         ..BackupOptions::new(name, source)
     };
     // Check the source before taking the lock, so a typo fails fast.
@@ -152,6 +155,23 @@ pub fn backup(
             b.throughput_mb_s,
             &b.backup.root[..16]
         );
+        if let Some(mem) = b.ndf_memory_bytes {
+            println!(
+                "  chain {}: NDF index {} (this and the previous version)",
+                b.backup.chain.as_deref().unwrap_or(&b.backup.name),
+                ui::bytes(mem)
+            );
+            match &b.arranged {
+                Some(a) => println!(
+                    "  arranged {} version(s): read {} of active categories, {} archived into volumes, in {:.2} s",
+                    a.steps,
+                    ui::bytes(a.read_bytes),
+                    ui::bytes(a.archived_bytes),
+                    a.seconds
+                ),
+                None => println!("  not arranged (--no-arrange): run `tessera arrange` to catch up"),
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -23,6 +23,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             chunker,
             container_size,
             trace,
+            layout,
             json,
         } => {
             let opts = tessera_core::InitOptions {
@@ -31,7 +32,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 container_size,
                 trace,
             };
-            manage::init(&repo, &opts, json.json)
+            manage::init(&repo, &opts, layout, json.json)
         }
         Command::Backup {
             repo,
@@ -40,6 +41,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             trace_file,
             rewrite,
             segment_size,
+            source,
+            no_arrange,
             json,
         } => backup::backup(
             &repo,
@@ -47,8 +50,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             stdin_name,
             trace_file,
             (rewrite, segment_size),
+            (source, !no_arrange),
             json.json,
         ),
+        Command::Arrange { repo, max, json } => manage::arrange(&repo, max, json.json),
         Command::Snapshots { repo, json } => manage::snapshots(&repo, json.json),
         Command::Ls {
             repo,

@@ -228,6 +228,8 @@ impl Writer {
         let ndf_memory =
             stash.map(|s| crate::layout::mfdedup::end_backup(self, s, entries.is_ok()) as u64);
         let entries = entries?;
+        // The backup's own I/O (arranging is reported on its own).
+        let io = self.metrics.snapshot().since(&before);
         layout.after_backup(self, &entries)?;
         let arranged = match (&chain, mf && opts.arrange) {
             (Some(c), true) => Some(crate::layout::mfdedup::avar::arrange_chain(self, c, None)?),
@@ -239,7 +241,6 @@ impl Writer {
         } else {
             0
         };
-        let io = self.metrics.snapshot().since(&before);
         let mut r = report(entry, counts, sparse, &io, started);
         r.ndf_memory_bytes = ndf_memory;
         r.arranged = arranged;

@@ -37,6 +37,9 @@ pub struct MfdedupReads {
     pub buffered: bool,
 }
 
+/// Writes a chunk's bytes at an offset of the output.
+type WriteAt<'a> = &'a mut dyn FnMut(&[u8], u64) -> Result<()>;
+
 struct Restored {
     bytes: u64,
     chunks: u64,
@@ -48,7 +51,7 @@ struct Restored {
 fn run(
     repo: &Repository,
     backup: &BackupEntry,
-    mut write_at: Option<&mut dyn FnMut(&[u8], u64) -> Result<()>>,
+    mut write_at: Option<WriteAt<'_>>,
     progress: &mut dyn FnMut(u64),
 ) -> Result<Restored> {
     let bid = backup.id;
