@@ -8,4 +8,5 @@ mod common;
 mod gc;
 mod kill;
 mod lab;
+mod mfdedup;
 mod rewrite;
