@@ -783,6 +783,17 @@ impl Writer {
         crate::layout::mfdedup::avar::arrange_all(self, limit)
     }
 
+    /// MFDedup: arrange one chain, at most `limit` versions (the lab keeps
+    /// arranging a set number of versions behind this way).
+    pub fn arrange_chain(
+        &mut self,
+        chain: &str,
+        limit: Option<u32>,
+    ) -> Result<crate::layout::mfdedup::avar::ArrangeReport> {
+        self.require_mfdedup("arranging")?;
+        crate::layout::mfdedup::avar::arrange_chain(self, chain, limit)
+    }
+
     /// MFDedup's `gc`: deletes categories no retained version needs (forget
     /// already did; this finds any a failed forget left) — never copies.
     pub fn mfdedup_gc(&mut self) -> Result<crate::layout::mfdedup::forget::ForgetSpace> {

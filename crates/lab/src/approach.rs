@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 use tessera_core::gc::{GcOptions, GcStrategy, VcSpec};
+use tessera_core::layout::LayoutKind;
 use tessera_core::restore::CacheSpec;
 use tessera_core::rewrite::RewriteSpec;
 
@@ -39,6 +40,18 @@ pub struct ApproachDef {
     /// Overrides the experiment's restore cache.
     #[serde(default)]
     pub cache: Option<String>,
+    /// `containers` (default) or `mfdedup` (NDF + AVAR + deletion without
+    /// GC; `gc` must then be `none`).
+    #[serde(default = "containers")]
+    pub layout: String,
+    /// MFDedup: how many versions arranging is kept behind (0: arrange
+    /// after each backup, the paper's default; §5.7 studies 1…8).
+    #[serde(default)]
+    pub arrange_lag: u32,
+}
+
+fn containers() -> String {
+    "containers".into()
 }
 
 fn none() -> String {
@@ -68,11 +81,19 @@ pub struct Approach {
     /// `None`: deleted backups' chunks are never reclaimed.
     pub gc: Option<GcOptions>,
     pub cache: Option<CacheSpec>,
+    pub layout: LayoutKind,
+    pub arrange_lag: u32,
 }
 
 impl Approach {
     /// One line for reports: `rewrite=capping:10 gc=naive`.
     pub fn describe(&self, default_cache: CacheSpec) -> String {
+        if self.layout == LayoutKind::Mfdedup {
+            return format!(
+                "layout=mfdedup (NDF + AVAR, forget deletes categories) arrange_lag={}",
+                self.arrange_lag
+            );
+        }
         let rw = self.rewrite.to_string();
         let gc = self.gc.as_ref().map_or("none".to_string(), |g| {
             // The valid-chunk table, when not the exact set.
@@ -103,6 +124,8 @@ pub fn builtin(name: &str) -> Result<ApproachDef, String> {
         split_threshold: split(),
         vc: exact(),
         cache: None,
+        layout: containers(),
+        arrange_lag: 0,
     };
     let plain = base == name;
     match base {
@@ -113,8 +136,21 @@ pub fn builtin(name: &str) -> Result<ApproachDef, String> {
         "capping" | "smr" | "har" => Ok(def(name, "naive")),
         "ned" if plain => Ok(def("ned:0.5", "naive")),
         "ned" => Ok(def(name, "naive")),
+        "mfdedup" => {
+            let lag = match name.split_once(':') {
+                None => 0,
+                Some((_, n)) => n
+                    .parse()
+                    .map_err(|_| format!("mfdedup:N expects a whole number of versions (got '{name}')"))?,
+            };
+            Ok(ApproachDef {
+                layout: "mfdedup".into(),
+                arrange_lag: lag,
+                ..def("none", "none")
+            })
+        }
         _ => Err(format!(
-            "unknown approach '{name}' (built-in: naive, nogc, capping[:T], smr[:T], ned[:T], har[:U[:L]], gccdf; or define it in an [[approach]] table)"
+            "unknown approach '{name}' (built-in: naive, nogc, capping[:T], smr[:T], ned[:T], har[:U[:L]], gccdf, mfdedup[:LAG]; or define it in an [[approach]] table)"
         )),
     }
 }
@@ -138,6 +174,13 @@ impl ApproachDef {
                 ..GcOptions::default()
             }),
         };
+        let layout: LayoutKind = self.layout.parse().map_err(ctx)?;
+        if layout == LayoutKind::Mfdedup && (gc.is_some() || rewrite != RewriteSpec::None) {
+            return Err(ctx(
+                "the mfdedup layout has neither rewriting nor GC (set rewrite and gc to none)"
+                    .into(),
+            ));
+        }
         let cache = match &self.cache {
             None => None,
             Some(c) => Some(CacheSpec::parse(c).map_err(ctx)?),
@@ -154,6 +197,8 @@ impl ApproachDef {
             rewrite,
             gc,
             cache,
+            layout,
+            arrange_lag: self.arrange_lag,
         })
     }
 }
