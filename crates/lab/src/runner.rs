@@ -60,6 +60,10 @@ pub struct BackupRow {
     pub seconds: f64,
     pub throughput_mb_s: f64,
     pub chunk_refs_per_s: f64,
+    /// The repository's in-memory index after the backup: the global
+    /// fingerprint index (on the mfdedup layout only its recipe chunks; the
+    /// NDF index a backup holds is `ndf_memory_bytes`).
+    pub index_memory_bytes: u64,
     /// MFDedup: the layout of this backup's chain after it.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub mfdedup: Option<MfdedupBackup>,
@@ -747,6 +751,7 @@ impl ApproachRun<'_> {
             seconds: report.seconds,
             throughput_mb_s: report.throughput_mb_s,
             chunk_refs_per_s: report.chunks as f64 / report.seconds.max(1e-9),
+            index_memory_bytes: st.index_memory_bytes as u64,
             mfdedup,
             io: io.into(),
         }));
