@@ -86,7 +86,7 @@ pub(crate) fn plan(m: &Manifest, ids: &[BackupId]) -> Plan {
         if !ids.is_empty() && !chain.versions.iter().any(|v| ids.contains(&v.backup)) {
             continue;
         }
-        if chain.behind() > 0 {
+        if needs_arranging(chain, ids) {
             space.unarranged.push(chain.name.clone());
         }
         for v in chain.versions.iter().filter(|v| ids.contains(&v.backup)) {
@@ -173,6 +173,25 @@ pub(crate) fn plan(m: &Manifest, ids: &[BackupId]) -> Plan {
     }
 }
 
+/// Whether forgetting `ids` must arrange `chain` first: only when it is
+/// behind and the plan could touch its active categories, that is when a
+/// forgotten version is not yet arranged or the newest arranged one goes.
+/// Otherwise only archived categories (lifecycles ending before the newest
+/// arranged version, which stays) can be freed, exactly as arranged, and
+/// arranging may stay behind (§5.7).
+fn needs_arranging(chain: &super::Chain, ids: &[BackupId]) -> bool {
+    let gone: Vec<u32> = chain
+        .versions
+        .iter()
+        .filter(|v| ids.contains(&v.backup))
+        .map(|v| v.version)
+        .collect();
+    chain.behind() > 0
+        && !gone.is_empty()
+        && (gone.iter().any(|&v| v >= chain.arranged)
+            || !chain.versions.iter().any(|v| v.version == chain.arranged))
+}
+
 /// [`Repository::forget_space`](crate::Repository::forget_space).
 pub fn forget_space(repo: &Repository, ids: &[BackupId]) -> Result<ForgetSpace> {
     check_ids(repo, ids)?;
@@ -199,7 +218,7 @@ pub fn forget(w: &mut Writer, ids: &[BackupId]) -> Result<(Vec<BackupEntry>, For
         .mfdedup
         .chains
         .iter()
-        .filter(|c| c.behind() > 0 && c.versions.iter().any(|v| ids.contains(&v.backup)))
+        .filter(|c| needs_arranging(c, ids))
         .map(|c| c.name.clone())
         .collect();
     for c in &chains {
