@@ -608,6 +608,9 @@ impl Repository {
     /// [`plan_gc`](Self::plan_gc) with another mark: where the physical and
     /// focused marks come in.
     pub fn plan_gc_marked(&self, opts: &GcOptions, marker: &dyn Marker) -> Result<GcPlan> {
+        if self.manifest.config.layout == crate::layout::LayoutKind::Mfdedup {
+            return Err(crate::layout::mfdedup::not_gc());
+        }
         crate::gc::plan_gc_marked(self, opts, marker)
     }
 
