@@ -7,6 +7,7 @@ use std::str::FromStr;
 use tessera_core::check::ReadData;
 use tessera_core::chunking::ChunkerConfig;
 use tessera_core::gc::{GcOptions, GcStrategy, MarkSpec, VcSpec};
+use tessera_core::layout::LayoutKind;
 use tessera_core::restore::CacheSpec;
 use tessera_core::retention::GroupBy;
 use tessera_core::rewrite::RewriteSpec;
@@ -122,6 +123,9 @@ pub enum Command {
         /// Trace mode: the repository ingests fingerprint traces and stores metadata only
         #[arg(long)]
         trace: bool,
+        /// Layout: containers (fixed-size containers in stream order) or mfdedup (lifecycle categories and volumes, NDF + AVAR)
+        #[arg(long, default_value = "containers", value_parser = Checked(plain::<LayoutKind>))]
+        layout: LayoutKind,
         #[command(flatten)]
         json: JsonArg,
     },
@@ -148,6 +152,22 @@ pub enum Command {
         select: SelectArgs,
         #[command(flatten)]
         record: RecordArgs,
+        /// The version chain this backup continues (default: the backup's name: its absolute path or the stdin name); the mfdedup layout deduplicates against the chain's previous version only
+        #[arg(long, value_name = "NAME")]
+        source: Option<String>,
+        /// mfdedup layout: skip arranging after the backup (catch up later with `tessera arrange`)
+        #[arg(long)]
+        no_arrange: bool,
+        #[command(flatten)]
+        json: JsonArg,
+    },
+    /// mfdedup layout: arrange the chains that fell behind (AVAR), archiving what the newest versions no longer reference into volumes
+    Arrange {
+        #[command(flatten)]
+        repo: RepoArg,
+        /// Arrange at most N versions of each chain
+        #[arg(long, value_name = "N", value_parser = Checked(whole))]
+        max: Option<usize>,
         #[command(flatten)]
         json: JsonArg,
     },

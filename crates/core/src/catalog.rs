@@ -35,7 +35,12 @@ pub struct RepoConfig {
     pub trace: bool,
     /// Creation time, unix seconds.
     pub created: u64,
+    /// How chunks are laid out (`init --layout`); containers unless chosen.
+    #[serde(default, skip_serializing_if = "LayoutKind::is_containers")]
+    pub layout: LayoutKind,
 }
+
+pub use crate::layout::LayoutKind;
 
 /// What a backup was made from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -74,6 +79,11 @@ pub struct BackupEntry {
     /// Host, user, paths, tags and parent (absent in older manifests).
     #[serde(flatten)]
     pub meta: SnapshotMeta,
+    /// The version chain (source) this backup belongs to, when named
+    /// explicitly or on the MFDedup layout (where NDF deduplicates against
+    /// the chain's previous version only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain: Option<String>,
 }
 
 /// What lets people find a backup (`--host`, `--tag`, `--path`) and groups
@@ -137,6 +147,13 @@ pub struct Manifest {
     /// (the papers' GS list), then clears this list.
     #[serde(default)]
     pub forgotten: Vec<BackupEntry>,
+    /// MFDedup layout state: chains, their volumes, active categories and
+    /// NDF tables (empty on the container layout).
+    #[serde(
+        default,
+        skip_serializing_if = "crate::layout::mfdedup::MfState::is_empty"
+    )]
+    pub mfdedup: crate::layout::mfdedup::MfState,
 }
 
 impl Manifest {
@@ -152,6 +169,7 @@ impl Manifest {
             index_segments: Vec::new(),
             har_sparse: Vec::new(),
             forgotten: Vec::new(),
+            mfdedup: Default::default(),
         }
     }
 
@@ -240,6 +258,7 @@ mod tests {
             container_size: 4 << 20,
             trace: false,
             created: 1,
+            layout: LayoutKind::Containers,
         });
         m.generation = Generation(3);
         m.next_container_id = ContainerId(3);

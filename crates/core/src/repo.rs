@@ -73,6 +73,9 @@ pub struct Repository {
     pub(crate) index: Index,
     pub(crate) store: ContainerStore,
     pub(crate) metrics: Arc<Metrics>,
+    /// MFDedup only: data chunk → a category part holding it (for check
+    /// and salvage), built on first use and dropped at each publish.
+    pub(crate) mf_located: std::sync::OnceLock<crate::fingerprint::FpMap<ContainerId>>,
 }
 
 /// The repository opened for writing: a [`Repository`] plus the exclusive
@@ -127,6 +130,11 @@ pub struct RepoStats {
     pub index_segments: usize,
     pub index_memory_bytes: usize,
     pub index_bytes_per_entry: f64,
+    /// The layout chosen at `init`.
+    pub layout: crate::layout::LayoutKind,
+    /// MFDedup: each chain's volumes, active categories and trend.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub chains: Vec<crate::layout::mfdedup::ChainStats>,
 }
 
 /// Newest manifest generation listed by the store, if any.
@@ -141,6 +149,15 @@ fn latest_generation(store: &dyn ObjectStore) -> Result<Option<Generation>> {
 impl Repository {
     /// Create a repository: publish generation 1 with an empty catalog.
     pub fn init(backend: Arc<dyn ObjectStore>, opts: &InitOptions) -> Result<()> {
+        Self::init_layout(backend, opts, crate::layout::LayoutKind::Containers)
+    }
+
+    /// [`init`](Self::init) with a chosen layout (`init --layout`).
+    pub fn init_layout(
+        backend: Arc<dyn ObjectStore>,
+        opts: &InitOptions,
+        layout: crate::layout::LayoutKind,
+    ) -> Result<()> {
         opts.chunker.validate().map_err(Error::invalid)?;
         if opts.container_size < 4096 {
             return Err(Error::invalid(format!(
@@ -167,6 +184,7 @@ impl Repository {
             container_size: opts.container_size,
             trace: opts.trace,
             created: now(),
+            layout,
         };
         let mut manifest = Manifest::new(config);
         manifest.generation = Generation(1);
@@ -210,13 +228,18 @@ impl Repository {
             manifest.config.trace,
             metrics.clone(),
         );
-        Ok(Repository {
+        let mut repo = Repository {
             objects,
             manifest,
             index,
             store,
             metrics,
-        })
+            mf_located: Default::default(),
+        };
+        if repo.manifest.config.layout == crate::layout::LayoutKind::Mfdedup {
+            repo.index = crate::layout::mfdedup::recipe_index(&repo)?;
+        }
+        Ok(repo)
     }
 
     /// Open for writing: take the exclusive lock, load the newest generation,
@@ -250,9 +273,15 @@ impl Repository {
             .iter()
             .map(|c| ObjectKey::Container(c.id))
             .chain(self.manifest.index_segments.iter().cloned())
+            .chain(self.manifest.mfdedup.keys())
             .collect();
         let mut out = Vec::new();
-        for kind in [KeyKind::Container, KeyKind::IndexSegment] {
+        for kind in [
+            KeyKind::Container,
+            KeyKind::IndexSegment,
+            KeyKind::Volume,
+            KeyKind::NdfTable,
+        ] {
             out.extend(
                 self.objects
                     .list(kind)?
@@ -323,8 +352,56 @@ impl Repository {
     /// categories when that layout is chosen at `init`).
     #[inline]
     pub(crate) fn locate(&self, kind: ChunkKind, fp: &crate::Fingerprint) -> Option<ContainerId> {
-        use crate::layout::Layout;
-        crate::layout::ContainerLayout.locate(self, kind, fp)
+        use crate::layout::{Layout, LayoutKind};
+        match self.manifest.config.layout {
+            LayoutKind::Containers => crate::layout::ContainerLayout.locate(self, kind, fp),
+            LayoutKind::Mfdedup => crate::layout::MfdedupLayout.locate(self, kind, fp),
+        }
+    }
+
+    /// MFDedup: exactly what forgetting `ids` would free, from the volume
+    /// headers (what `forget --dry-run` prints).
+    pub fn forget_space(
+        &self,
+        ids: &[BackupId],
+    ) -> Result<crate::layout::mfdedup::forget::ForgetSpace> {
+        self.require_mfdedup("forget --dry-run space answers")?;
+        crate::layout::mfdedup::forget::forget_space(self, ids)
+    }
+
+    /// MFDedup: restore into a file by positional writes (out-of-order
+    /// restore, no temporary copy). Other layouts write it in order.
+    pub fn restore_to_file(
+        &self,
+        backup: &BackupEntry,
+        file: &mut std::fs::File,
+        opts: &RestoreOptions,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<RestoreReport> {
+        match self.manifest.config.layout {
+            crate::layout::LayoutKind::Mfdedup => {
+                crate::layout::mfdedup::restore::restore_to_file(self, backup, file, opts, progress)
+            }
+            crate::layout::LayoutKind::Containers => {
+                let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
+                self.restore_to(backup, &mut w, opts, progress)
+            }
+        }
+    }
+
+    /// MFDedup: each chain's layout (volumes, active categories, trend).
+    pub fn chain_stats(&self) -> Vec<crate::layout::mfdedup::ChainStats> {
+        crate::layout::mfdedup::chain_stats(&self.manifest)
+    }
+
+    fn require_mfdedup(&self, what: &str) -> Result<()> {
+        if self.manifest.config.layout != crate::layout::LayoutKind::Mfdedup {
+            return Err(Error::invalid(format!(
+                "{what} need the mfdedup layout (this repository uses {})",
+                self.manifest.config.layout
+            )));
+        }
+        Ok(())
     }
 
     pub fn manifest(&self) -> &Manifest {
@@ -434,6 +511,8 @@ impl Repository {
             } else {
                 mem as f64 / (de + re) as f64
             },
+            layout: m.config.layout,
+            chains: crate::layout::mfdedup::chain_stats(m),
         }
     }
 
@@ -520,12 +599,18 @@ impl Repository {
     /// Mark (with the options' marker) and select: what [`gc`](Writer::gc)
     /// would do. Changes nothing.
     pub fn plan_gc(&self, opts: &GcOptions) -> Result<GcPlan> {
+        if self.manifest.config.layout == crate::layout::LayoutKind::Mfdedup {
+            return Err(crate::layout::mfdedup::not_gc());
+        }
         crate::gc::plan_gc(self, opts)
     }
 
     /// [`plan_gc`](Self::plan_gc) with another mark: where the physical and
     /// focused marks come in.
     pub fn plan_gc_marked(&self, opts: &GcOptions, marker: &dyn Marker) -> Result<GcPlan> {
+        if self.manifest.config.layout == crate::layout::LayoutKind::Mfdedup {
+            return Err(crate::layout::mfdedup::not_gc());
+        }
         crate::gc::plan_gc_marked(self, opts, marker)
     }
 
@@ -620,6 +705,9 @@ impl Writer {
     /// select, sweep (naive copy-forward or GCCDF reordering), then publish
     /// a new generation before deleting the old containers.
     pub fn gc(&mut self, opts: &GcOptions) -> Result<GcReport> {
+        if self.manifest.config.layout == crate::layout::LayoutKind::Mfdedup {
+            return Err(crate::layout::mfdedup::not_gc());
+        }
         crate::gc::gc(self, opts)
     }
 
@@ -651,6 +739,9 @@ impl Writer {
                 )));
             }
         }
+        if self.manifest.config.layout == crate::layout::LayoutKind::Mfdedup {
+            return crate::layout::mfdedup::forget::forget(self, ids).map(|(gone, _)| gone);
+        }
         let mut next = self.manifest.clone();
         let (gone, kept): (Vec<_>, Vec<_>) =
             next.backups.into_iter().partition(|b| ids.contains(&b.id));
@@ -670,11 +761,53 @@ impl Writer {
         self.objects.barrier()?;
         let old = ObjectKey::Manifest(self.manifest.generation);
         self.manifest = next;
+        self.mf_located = Default::default();
         self.objects.delete(&old)?;
         for key in superseded {
             self.objects.delete(key)?;
         }
         self.objects.barrier()
+    }
+
+    /// MFDedup: forget `ids`, returning exactly what was freed (the answer
+    /// [`forget_space`](Repository::forget_space) gave once arranged).
+    pub fn forget_freeing(
+        &mut self,
+        ids: &[BackupId],
+    ) -> Result<(
+        Vec<BackupEntry>,
+        crate::layout::mfdedup::forget::ForgetSpace,
+    )> {
+        self.require_mfdedup("space answers")?;
+        crate::layout::mfdedup::forget::forget(self, ids)
+    }
+
+    /// MFDedup: arrange the chains that fell behind (`--no-arrange`), at
+    /// most `limit` versions each.
+    pub fn arrange(
+        &mut self,
+        limit: Option<u32>,
+    ) -> Result<Vec<crate::layout::mfdedup::avar::ArrangeReport>> {
+        self.require_mfdedup("arranging")?;
+        crate::layout::mfdedup::avar::arrange_all(self, limit)
+    }
+
+    /// MFDedup: arrange one chain, at most `limit` versions (the lab keeps
+    /// arranging a set number of versions behind this way).
+    pub fn arrange_chain(
+        &mut self,
+        chain: &str,
+        limit: Option<u32>,
+    ) -> Result<crate::layout::mfdedup::avar::ArrangeReport> {
+        self.require_mfdedup("arranging")?;
+        crate::layout::mfdedup::avar::arrange_chain(self, chain, limit)
+    }
+
+    /// MFDedup's `gc`: deletes categories no retained version needs (forget
+    /// already did; this finds any a failed forget left) — never copies.
+    pub fn mfdedup_gc(&mut self) -> Result<crate::layout::mfdedup::forget::ForgetSpace> {
+        self.require_mfdedup("gc by deleting categories")?;
+        crate::layout::mfdedup::forget::forget(self, &[]).map(|(_, s)| s)
     }
 
     /// Release the writer lock (also released on drop).

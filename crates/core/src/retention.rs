@@ -272,6 +272,7 @@ mod tests {
             new_bytes: 0,
             new_chunks: 0,
             meta: SnapshotMeta::default(),
+            chain: None,
         }
     }
 

@@ -102,6 +102,7 @@ pub fn backup(
     (rewrite, segment_bytes): (RewriteSpec, u64),
     select: &SelectArgs,
     record: &RecordArgs,
+    (chain, arrange): (Option<String>, bool),
     json: bool,
 ) -> Result<ExitCode> {
     let Source {
@@ -161,6 +162,8 @@ pub fn backup(
         rewrite,
         segment_bytes,
         meta: meta.clone(),
+        chain: chain.clone(),
+        arrange,
         ..BackupOptions::new(name, source)
     };
     let mut report = if let Some(name) = stdin_name {
@@ -280,6 +283,23 @@ pub fn backup(
             b.throughput_mb_s,
             &b.backup.root[..16]
         );
+        if let Some(mem) = b.ndf_memory_bytes {
+            println!(
+                "  chain {}: NDF index {} (this and the previous version)",
+                b.backup.chain.as_deref().unwrap_or(&b.backup.name),
+                ui::bytes(mem)
+            );
+            match &b.arranged {
+                Some(a) => println!(
+                    "  arranged {} version(s): read {} of active categories, {} archived into volumes, in {:.2} s",
+                    a.steps,
+                    ui::bytes(a.read_bytes),
+                    ui::bytes(a.archived_bytes),
+                    a.seconds
+                ),
+                None => println!("  not arranged (--no-arrange): run `tessera arrange` to catch up"),
+            }
+        }
     }
     if unreadable > 0 {
         eprintln!(

@@ -27,6 +27,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             chunker,
             container_size,
             trace,
+            layout,
             json,
         } => {
             let opts = tessera_core::InitOptions {
@@ -35,7 +36,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 container_size,
                 trace,
             };
-            manage::init(&repo, &opts, json.json)
+            manage::init(&repo, &opts, layout, json.json)
         }
         Command::Backup {
             repo,
@@ -46,6 +47,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             segment_size,
             select,
             record,
+            source,
+            no_arrange,
             json,
         } => backup::backup(
             &repo,
@@ -57,8 +60,10 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             (rewrite, segment_size),
             &select,
             &record,
+            (source, !no_arrange),
             json.json,
         ),
+        Command::Arrange { repo, max, json } => manage::arrange(&repo, max, json.json),
         Command::Snapshots { repo, filter, json } => {
             manage::snapshots(&repo, &Filter::new(&filter), json.json)
         }

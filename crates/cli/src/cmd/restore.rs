@@ -89,6 +89,20 @@ pub fn restore(
             s.seconds,
             s.throughput_mb_s
         );
+        let line = match &s.mfdedup {
+            Some(m) => format!(
+                "{line}\n  mfdedup: {} categories from {} volumes in {} sequential runs, out-of-order{}",
+                m.categories,
+                m.volumes,
+                m.seeks,
+                if m.buffered {
+                    " (buffered through a temporary file, then written in order)"
+                } else {
+                    ""
+                }
+            ),
+            None => line,
+        };
         if to_stdout {
             eprintln!("{line}");
         } else {

@@ -10,6 +10,7 @@ mod gc;
 mod inspect;
 mod kill;
 mod lab;
+mod mfdedup;
 mod mount;
 mod rewrite;
 mod snapshots;

@@ -19,14 +19,20 @@ pub enum KeyKind {
     Container,
     IndexSegment,
     Lock,
+    /// MFDedup volume headers (`volumes/<id>`).
+    Volume,
+    /// MFDedup NDF fingerprint tables, one per version (`ndf/<id>`).
+    NdfTable,
 }
 
 impl KeyKind {
-    pub const ALL: [KeyKind; 4] = [
+    pub const ALL: [KeyKind; 6] = [
         KeyKind::Manifest,
         KeyKind::Container,
         KeyKind::IndexSegment,
         KeyKind::Lock,
+        KeyKind::Volume,
+        KeyKind::NdfTable,
     ];
 
     /// What every name of this kind starts with (the whole name for the lock).
@@ -36,6 +42,8 @@ impl KeyKind {
             KeyKind::Container => "containers/",
             KeyKind::IndexSegment => "index/",
             KeyKind::Lock => "lock",
+            KeyKind::Volume => "volumes/",
+            KeyKind::NdfTable => "ndf/",
         }
     }
 
@@ -57,6 +65,10 @@ pub enum ObjectKey {
     Container(ContainerId),
     IndexSegment(u64),
     Lock,
+    /// An MFDedup volume header (the categories of one volume and their sizes).
+    Volume(u64),
+    /// An MFDedup NDF table: the distinct data fingerprints of one version.
+    NdfTable(u64),
     /// A listed name that is none of the above (`containers/junk`): kept
     /// whole so it can be reported and deleted, never written by the engine.
     Stray(String),
@@ -82,6 +94,8 @@ impl ObjectKey {
             }
             Some(KeyKind::IndexSegment) => numbered("index/").map(ObjectKey::IndexSegment),
             Some(KeyKind::Lock) => Some(ObjectKey::Lock),
+            Some(KeyKind::Volume) => numbered("volumes/").map(ObjectKey::Volume),
+            Some(KeyKind::NdfTable) => numbered("ndf/").map(ObjectKey::NdfTable),
             None => None,
         };
         // Only the canonical spelling parses, so a key's name round-trips
@@ -104,6 +118,8 @@ impl ObjectKey {
             ObjectKey::Container(_) => Some(KeyKind::Container),
             ObjectKey::IndexSegment(_) => Some(KeyKind::IndexSegment),
             ObjectKey::Lock => Some(KeyKind::Lock),
+            ObjectKey::Volume(_) => Some(KeyKind::Volume),
+            ObjectKey::NdfTable(_) => Some(KeyKind::NdfTable),
             ObjectKey::Stray(name) => KeyKind::of_name(name),
         }
     }
@@ -136,6 +152,8 @@ impl fmt::Display for ObjectKey {
             ObjectKey::Container(id) => write!(f, "containers/{id:016x}"),
             ObjectKey::IndexSegment(id) => write!(f, "index/{id:016x}"),
             ObjectKey::Lock => f.write_str("lock"),
+            ObjectKey::Volume(id) => write!(f, "volumes/{id:016x}"),
+            ObjectKey::NdfTable(id) => write!(f, "ndf/{id:016x}"),
             ObjectKey::Stray(name) => f.write_str(name),
         }
     }
@@ -203,6 +221,8 @@ mod tests {
             ObjectKey::Container(ContainerId(0xa1)),
             ObjectKey::IndexSegment(u64::MAX),
             ObjectKey::Lock,
+            ObjectKey::Volume(7),
+            ObjectKey::NdfTable(8),
         ] {
             assert_eq!(ObjectKey::parse(&k.name()), k);
         }

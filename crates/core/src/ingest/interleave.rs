@@ -53,6 +53,11 @@ pub(crate) fn backup_interleaved(
     if group.is_empty() {
         return Ok(Vec::new());
     }
+    if cfg.layout == crate::layout::LayoutKind::Mfdedup {
+        return Err(Error::invalid(
+            "the mfdedup layout backs up one version of a chain at a time (no interleaved groups)",
+        ));
+    }
     let mut names = Vec::with_capacity(group.len());
     let mut dealt = Vec::with_capacity(group.len());
     let chunker = cfg.chunker.build();
@@ -131,6 +136,7 @@ pub(crate) fn backup_interleaved(
             let root = d.recipe.finish(&mut sink)?;
             members.push(Member {
                 name,
+                chain: None,
                 source,
                 meta,
                 root,

@@ -72,6 +72,11 @@ pub struct BackupOptions {
     pub segment_bytes: u64,
     /// Host, user, paths, tags and parent, recorded in the catalog entry.
     pub meta: crate::catalog::SnapshotMeta,
+    /// The version chain (`--source`); the name when unset. Recorded in
+    /// the catalog when set, always on the MFDedup layout.
+    pub chain: Option<String>,
+    /// MFDedup: arrange right after the backup (`--no-arrange` clears it).
+    pub arrange: bool,
 }
 
 impl BackupOptions {
@@ -83,6 +88,8 @@ impl BackupOptions {
             rewrite: RewriteSpec::None,
             segment_bytes: crate::rewrite::DEFAULT_SEGMENT_BYTES,
             meta: Default::default(),
+            chain: None,
+            arrange: true,
         }
     }
 }
@@ -112,6 +119,13 @@ pub struct BackupReport {
     pub seconds: f64,
     /// Logical MB (10^6 bytes) per second.
     pub throughput_mb_s: f64,
+    /// MFDedup: memory of the NDF index at its peak (the previous and this
+    /// version's fingerprints).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ndf_memory_bytes: Option<u64>,
+    /// MFDedup: the arranging that followed the backup.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arranged: Option<crate::layout::mfdedup::avar::ArrangeReport>,
 }
 
 /// Counters kept by the worker.
@@ -131,6 +145,7 @@ pub(crate) struct Counts {
 /// level), and what its ingest counted.
 struct Member {
     name: String,
+    chain: Option<String>,
     source: SourceKind,
     meta: crate::catalog::SnapshotMeta,
     root: (RecipeEntry, u8),
@@ -163,6 +178,8 @@ fn report(
         recipe_containers_written: io.recipe_containers_written,
         seconds: secs,
         throughput_mb_s: crate::metrics::mb_per_s(c.logical, secs),
+        ndf_memory_bytes: None,
+        arranged: None,
         backup,
     }
 }
@@ -178,6 +195,20 @@ impl Writer {
         let started = Instant::now();
         let cfg = self.manifest.config.clone();
         let before = self.metrics.snapshot();
+        let mf = cfg.layout == crate::layout::LayoutKind::Mfdedup;
+        let chain = match (&opts.chain, mf) {
+            (Some(c), _) => Some(c.clone()),
+            (None, true) => Some(opts.name.clone()),
+            (None, false) => None,
+        };
+        let stash = match (mf, &chain) {
+            (true, Some(c)) => Some(crate::layout::mfdedup::begin_backup(
+                self,
+                c,
+                &opts.rewrite,
+            )?),
+            _ => None,
+        };
         let rw = Rewriter::new(&opts.rewrite, opts.segment_bytes, &self.manifest);
         let sink = Sink::new(self, layout, rw);
         let mut ingest = Ingest::start(sink, cfg.chunker.build(), cfg.hash, cfg.trace);
@@ -190,6 +221,7 @@ impl Writer {
             };
             Ok(vec![Member {
                 name: opts.name.clone(),
+                chain: chain.clone(),
                 source: opts.source,
                 meta: opts.meta.clone(),
                 root,
@@ -197,16 +229,27 @@ impl Writer {
             }])
         });
         let counts = sink.counts;
-        let entries = self.commit(sink, member)?;
+        let entries = self.commit(sink, member);
+        let ndf_memory =
+            stash.map(|s| crate::layout::mfdedup::end_backup(self, s, entries.is_ok()) as u64);
+        let entries = entries?;
+        // The backup's own I/O (arranging is reported on its own).
+        let io = self.metrics.snapshot().since(&before);
         layout.after_backup(self, &entries)?;
+        let arranged = match (&chain, mf && opts.arrange) {
+            (Some(c), true) => Some(crate::layout::mfdedup::avar::arrange_chain(self, c, None)?),
+            _ => None,
+        };
         let entry = entries.into_iter().next().expect("one member, one entry");
         let sparse = if matches!(opts.rewrite, RewriteSpec::Har { .. }) {
             self.manifest.har_sparse.len() as u64
         } else {
             0
         };
-        let io = self.metrics.snapshot().since(&before);
-        Ok(report(entry, counts, sparse, &io, started))
+        let mut r = report(entry, counts, sparse, &io, started);
+        r.ndf_memory_bytes = ndf_memory;
+        r.arranged = arranged;
+        Ok(r)
     }
 
     /// Seal the open containers, write the index segment and publish one
@@ -237,7 +280,10 @@ impl Writer {
             if let Some(sparse) = sink.rw.as_ref().and_then(|r| r.next_sparse(capacity)) {
                 next.har_sparse = sparse;
             }
-            self.write_segment(&mut next, &sink.new_entries)?;
+            let mf = self.manifest.config.layout == crate::layout::LayoutKind::Mfdedup;
+            if !mf {
+                self.write_segment(&mut next, &sink.new_entries)?;
+            }
             let mut entries = Vec::with_capacity(members.len());
             for m in members {
                 let (root, root_level) = m.root;
@@ -254,7 +300,18 @@ impl Writer {
                     new_bytes: c.new_bytes,
                     new_chunks: c.new_chunks,
                     meta: m.meta,
+                    chain: m.chain,
                 };
+                if mf {
+                    let refs = sink.refs.take().unwrap_or_default();
+                    crate::layout::mfdedup::record_backup(
+                        self,
+                        &mut next,
+                        &entry,
+                        sink.writer.written(),
+                        &refs,
+                    )?;
+                }
                 next.next_backup_id = next.next_backup_id.next();
                 next.backups.push(entry.clone());
                 entries.push(entry);

@@ -25,6 +25,9 @@ pub(crate) struct Sink<L: Layout = ContainerLayout> {
     pub(super) undo: UndoLog<L::Index>,
     /// Where the index's log expects the next data chunk.
     pub(super) cursor: <L::Index as DedupIndex>::Cursor,
+    /// MFDedup only: every data fingerprint of the backup, in order (its
+    /// NDF table, which arranging classifies the active categories by).
+    pub(super) refs: Option<Vec<Fingerprint>>,
 }
 
 /// How to put the index back as it was if the backup fails: entries the
@@ -85,6 +88,8 @@ impl<L: Layout> Sink<L> {
             rw,
             undo,
             cursor: Default::default(),
+            refs: (repo.manifest.config.layout == crate::layout::LayoutKind::Mfdedup)
+                .then(Vec::new),
         }
     }
 
@@ -183,6 +188,9 @@ impl<L: Layout> Sink<L> {
     pub(super) fn dedup_chunk(&mut self, fp: Fingerprint, len: u32, bytes: &[u8]) -> Result<()> {
         self.counts.logical += len as u64;
         self.counts.chunks += 1;
+        if let Some(r) = &mut self.refs {
+            r.push(fp);
+        }
         if self.add(ChunkKind::Data, fp, len, bytes)? {
             self.counts.new_bytes += len as u64;
             self.counts.new_chunks += 1;

@@ -28,8 +28,51 @@
 //! container's copy is the indexed one: that is container-layout logic.
 
 mod containers;
+pub mod mfdedup;
 
 pub use containers::{ContainerLayout, ContainerWriters};
+pub use mfdedup::MfdedupLayout;
+
+/// Which layout a repository uses, fixed at `init --layout`.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum LayoutKind {
+    /// Fixed-size containers in stream order ([`ContainerLayout`]).
+    #[default]
+    Containers,
+    /// MFDedup's lifecycle categories and volumes ([`MfdedupLayout`]).
+    Mfdedup,
+}
+
+impl LayoutKind {
+    pub fn is_containers(&self) -> bool {
+        *self == LayoutKind::Containers
+    }
+}
+
+impl std::fmt::Display for LayoutKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LayoutKind::Containers => "containers",
+            LayoutKind::Mfdedup => "mfdedup",
+        })
+    }
+}
+
+impl std::str::FromStr for LayoutKind {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "containers" | "container" => Ok(LayoutKind::Containers),
+            "mfdedup" => Ok(LayoutKind::Mfdedup),
+            _ => Err(format!(
+                "unknown layout '{s}' (expected containers or mfdedup)"
+            )),
+        }
+    }
+}
 
 use crate::catalog::{BackupEntry, ContainerEntry};
 use crate::container::{ChunkKind, ContainerId};

@@ -757,6 +757,7 @@ mod tests {
             new_bytes: 0,
             new_chunks: 0,
             meta: Default::default(),
+            chain: None,
         });
         repo.publish(next, &[]).unwrap();
         id
