@@ -41,7 +41,7 @@ pub struct RepoConfig {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SourceKind {
-    /// A directory, stored as a deterministic tar stream.
+    /// A directory: file contents, then metadata records.
     Tree,
     /// A single file's bytes.
     File,
@@ -71,6 +71,12 @@ pub struct BackupEntry {
     /// Bytes and chunks this backup stored anew.
     pub new_bytes: u64,
     pub new_chunks: u64,
+    /// A directory backup's stream: its first `content_bytes` are the
+    /// files' contents, the rest its metadata (docs/FORMAT.md, "Backup
+    /// streams"). None for other backups, and for directory backups of
+    /// earlier builds (a tar stream).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_bytes: Option<u64>,
 }
 
 impl BackupEntry {

@@ -25,6 +25,9 @@ pub(crate) struct Sink<L: Layout = ContainerLayout> {
     pub(super) undo: UndoLog<L::Index>,
     /// Where the index's log expects the next data chunk.
     pub(super) cursor: <L::Index as DedupIndex>::Cursor,
+    /// Every data chunk in stream order, when asked for (the files cache
+    /// learns each file's chunks from it).
+    pub(super) trail: Option<Vec<(Fingerprint, u32)>>,
 }
 
 /// How to put the index back as it was if the backup fails: entries the
@@ -85,6 +88,7 @@ impl<L: Layout> Sink<L> {
             rw,
             undo,
             cursor: Default::default(),
+            trail: None,
         }
     }
 
@@ -181,13 +185,30 @@ impl<L: Layout> Sink<L> {
     /// has it (the recipe is built by the caller).
     #[inline]
     pub(super) fn dedup_chunk(&mut self, fp: Fingerprint, len: u32, bytes: &[u8]) -> Result<()> {
+        let at = self.counts.logical;
         self.counts.logical += len as u64;
         self.counts.chunks += 1;
         if self.add(ChunkKind::Data, fp, len, bytes)? {
-            self.counts.new_bytes += len as u64;
-            self.counts.new_chunks += 1;
+            self.counts.stored_new(at, len);
         }
         Ok(())
+    }
+
+    /// A data chunk given by fingerprint only (the files cache checked that
+    /// the index holds it when the backup started; no rewriting then).
+    pub(super) fn known_chunk(
+        &mut self,
+        recipe: &mut RecipeBuilder,
+        fp: Fingerprint,
+        len: u32,
+    ) -> Result<()> {
+        if self.rw.is_some() || !self.index.contains(ChunkKind::Data, &fp) {
+            return Err(crate::error::Error::invalid(format!(
+                "the files cache named chunk {} that the index does not hold (a bug)",
+                fp.to_hex()
+            )));
+        }
+        self.data_chunk(recipe, fp, len, &[])
     }
 
     /// Store a recipe chunk unless the index has it.
