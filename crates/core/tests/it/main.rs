@@ -13,3 +13,4 @@ mod repository;
 mod restore_cache;
 mod restore_pipeline;
 mod rewrite;
+mod tree;
