@@ -48,6 +48,7 @@ pub fn backup(
     stdin_name: Option<String>,
     trace_file: Option<PathBuf>,
     (rewrite, segment_bytes): (RewriteSpec, u64),
+    force_read: bool,
     json: bool,
 ) -> Result<ExitCode> {
     let options = |name: String, source| BackupOptions {
@@ -61,6 +62,10 @@ pub fn backup(
     }
     let backend = open_backend(repo)?;
     let mut r = Repository::open_writer(backend.clone(), "tessera backup")?;
+    r.set_files_cache(
+        tessera_core::ingest::FilesCacheOptions::default_dir()
+            .map(|dir| tessera_core::ingest::FilesCacheOptions { dir, force_read }),
+    );
     let mut report = if let Some(name) = stdin_name {
         let pb = ui::progress(None, "backup", json);
         let opts = options(name, SourceKind::Stream);
@@ -141,6 +146,14 @@ pub fn backup(
             println!(
                 "  {} files, {} directories, {} symlinks, {} hard links",
                 t.files, t.dirs, t.symlinks, t.hardlinks
+            );
+            println!(
+                "  contents {} ({} new), metadata {} ({} new), {} files from the files cache",
+                ui::bytes(b.content_bytes),
+                ui::bytes(b.new_content_bytes),
+                ui::bytes(b.metadata_bytes),
+                ui::bytes(b.new_metadata_bytes),
+                b.files_from_cache,
             );
             for s in &t.skipped {
                 eprintln!("  skipped {s}");

@@ -40,6 +40,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             trace_file,
             rewrite,
             segment_size,
+            force_read,
             json,
         } => backup::backup(
             &repo,
@@ -47,6 +48,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             stdin_name,
             trace_file,
             (rewrite, segment_size),
+            force_read,
             json.json,
         ),
         Command::Snapshots { repo, json } => manage::snapshots(&repo, json.json),
