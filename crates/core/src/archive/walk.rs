@@ -129,11 +129,11 @@ fn many_roots(paths: &[PathBuf]) -> Result<Roots> {
     for p in paths {
         let name = p.file_name();
         let full = match (p.parent(), name) {
-            (Some(parent), Some(name)) if !parent.as_os_str().is_empty() => fs::canonicalize(
-                parent,
-            )
-            .ctx(|| format!("cannot read {}", p.display()))?
-            .join(name),
+            (Some(parent), Some(name)) if !parent.as_os_str().is_empty() => {
+                fs::canonicalize(parent)
+                    .ctx(|| format!("cannot read {}", p.display()))?
+                    .join(name)
+            }
             (_, Some(name)) => std::env::current_dir()
                 .ctx(|| "cannot read the current directory".into())?
                 .join(name),
@@ -157,9 +157,9 @@ fn many_roots(paths: &[PathBuf]) -> Result<Roots> {
     }
     let mut whole: BTreeSet<Vec<u8>> = BTreeSet::new();
     for rel in abs {
-        let covered = whole.iter().any(|w| {
-            rel.len() > w.len() && rel.starts_with(w) && rel[w.len()] == b'/'
-        });
+        let covered = whole
+            .iter()
+            .any(|w| rel.len() > w.len() && rel.starts_with(w) && rel[w.len()] == b'/');
         if !covered {
             whole.insert(rel);
         }

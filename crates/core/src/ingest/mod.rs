@@ -205,7 +205,8 @@ impl Writer {
         opts: &BackupOptions,
         feed: impl FnOnce(&mut Ingest<L>) -> Result<()>,
     ) -> Result<BackupReport> {
-        self.backup_trailed(layout, opts, false, feed).map(|(r, _)| r)
+        self.backup_trailed(layout, opts, false, feed)
+            .map(|(r, _)| r)
     }
 
     /// A directory backup: [`backup_in`](Self::backup_in), also returning

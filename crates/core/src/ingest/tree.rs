@@ -19,15 +19,17 @@ use crate::fingerprint::Fingerprint;
 use crate::repo::Writer;
 use crate::rewrite::RewriteSpec;
 
+/// (path, identity, first chunk, end chunk) of a regular file stored.
+type Learnt = (Vec<u8>, FileId, u64, u64);
+
 /// The walk's output into a running backup.
 struct TreeIngest<'a> {
     ingest: &'a mut Ingest,
     meta: MetaWriter,
     /// The previous backup's files cache (files it may skip reading).
     cache: Option<&'a FilesCache>,
-    /// (path, identity, first chunk, end chunk) of each regular file, for
-    /// the next files cache.
-    learnt: Option<Vec<(Vec<u8>, FileId, u64, u64)>>,
+    /// Each regular file, for the next files cache.
+    learnt: Option<Vec<Learnt>>,
     /// The identity of the file being read, and its first chunk.
     current: Option<(FileId, u64)>,
     from_cache: u64,
