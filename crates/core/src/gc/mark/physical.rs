@@ -756,6 +756,7 @@ mod tests {
             chunks: 0,
             new_bytes: 0,
             new_chunks: 0,
+            content_bytes: None,
         });
         repo.publish(next, &[]).unwrap();
         id
