@@ -148,6 +148,9 @@ pub enum Command {
         /// Chunks per rewriting decision (the ingest segment), e.g. 20MiB
         #[arg(long, value_name = "SIZE", default_value = "20MiB", value_parser = Checked(segment_size))]
         segment_size: u64,
+        /// Read every file of a directory, trusting nothing in the files cache (which otherwise skips files whose size, times and inode are unchanged; it lives in $TESSERA_CACHE_DIR, $XDG_CACHE_HOME/tessera or ~/.cache/tessera)
+        #[arg(long)]
+        force_read: bool,
         #[command(flatten)]
         select: SelectArgs,
         #[command(flatten)]

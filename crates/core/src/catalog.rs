@@ -46,7 +46,7 @@ pub use crate::layout::LayoutKind;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SourceKind {
-    /// A directory, stored as a deterministic tar stream.
+    /// A directory: file contents, then metadata records.
     Tree,
     /// A single file's bytes.
     File,
@@ -84,6 +84,12 @@ pub struct BackupEntry {
     /// the chain's previous version only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chain: Option<String>,
+    /// A directory backup's stream: its first `content_bytes` are the
+    /// files' contents, the rest its metadata (docs/FORMAT.md, "Backup
+    /// streams"). None for other backups, and for directory backups of
+    /// earlier builds (a tar stream).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_bytes: Option<u64>,
 }
 
 /// What lets people find a backup (`--host`, `--tag`, `--path`) and groups

@@ -86,6 +86,8 @@ pub struct Writer {
     repo: Repository,
     lock: Option<RepoLock>,
     leftovers: Leftovers,
+    /// Directory backups: the files cache to use, if any.
+    files_cache: Option<crate::ingest::FilesCacheOptions>,
 }
 
 impl std::ops::Deref for Writer {
@@ -255,6 +257,7 @@ impl Repository {
             repo,
             lock: Some(lock),
             leftovers,
+            files_cache: None,
         })
     }
 
@@ -653,7 +656,7 @@ impl Writer {
         crate::ingest::backup_reader(self, opts, reader, progress)
     }
 
-    /// Back up a directory as a deterministic tar stream.
+    /// Back up a directory: its files' contents, then their metadata.
     pub fn backup_tree(
         &mut self,
         opts: &BackupOptions,
@@ -666,11 +669,11 @@ impl Writer {
     /// Back up several paths (directories or files) as one backup, leaving
     /// out what `selection` excludes.
     ///
-    /// Contract (issues 13 and 19): one directory path is stored as today
-    /// (entries relative to it); several paths are stored under their
-    /// absolute paths with the leading `/` removed, as restic does. Until
-    /// the directory stream of issue 19 lands, only one directory path and
-    /// the default selection are accepted.
+    /// Contract (issues 13 and 19): one directory path is stored with its
+    /// entries relative to it; several paths (directories or not) are
+    /// stored under their absolute paths with the leading `/` removed, as
+    /// restic does, with the directories leading to them (nested paths are
+    /// stored once).
     pub fn backup_paths(
         &mut self,
         opts: &BackupOptions,
@@ -679,6 +682,18 @@ impl Writer {
         progress: &mut dyn FnMut(u64),
     ) -> Result<(BackupReport, crate::archive::TreeStats)> {
         crate::ingest::backup_paths(self, opts, paths, selection, progress)
+    }
+
+    /// Use a files cache for the directory backups of this writer (none by
+    /// default): unchanged files are not read again (see
+    /// [`crate::ingest::FilesCacheOptions`]).
+    pub fn set_files_cache(&mut self, cache: Option<crate::ingest::FilesCacheOptions>) {
+        self.files_cache = cache;
+    }
+
+    /// The files cache set by [`set_files_cache`](Self::set_files_cache).
+    pub fn files_cache(&self) -> Option<&crate::ingest::FilesCacheOptions> {
+        self.files_cache.as_ref()
     }
 
     /// Back up a fingerprint trace: (fingerprint, size) per chunk.

@@ -273,6 +273,7 @@ mod tests {
             new_chunks: 0,
             meta: SnapshotMeta::default(),
             chain: None,
+            content_bytes: None,
         }
     }
 

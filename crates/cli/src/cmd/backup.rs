@@ -103,6 +103,7 @@ pub fn backup(
     select: &SelectArgs,
     record: &RecordArgs,
     (chain, arrange): (Option<String>, bool),
+    force_read: bool,
     json: bool,
 ) -> Result<ExitCode> {
     let Source {
@@ -135,6 +136,10 @@ pub fn backup(
     }
     let backend = open_backend(repo)?;
     let mut r = super::open_writer(repo, backend.clone(), "tessera backup")?;
+    r.set_files_cache(
+        tessera_core::ingest::FilesCacheOptions::default_dir()
+            .map(|dir| tessera_core::ingest::FilesCacheOptions { dir, force_read }),
+    );
     let name = match (&stdin_name, &trace_file) {
         (Some(n), _) => n.clone(),
         (_, Some(t)) => t.display().to_string(),
@@ -261,6 +266,14 @@ pub fn backup(
             println!(
                 "  {} files, {} directories, {} symlinks, {} hard links",
                 t.files, t.dirs, t.symlinks, t.hardlinks
+            );
+            println!(
+                "  contents {} ({} new), metadata {} ({} new), {} files from the files cache",
+                ui::bytes(b.content_bytes),
+                ui::bytes(b.new_content_bytes),
+                ui::bytes(b.metadata_bytes),
+                ui::bytes(b.new_metadata_bytes),
+                b.files_from_cache,
             );
             for s in &t.skipped {
                 eprintln!("  skipped {s}");

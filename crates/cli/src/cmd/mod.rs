@@ -49,6 +49,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             record,
             source,
             no_arrange,
+            force_read,
             json,
         } => backup::backup(
             &repo,
@@ -61,6 +62,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             &select,
             &record,
             (source, !no_arrange),
+            force_read,
             json.json,
         ),
         Command::Arrange { repo, max, json } => manage::arrange(&repo, max, json.json),

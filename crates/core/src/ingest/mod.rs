@@ -53,10 +53,13 @@ use serde::Serialize;
 use std::io::{self, Read, Write};
 use std::time::Instant;
 
+mod files_cache;
 pub(crate) mod interleave;
 mod pipeline;
 mod segment;
 mod sink;
+mod tree;
+pub use files_cache::FilesCacheOptions;
 pub use interleave::GroupInput;
 pub use pipeline::Ingest;
 use sink::Sink;
@@ -126,6 +129,15 @@ pub struct BackupReport {
     /// MFDedup: the arranging that followed the backup.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub arranged: Option<crate::layout::mfdedup::avar::ArrangeReport>,
+    /// Where the logical bytes went: file contents and (directory backups)
+    /// metadata, and how much of each was stored anew.
+    pub content_bytes: u64,
+    pub metadata_bytes: u64,
+    pub new_content_bytes: u64,
+    pub new_metadata_bytes: u64,
+    /// Directory backups with the files cache: regular files whose
+    /// contents were taken from it rather than read.
+    pub files_from_cache: u64,
 }
 
 /// Counters kept by the worker.
@@ -139,6 +151,22 @@ pub(crate) struct Counts {
     rewritten_bytes: u64,
     rewritten_chunks: u64,
     segments: u64,
+    /// Directory streams: where the metadata section starts.
+    meta_from: Option<u64>,
+    /// New bytes of the metadata section (part of `new_bytes`).
+    new_meta_bytes: u64,
+}
+
+impl Counts {
+    /// A new data chunk starting at stream offset `at` was stored.
+    #[inline]
+    fn stored_new(&mut self, at: u64, len: u32) {
+        self.new_bytes += len as u64;
+        self.new_chunks += 1;
+        if self.meta_from.is_some_and(|m| at >= m) {
+            self.new_meta_bytes += len as u64;
+        }
+    }
 }
 
 /// A backup about to be committed: how it is named, its recipe root (and
@@ -162,7 +190,13 @@ fn report(
     started: Instant,
 ) -> BackupReport {
     let secs = started.elapsed().as_secs_f64();
+    let content = c.meta_from.unwrap_or(c.logical).min(c.logical);
     BackupReport {
+        content_bytes: content,
+        metadata_bytes: c.logical - content,
+        new_content_bytes: c.new_bytes - c.new_meta_bytes,
+        new_metadata_bytes: c.new_meta_bytes,
+        files_from_cache: 0,
         logical_bytes: c.logical,
         stored_bytes: c.new_bytes,
         duplicate_bytes: c.logical - c.new_bytes,
@@ -192,6 +226,28 @@ impl Writer {
         opts: &BackupOptions,
         feed: impl FnOnce(&mut Ingest<L>) -> Result<()>,
     ) -> Result<BackupReport> {
+        self.backup_trailed(layout, opts, false, feed)
+            .map(|(r, _)| r)
+    }
+
+    /// A directory backup: [`backup_in`](Self::backup_in), also returning
+    /// its data chunks in stream order if `trail` (for the files cache).
+    pub(crate) fn backup_in_tree(
+        &mut self,
+        opts: &BackupOptions,
+        trail: bool,
+        feed: impl FnOnce(&mut Ingest) -> Result<()>,
+    ) -> Result<(BackupReport, Option<tree::Trail>)> {
+        self.backup_trailed(&ContainerLayout, opts, trail, feed)
+    }
+
+    fn backup_trailed<L: Layout>(
+        &mut self,
+        layout: &L,
+        opts: &BackupOptions,
+        trail: bool,
+        feed: impl FnOnce(&mut Ingest<L>) -> Result<()>,
+    ) -> Result<(BackupReport, Option<tree::Trail>)> {
         let started = Instant::now();
         let cfg = self.manifest.config.clone();
         let before = self.metrics.snapshot();
@@ -210,7 +266,10 @@ impl Writer {
             _ => None,
         };
         let rw = Rewriter::new(&opts.rewrite, opts.segment_bytes, &self.manifest);
-        let sink = Sink::new(self, layout, rw);
+        let mut sink = Sink::new(self, layout, rw);
+        if trail {
+            sink.trail = Some(Vec::new());
+        }
         let mut ingest = Ingest::start(sink, cfg.chunker.build(), cfg.hash, cfg.trace);
         let fed = feed(&mut ingest);
         let (mut sink, recipe, worker, upstream_root) = ingest.stop(fed.is_ok());
@@ -229,6 +288,7 @@ impl Writer {
             }])
         });
         let counts = sink.counts;
+        let trail = sink.trail.take();
         let entries = self.commit(sink, member);
         let ndf_memory =
             stash.map(|s| crate::layout::mfdedup::end_backup(self, s, entries.is_ok()) as u64);
@@ -249,7 +309,7 @@ impl Writer {
         let mut r = report(entry, counts, sparse, &io, started);
         r.ndf_memory_bytes = ndf_memory;
         r.arranged = arranged;
-        Ok(r)
+        Ok((r, trail))
     }
 
     /// Seal the open containers, write the index segment and publish one
@@ -301,6 +361,7 @@ impl Writer {
                     new_chunks: c.new_chunks,
                     meta: m.meta,
                     chain: m.chain,
+                    content_bytes: c.meta_from,
                 };
                 if mf {
                     let refs = sink.refs.take().unwrap_or_default();
@@ -377,51 +438,11 @@ pub(crate) fn backup_tree(
     root: &std::path::Path,
     progress: &mut dyn FnMut(u64),
 ) -> Result<(BackupReport, crate::archive::TreeStats)> {
-    let all = crate::archive::Selection::default();
-    backup_tree_selected(repo, opts, root, &all, progress)
+    let selection = crate::archive::Selection::default();
+    tree::backup_paths(repo, opts, &[root.to_path_buf()], &selection, progress)
 }
 
-/// [`backup_tree`] leaving out what `selection` excludes.
-fn backup_tree_selected(
-    repo: &mut Writer,
-    opts: &BackupOptions,
-    root: &std::path::Path,
-    selection: &crate::archive::Selection,
-    progress: &mut dyn FnMut(u64),
-) -> Result<(BackupReport, crate::archive::TreeStats)> {
-    let mut stats = None;
-    let report = repo.backup_with(opts, |ingest| {
-        let mut done = 0u64;
-        let mut on_bytes = |n: u64| {
-            done += n;
-            progress(done)
-        };
-        stats = Some(crate::archive::write_tree_selected(
-            root,
-            selection,
-            ingest,
-            &mut on_bytes,
-        )?);
-        Ok(())
-    })?;
-    Ok((report, stats.unwrap_or_default()))
-}
-
-/// [`Writer::backup_paths`](crate::Writer::backup_paths).
-pub(crate) fn backup_paths(
-    repo: &mut Writer,
-    opts: &BackupOptions,
-    paths: &[std::path::PathBuf],
-    selection: &crate::archive::Selection,
-    progress: &mut dyn FnMut(u64),
-) -> Result<(BackupReport, crate::archive::TreeStats)> {
-    match paths {
-        [one] => backup_tree_selected(repo, opts, one, selection, progress),
-        _ => Err(Error::invalid(
-            "a backup of several paths is not supported yet (issue 19)",
-        )),
-    }
-}
+pub(crate) use tree::backup_paths;
 
 /// [`Writer::backup_trace`](crate::Writer::backup_trace).
 pub(crate) fn backup_trace(

@@ -110,8 +110,8 @@ impl<L: Layout> Sink<L> {
         off: usize,
     ) -> Result<ContainerId> {
         let c = self.store(ChunkKind::Data, fp, len, rw.chunk_bytes(len, off))?;
-        self.counts.new_bytes += len as u64;
-        self.counts.new_chunks += 1;
+        // Not yet counted in `logical`: that is where this chunk starts.
+        self.counts.stored_new(self.counts.logical, len);
         Ok(c)
     }
 }

@@ -28,6 +28,9 @@ pub(crate) struct Sink<L: Layout = ContainerLayout> {
     /// MFDedup only: every data fingerprint of the backup, in order (its
     /// NDF table, which arranging classifies the active categories by).
     pub(super) refs: Option<Vec<Fingerprint>>,
+    /// Every data chunk in stream order, when asked for (the files cache
+    /// learns each file's chunks from it).
+    pub(super) trail: Option<Vec<(Fingerprint, u32)>>,
 }
 
 /// How to put the index back as it was if the backup fails: entries the
@@ -90,6 +93,7 @@ impl<L: Layout> Sink<L> {
             cursor: Default::default(),
             refs: (repo.manifest.config.layout == crate::layout::LayoutKind::Mfdedup)
                 .then(Vec::new),
+            trail: None,
         }
     }
 
@@ -186,16 +190,33 @@ impl<L: Layout> Sink<L> {
     /// has it (the recipe is built by the caller).
     #[inline]
     pub(super) fn dedup_chunk(&mut self, fp: Fingerprint, len: u32, bytes: &[u8]) -> Result<()> {
+        let at = self.counts.logical;
         self.counts.logical += len as u64;
         self.counts.chunks += 1;
         if let Some(r) = &mut self.refs {
             r.push(fp);
         }
         if self.add(ChunkKind::Data, fp, len, bytes)? {
-            self.counts.new_bytes += len as u64;
-            self.counts.new_chunks += 1;
+            self.counts.stored_new(at, len);
         }
         Ok(())
+    }
+
+    /// A data chunk given by fingerprint only (the files cache checked that
+    /// the index holds it when the backup started; no rewriting then).
+    pub(super) fn known_chunk(
+        &mut self,
+        recipe: &mut RecipeBuilder,
+        fp: Fingerprint,
+        len: u32,
+    ) -> Result<()> {
+        if self.rw.is_some() || !self.index.contains(ChunkKind::Data, &fp) {
+            return Err(crate::error::Error::invalid(format!(
+                "the files cache named chunk {} that the index does not hold (a bug)",
+                fp.to_hex()
+            )));
+        }
+        self.data_chunk(recipe, fp, len, &[])
     }
 
     /// Store a recipe chunk unless the index has it.

@@ -29,6 +29,7 @@ use std::time::Instant;
 
 mod loader;
 mod plan;
+pub(crate) mod range;
 
 /// The caches live in [`crate::cache`] (GC and check use them too); these
 /// paths stay for callers that name them through restore.
@@ -249,7 +250,17 @@ pub(crate) fn restore_to(
     let started = Instant::now();
     let before = repo.metrics.snapshot();
     let bid = backup.id;
-    let (offset, chunks) = repo.run_restore(backup, out, opts, progress)?;
+    // A directory backup: its metadata first, then the contents become
+    // the tar stream.
+    let (offset, chunks) = match range::tree_records(repo, backup)? {
+        Some((records, content)) => {
+            let mut tar = crate::archive::assemble::TarAssembler::new(&mut *out, records, content)?;
+            let done = repo.run_restore(backup, &mut tar, opts, progress)?;
+            tar.finish()?;
+            done
+        }
+        None => repo.run_restore(backup, out, opts, progress)?,
+    };
     out.flush().ctx(|| "cannot write restored data".into())?;
     progress(offset);
     if offset != backup.logical_bytes {
@@ -365,6 +376,13 @@ pub(crate) fn list_entries(
             mtime: backup.time,
             link: None,
         }),
+        SourceKind::Tree if backup.content_bytes.is_some() => {
+            let (records, _) = range::tree_records(repo, backup)?.expect("a directory stream");
+            for r in &records {
+                visit(crate::archive::assemble::listed(r))?;
+            }
+            Ok(())
+        }
         SourceKind::Tree => {
             let (mut reader, writer) = std::io::pipe().ctx(|| "cannot create a pipe".into())?;
             std::thread::scope(|scope| {

@@ -15,3 +15,4 @@ mod repository;
 mod restore_cache;
 mod restore_pipeline;
 mod rewrite;
+mod tree;

@@ -758,6 +758,7 @@ mod tests {
             new_chunks: 0,
             meta: Default::default(),
             chain: None,
+            content_bytes: None,
         });
         repo.publish(next, &[]).unwrap();
         id
