@@ -383,9 +383,9 @@ mod tests {
         out
     }
 
-    /// A rewritten chunk has two copies; the index names the newer one. The
-    /// older copy is dead even though a retained backup references the
-    /// chunk, and GC must keep exactly the newer copy.
+    /// Copy 0 of three chunks is moved to a new container (as a GC
+    /// would): the chunks left at its old place are no copy any backup
+    /// reads, so they are dead, and GC keeps exactly the moved ones.
     #[test]
     fn stale_copies_left_by_rewriting_are_dead() {
         for strategy in [GcStrategy::Naive, GcStrategy::Gccdf] {
@@ -429,6 +429,7 @@ mod tests {
                     fp: m.fp,
                     container: new_id,
                     kind: ChunkKind::Data,
+                    copy: 0,
                 })
                 .collect();
             repo.write_segment(&mut next, &moved).unwrap();

@@ -8,6 +8,7 @@ use super::mark::{Live, Mark};
 use crate::catalog::ContainerEntry;
 use crate::container::{ChunkKind, ContainerId};
 use crate::error::Result;
+use crate::fingerprint::FpSet;
 use crate::repo::Repository;
 use std::collections::HashSet;
 
@@ -89,7 +90,7 @@ fn deleted_references(repo: &Repository) -> HashSet<ContainerId> {
             continue;
         };
         while let Ok(Some(e)) = w.next() {
-            if let Some(c) = repo.index.get(ChunkKind::Data, &e.fp) {
+            if let Some(c) = repo.locate_copy(ChunkKind::Data, &e.fp, e.copy) {
                 gs.insert(c);
             }
         }
@@ -102,8 +103,11 @@ fn deleted_references(repo: &Repository) -> HashSet<ContainerId> {
 fn live_from_meta(repo: &Repository, mark: &Mark, id: ContainerId) -> Result<Live> {
     let (_, meta) = repo.store.read_meta(id)?;
     let mut live = Live::default();
+    let mut seen = FpSet::default();
+    let mut copies = Vec::new();
     for m in meta {
-        if mark.valid.contains(&m.fp) && repo.index.get(ChunkKind::Data, &m.fp) == Some(id) {
+        mark.live_copies_in(&repo.index, &m.fp, id, &mut copies);
+        if !copies.is_empty() && seen.insert(m.fp) {
             live.chunks += 1;
             live.bytes += m.len as u64;
         }

@@ -2,6 +2,13 @@
 //! order), then commit — one new index segment holding the whole index,
 //! the new manifest generation, and only then the deletion of the old
 //! containers and segments.
+//!
+//! Liveness is per copy (see [`super::mark`]): a container's chunk is moved
+//! for the copies of it that retained backups reference, and each moved
+//! copy's index entry is redirected to its new container, so every backup
+//! that referenced the copy reads it there (recipes never change). Copies
+//! no retained backup references are dropped from the index with their
+//! container, even where another copy of the fingerprint lives on.
 
 use super::gccdf::{analyze, plan, preprocess};
 use super::mark::Mark;
@@ -10,10 +17,10 @@ use super::{GcOptions, GcStrategy};
 use crate::catalog::ContainerEntry;
 use crate::container::{ChunkKind, ContainerId, ContainerWriter, IdAllocator};
 use crate::error::Result;
-use crate::fingerprint::{Fingerprint, FpMap, FpSet};
-use crate::index::{sort_entries, IndexEntry};
+use crate::fingerprint::Fingerprint;
+use crate::index::{sort_entries, CopyNo, CopySet, IndexEntry};
 use crate::repo::{Repository, Writer};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 /// Fills new containers of one kind through the shared [`ContainerWriter`]
@@ -22,7 +29,7 @@ pub struct Packer {
     kind: ChunkKind,
     writer: ContainerWriter,
     ids: IdAllocator,
-    /// Index entries of the chunks moved (fingerprint → new container).
+    /// Index entries of the copies moved ((fingerprint, copy) → new container).
     pub moved: Vec<IndexEntry>,
 }
 
@@ -42,13 +49,22 @@ impl Packer {
         }
     }
 
-    pub fn push(&mut self, fp: Fingerprint, len: u32, bytes: &[u8]) -> Result<()> {
+    /// Write a chunk once for its moved copies `copies` (one, unless
+    /// several live copies sat in one container); redirect each.
+    pub fn push(
+        &mut self,
+        fp: Fingerprint,
+        copies: &[CopyNo],
+        len: u32,
+        bytes: &[u8],
+    ) -> Result<()> {
         let container = self.writer.push(&mut self.ids, fp, len, bytes)?;
-        self.moved.push(IndexEntry {
+        self.moved.extend(copies.iter().map(|&copy| IndexEntry {
             fp,
             container,
             kind: self.kind,
-        });
+            copy,
+        }));
         Ok(())
     }
 
@@ -83,25 +99,51 @@ pub struct SweepStats {
     pub moved_chunks: u64,
 }
 
-/// Naive copy-forward of the live chunks of `ids`, in their old order.
-/// `placed` merges duplicates: each fingerprint is written once.
+/// The live copies of chunk `fp` that the index places in container `id`
+/// and that are not moved yet, into `out` (cleared first). Recipe chunks
+/// have copy 0 alone.
+pub fn take_live_copies(
+    repo: &Repository,
+    mark: &Mark,
+    kind: ChunkKind,
+    fp: &Fingerprint,
+    id: ContainerId,
+    placed: &mut CopySet,
+    out: &mut Vec<CopyNo>,
+) {
+    match kind {
+        ChunkKind::Data => mark.live_copies_in(&repo.index, fp, id, out),
+        ChunkKind::Recipe => {
+            out.clear();
+            if mark.valid_recipe.contains(fp) && repo.index.get(kind, fp) == Some(id) {
+                out.push(0);
+            }
+        }
+    }
+    out.retain(|&n| placed.insert(*fp, n));
+}
+
+/// Naive copy-forward of the live copies in `ids`, in their old order.
+/// `placed` makes each copy move once.
 pub fn copy_forward(
     repo: &Repository,
+    mark: &Mark,
     kind: ChunkKind,
     ids: &[ContainerId],
-    live: impl Fn(&Fingerprint) -> bool,
     packer: &mut Packer,
-    placed: &mut FpSet,
+    placed: &mut CopySet,
     stats: &mut SweepStats,
 ) -> Result<()> {
+    let mut copies = Vec::new();
     for &id in ids {
         let t = Instant::now();
         let c = repo.store.read(id)?;
         stats.read_seconds += t.elapsed().as_secs_f64();
         let mut cached = 0;
         for m in &c.meta {
-            if live(&m.fp) && repo.index.get(kind, &m.fp) == Some(id) && placed.insert(m.fp) {
-                packer.push(m.fp, m.len, c.bytes(m))?;
+            take_live_copies(repo, mark, kind, &m.fp, id, placed, &mut copies);
+            if !copies.is_empty() {
+                packer.push(m.fp, &copies, m.len, c.bytes(m))?;
                 cached += m.len as u64;
                 stats.moved_chunks += 1;
             }
@@ -123,7 +165,7 @@ pub fn gccdf_sweep(
     packer: &mut Packer,
     stats: &mut SweepStats,
 ) -> Result<()> {
-    let mut placed = FpSet::default();
+    let mut placed = CopySet::default();
     for segment in ids.chunks(segment_containers.max(1)) {
         stats.segments += 1;
         let (cache, secs) = preprocess::load_segment(repo, mark, segment, &mut placed)?;
@@ -141,7 +183,12 @@ pub fn gccdf_sweep(
         stats.analyze_seconds += t.elapsed().as_secs_f64();
         for i in order {
             let i = i as usize;
-            packer.push(cache.fps[i], cache.lens[i], cache.bytes(i))?;
+            packer.push(
+                cache.fps[i],
+                &cache.copies[i],
+                cache.lens[i],
+                cache.bytes(i),
+            )?;
             stats.moved_chunks += 1;
         }
         packer.seal()?;
@@ -200,11 +247,11 @@ pub fn sweep_containers(
     match opts.strategy {
         GcStrategy::Naive => copy_forward(
             repo,
+            mark,
             ChunkKind::Data,
             &sel.copy,
-            |fp| mark.valid.contains(fp),
             &mut data,
-            &mut FpSet::default(),
+            &mut CopySet::default(),
             &mut stats,
         )?,
         GcStrategy::Gccdf => gccdf_sweep(
@@ -221,11 +268,11 @@ pub fn sweep_containers(
     let mut recipe_stats = SweepStats::default();
     copy_forward(
         repo,
+        mark,
         ChunkKind::Recipe,
         &sel.recipe_copy,
-        |fp| mark.valid_recipe.contains(fp),
         &mut recipe,
-        &mut FpSet::default(),
+        &mut CopySet::default(),
         &mut recipe_stats,
     )?;
     Ok(Swept {
@@ -236,9 +283,10 @@ pub fn sweep_containers(
     })
 }
 
-/// Publish the GC: the index without entries into reclaimed containers and
-/// with the moved chunks' new homes, as one segment superseding all others;
-/// the manifest without the reclaimed containers and with the produced ones.
+/// Publish the GC: the index without the copies in reclaimed containers
+/// and with the moved copies' new homes — every copy of every chunk, as one
+/// segment superseding all others; the manifest without the reclaimed
+/// containers and with the produced ones.
 pub fn commit(
     repo: &mut Writer,
     reclaimed: &HashSet<ContainerId>,
@@ -246,27 +294,19 @@ pub fn commit(
     moved: &[IndexEntry],
     next_id: ContainerId,
 ) -> Result<()> {
-    let (mut data, mut recipe) = (FpMap::default(), FpMap::default());
-    for e in moved {
-        match e.kind {
-            ChunkKind::Data => data.insert(e.fp, e.container),
-            ChunkKind::Recipe => recipe.insert(e.fp, e.container),
-        };
-    }
+    let key = |e: &IndexEntry| (e.kind == ChunkKind::Recipe, e.fp, e.copy);
+    let to: HashMap<_, ContainerId> = moved.iter().map(|e| (key(e), e.container)).collect();
     let mut dropped = Vec::new();
-    let mut entries: Vec<IndexEntry> = Vec::with_capacity(repo.index.len().0 + repo.index.len().1);
+    let (d, r) = repo.index.len();
+    let mut entries: Vec<IndexEntry> = Vec::with_capacity(d + r + repo.index.extra_copies());
     for e in repo.index.entries() {
-        let to = match e.kind {
-            ChunkKind::Data => data.get(&e.fp),
-            ChunkKind::Recipe => recipe.get(&e.fp),
-        };
-        match to {
+        match to.get(&key(&e)) {
             Some(&c) => entries.push(IndexEntry { container: c, ..e }),
-            None if reclaimed.contains(&e.container) => dropped.push((e.kind, e.fp)),
+            None if reclaimed.contains(&e.container) => dropped.push(e),
             None => entries.push(e),
         }
     }
-    sort_entries(&mut entries, false);
+    sort_entries(&mut entries);
     let mut next = repo.manifest.clone();
     next.containers.retain(|c| !reclaimed.contains(&c.id));
     next.containers.extend_from_slice(produced);
@@ -282,8 +322,8 @@ pub fn commit(
     // Once the manifest is out, the in-memory index must follow it, even if
     // deleting the superseded objects failed (the next writer removes them).
     if repo.manifest.generation != generation {
-        for (kind, fp) in dropped {
-            repo.index.remove(kind, &fp);
+        for e in dropped {
+            repo.index.remove_copy(e.kind, &e.fp, e.copy);
         }
         for e in moved {
             repo.index.insert(*e);
