@@ -259,7 +259,7 @@ pub fn sweep_containers(
             mark,
             &sel.copy,
             opts.segment_containers,
-            opts.split_threshold,
+            opts.split_threshold_for(repo),
             &mut data,
             &mut stats,
         )?,
