@@ -207,6 +207,10 @@ impl Index {
     pub fn get_copy(&self, kind: ChunkKind, fp: &Fingerprint, copy: CopyNo) -> Option<ContainerId> {
         match kind {
             ChunkKind::Recipe => (copy == 0).then(|| self.get(kind, fp)).flatten(),
+            // Without rewriting every chunk has copy 0 alone: one probe.
+            ChunkKind::Data if self.copies.is_empty() => {
+                (copy == 0).then(|| self.get(kind, fp)).flatten()
+            }
             ChunkKind::Data => match self.copies.get(fp) {
                 Some(c) => c.nos.iter().position(|&n| n == copy).map(|i| c.at[i]),
                 None if copy == 0 => self.get(kind, fp),
