@@ -8,16 +8,20 @@
 #   experiments/reproduce.sh --no-run   # only rewrite the doc from the CSVs
 #   TESSERA=path/to/tessera experiments/reproduce.sh
 #
-# redis-series needs its dataset first (see experiments/redis-series.toml);
-# without /tmp/copies-redis it is skipped and its table kept from the CSV.
+# redis-series and git-series need their datasets first (see their .toml
+# files); without them they are skipped and their tables kept from the CSVs.
 set -eu
 cd "$(dirname "$0")/.."
 TESSERA=${TESSERA:-target/release/tessera}
-EXPERIMENTS="gccdf-synthetic-mix gccdf-interleave-synthetic-mix rewrite-synthetic-mix vc-synthetic-mix redis-series"
+EXPERIMENTS="gccdf-synthetic-mix gccdf-interleave-synthetic-mix rewrite-synthetic-mix vc-synthetic-mix git-series redis-series"
 if [ "${1:-}" != "--no-run" ]; then
     for e in $EXPERIMENTS; do
         if [ "$e" = redis-series ] && [ ! -d /tmp/copies-redis ]; then
             echo "skipping $e: no dataset at /tmp/copies-redis" >&2
+            continue
+        fi
+        if [ "$e" = git-series ] && [ ! -d experiments/data/tessera-series ]; then
+            echo "skipping $e: no dataset at experiments/data/tessera-series (see its .toml)" >&2
             continue
         fi
         "$TESSERA" lab run "experiments/$e.toml" --out "experiments/results/$e"
