@@ -237,6 +237,23 @@ pub enum LabCommand {
         #[command(flatten)]
         json: JsonArg,
     },
+    /// Tessera side by side with restic and borg on one directory: backups, restore, forget + gc
+    Peers {
+        /// Directory to back up (copied once into the work directory; never modified)
+        #[arg(value_name = "DIR")]
+        source: PathBuf,
+        /// Work directory (source copy, repositories, restore targets); must be new, empty, or an earlier run's
+        #[arg(long, default_value = "tessera-peers", value_name = "DIR")]
+        work: PathBuf,
+        /// Runs of every step (medians are reported)
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+        runs: u32,
+        /// Let restic and borg compress with their defaults (restic auto, borg lz4); default: all uncompressed
+        #[arg(long)]
+        compression: bool,
+        #[command(flatten)]
+        json: JsonArg,
+    },
     /// Generate a dataset: a synthetic version series, a git tag series, or traces of tar images
     Gen {
         #[command(subcommand)]
@@ -376,6 +393,18 @@ pub struct GcArgs {
     /// Mark phase: logical (depth-first recipe walk), physical, physical+ or focused
     #[arg(long, default_value = "logical", value_name = "MARK")]
     pub mark: MarkSpec,
+    /// Physical marks: memory for the live vector of data chunks (e.g. 64MiB); when it would not fit, mark a sample first and clean the most dead containers in a second pass
+    #[arg(long, value_name = "BYTES", value_parser = Checked(positive_bytes))]
+    pub memory_limit: Option<ByteSize>,
+    /// Copy phase: read at most this many container bytes per second (e.g. 50MiB)
+    #[arg(long, value_name = "BYTES", value_parser = Checked(positive_bytes))]
+    pub max_read_rate: Option<ByteSize>,
+    /// Copy phase: write at most this many container bytes per second (e.g. 50MiB)
+    #[arg(long, value_name = "BYTES", value_parser = Checked(positive_bytes))]
+    pub max_write_rate: Option<ByteSize>,
+    /// Logical mark: walk recipe subtrees shared by several backups again for each (the physical-GC paper's LGC) instead of skipping those already marked
+    #[arg(long)]
+    pub walk_shared_subtrees: bool,
 }
 
 impl GcArgs {
@@ -393,6 +422,10 @@ impl GcArgs {
             },
             ownership_fp_rate: self.ownership_fp_rate,
             dry_run: self.dry_run,
+            memory_limit: self.memory_limit.map(|b| b.0),
+            max_read_rate: self.max_read_rate.map(|b| b.0),
+            max_write_rate: self.max_write_rate.map(|b| b.0),
+            walk_shared_subtrees: self.walk_shared_subtrees,
         }
     }
 }
@@ -501,6 +534,15 @@ fn vc_fp_rate(flag: &str, v: &str) -> Result<f64, String> {
     gc_rule(number(flag, v, "a rate in [0, 0.5)")?, |o, x| {
         o.vc = VcSpec::from_fp_rate(x)
     })
+}
+
+/// A byte count above zero (limits and rates).
+fn positive_bytes(flag: &str, v: &str) -> Result<ByteSize, String> {
+    match v.parse::<ByteSize>() {
+        Ok(b) if b.0 > 0 => Ok(b),
+        Ok(_) => Err(format!("--{flag} must be above 0")),
+        Err(e) => Err(format!("--{flag}: {e}")),
+    }
 }
 
 fn ownership_fp_rate(flag: &str, v: &str) -> Result<f64, String> {

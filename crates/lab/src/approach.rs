@@ -3,9 +3,10 @@
 //! technique becomes available to the lab as soon as core implements it.
 
 use serde::{Deserialize, Serialize};
-use tessera_core::gc::{GcOptions, GcStrategy, VcSpec};
+use tessera_core::gc::{GcOptions, GcStrategy, MarkSpec, VcSpec};
 use tessera_core::restore::CacheSpec;
 use tessera_core::rewrite::RewriteSpec;
+use tessera_core::units::ByteSize;
 
 /// What `tessera lab demo` compares (the list). Levels are scaled
 /// to the demo's 1 MiB containers and ~6 MiB backups: at the papers' level
@@ -40,6 +41,21 @@ pub struct ApproachDef {
     /// Overrides the experiment's restore cache.
     #[serde(default)]
     pub cache: Option<String>,
+    /// GC's mark: `logical` (LGC), `physical` (PGC) or `physical+` (PGC+).
+    #[serde(default = "logical")]
+    pub mark: String,
+    /// Physical marks: the live vector's memory budget (e.g. "256KiB");
+    /// above it they sample and mark twice.
+    #[serde(default)]
+    pub memory_limit: Option<ByteSize>,
+    /// Logical mark: walk shared recipe subtrees again for every backup,
+    /// as the physical-GC paper's LGC does, instead of skipping them.
+    #[serde(default)]
+    pub walk_shared_subtrees: bool,
+}
+
+fn logical() -> String {
+    "logical".into()
 }
 
 fn none() -> String {
@@ -81,7 +97,19 @@ impl Approach {
                 VcSpec::Exact => String::new(),
                 vc => format!(" vc={vc}"),
             };
-            format!("{}{vc}", g.strategy)
+            let mark = match g.mark {
+                MarkSpec::Logical => String::new(),
+                m => format!(" mark={m}"),
+            };
+            let budget = g
+                .memory_limit
+                .map_or(String::new(), |l| format!(" memory-limit={}", ByteSize(l)));
+            let walk = if g.walk_shared_subtrees {
+                " walk-shared"
+            } else {
+                ""
+            };
+            format!("{}{vc}{mark}{walk}{budget}", g.strategy)
         });
         format!(
             "rewrite={rw} gc={gc} cache={}",
@@ -104,6 +132,9 @@ pub fn builtin(name: &str) -> Result<ApproachDef, String> {
         split_threshold: split(),
         vc: exact(),
         cache: None,
+        mark: logical(),
+        memory_limit: None,
+        walk_shared_subtrees: false,
     };
     let plain = base == name;
     match base {
@@ -136,6 +167,9 @@ impl ApproachDef {
                 split_threshold: self.split_threshold,
                 vc,
                 dry_run: false,
+                mark: self.mark.parse::<MarkSpec>().map_err(ctx)?,
+                memory_limit: self.memory_limit.map(|b| b.0),
+                walk_shared_subtrees: self.walk_shared_subtrees,
                 ..GcOptions::default()
             }),
         };

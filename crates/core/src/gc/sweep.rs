@@ -9,19 +9,66 @@
 //! that referenced the copy reads it there (recipes never change). Copies
 //! no retained backup references are dropped from the index with their
 //! container, even where another copy of the fingerprint lives on.
+//!
+//! After a PGC+ mark the naive sweep is PGC+'s copy phase ([`copy_backward`]):
+//! newest container first, keeping the newest copy of each live chunk and
+//! dropping the older ones (dynamic duplicate removal, FAST'17 §3.4.2).
+//! `--max-read-rate`/`--max-write-rate` pace the copy ([`Throttle`]).
 
 use super::gccdf::{analyze, plan, preprocess};
-use super::mark::Mark;
+use super::mark::{FpFilter, Mark};
 use super::select::Selection;
 use super::{GcOptions, GcStrategy};
 use crate::catalog::ContainerEntry;
 use crate::container::{ChunkKind, ContainerId, ContainerWriter, IdAllocator};
 use crate::error::Result;
-use crate::fingerprint::Fingerprint;
+use crate::fingerprint::{Fingerprint, FpMap, FpSet};
 use crate::index::{sort_entries, CopyNo, CopySet, IndexEntry};
 use crate::repo::{Repository, Writer};
 use std::collections::{HashMap, HashSet};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// Paces a stream of bytes to a rate (bytes per second), so a GC does not
+/// starve backups and restores of I/O (FAST'17 §3.5's throttling).
+#[derive(Debug, Default)]
+pub struct Throttle {
+    rate: Option<u64>,
+    started: Option<Instant>,
+    bytes: u64,
+    slept: Duration,
+}
+
+impl Throttle {
+    pub fn new(rate: Option<u64>) -> Self {
+        Throttle {
+            rate,
+            ..Default::default()
+        }
+    }
+
+    /// How long to wait after `bytes` in all have gone by at `elapsed`,
+    /// so the average stays at most `rate`.
+    pub fn delay(rate: u64, bytes: u64, elapsed: Duration) -> Duration {
+        let due = Duration::from_secs_f64(bytes as f64 / rate.max(1) as f64);
+        due.saturating_sub(elapsed)
+    }
+
+    /// Count `n` bytes and sleep as long as the rate asks.
+    pub fn consume(&mut self, n: u64) {
+        let Some(rate) = self.rate else { return };
+        let started = *self.started.get_or_insert_with(Instant::now);
+        self.bytes += n;
+        let d = Self::delay(rate, self.bytes, started.elapsed());
+        if !d.is_zero() {
+            std::thread::sleep(d);
+            self.slept += d;
+        }
+    }
+
+    pub fn slept_seconds(&self) -> f64 {
+        self.slept.as_secs_f64()
+    }
+}
 
 /// Fills new containers of one kind through the shared [`ContainerWriter`]
 /// and records where each moved chunk went.
@@ -31,6 +78,8 @@ pub struct Packer {
     ids: IdAllocator,
     /// Index entries of the copies moved ((fingerprint, copy) → new container).
     pub moved: Vec<IndexEntry>,
+    /// Paces the containers written.
+    pub write_throttle: Throttle,
 }
 
 impl Packer {
@@ -46,6 +95,7 @@ impl Packer {
             ),
             ids: IdAllocator::new(next_id),
             moved: Vec::new(),
+            write_throttle: Throttle::new(None),
         }
     }
 
@@ -57,15 +107,20 @@ impl Packer {
         copies: &[CopyNo],
         len: u32,
         bytes: &[u8],
-    ) -> Result<()> {
+    ) -> Result<ContainerId> {
+        let written = self.writer.written().len();
         let container = self.writer.push(&mut self.ids, fp, len, bytes)?;
+        if self.writer.written().len() > written {
+            let n = self.writer.written().last().map_or(0, |c| c.logical_bytes);
+            self.write_throttle.consume(n);
+        }
         self.moved.extend(copies.iter().map(|&copy| IndexEntry {
             fp,
             container,
             kind: self.kind,
             copy,
         }));
-        Ok(())
+        Ok(container)
     }
 
     /// Write the open container, if any.
@@ -97,6 +152,11 @@ pub struct SweepStats {
     pub tree_peak_bytes: u64,
     pub segments: u64,
     pub moved_chunks: u64,
+    /// Metadata-only container reads (PGC+'s copy of unselected containers).
+    pub metadata_reads: u64,
+    pub metadata_bytes: u64,
+    /// Paces the containers read.
+    pub read_throttle: Throttle,
 }
 
 /// The live copies of chunk `fp` that the index places in container `id`
@@ -139,6 +199,7 @@ pub fn copy_forward(
         let t = Instant::now();
         let c = repo.store.read(id)?;
         stats.read_seconds += t.elapsed().as_secs_f64();
+        stats.read_throttle.consume(c.header.logical_len);
         let mut cached = 0;
         for m in &c.meta {
             take_live_copies(repo, mark, kind, &m.fp, id, placed, &mut copies);
@@ -151,6 +212,149 @@ pub fn copy_forward(
         stats.cache_peak_bytes = stats.cache_peak_bytes.max(cached);
     }
     packer.seal()
+}
+
+/// Which live fingerprints PGC+'s copy phase has kept a copy of: the live
+/// vector's bits flipped (here a second vector over the same perfect hash,
+/// as the mark is shared), or a set for a live vector that is not a PHV.
+enum Kept {
+    Bits(Vec<u64>),
+    Set(FpSet),
+}
+
+impl Kept {
+    fn contains(&self, valid: &FpFilter, fp: &Fingerprint) -> bool {
+        match (self, valid) {
+            (Kept::Bits(b), FpFilter::Phv(p)) => {
+                p.slot(fp).is_some_and(|i| b[i / 64] & (1 << (i % 64)) != 0)
+            }
+            (Kept::Set(s), _) => s.contains(fp),
+            (Kept::Bits(_), _) => false,
+        }
+    }
+    /// Mark `fp` kept; false if a newer copy was kept already.
+    fn insert(&mut self, valid: &FpFilter, fp: &Fingerprint) -> bool {
+        match (self, valid) {
+            (Kept::Bits(b), FpFilter::Phv(p)) => match p.slot(fp) {
+                Some(i) if b[i / 64] & (1 << (i % 64)) == 0 => {
+                    b[i / 64] |= 1 << (i % 64);
+                    true
+                }
+                Some(_) => false,
+                None => true,
+            },
+            (Kept::Set(s), _) => s.insert(*fp),
+            (Kept::Bits(_), _) => true,
+        }
+    }
+}
+
+/// PGC+'s copy phase (§3.4.2): every data container, newest first. The
+/// first live copy met of a chunk is kept — copied forward if
+/// its container is selected, left in place (a metadata read) otherwise —
+/// and every other copy is dead. Per-backup copies: the live copies of
+/// the chunk in older containers are redirected to the kept one (same
+/// bytes; the backups that read them now read it), so dynamic duplicate
+/// removal never leaves a retained backup without its chunk. Selected
+/// containers estimated empty are checked through their metadata and only
+/// read if a chunk there is still the newest live copy. Returns the index
+/// redirects.
+pub fn copy_backward(
+    repo: &Repository,
+    mark: &Mark,
+    sel: &Selection,
+    packer: &mut Packer,
+    stats: &mut SweepStats,
+) -> Result<Vec<IndexEntry>> {
+    let copy: HashSet<ContainerId> = sel.copy.iter().copied().collect();
+    let empty: HashSet<ContainerId> = sel.empty.iter().copied().collect();
+    let mut ids: Vec<ContainerId> = repo
+        .manifest
+        .containers
+        .iter()
+        .filter(|c| c.kind == ChunkKind::Data)
+        .map(|c| c.id)
+        .collect();
+    ids.sort_unstable_by(|a, b| b.cmp(a));
+    let mut kept = match &mark.valid {
+        FpFilter::Phv(p) => Kept::Bits(vec![0; p.len().div_ceil(64)]),
+        _ => Kept::Set(FpSet::default()),
+    };
+    // Where the kept copy of a chunk with several copies is.
+    let mut kept_at: FpMap<ContainerId> = FpMap::default();
+    let several = |fp: &Fingerprint| repo.index.copy_list(fp).len() > 1;
+    let mut redirects = Vec::new();
+    // The live copies `here` of `fp` now read the kept copy.
+    let redirect = |fp: &Fingerprint,
+                    here: &[CopyNo],
+                    kept_at: &FpMap<ContainerId>,
+                    out: &mut Vec<IndexEntry>| {
+        if let Some(&to) = kept_at.get(fp) {
+            out.extend(here.iter().map(|&n| IndexEntry {
+                fp: *fp,
+                container: to,
+                kind: ChunkKind::Data,
+                copy: n,
+            }));
+        }
+    };
+    let mut here = Vec::new();
+    for id in ids {
+        let selected = copy.contains(&id);
+        if !selected {
+            let (h, meta) = repo.store.read_meta(id)?;
+            stats.metadata_reads += 1;
+            stats.metadata_bytes += crate::container::format::HEADER_LEN as u64 + h.meta_len;
+            let dropped = empty.contains(&id);
+            let must_read = dropped
+                && meta.iter().any(|m| {
+                    mark.live_copies_in(&repo.index, &m.fp, id, &mut here);
+                    !here.is_empty() && !kept.contains(&mark.valid, &m.fp)
+                });
+            if !must_read {
+                for m in &meta {
+                    mark.live_copies_in(&repo.index, &m.fp, id, &mut here);
+                    if here.is_empty() {
+                        continue;
+                    }
+                    if !dropped && kept.insert(&mark.valid, &m.fp) {
+                        if several(&m.fp) {
+                            kept_at.insert(m.fp, id);
+                        }
+                    } else {
+                        // Deleted unread, or an older copy: its readers
+                        // read the kept copy.
+                        redirect(&m.fp, &here, &kept_at, &mut redirects);
+                    }
+                }
+                continue;
+            }
+        }
+        let t = Instant::now();
+        let c = repo.store.read(id)?;
+        stats.read_seconds += t.elapsed().as_secs_f64();
+        stats.read_throttle.consume(c.header.logical_len);
+        let mut cached = 0;
+        for m in &c.meta {
+            mark.live_copies_in(&repo.index, &m.fp, id, &mut here);
+            if here.is_empty() {
+                continue;
+            }
+            if kept.insert(&mark.valid, &m.fp) {
+                let to = packer.push(m.fp, &here, m.len, c.bytes(m))?;
+                if several(&m.fp) {
+                    kept_at.insert(m.fp, to);
+                }
+                cached += m.len as u64;
+                stats.moved_chunks += 1;
+            } else {
+                redirect(&m.fp, &here, &kept_at, &mut redirects);
+            }
+        }
+        stats.cache_peak_bytes = stats.cache_peak_bytes.max(cached);
+    }
+    packer.seal()?;
+    Ok(redirects)
 }
 
 /// GCCDF sweep of the data containers `ids`, segment by segment: cache the
@@ -170,6 +374,14 @@ pub fn gccdf_sweep(
         stats.segments += 1;
         let (cache, secs) = preprocess::load_segment(repo, mark, segment, &mut placed)?;
         stats.read_seconds += secs;
+        let read: u64 = repo
+            .manifest
+            .containers
+            .iter()
+            .filter(|c| segment.contains(&c.id))
+            .map(|c| c.logical_bytes)
+            .sum();
+        stats.read_throttle.consume(read);
         stats.cache_peak_bytes = stats.cache_peak_bytes.max(cache.logical);
         let t = Instant::now();
         let backups = preprocess::involved_backups(mark, segment);
@@ -194,6 +406,30 @@ pub fn gccdf_sweep(
         packer.seal()?;
     }
     Ok(())
+}
+
+/// The containers a sweep other than PGC+'s copy phase must read: the
+/// selected ones, plus — after a PGC+ mark, whose selection estimates away
+/// chunks that have a newer copy — any container estimated empty that
+/// still holds a live copy (per-backup copies: an older copy is live while
+/// a retained backup reads it), so no live copy is deleted unread.
+fn with_live_empties(repo: &Repository, mark: &Mark, sel: &Selection) -> Result<Vec<ContainerId>> {
+    let mut ids = sel.copy.clone();
+    if mark.dup_counter.is_none() {
+        return Ok(ids);
+    }
+    let mut here = Vec::new();
+    for &id in &sel.empty {
+        let (_, meta) = repo.store.read_meta(id)?;
+        if meta.iter().any(|m| {
+            mark.live_copies_in(&repo.index, &m.fp, id, &mut here);
+            !here.is_empty()
+        }) {
+            ids.push(id);
+        }
+    }
+    ids.sort_unstable();
+    Ok(ids)
 }
 
 /// What a container sweep wrote: data containers, then recipe containers.
@@ -242,9 +478,17 @@ pub fn sweep_containers(
     sel: &Selection,
     opts: &GcOptions,
 ) -> Result<Swept> {
-    let mut stats = SweepStats::default();
+    let mut stats = SweepStats {
+        read_throttle: Throttle::new(opts.max_read_rate),
+        ..Default::default()
+    };
     let mut data = Packer::new(repo, ChunkKind::Data, repo.manifest.next_container_id);
+    data.write_throttle = Throttle::new(opts.max_write_rate);
     match opts.strategy {
+        GcStrategy::Naive if mark.dup_counter.is_some() => {
+            let redirects = copy_backward(repo, mark, sel, &mut data, &mut stats)?;
+            data.moved.extend(redirects);
+        }
         GcStrategy::Naive => copy_forward(
             repo,
             mark,
@@ -257,7 +501,7 @@ pub fn sweep_containers(
         GcStrategy::Gccdf => gccdf_sweep(
             repo,
             mark,
-            &sel.copy,
+            &with_live_empties(repo, mark, sel)?,
             opts.segment_containers,
             opts.split_threshold_for(repo),
             &mut data,
@@ -265,7 +509,11 @@ pub fn sweep_containers(
         )?,
     }
     let mut recipe = Packer::new(repo, ChunkKind::Recipe, data.next_id());
-    let mut recipe_stats = SweepStats::default();
+    recipe.write_throttle = Throttle::new(opts.max_write_rate);
+    let mut recipe_stats = SweepStats {
+        read_throttle: Throttle::new(opts.max_read_rate),
+        ..Default::default()
+    };
     copy_forward(
         repo,
         mark,

@@ -8,7 +8,7 @@ use tessera_core::backend::{list_all, FaultyStore, KeyKind, ObjectStore};
 use tessera_core::catalog::SourceKind;
 use tessera_core::chunking::ChunkerConfig;
 use tessera_core::container::{ChunkKind, ContainerId};
-use tessera_core::gc::{GcOptions, GcReport, GcStrategy, VcSpec};
+use tessera_core::gc::{GcOptions, GcReport, GcStrategy, MarkSpec, VcSpec};
 use tessera_core::recipe::{self, RecipeWalker};
 use tessera_core::rewrite::RewriteSpec;
 use tessera_core::BackupId;
@@ -546,6 +546,10 @@ enum Op {
         bloom: bool,
         /// Perfect-hash-vector VC (exact for stored chunks), unless `bloom`.
         phv: bool,
+        /// The mark: logical, physical or physical+.
+        mark: MarkSpec,
+        /// Physical marks: a live-vector budget small enough to sample.
+        sample: bool,
     },
 }
 
@@ -564,9 +568,50 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         5 => (proptest::option::weighted(0.8, 0usize..8), any::<u64>(), rewrite_spec()).prop_map(|(base, seed, rewrite)| Op::Backup { base, seed, rewrite }),
         3 => (0usize..8).prop_map(|pick| Op::Forget { pick }),
-        2 => (any::<bool>(), prop_oneof![2 => Just(1.0), 1 => 0.0f64..1.0], 1usize..6, 1usize..300, proptest::bool::weighted(0.2), proptest::bool::weighted(0.3))
-            .prop_map(|(gccdf, threshold, segment, split, bloom, phv)| Op::Gc { gccdf, threshold, segment, split, bloom, phv }),
+        2 => (any::<bool>(), prop_oneof![2 => Just(1.0), 1 => 0.0f64..1.0], 1usize..6, 1usize..300, proptest::bool::weighted(0.2), proptest::bool::weighted(0.3), prop_oneof![Just(MarkSpec::Logical), Just(MarkSpec::Physical), Just(MarkSpec::PhysicalPlus)], proptest::bool::weighted(0.2))
+            .prop_map(|(gccdf, threshold, segment, split, bloom, phv, mark, sample)| Op::Gc { gccdf, threshold, segment, split, bloom, phv, mark, sample }),
     ]
+}
+
+/// The logical, physical and physical+ marks find the same live data and
+/// recipe chunks (exact tables, so the comparison is exact), and the
+/// logical and physical marks select the same containers.
+fn assert_marks_agree(repo: &Repository, strategy: GcStrategy) {
+    let plan = |mark| {
+        repo.plan_gc(&GcOptions {
+            strategy,
+            mark,
+            dry_run: true,
+            ..Default::default()
+        })
+        .unwrap()
+    };
+    let live = |p: &tessera_core::gc::GcPlan| {
+        let data: HashSet<(Fingerprint, u16)> = repo
+            .index()
+            .entries()
+            .filter(|e| e.kind == ChunkKind::Data && p.mark.is_valid(&e.fp, e.copy))
+            .map(|e| (e.fp, e.copy))
+            .collect();
+        let recipes: HashSet<Fingerprint> = p.mark.valid_recipe.iter().copied().collect();
+        (data, recipes)
+    };
+    let lgc = plan(MarkSpec::Logical);
+    let (data, recipes) = referenced(repo);
+    assert_eq!(live(&lgc), (data, recipes));
+    for mark in [MarkSpec::Physical, MarkSpec::PhysicalPlus] {
+        let p = plan(mark);
+        assert_eq!(live(&p), live(&lgc), "{mark} mark");
+        if mark == MarkSpec::Physical {
+            assert_eq!(p.selection.empty, lgc.selection.empty);
+            assert_eq!(p.selection.copy, lgc.selection.copy);
+            assert_eq!(p.selection.recipe_copy, lgc.selection.recipe_copy);
+            assert_eq!(p.selection.recipe_empty, lgc.selection.recipe_empty);
+            if strategy == GcStrategy::Gccdf {
+                assert_eq!(p.mark.rrt, lgc.mark.rrt, "RRT");
+            }
+        }
+    }
 }
 
 proptest! {
@@ -602,18 +647,23 @@ proptest! {
                         model.remove(&id);
                     }
                 }
-                Op::Gc { gccdf, threshold, segment, split, bloom, phv } => {
+                Op::Gc { gccdf, threshold, segment, split, bloom, phv, mark, sample } => {
                     let strategy = if gccdf { GcStrategy::Gccdf } else { GcStrategy::Naive };
+                    // Every mark finds the same live set.
+                    assert_marks_agree(&repo, strategy);
+                    let sample = sample && mark != MarkSpec::Logical;
                     let r = repo.gc(&GcOptions {
                         strategy,
+                        mark,
                         liveness_threshold: threshold,
                         segment_containers: segment,
                         split_threshold: split,
                         vc: if bloom { VcSpec::Bloom { fp_rate: 0.2 } } else if phv { VcSpec::Phv } else { VcSpec::Exact },
+                        memory_limit: sample.then_some(2000),
                         ..Default::default()
                     }).unwrap();
                     prop_assert!(r.reclaimed_containers <= r.involved_containers);
-                    if threshold >= 1.0 && !bloom {
+                    if threshold >= 1.0 && !bloom && !sample {
                         assert_only_live_chunks(&repo);
                         // Nothing is left for a second full GC.
                         let again = repo.gc(&GcOptions { strategy, ..Default::default() }).unwrap();

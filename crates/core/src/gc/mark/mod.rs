@@ -9,6 +9,7 @@
 //! is dead even if another copy of the same fingerprint is live.
 
 use super::bloom::Bloom;
+use super::PhaseReport;
 use crate::catalog::{BackupEntry, BackupId};
 use crate::container::{ChunkKind, ContainerId};
 use crate::error::{Error, Result};
@@ -19,6 +20,9 @@ use crate::repo::Repository;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
+
+pub mod physical;
+pub use physical::PhysicalMark;
 
 /// Which mark phase a GC runs, chosen by name (`gc --mark NAME`): any mark
 /// works with any sweep ([`GcStrategy`](super::GcStrategy)).
@@ -168,6 +172,17 @@ impl Phv {
             keys: keys.len(),
         }
     }
+    /// The bit of `fp` (any bit for a fingerprint outside the key set).
+    pub(crate) fn slot(&self, fp: &Fingerprint) -> Option<usize> {
+        self.mphf
+            .try_hash(fp)
+            .map(|i| i as usize)
+            .filter(|&i| i < self.keys)
+    }
+    /// Bits in the vector (one per key).
+    pub(crate) fn len(&self) -> usize {
+        self.keys
+    }
     fn insert(&mut self, fp: &Fingerprint) {
         if let Some(i) = self.mphf.try_hash(fp) {
             if let Some(w) = self.bits.get_mut((i / 64) as usize) {
@@ -258,6 +273,18 @@ pub struct Mark {
     /// already marked.
     pub walk: WalkStats,
     pub memory_bytes: u64,
+    /// Per-phase figures of the mark (analysis, enumeration per level...);
+    /// empty for a mark that reports itself as one phase.
+    pub phases: Vec<PhaseReport>,
+    /// Mark passes: 2 when sampling (`--memory-limit`) needed a pre-pass.
+    pub passes: u32,
+    /// PGC+: per data container, its chunks with a newer copy elsewhere
+    /// (the analysis phase's duplicate counter); select then estimates
+    /// unique liveness instead of asking the index which copy is live.
+    pub dup_counter: Option<HashMap<ContainerId, u32>>,
+    /// Sampling's second pass: only these data containers were marked
+    /// exactly; select must leave every other one alone.
+    pub focus: Option<std::collections::HashSet<ContainerId>>,
 }
 
 /// The mark phase: from the catalog's retained backups, the live set the
@@ -287,6 +314,10 @@ pub struct LogicalMark {
     /// `Some(rate)`: also build the RRT and one ownership filter per backup
     /// (GCCDF) with this false-positive rate (0 = exact sets).
     pub owners_fp_rate: Option<f64>,
+    /// Walk every backup's tree in full, shared subtrees again each time,
+    /// as DDFS's LGC must (FAST'17 §3.1: its Bloom-filter live vector cannot
+    /// safely say a subtree was seen), so its cost follows the logical size.
+    pub walk_shared: bool,
 }
 
 impl Marker for LogicalMark {
@@ -314,7 +345,7 @@ impl Marker for LogicalMark {
                 own: self
                     .owners_fp_rate
                     .map(|p| FpFilter::new(b.chunks as usize, p)),
-                skip_seen: self.owners_fp_rate.is_none(),
+                skip_seen: self.owners_fp_rate.is_none() && !self.walk_shared,
             };
             let stats = reader
                 .walk(&b.root_fp()?, b.root_level, &mut w)
@@ -344,6 +375,10 @@ impl Mark {
             owners: HashMap::new(),
             walk: WalkStats::default(),
             memory_bytes: 0,
+            phases: Vec::new(),
+            passes: 1,
+            dup_counter: None,
+            focus: None,
         }
     }
 
@@ -366,6 +401,43 @@ impl Mark {
         } else {
             self.valid_copies.contains(&(*fp, copy))
         }
+    }
+
+    /// Count copy `copy` of `fp` (just marked valid, held in `container`)
+    /// in the container's live chunks — once per stored chunk: two valid
+    /// copies a GC placed in one container share one chunk there.
+    pub fn count_live(
+        &mut self,
+        index: &crate::index::Index,
+        fp: &Fingerprint,
+        copy: CopyNo,
+        container: ContainerId,
+        size: u64,
+    ) {
+        if self.live.is_none() {
+            return;
+        }
+        let copies = index.copy_list(fp);
+        if copies.len() > 1
+            && copies
+                .in_container(container)
+                .any(|n| n != copy && self.is_valid(fp, n))
+        {
+            return;
+        }
+        if let Some(live) = self.live.as_mut() {
+            let l = live.entry(container).or_default();
+            l.chunks += 1;
+            l.bytes += size;
+        }
+    }
+
+    /// Whether any copy of data chunk `fp` is valid.
+    pub fn any_valid(&self, index: &crate::index::Index, fp: &Fingerprint) -> bool {
+        index
+            .copy_list(fp)
+            .iter()
+            .any(|(n, _)| self.is_valid(fp, n))
     }
 
     /// The valid copies of data chunk `fp` that the index places in
@@ -484,11 +556,8 @@ impl Walk<'_> {
                     )
                 })?;
             if self.m.insert_valid(e.fp, e.copy) {
-                if let Some(live) = self.m.live.as_mut() {
-                    let l = live.entry(c).or_default();
-                    l.chunks += 1;
-                    l.bytes += e.size;
-                }
+                self.m
+                    .count_live(&self.repo.index, &e.fp, e.copy, c, e.size);
             }
             homes.push(c);
         }
