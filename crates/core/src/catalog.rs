@@ -71,6 +71,30 @@ pub struct BackupEntry {
     /// Bytes and chunks this backup stored anew.
     pub new_bytes: u64,
     pub new_chunks: u64,
+    /// Host, user, paths, tags and parent (absent in older manifests).
+    #[serde(flatten)]
+    pub meta: SnapshotMeta,
+}
+
+/// What lets people find a backup (`--host`, `--tag`, `--path`) and groups
+/// it for retention: recorded at backup time. Every field is optional in the
+/// manifest, so manifests written before they existed still decode.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotMeta {
+    /// Host name of the machine backed up.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub host: String,
+    /// User who ran the backup.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub user: String,
+    /// Absolute paths backed up (empty for a stream).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    /// The previous backup of the same host and paths when this one was taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<BackupId>,
 }
 
 impl BackupEntry {

@@ -677,6 +677,12 @@ impl Writer {
         &self.leftovers
     }
 
+    /// The stale lock (of a crashed writer) broken to open this writer, if
+    /// any: commands print its one-line notice.
+    pub fn broken_lock(&self) -> Option<&crate::lock::BrokenLock> {
+        self.lock.as_ref().and_then(|l| l.broken())
+    }
+
     /// Remove backups from the catalog (logical deletion). Their chunks stay
     /// until garbage collection.
     pub fn forget(&mut self, ids: &[BackupId]) -> Result<Vec<BackupEntry>> {

@@ -7,7 +7,6 @@ use anyhow::Result;
 use serde::Serialize;
 use std::process::ExitCode;
 use tessera_core::check::{check_backend, CheckOptions, CheckReport, ReadData};
-use tessera_core::Repository;
 
 #[derive(Serialize)]
 struct Report {
@@ -28,7 +27,7 @@ pub fn check(
     let mut removed = Vec::new();
     if repair_leftovers {
         // A writer removes exactly the objects no manifest lists.
-        let w = Repository::open_writer(backend.clone(), "tessera check --repair-leftovers")?;
+        let w = super::open_writer(repo, backend.clone(), "tessera check --repair-leftovers")?;
         removed = w.leftovers().objects.clone();
         w.close()?;
     }

@@ -3,6 +3,7 @@
 use super::open_backend;
 use crate::args::GcArgs;
 use crate::args::RepoArg;
+use crate::filter::Filter;
 use crate::ui;
 use anyhow::{bail, Result};
 use serde::Serialize;
@@ -10,8 +11,7 @@ use std::process::ExitCode;
 use tessera_core::backend::IoCounters;
 use tessera_core::catalog::{BackupEntry, BackupId};
 use tessera_core::gc::GcReport;
-use tessera_core::retention::RetentionPolicy;
-use tessera_core::Repository;
+use tessera_core::retention::{GroupBy, GroupPlan, RetentionPolicy};
 
 #[derive(Serialize)]
 struct ForgetReport {
@@ -19,32 +19,47 @@ struct ForgetReport {
     forgotten: Vec<BackupEntry>,
     kept: Vec<BackupId>,
     remaining: usize,
+    /// Each group's keep/forget split (a retention policy only).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    groups: Vec<GroupPlan>,
 }
 
-pub fn forget(
-    repo: &RepoArg,
-    specs: &[String],
-    policy: RetentionPolicy,
-    dry_run: bool,
-    json: bool,
-) -> Result<ExitCode> {
+/// How `forget` chooses: a policy per group, among the backups the filter
+/// selects.
+pub struct ForgetBy {
+    pub policy: RetentionPolicy,
+    pub group_by: GroupBy,
+    pub filter: Filter,
+    pub dry_run: bool,
+}
+
+pub fn forget(repo: &RepoArg, specs: &[String], how: ForgetBy, json: bool) -> Result<ExitCode> {
+    let ForgetBy {
+        policy,
+        group_by,
+        filter,
+        dry_run,
+    } = how;
     if specs.is_empty() && policy.is_empty() {
-        bail!("nothing to forget: give backup ids or a retention policy (--keep-last, --keep-daily, --keep-weekly, --keep-monthly)");
+        bail!("nothing to forget: give backup ids or a retention policy (--keep-last, --keep-daily, --keep-weekly, --keep-monthly, --keep-yearly, --keep-within, --keep-tag)");
     }
     if !specs.is_empty() && !policy.is_empty() {
         bail!("give either backup ids or a retention policy, not both");
     }
-    let mut r = Repository::open_writer(open_backend(repo)?, "tessera forget")?;
+    let mut r = super::open_writer(repo, open_backend(repo)?, "tessera forget")?;
     let mut ids = Vec::new();
+    let mut groups = Vec::new();
     if policy.is_empty() {
         for s in specs {
-            let id = r.resolve(s)?.id;
+            let id = filter.resolve(&r, s)?.id;
             if !ids.contains(&id) {
                 ids.push(id);
             }
         }
     } else {
-        ids = policy.apply(r.backups()).forget;
+        let chosen: Vec<BackupEntry> = filter.select(r.backups()).into_iter().cloned().collect();
+        groups = policy.apply_grouped(&chosen, group_by);
+        ids = groups.iter().flat_map(|g| g.plan.forget.clone()).collect();
     }
     let forgotten: Vec<BackupEntry> = if dry_run || ids.is_empty() {
         r.backups()
@@ -65,13 +80,27 @@ pub fn forget(
             .collect(),
         remaining: r.backups().len() - if dry_run { ids.len() } else { 0 },
         forgotten,
+        groups,
     };
     r.close()?;
     if json {
         ui::print_json(&report)?;
         return Ok(ExitCode::SUCCESS);
     }
+    if ui::quiet() {
+        return Ok(ExitCode::SUCCESS);
+    }
     let verb = if dry_run { "would forget" } else { "forgot" };
+    if report.groups.len() > 1 || (report.groups.len() == 1 && !filter.is_empty()) {
+        for g in &report.groups {
+            println!(
+                "{}: keep {}, forget {}",
+                g.group,
+                g.plan.keep.len(),
+                g.plan.forget.len()
+            );
+        }
+    }
     for b in &report.forgotten {
         println!(
             "{verb} backup {} ({}, {}, {})",
@@ -96,7 +125,7 @@ pub fn gc(repo: &RepoArg, a: &GcArgs, json: bool) -> Result<ExitCode> {
     let opts = a.options();
     opts.validate().map_err(anyhow::Error::msg)?;
     let backend = open_backend(repo)?;
-    let mut r = Repository::open_writer(backend.clone(), "tessera gc")?;
+    let mut r = super::open_writer(repo, backend.clone(), "tessera gc")?;
     let pb = ui::progress(None, "garbage collection", json);
     pb.enable_steady_tick(std::time::Duration::from_millis(120));
     let report = r.gc(&opts);

@@ -2,6 +2,7 @@
 
 use super::open_backend;
 use crate::args::RepoArg;
+use crate::filter::Filter;
 use crate::ui;
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -35,29 +36,32 @@ pub fn init(repo: &RepoArg, opts: &InitOptions, json: bool) -> Result<ExitCode> 
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn snapshots(repo: &RepoArg, json: bool) -> Result<ExitCode> {
-    let r = Repository::open(open_backend(repo)?)?;
+pub fn snapshots(repo: &RepoArg, filter: &Filter, json: bool) -> Result<ExitCode> {
+    let r = super::open_repo(repo, open_backend(repo)?)?;
+    let chosen = filter.select(r.backups());
     if json {
-        ui::print_json(&r.backups())?;
+        ui::print_json(&chosen)?;
         return Ok(ExitCode::SUCCESS);
     }
-    if r.backups().is_empty() {
+    if chosen.is_empty() {
         println!("no backups");
         return Ok(ExitCode::SUCCESS);
     }
     println!(
-        "{:>5}  {:<19}  {:<6}  {:>10}  {:>10}  {:<12}  NAME",
-        "ID", "TIME (UTC)", "SOURCE", "SIZE", "NEW", "ROOT"
+        "{:>5}  {:<19}  {:<12}  {:<6}  {:>10}  {:>10}  {:<12}  {:<12}  NAME",
+        "ID", "TIME (UTC)", "HOST", "SOURCE", "SIZE", "NEW", "ROOT", "TAGS"
     );
-    for b in r.backups() {
+    for b in chosen {
         println!(
-            "{:>5}  {:<19}  {:<6}  {:>10}  {:>10}  {:<12}  {}",
+            "{:>5}  {:<19}  {:<12}  {:<6}  {:>10}  {:>10}  {:<12}  {:<12}  {}",
             b.id,
             ui::time(b.time),
+            b.meta.host,
             format!("{:?}", b.source).to_lowercase(),
             ui::bytes(b.logical_bytes),
             ui::bytes(b.new_bytes),
             &b.root[..12],
+            b.meta.tags.join(","),
             b.name
         );
     }
@@ -71,7 +75,7 @@ struct ForgetReport {
 }
 
 pub fn forget(repo: &RepoArg, specs: &[String], json: bool) -> Result<ExitCode> {
-    let mut r = Repository::open_writer(open_backend(repo)?, "tessera forget")?;
+    let mut r = super::open_writer(repo, open_backend(repo)?, "tessera forget")?;
     let mut ids = Vec::new();
     for s in specs {
         let id = r.resolve(s)?.id;
@@ -105,7 +109,7 @@ pub fn forget(repo: &RepoArg, specs: &[String], json: bool) -> Result<ExitCode> 
 }
 
 pub fn stats(repo: &RepoArg, json: bool) -> Result<ExitCode> {
-    let r = Repository::open(open_backend(repo)?)?;
+    let r = super::open_repo(repo, open_backend(repo)?)?;
     let s = r.stats();
     if json {
         ui::print_json(&s)?;

@@ -3,9 +3,13 @@
 //! `cargo test -p tessera --test it kill`.
 
 mod check;
+mod choose;
 mod cli;
 mod common;
 mod gc;
+mod inspect;
 mod kill;
 mod lab;
+mod mount;
 mod rewrite;
+mod snapshots;

@@ -51,7 +51,7 @@ mod tests;
 
 pub use self::extract::{extract, extract_selected, include_paths, list, Listed};
 pub use self::select::Selection;
-pub use self::serialize::write_tree;
+pub use self::serialize::{write_tree, write_tree_selected};
 
 /// Summary of a serialized tree.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -70,6 +70,10 @@ pub struct TreeStats {
     /// Paths left out of the stream, as `path: reason` (sockets, files that
     /// vanished during the walk).
     pub skipped: Vec<String>,
+    /// Paths that could not be read (permission denied), as `path: error`:
+    /// left out, so the backup is incomplete (the CLI exits with status 3).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<String>,
 }
 
 /// An entry [`extract`] did not restore, and why.

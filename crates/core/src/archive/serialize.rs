@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use tar::{EntryType, Header};
 
-use super::TreeStats;
+use super::{Selection, TreeStats};
 use crate::error::{Error, IoContext, Result};
 
 /// The tar block size: headers and padded data are multiples of it.
@@ -74,6 +74,19 @@ pub fn write_tree(
     out: &mut dyn Write,
     on_bytes: &mut dyn FnMut(u64),
 ) -> Result<TreeStats> {
+    write_tree_selected(root, &Selection::default(), out, on_bytes)
+}
+
+/// [`write_tree`] leaving out what `selection` excludes. Files and
+/// directories that cannot be read (permission denied) are left out too and
+/// listed in [`TreeStats::unreadable`]: the stream is then incomplete, which
+/// the caller reports.
+pub fn write_tree_selected(
+    root: &Path,
+    selection: &Selection,
+    out: &mut dyn Write,
+    on_bytes: &mut dyn FnMut(u64),
+) -> Result<TreeStats> {
     let meta = fs::metadata(root).ctx(|| format!("cannot read {}", root.display()))?;
     if !meta.is_dir() {
         return Err(Error::invalid(format!(
@@ -83,6 +96,8 @@ pub fn write_tree(
     }
     let mut w = TreeWriter {
         root,
+        root_dev: meta.dev(),
+        selection,
         out: BufWriter::with_capacity(64 * 1024, out),
         on_bytes,
         stats: TreeStats::default(),
@@ -111,6 +126,9 @@ pub fn write_tree(
 
 struct TreeWriter<'a, 'o> {
     root: &'a Path,
+    /// The root's file system, for `--one-file-system`.
+    root_dev: u64,
+    selection: &'a Selection,
     out: BufWriter<&'o mut dyn Write>,
     on_bytes: &'a mut dyn FnMut(u64),
     stats: TreeStats,
@@ -151,6 +169,9 @@ impl TreeWriter<'_, '_> {
                 path.push(b'/');
             }
             path.extend_from_slice(name.as_bytes());
+            if self.selection.excludes(&path, is_dir) {
+                continue;
+            }
             let mut key = name.into_vec();
             if is_dir {
                 key.push(b'/');
@@ -174,11 +195,31 @@ impl TreeWriter<'_, '_> {
         };
         let ft = meta.file_type();
         if ft.is_dir() {
+            if self.selection.skips_dir(&abs) {
+                return Ok(None);
+            }
+            // Another file system's mount point is stored, empty.
+            let cross = self.selection.one_file_system && meta.dev() != self.root_dev;
+            let children = if cross {
+                Ok(Vec::new())
+            } else {
+                self.children(rel)
+            };
+            let children = match children {
+                Ok(c) => c,
+                Err(Error::Io { source, .. })
+                    if source.kind() == io::ErrorKind::PermissionDenied =>
+                {
+                    self.unreadable(rel, &source);
+                    Vec::new()
+                }
+                Err(e) => return Err(e),
+            };
             let mut name = rel.to_vec();
             name.push(b'/');
             self.put_header(&abs, DIRECTORY, &name, b"", Attrs::of(&meta), 0)?;
             self.stats.dirs += 1;
-            return self.children(rel).map(Some);
+            return Ok(Some(children));
         }
         if ft.is_symlink() {
             let target = fs::read_link(&abs).ctx(|| format!("cannot read {}", abs.display()))?;
@@ -243,6 +284,10 @@ impl TreeWriter<'_, '_> {
                 self.skip(rel, "vanished during the backup");
                 return Ok(());
             }
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                self.unreadable(rel, &e);
+                return Ok(());
+            }
             Err(e) => return Err(Error::io(format!("cannot read {}", abs.display()), e)),
         };
         let fmeta = file
@@ -288,6 +333,16 @@ impl TreeWriter<'_, '_> {
         self.out
             .write_all(&self.header)
             .map_err(|e| write_error(abs, e))
+    }
+
+    /// A path the backup could not read: left out and reported, so the
+    /// backup is known to be incomplete.
+    fn unreadable(&mut self, rel: &[u8], e: &io::Error) {
+        self.stats.unreadable.push(format!(
+            "{}: {}",
+            String::from_utf8_lossy(&self.abs(rel).into_os_string().into_vec()),
+            e
+        ));
     }
 
     fn skip(&mut self, rel: &[u8], reason: &str) {

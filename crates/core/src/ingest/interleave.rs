@@ -91,7 +91,7 @@ pub(crate) fn backup_interleaved(
                 (chunks, b)
             }
         };
-        names.push((opts.name, opts.source));
+        names.push((opts.name, opts.source, opts.meta));
         dealt.push(Dealt {
             chunks,
             bytes,
@@ -126,12 +126,13 @@ pub(crate) fn backup_interleaved(
             }
         }
         let mut members = Vec::with_capacity(dealt.len());
-        for (d, (name, source)) in dealt.drain(..).zip(names.drain(..)) {
+        for (d, (name, source, meta)) in dealt.drain(..).zip(names.drain(..)) {
             sink.counts = d.counts;
             let root = d.recipe.finish(&mut sink)?;
             members.push(Member {
                 name,
                 source,
+                meta,
                 root,
                 counts: sink.counts,
             });

@@ -71,6 +71,8 @@ pub struct BackupOptions {
     pub rewrite: RewriteSpec,
     /// Logical bytes of chunks per rewriting decision (the ingest segment).
     pub segment_bytes: u64,
+    /// Host, user, paths, tags and parent, recorded in the catalog entry.
+    pub meta: crate::catalog::SnapshotMeta,
 }
 
 impl BackupOptions {
@@ -81,6 +83,7 @@ impl BackupOptions {
             source,
             rewrite: RewriteSpec::None,
             segment_bytes: crate::rewrite::DEFAULT_SEGMENT_BYTES,
+            meta: Default::default(),
         }
     }
 }
@@ -130,6 +133,7 @@ pub(crate) struct Counts {
 struct Member {
     name: String,
     source: SourceKind,
+    meta: crate::catalog::SnapshotMeta,
     root: (RecipeEntry, u8),
     counts: Counts,
 }
@@ -188,6 +192,7 @@ impl Writer {
             Ok(vec![Member {
                 name: opts.name.clone(),
                 source: opts.source,
+                meta: opts.meta.clone(),
                 root,
                 counts: sink.counts,
             }])
@@ -249,6 +254,7 @@ impl Writer {
                     chunks: c.chunks,
                     new_bytes: c.new_bytes,
                     new_chunks: c.new_chunks,
+                    meta: m.meta,
                 };
                 next.next_backup_id = next.next_backup_id.next();
                 next.backups.push(entry.clone());
@@ -312,6 +318,18 @@ pub(crate) fn backup_tree(
     root: &std::path::Path,
     progress: &mut dyn FnMut(u64),
 ) -> Result<(BackupReport, crate::archive::TreeStats)> {
+    let all = crate::archive::Selection::default();
+    backup_tree_selected(repo, opts, root, &all, progress)
+}
+
+/// [`backup_tree`] leaving out what `selection` excludes.
+fn backup_tree_selected(
+    repo: &mut Writer,
+    opts: &BackupOptions,
+    root: &std::path::Path,
+    selection: &crate::archive::Selection,
+    progress: &mut dyn FnMut(u64),
+) -> Result<(BackupReport, crate::archive::TreeStats)> {
     let mut stats = None;
     let report = repo.backup_with(opts, |ingest| {
         let mut done = 0u64;
@@ -319,7 +337,12 @@ pub(crate) fn backup_tree(
             done += n;
             progress(done)
         };
-        stats = Some(crate::archive::write_tree(root, ingest, &mut on_bytes)?);
+        stats = Some(crate::archive::write_tree_selected(
+            root,
+            selection,
+            ingest,
+            &mut on_bytes,
+        )?);
         Ok(())
     })?;
     Ok((report, stats.unwrap_or_default()))
@@ -333,9 +356,8 @@ pub(crate) fn backup_paths(
     selection: &crate::archive::Selection,
     progress: &mut dyn FnMut(u64),
 ) -> Result<(BackupReport, crate::archive::TreeStats)> {
-    let _ = selection;
     match paths {
-        [one] => backup_tree(repo, opts, one, progress),
+        [one] => backup_tree_selected(repo, opts, one, selection, progress),
         _ => Err(Error::invalid(
             "a backup of several paths is not supported yet (issue 19)",
         )),

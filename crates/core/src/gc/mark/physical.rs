@@ -757,6 +757,7 @@ mod tests {
             chunks: 0,
             new_bytes: 0,
             new_chunks: 0,
+            meta: Default::default(),
         });
         repo.publish(next, &[]).unwrap();
         id
