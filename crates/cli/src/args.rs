@@ -539,8 +539,8 @@ pub struct GcArgs {
     /// Clean only containers whose liveness (live bytes / bytes) is below X; 1 cleans every container holding garbage
     #[arg(long, default_value = "1", value_name = "X", value_parser = Checked(liveness_threshold))]
     pub liveness_threshold: f64,
-    /// GCCDF: split a cluster by a backup only if at least N of its chunks are referenced by it
-    #[arg(long, default_value = "200", value_name = "N", value_parser = Checked(whole))]
+    /// GCCDF: split a cluster by a backup only if at least N of its chunks are referenced by it (0 = 200/512 of the chunks per container, the paper's ratio)
+    #[arg(long, default_value = "0", value_name = "N", value_parser = Checked(whole))]
     pub split_threshold: usize,
     /// False-positive rate of the valid-chunk table's Bloom filter (0 = exact set; false positives only keep garbage)
     #[arg(long, default_value = "0", value_name = "P", value_parser = Checked(vc_fp_rate))]

@@ -338,22 +338,23 @@ impl Repository {
         if next.index_segments.len() <= MAX_SEGMENTS {
             return Ok(Vec::new());
         }
-        // Older copies first, so the preferred copy still wins on load.
+        // Every copy of every chunk (an older copy is still some backup's).
         let (d, r) = self.index.len();
-        let mut entries: Vec<IndexEntry> = Vec::with_capacity(d + r);
-        entries.extend(self.index.copy_entries());
-        let copies = entries.len();
+        let mut entries: Vec<IndexEntry> = Vec::with_capacity(d + r + self.index.extra_copies());
         entries.extend(self.index.entries());
-        sort_entries(&mut entries, copies > 0);
+        sort_entries(&mut entries);
         let superseded = std::mem::take(&mut next.index_segments);
         self.write_segment(next, &entries)?;
         Ok(superseded)
     }
 
-    /// Where a restore reads the chunk `fp` of `kind`: the one place the
-    /// repository's layout answers it (containers today; MFDedup's
-    /// categories when that layout is chosen at `init`).
+    /// Where the chunk `fp` of `kind` is found (its newest copy): the one
+    /// place the repository's layout answers it (containers today;
+    /// MFDedup's categories when that layout is chosen at `init`). A recipe
+    /// entry's chunk is located with [`locate_copy`](Self::locate_copy).
+    /// (Unused since recipes name copies; kept as the layouts' contract.)
     #[inline]
+    #[allow(dead_code)]
     pub(crate) fn locate(&self, kind: ChunkKind, fp: &crate::Fingerprint) -> Option<ContainerId> {
         use crate::layout::{Layout, LayoutKind};
         match self.manifest.config.layout {
@@ -405,6 +406,26 @@ impl Repository {
             )));
         }
         Ok(())
+    }
+
+    /// Where copy `copy` of the chunk `fp` is: what a restore, a mark or a
+    /// check reads for a recipe entry (each backup reads the copies its own
+    /// ingest chose).
+    #[inline]
+    pub(crate) fn locate_copy(
+        &self,
+        kind: ChunkKind,
+        fp: &crate::Fingerprint,
+        copy: crate::index::CopyNo,
+    ) -> Option<ContainerId> {
+        use crate::layout::{Layout, LayoutKind};
+        match self.manifest.config.layout {
+            LayoutKind::Containers => {
+                crate::layout::ContainerLayout.locate_copy(self, kind, fp, copy)
+            }
+            // MFDedup never rewrites: every chunk is copy 0.
+            LayoutKind::Mfdedup => crate::layout::MfdedupLayout.locate_copy(self, kind, fp, copy),
+        }
     }
 
     pub fn manifest(&self) -> &Manifest {
@@ -628,6 +649,33 @@ impl Repository {
     /// recipe containers.
     pub fn recipe_reader(&self, containers: usize) -> RecipeReader<'_> {
         crate::recipe::reader::recipe_reader(self, containers)
+    }
+
+    /// Each data chunk of a backup in order, with the container its copy
+    /// is read from (what a restore reads, without reading data).
+    pub fn chunk_homes(
+        &self,
+        b: &BackupEntry,
+    ) -> Result<Vec<(crate::recipe::RecipeEntry, ContainerId)>> {
+        let mut reader = self.recipe_reader(8);
+        let mut w = reader.entries(b.root_fp()?, b.root_level)?;
+        let mut out = Vec::with_capacity(b.chunks as usize);
+        while let Some(e) = w.next()? {
+            let c = self
+                .locate_copy(ChunkKind::Data, &e.fp, e.copy)
+                .ok_or_else(|| {
+                    Error::corrupt(
+                        format!("backup {}", b.id),
+                        format!(
+                            "chunk {} (copy {}) is not in the index",
+                            e.fp.to_hex(),
+                            e.copy
+                        ),
+                    )
+                })?;
+            out.push((e, c));
+        }
+        Ok(out)
     }
 }
 

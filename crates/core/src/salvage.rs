@@ -18,6 +18,7 @@ use crate::catalog::{BackupEntry, BackupId, SourceKind};
 use crate::container::{format, ChunkKind, ChunkMeta, ContainerId, Header};
 use crate::error::{Error, IoContext, Result};
 use crate::fingerprint::Fingerprint;
+use crate::index::CopyNo;
 use crate::recipe::Entries;
 use crate::repo::Repository;
 use serde::Serialize;
@@ -78,8 +79,8 @@ impl<'a> TolerantStream<'a> {
 
     /// An intact chunk of the expected size: from its verified container, or
     /// salvaged (and rehashed) from a container whose data checksum fails.
-    fn chunk(&mut self, fp: &Fingerprint, size: u64) -> Option<Vec<u8>> {
-        let id = self.repo.locate(ChunkKind::Data, fp)?;
+    fn chunk(&mut self, fp: &Fingerprint, size: u64, copy: CopyNo) -> Option<Vec<u8>> {
+        let id = self.repo.locate_copy(ChunkKind::Data, fp, copy)?;
         if let Ok(c) = self.cache.get(id, |id| self.repo.store.read(id)) {
             return c
                 .chunk(fp)
@@ -107,7 +108,7 @@ impl Read for TolerantStream<'_> {
                 Err(e) => return Err(std::io::Error::other(e.to_string())),
             };
             self.pos = 0;
-            match self.chunk(&e.fp, e.size) {
+            match self.chunk(&e.fp, e.size, e.copy) {
                 Some(b) => self.current = b,
                 None => {
                     self.current.clear();

@@ -30,8 +30,9 @@ pub struct ApproachDef {
     #[serde(default = "one")]
     pub liveness_threshold: f64,
     /// GCCDF: a leaf is split only if at least this many of its chunks are
-    /// referenced by the backup checked (the artifact's 200 suits 4 MiB
-    /// containers of ~1000 chunks; scale it with the container size).
+    /// referenced by the backup checked; 0 (the default) scales the
+    /// artifact's 200 of ~512 chunks per 4 MiB container to the
+    /// repository's containers (`gc::SPLIT_FRACTION`).
     #[serde(default = "split")]
     pub split_threshold: usize,
     /// GC's valid-chunk table: `exact`, `bloom:P` (false-positive rate P)
@@ -199,7 +200,7 @@ impl ApproachDef {
                 strategy: GcStrategy::parse(s).map_err(|e| ctx(format!("{e} (or none)")))?,
                 segment_containers: self.segment_containers.max(1),
                 liveness_threshold: self.liveness_threshold,
-                split_threshold: self.split_threshold.max(1),
+                split_threshold: self.split_threshold,
                 vc,
                 dry_run: false,
                 mark: self.mark.parse::<MarkSpec>().map_err(ctx)?,

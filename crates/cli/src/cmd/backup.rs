@@ -96,6 +96,7 @@ fn files_from(files: &[PathBuf]) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
+#[allow(clippy::too_many_arguments)]
 pub fn backup(
     repo: &RepoArg,
     source: Source,

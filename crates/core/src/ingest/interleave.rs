@@ -124,8 +124,8 @@ pub(crate) fn backup_interleaved(
                 // the member whose chunk this is.
                 sink.counts = d.counts;
                 sink.cursor = d.cursor;
-                sink.dedup_chunk(fp, len, bytes)?;
-                d.recipe.push(fp, len as u64, &mut sink)?;
+                let copy = sink.dedup_chunk(fp, len, bytes)?;
+                d.recipe.push(fp, len, copy, &mut sink)?;
                 d.counts = sink.counts;
                 d.cursor = sink.cursor;
             }

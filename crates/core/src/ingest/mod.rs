@@ -27,10 +27,11 @@
 //! With a rewrite policy the worker buffers an ingest segment (20 MiB of
 //! chunks by default), hands its distinct duplicates with every live copy to
 //! the policy, then stores chunks in stream order: unique and rewritten
-//! chunks go to the open data container (at most once per segment), and a
-//! duplicate deduplicated against an older copy repoints the index there, so
-//! restores read the copies the newest backup chose (the index serves all
-//! restores; recipes hold fingerprints only).
+//! chunks go to the open data container (at most once per segment) as a new
+//! copy of the chunk (the next copy number), and a duplicate references the
+//! copy the policy chose. Recipe leaves name the copy each chunk is read
+//! from, so every backup restores from the copies its own ingest chose; no
+//! existing index entry changes.
 //!
 //! While a backup runs the index is owned by the worker; on failure every
 //! entry the backup added is removed again, so the in-memory repository
@@ -381,10 +382,7 @@ impl Writer {
         });
         // Give the index back before publishing, so a failed publish can undo.
         let Sink {
-            index,
-            new_entries,
-            undo,
-            ..
+            index, new_entries, ..
         } = sink;
         *L::index(self) = index;
         let published = outcome.and_then(|(mut next, entries)| {
@@ -392,7 +390,7 @@ impl Writer {
             self.publish(next, &superseded).map(|()| entries)
         });
         if published.is_err() {
-            undo.undo(L::index(self), &new_entries);
+            sink::undo(L::index(self), &new_entries);
         }
         published
     }

@@ -139,7 +139,8 @@ fn worker<L: Layout>(
                             while let Some(e) = events.next_if(|e| e.pos <= i) {
                                 sink.recipe_bytes(e.fp, &ev.bytes[e.start..e.start + e.len])?;
                             }
-                            sink.dedup_chunk(fp, len, &[])?;
+                            let copy = sink.dedup_chunk(fp, len, &[])?;
+                            debug_assert_eq!(copy, 0, "only first copies");
                         } else {
                             sink.data_chunk(&mut recipe, fp, len, &[])?;
                         }
@@ -197,7 +198,9 @@ impl<L: Layout> Ingest<L> {
         let recipe = RecipeBuilder::new(algo);
         // With rewriting, recipe entries follow the segment's decisions, so
         // the worker builds the recipe; in data mode it has the fingerprints.
-        let upstream = trace && sink.rw.is_none();
+        // Without rewriting a recipe names each chunk's newest copy, which
+        // is copy 0 unless earlier rewriting stored more.
+        let upstream = trace && sink.rw.is_none() && sink.index.first_copies_only();
         let handle = std::thread::Builder::new()
             .name("tessera-ingest".into())
             .spawn(move || worker(rx, spent_tx, trace_spent_tx, sink, recipe, algo, upstream))
@@ -333,7 +336,7 @@ impl<L: Layout> Ingest<L> {
         self.trace_buf.push((fp, len));
         if let Some(r) = &mut self.recipe {
             self.events.pos = self.trace_buf.len();
-            r.push(fp, len as u64, &mut self.events)?;
+            r.push(fp, len, 0, &mut self.events)?;
         }
         if self.trace_buf.len() >= TRACE_BATCH {
             self.send_trace().map_err(|e| Error::io("backup", e))?;

@@ -117,8 +117,19 @@ pub trait Layout: Send + Sized + 'static {
     fn index(repo: &mut Repository) -> &mut Self::Index;
     /// A writer for one backup (or interleaved group).
     fn writer(&self, repo: &Repository) -> Self::Writer;
-    /// Where a restore reads the chunk `fp` of `kind`.
+    /// Where the chunk `fp` of `kind` is found (its newest copy).
     fn locate(&self, repo: &Repository, kind: ChunkKind, fp: &Fingerprint) -> Option<ContainerId>;
+    /// Where a restore reads copy `copy` of the chunk `fp` (the copy a
+    /// recipe entry names). A layout without rewriting has copy 0 alone.
+    fn locate_copy(
+        &self,
+        repo: &Repository,
+        kind: ChunkKind,
+        fp: &Fingerprint,
+        copy: crate::index::CopyNo,
+    ) -> Option<ContainerId> {
+        (copy == 0).then(|| self.locate(repo, kind, fp)).flatten()
+    }
     /// Runs once `backups` are published (MFDedup arranges here).
     fn after_backup(&self, repo: &mut Writer, backups: &[BackupEntry]) -> Result<()>;
     /// Free the space of the containers GC selected.

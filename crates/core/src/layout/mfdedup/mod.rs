@@ -306,6 +306,7 @@ pub(crate) fn recipe_index(repo: &Repository) -> Result<Index> {
                 fp: m.fp,
                 container: c.id,
                 kind: ChunkKind::Recipe,
+                copy: 0,
             });
         }
     }

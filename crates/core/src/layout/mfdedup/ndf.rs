@@ -84,6 +84,7 @@ pub fn index_of(prev: &[Fingerprint]) -> Index {
             fp,
             container: ContainerId(0),
             kind: ChunkKind::Data,
+            copy: 0,
         });
     }
     index
