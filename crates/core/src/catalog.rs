@@ -13,7 +13,6 @@
 
 use crate::backend::{Generation, ObjectKey};
 use crate::chunking::ChunkerConfig;
-use crate::container::format::checksum;
 use crate::container::{ChunkKind, ContainerId};
 use crate::error::{Error, Result, Subject};
 use crate::fingerprint::{Fingerprint, HashAlgo};
@@ -188,23 +187,13 @@ impl Manifest {
 
     pub fn encode(&self) -> Vec<u8> {
         let json = serde_json::to_vec(self).expect("manifest serializes");
-        let mut out = Vec::with_capacity(json.len() + 36);
-        out.extend_from_slice(&MAGIC);
-        out.extend_from_slice(&VERSION.to_le_bytes());
-        out.extend_from_slice(&(json.len() as u64).to_le_bytes());
-        out.extend_from_slice(&json);
-        let sum = checksum(&out);
-        out.extend_from_slice(&sum);
-        out
+        crate::framing::encode(&MAGIC, VERSION, &json)
     }
 
     /// Decode and verify; `name` identifies the object in errors.
     pub fn decode(b: &[u8], name: impl Into<Subject>) -> Result<Self> {
         let name: Subject = name.into();
-        if b.len() < 36 || b[..8] != MAGIC {
-            return Err(Error::corrupt(name, "not a Tessera manifest"));
-        }
-        let version = u32::from_le_bytes(b[8..12].try_into().unwrap());
+        let (version, json) = crate::framing::decode(b, &MAGIC, "Tessera manifest", &name)?;
         if version != VERSION {
             return Err(Error::UnsupportedVersion {
                 object: Box::new(name),
@@ -212,15 +201,7 @@ impl Manifest {
                 supported: VERSION,
             });
         }
-        let (body, sum) = b.split_at(b.len() - 16);
-        if checksum(body) != sum {
-            return Err(Error::corrupt(name, "checksum mismatch"));
-        }
-        let len = u64::from_le_bytes(b[12..20].try_into().unwrap());
-        if len != (body.len() - 20) as u64 {
-            return Err(Error::corrupt(name, "length mismatch"));
-        }
-        let m: Manifest = serde_json::from_slice(&body[20..])
+        let m: Manifest = serde_json::from_slice(json)
             .map_err(|e| Error::corrupt(name.clone(), format!("unreadable: {e}")))?;
         m.validate(&name)?;
         Ok(m)

@@ -482,6 +482,9 @@ pub(crate) fn gc_with(repo: &mut Writer, plan: GcPlan) -> Result<GcReport> {
         .filter(|e| {
             e.kind == crate::container::ChunkKind::Data && !reclaimed.contains(&e.container)
         })
+        // Only where the mark is exact for the container: sampling's second
+        // pass marked its focus alone.
+        .filter(|e| mark.focus.as_ref().is_none_or(|f| f.contains(&e.container)))
         .filter(|e| !mark.is_valid(&e.fp, e.copy))
         .filter(|e| {
             repo.index

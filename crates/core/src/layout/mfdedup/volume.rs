@@ -11,7 +11,6 @@
 
 use crate::backend::ObjectKey;
 use crate::catalog::ContainerEntry;
-use crate::container::format::checksum;
 use crate::container::{ChunkKind, ContainerId, ContainerStore, ContainerWriter, IdAllocator};
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
@@ -80,37 +79,20 @@ pub fn encode_header(chain: &str, v: &Volume) -> Vec<u8> {
         volume: std::borrow::Cow::Borrowed(v),
     })
     .expect("volume header serializes");
-    let mut out = Vec::with_capacity(json.len() + 36);
-    out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&VERSION.to_le_bytes());
-    out.extend_from_slice(&(json.len() as u64).to_le_bytes());
-    out.extend_from_slice(&json);
-    let sum = checksum(&out);
-    out.extend_from_slice(&sum);
-    out
+    crate::framing::encode(&MAGIC, VERSION, &json)
 }
 
 /// Decode and verify a header object: (chain, volume).
 pub fn decode_header(b: &[u8], name: &str) -> Result<(String, Volume)> {
-    if b.len() < 36 || b[..8] != MAGIC {
-        return Err(Error::corrupt(name.to_string(), "not a volume header"));
-    }
-    let version = u32::from_le_bytes(b[8..12].try_into().unwrap());
+    let subject = crate::error::Subject::from(name);
+    let (version, json) = crate::framing::decode(b, &MAGIC, "volume header", &subject)?;
     if version != VERSION {
         return Err(Error::corrupt(
             name.to_string(),
             format!("volume header version {version}"),
         ));
     }
-    let (body, sum) = b.split_at(b.len() - 16);
-    if checksum(body) != sum {
-        return Err(Error::corrupt(name.to_string(), "checksum mismatch"));
-    }
-    let len = u64::from_le_bytes(b[12..20].try_into().unwrap());
-    if len != (body.len() - 20) as u64 {
-        return Err(Error::corrupt(name.to_string(), "length mismatch"));
-    }
-    let h: Header = serde_json::from_slice(&body[20..])
+    let h: Header = serde_json::from_slice(json)
         .map_err(|e| Error::corrupt(name.to_string(), format!("unreadable: {e}")))?;
     Ok((h.chain.into_owned(), h.volume.into_owned()))
 }
