@@ -1029,13 +1029,7 @@ fn live_copies_meeting_in_one_new_container_share_one_stored_copy() {
         RewriteSpec::None,
     );
     backup_op(&mut repo, &mut m, None, 0, RewriteSpec::None);
-    backup_op(
-        &mut repo,
-        &mut m,
-        Some(1),
-        15122686427267813887,
-        har.clone(),
-    );
+    backup_op(&mut repo, &mut m, Some(1), 15122686427267813887, har);
     backup_op(
         &mut repo,
         &mut m,
