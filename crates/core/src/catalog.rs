@@ -113,6 +113,9 @@ pub struct Manifest {
     /// (the papers' GS list), then clears this list.
     #[serde(default)]
     pub forgotten: Vec<BackupEntry>,
+    /// FGC's reference graph, when the repository records one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refgraph: Option<crate::refgraph::RefGraphState>,
 }
 
 impl Manifest {
@@ -128,6 +131,7 @@ impl Manifest {
             index_segments: Vec::new(),
             har_sparse: Vec::new(),
             forgotten: Vec::new(),
+            refgraph: None,
         }
     }
 

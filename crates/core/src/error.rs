@@ -41,6 +41,7 @@ impl fmt::Display for ObjectRef {
                 ObjectKey::Container(id) => write!(f, "container {id:016x}"),
                 ObjectKey::Manifest(_) => write!(f, "manifest {key}"),
                 ObjectKey::IndexSegment(_) => write!(f, "index segment {key}"),
+                ObjectKey::RefGraph(_) => write!(f, "reference graph segment {key}"),
                 ObjectKey::Lock | ObjectKey::Stray(_) => key.fmt(f),
             },
             ObjectRef::RecipeChunk(fp) => write!(f, "recipe chunk {}", fp.to_hex()),

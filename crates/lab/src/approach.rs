@@ -3,7 +3,7 @@
 //! technique becomes available to the lab as soon as core implements it.
 
 use serde::{Deserialize, Serialize};
-use tessera_core::gc::{GcOptions, GcStrategy, VcSpec};
+use tessera_core::gc::{GcOptions, GcStrategy, MarkSpec, VcSpec};
 use tessera_core::restore::CacheSpec;
 use tessera_core::rewrite::RewriteSpec;
 
@@ -39,6 +39,18 @@ pub struct ApproachDef {
     /// Overrides the experiment's restore cache.
     #[serde(default)]
     pub cache: Option<String>,
+    /// GC's mark phase: `logical` (every retained backup) or `focused`
+    /// (FGC: the deleted backups and their correlative backups; the
+    /// repository records the reference graph from its first backup).
+    #[serde(default = "logical")]
+    pub mark: String,
+    /// FGC's virtual-file size in bytes (0: whole backups).
+    #[serde(default)]
+    pub fgc_granularity: u64,
+}
+
+fn logical() -> String {
+    "logical".into()
 }
 
 fn none() -> String {
@@ -80,7 +92,11 @@ impl Approach {
                 VcSpec::Exact => String::new(),
                 vc => format!(" vc={vc}"),
             };
-            format!("{}{vc}", g.strategy)
+            let mark = match g.mark {
+                MarkSpec::Logical => String::new(),
+                m => format!(" mark={m}"),
+            };
+            format!("{}{vc}{mark}", g.strategy)
         });
         format!(
             "rewrite={rw} gc={gc} cache={}",
@@ -103,6 +119,8 @@ pub fn builtin(name: &str) -> Result<ApproachDef, String> {
         split_threshold: split(),
         vc: exact(),
         cache: None,
+        mark: logical(),
+        fgc_granularity: 0,
     };
     let plain = base == name;
     match base {
@@ -135,6 +153,8 @@ impl ApproachDef {
                 split_threshold: self.split_threshold.max(1),
                 vc,
                 dry_run: false,
+                mark: self.mark.parse().map_err(ctx)?,
+                fgc_granularity: Some(self.fgc_granularity),
                 ..GcOptions::default()
             }),
         };

@@ -1,8 +1,8 @@
 //! Object keys: the one place object names are spelled.
 //!
-//! A repository holds four kinds of objects, each under its own prefix with
+//! A repository holds five kinds of objects, each under its own prefix with
 //! a 16-hex-digit number: `manifests/<generation>`, `containers/<id>`,
-//! `index/<id>`, plus the single `lock`. Names found by listing that do not
+//! `index/<id>`, `refgraph/<n>` (FGC), plus the single `lock`. Names found by listing that do not
 //! parse as one of these (a crash's or an operator's litter under a known
 //! prefix) are carried as [`ObjectKey::Stray`], so they can still be reported
 //! and deleted.
@@ -19,14 +19,17 @@ pub enum KeyKind {
     Container,
     IndexSegment,
     Lock,
+    /// FGC's reference graph segments (`refgraph/…`).
+    RefGraph,
 }
 
 impl KeyKind {
-    pub const ALL: [KeyKind; 4] = [
+    pub const ALL: [KeyKind; 5] = [
         KeyKind::Manifest,
         KeyKind::Container,
         KeyKind::IndexSegment,
         KeyKind::Lock,
+        KeyKind::RefGraph,
     ];
 
     /// What every name of this kind starts with (the whole name for the lock).
@@ -36,6 +39,7 @@ impl KeyKind {
             KeyKind::Container => "containers/",
             KeyKind::IndexSegment => "index/",
             KeyKind::Lock => "lock",
+            KeyKind::RefGraph => "refgraph/",
         }
     }
 
@@ -57,6 +61,8 @@ pub enum ObjectKey {
     Container(ContainerId),
     IndexSegment(u64),
     Lock,
+    /// A segment of FGC's reference graph.
+    RefGraph(u64),
     /// A listed name that is none of the above (`containers/junk`): kept
     /// whole so it can be reported and deleted, never written by the engine.
     Stray(String),
@@ -82,6 +88,7 @@ impl ObjectKey {
             }
             Some(KeyKind::IndexSegment) => numbered("index/").map(ObjectKey::IndexSegment),
             Some(KeyKind::Lock) => Some(ObjectKey::Lock),
+            Some(KeyKind::RefGraph) => numbered("refgraph/").map(ObjectKey::RefGraph),
             None => None,
         };
         // Only the canonical spelling parses, so a key's name round-trips
@@ -104,6 +111,7 @@ impl ObjectKey {
             ObjectKey::Container(_) => Some(KeyKind::Container),
             ObjectKey::IndexSegment(_) => Some(KeyKind::IndexSegment),
             ObjectKey::Lock => Some(KeyKind::Lock),
+            ObjectKey::RefGraph(_) => Some(KeyKind::RefGraph),
             ObjectKey::Stray(name) => KeyKind::of_name(name),
         }
     }
@@ -136,6 +144,7 @@ impl fmt::Display for ObjectKey {
             ObjectKey::Container(id) => write!(f, "containers/{id:016x}"),
             ObjectKey::IndexSegment(id) => write!(f, "index/{id:016x}"),
             ObjectKey::Lock => f.write_str("lock"),
+            ObjectKey::RefGraph(id) => write!(f, "refgraph/{id:016x}"),
             ObjectKey::Stray(name) => f.write_str(name),
         }
     }
@@ -203,6 +212,7 @@ mod tests {
             ObjectKey::Container(ContainerId(0xa1)),
             ObjectKey::IndexSegment(u64::MAX),
             ObjectKey::Lock,
+            ObjectKey::RefGraph(7),
         ] {
             assert_eq!(ObjectKey::parse(&k.name()), k);
         }

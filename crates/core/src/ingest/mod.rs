@@ -175,7 +175,11 @@ impl Writer {
         let cfg = self.manifest.config.clone();
         let before = self.metrics.snapshot();
         let rw = Rewriter::new(&opts.rewrite, opts.segment_bytes, &self.manifest);
-        let sink = Sink::new(self, layout, rw);
+        let recording = rw.is_none();
+        let mut sink = Sink::new(self, layout, rw);
+        if recording {
+            sink.corr = crate::refgraph::CorrRecorder::start(self);
+        }
         let mut ingest = Ingest::start(sink, cfg.chunker.build(), cfg.hash, cfg.trace);
         let fed = feed(&mut ingest);
         let (mut sink, recipe, worker, upstream_root) = ingest.stop(fed.is_ok());
@@ -222,6 +226,8 @@ impl Writer {
         members: Result<Vec<Member>>,
     ) -> Result<Vec<BackupEntry>> {
         let time = crate::clock::now();
+        let corr = sink.corr.take();
+        let mut graph_superseded = Vec::new();
         let outcome = members.and_then(|members| {
             sink.seal(ChunkKind::Data)?;
             sink.seal(ChunkKind::Recipe)?;
@@ -233,6 +239,7 @@ impl Writer {
                 next.har_sparse = sparse;
             }
             self.write_segment(&mut next, &sink.new_entries)?;
+            graph_superseded = crate::refgraph::commit_backup(self, &mut next, corr)?;
             let mut entries = Vec::with_capacity(members.len());
             for m in members {
                 let (root, root_level) = m.root;
@@ -264,7 +271,8 @@ impl Writer {
         } = sink;
         *L::index(self) = index;
         let published = outcome.and_then(|(mut next, entries)| {
-            let superseded = self.compact_segments(&mut next)?;
+            let mut superseded = self.compact_segments(&mut next)?;
+            superseded.extend(graph_superseded);
             self.publish(next, &superseded).map(|()| entries)
         });
         if published.is_err() {

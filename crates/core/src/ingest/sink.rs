@@ -25,6 +25,8 @@ pub(crate) struct Sink<L: Layout = ContainerLayout> {
     pub(super) undo: UndoLog<L::Index>,
     /// Where the index's log expects the next data chunk.
     pub(super) cursor: <L::Index as DedupIndex>::Cursor,
+    /// FGC's CorrRecorder, when the repository records the reference graph.
+    pub(super) corr: Option<crate::refgraph::CorrRecorder>,
 }
 
 /// How to put the index back as it was if the backup fails: entries the
@@ -85,6 +87,7 @@ impl<L: Layout> Sink<L> {
             rw,
             undo,
             cursor: Default::default(),
+            corr: None,
         }
     }
 
@@ -94,6 +97,14 @@ impl<L: Layout> Sink<L> {
             ChunkKind::Data => self.index.contains_data_seq(&mut self.cursor, &fp),
             ChunkKind::Recipe => self.index.contains(kind, &fp),
         };
+        if let Some(corr) = &mut self.corr {
+            corr.saw(
+                kind,
+                &fp,
+                held,
+                self.counts.logical.saturating_sub(len as u64),
+            );
+        }
         if held {
             return Ok(false);
         }

@@ -13,3 +13,5 @@ mod repository;
 mod restore_cache;
 mod restore_pipeline;
 mod rewrite;
+mod s3;
+mod s3_minio;

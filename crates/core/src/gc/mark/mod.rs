@@ -6,6 +6,10 @@
 //! A data chunk copy `(fp, C)` is live iff a retained backup references `fp`
 //! and the index maps `fp` to `C`: older copies left by rewriting are dead.
 
+pub mod focused;
+
+pub use focused::{FocusStats, FocusedMark};
+
 use super::bloom::Bloom;
 use crate::catalog::{BackupEntry, BackupId};
 use crate::container::{ChunkKind, ContainerId};
@@ -140,6 +144,9 @@ pub enum FpFilter {
     Exact(FpSet),
     Bloom(Bloom),
     Phv(Phv),
+    /// Every fingerprint but these (the focused mark: it finds the dead
+    /// chunks of the deleted backups and leaves everything else live).
+    AllBut(FpSet),
 }
 
 /// A perfect-hash vector (physical GC, FAST'17 §4): a minimal perfect hash
@@ -209,6 +216,7 @@ impl FpFilter {
                 p.insert(&fp);
                 false
             }
+            FpFilter::AllBut(dead) => dead.remove(&fp),
         }
     }
     pub fn contains(&self, fp: &Fingerprint) -> bool {
@@ -216,6 +224,7 @@ impl FpFilter {
             FpFilter::Exact(s) => s.contains(fp),
             FpFilter::Bloom(b) => b.contains(fp),
             FpFilter::Phv(p) => p.contains(fp),
+            FpFilter::AllBut(dead) => !dead.contains(fp),
         }
     }
     pub fn memory_bytes(&self) -> usize {
@@ -223,6 +232,7 @@ impl FpFilter {
             FpFilter::Exact(s) => s.capacity() * (std::mem::size_of::<Fingerprint>() + 1),
             FpFilter::Bloom(b) => b.memory_bytes(),
             FpFilter::Phv(p) => p.memory_bytes(),
+            FpFilter::AllBut(dead) => dead.capacity() * (std::mem::size_of::<Fingerprint>() + 1),
         }
     }
 }
@@ -251,6 +261,11 @@ pub struct Mark {
     /// already marked.
     pub walk: WalkStats,
     pub memory_bytes: u64,
+    /// The focused mark's updated reference graph, published with the
+    /// GC's generation.
+    pub refgraph: Option<crate::refgraph::RefGraph>,
+    /// What the focused mark walked and found.
+    pub focus: Option<FocusStats>,
 }
 
 /// The mark phase: from the catalog's retained backups, the live set the
@@ -336,6 +351,8 @@ impl Mark {
             owners: HashMap::new(),
             walk: WalkStats::default(),
             memory_bytes: 0,
+            refgraph: None,
+            focus: None,
         }
     }
 
