@@ -389,7 +389,10 @@ fn s3_connection_resets_are_retried_or_reported_never_lost() {
     // retried to success, byte for byte.
     let proxy = ResetProxy::start(m.port, 100 * 1024);
     let loc = proxy.location(&folder("reset-backup"));
-    let store: Arc<dyn ObjectStore> = Arc::new(S3Store::open(&loc, quick_options()).unwrap());
+    let mut patient = quick_options();
+    patient.max_retries = 10;
+    patient.retry_timeout = std::time::Duration::from_secs(30);
+    let store: Arc<dyn ObjectStore> = Arc::new(S3Store::open(&loc, patient).unwrap());
     init(store.clone());
     let mut w = writer(store.clone());
     let data = bytes(6, 1_500_000);
