@@ -243,6 +243,23 @@ pub enum LabCommand {
         #[command(flatten)]
         json: JsonArg,
     },
+    /// Tessera side by side with restic and borg on one directory: backups, restore, forget + gc
+    Peers {
+        /// Directory to back up (copied once into the work directory; never modified)
+        #[arg(value_name = "DIR")]
+        source: PathBuf,
+        /// Work directory (source copy, repositories, restore targets); must be new, empty, or an earlier run's
+        #[arg(long, default_value = "tessera-peers", value_name = "DIR")]
+        work: PathBuf,
+        /// Runs of every step (medians are reported)
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+        runs: u32,
+        /// Let restic and borg compress with their defaults (restic auto, borg lz4); default: all uncompressed
+        #[arg(long)]
+        compression: bool,
+        #[command(flatten)]
+        json: JsonArg,
+    },
     /// Generate a dataset: a synthetic version series, a git tag series, or traces of tar images
     Gen {
         #[command(subcommand)]

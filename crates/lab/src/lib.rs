@@ -9,6 +9,7 @@ pub mod demo;
 pub mod experiment;
 pub mod git;
 pub mod minio;
+pub mod peers;
 pub mod report;
 pub mod retention;
 pub mod runner;

@@ -24,6 +24,13 @@ pub fn run(cmd: LabCommand) -> Result<ExitCode> {
             cache,
             json,
         } => super::bench::run(&dir, size, runs, cache, json.json),
+        LabCommand::Peers {
+            source,
+            work,
+            runs,
+            compression,
+            json,
+        } => run_peers(source, work, runs, compression, json.json),
         LabCommand::Gen { command } => gen(command),
         LabCommand::Run {
             experiment,
@@ -215,4 +222,35 @@ fn run_demo(dir: &Path, approaches: &str, json: bool) -> Result<ExitCode> {
         let _ = std::fs::remove_dir_all(&work);
     }
     finish(&r, dir, started, json)
+}
+
+fn run_peers(
+    source: PathBuf,
+    work: PathBuf,
+    runs: u32,
+    compression: bool,
+    json: bool,
+) -> Result<ExitCode> {
+    use tessera_lab::peers;
+    let opts = peers::PeersOptions {
+        source,
+        work: work.clone(),
+        runs: runs as usize,
+        tessera: std::env::current_exe().context("cannot find the tessera binary")?,
+        compression,
+    };
+    let report = peers::run(&opts, &mut |s| {
+        if !json {
+            eprintln!("peers: {s}…");
+        }
+    })?;
+    std::fs::write(work.join("peers.json"), serde_json::to_vec_pretty(&report)?)?;
+    std::fs::write(work.join("report.html"), peers::html(&report))?;
+    if json {
+        ui::print_json(&report)?;
+    } else {
+        print!("{}", peers::markdown(&report));
+        println!("\nwritten: {}", work.join("report.html").display());
+    }
+    Ok(ExitCode::SUCCESS)
 }
