@@ -349,7 +349,7 @@ impl S3Store {
 
     /// A one-line error for a request that failed.
     fn error(&self, op: &str, name: &str, e: object_store::Error) -> Error {
-        let detail = one_line(&e.to_string());
+        let detail = summarize(&one_line(&e.to_string()));
         let hint = if detail.contains("NoSuchBucket") {
             format!(
                 "bucket '{}' does not exist at {} (create it first)",
@@ -589,6 +589,31 @@ fn ini_section(text: &str, section: &str) -> HashMap<String, String> {
     out
 }
 
+/// An S3 error response without its XML: the status, the error code and
+/// message; other errors as they are, cut at 300 characters.
+fn summarize(detail: &str) -> String {
+    let tag = |t: &str| {
+        let open = format!("<{t}>");
+        let start = detail.find(&open)? + open.len();
+        let len = detail[start..].find(&format!("</{t}>"))?;
+        Some(detail[start..start + len].to_string())
+    };
+    if let Some(code) = tag("Code") {
+        let status = detail
+            .find("status code: ")
+            .map(|i| &detail[i + 13..])
+            .and_then(|s| s.split(':').next())
+            .unwrap_or("error");
+        let message = tag("Message").unwrap_or_default();
+        return format!("{status}: {code}: {message}");
+    }
+    let mut s: String = detail.chars().take(300).collect();
+    if s.len() < detail.len() {
+        s.push('…');
+    }
+    s
+}
+
 fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
@@ -775,5 +800,16 @@ mod tests {
         assert_eq!(other["aws_access_key_id"], "B");
         assert_eq!(other["aws_secret_access_key"], "S");
         assert!(ini_section(text, "none").is_empty());
+    }
+
+    #[test]
+    fn error_responses_are_summarized() {
+        let d = "Generic S3 error: Error performing GET http://h/b in 1ms - Server returned non-2xx status code: 403 Forbidden: <?xml version=\"1.0\"?> <Error><Code>SignatureDoesNotMatch</Code><Message>The signature differs.</Message><Resource>/b</Resource></Error>";
+        assert_eq!(
+            summarize(d),
+            "403 Forbidden: SignatureDoesNotMatch: The signature differs."
+        );
+        assert_eq!(summarize("short"), "short");
+        assert_eq!(summarize(&"x".repeat(400)).chars().count(), 301);
     }
 }
