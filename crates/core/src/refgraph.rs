@@ -341,12 +341,18 @@ impl CorrRecorder {
     /// A recorder for the next backup, if the repository records the
     /// graph. A graph that cannot be read is dropped (the next focused GC
     /// rebuilds it) rather than failing the backup.
-    pub(crate) fn start(repo: &Repository) -> Option<CorrRecorder> {
-        let graph = RefGraph::load(repo).ok()??;
-        let granularity = graph.granularity;
+    pub(crate) fn start(writer: &mut Writer) -> Option<CorrRecorder> {
+        let (segments, granularity) = {
+            let state = writer.manifest.refgraph.as_ref()?;
+            (state.segments.clone(), state.granularity)
+        };
+        let graph = match writer.refgraph_mem.take() {
+            Some((kept, g)) if kept == segments && g.granularity == granularity => g,
+            _ => RefGraph::load(writer).ok()??,
+        };
         Some(CorrRecorder {
             graph,
-            backup: repo.manifest.next_backup_id,
+            backup: writer.manifest.next_backup_id,
             seen: RefGraph::new(granularity),
         })
     }
@@ -360,35 +366,41 @@ impl CorrRecorder {
     }
 }
 
+/// What a backup's commit did to the graph: the segments it supersedes,
+/// and the graph as of `next`'s segments (to keep for the next backup).
+pub(crate) type Committed = (Vec<ObjectKey>, Option<(Vec<ObjectKey>, RefGraph)>);
+
 /// At a backup's commit: append the recorder's segment to `next`, or drop
 /// the graph if this backup was not recorded (rewriting, interleaving),
-/// since it would miss edges. Returns the keys it supersedes.
+/// since it would miss edges.
 pub(crate) fn commit_backup(
     writer: &Writer,
     next: &mut Manifest,
     recorder: Option<CorrRecorder>,
-) -> Result<Vec<ObjectKey>> {
+) -> Result<Committed> {
     let Some(state) = next.refgraph.as_mut() else {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), None));
     };
     let Some(r) = recorder else {
         let old = std::mem::take(&mut state.segments);
         next.refgraph = None;
-        return Ok(old);
+        return Ok((old, None));
     };
+    let mut graph = r.graph;
     if r.seen.data_bases.is_empty() && r.seen.recipe_bases.is_empty() && r.seen.edges.is_empty() {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Some((state.segments.clone(), graph))));
     }
     if state.segments.len() >= COMPACT_AFTER {
-        let mut whole = r.graph;
-        whole.merge(r.seen);
-        return stage(writer, state, &whole);
+        graph.merge(r.seen);
+        let superseded = stage(writer, state, &graph)?;
+        return Ok((superseded, Some((state.segments.clone(), graph))));
     }
     let key = ObjectKey::RefGraph(state.next_segment);
     state.next_segment += 1;
     writer.objects.put(&key, r.seen.encode())?;
     state.segments.push(key);
-    Ok(Vec::new())
+    graph.merge(r.seen);
+    Ok((Vec::new(), Some((state.segments.clone(), graph))))
 }
 
 /// Write `graph` whole as the only segment of `state`; returns the

@@ -86,6 +86,9 @@ pub struct Writer {
     /// A reference graph a focused GC staged for its publish (and only
     /// its publish: cleared when that ends, published or not).
     pub(crate) staged_refgraph: Option<crate::refgraph::RefGraphState>,
+    /// The reference graph as of the segments listed, kept between backups
+    /// so each does not load it again.
+    pub(crate) refgraph_mem: Option<(Vec<ObjectKey>, crate::refgraph::RefGraph)>,
 }
 
 impl std::ops::Deref for Writer {
@@ -236,6 +239,7 @@ impl Repository {
             lock: Some(lock),
             leftovers,
             staged_refgraph: None,
+            refgraph_mem: None,
         })
     }
 

@@ -228,6 +228,7 @@ impl Writer {
         let time = crate::clock::now();
         let corr = sink.corr.take();
         let mut graph_superseded = Vec::new();
+        let mut graph_after = None;
         let outcome = members.and_then(|members| {
             sink.seal(ChunkKind::Data)?;
             sink.seal(ChunkKind::Recipe)?;
@@ -239,7 +240,8 @@ impl Writer {
                 next.har_sparse = sparse;
             }
             self.write_segment(&mut next, &sink.new_entries)?;
-            graph_superseded = crate::refgraph::commit_backup(self, &mut next, corr)?;
+            (graph_superseded, graph_after) =
+                crate::refgraph::commit_backup(self, &mut next, corr)?;
             let mut entries = Vec::with_capacity(members.len());
             for m in members {
                 let (root, root_level) = m.root;
@@ -277,6 +279,8 @@ impl Writer {
         });
         if published.is_err() {
             undo.undo(L::index(self), &new_entries);
+        } else {
+            self.refgraph_mem = graph_after;
         }
         published
     }
