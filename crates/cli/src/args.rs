@@ -404,6 +404,18 @@ pub struct GcArgs {
     /// one rebuilds the graph from every recipe
     #[arg(long, value_name = "SIZE", value_parser = Checked(plain::<ByteSize>))]
     pub fgc_granularity: Option<ByteSize>,
+    /// Physical marks: memory for the live vector of data chunks (e.g. 64MiB); when it would not fit, mark a sample first and clean the most dead containers in a second pass
+    #[arg(long, value_name = "BYTES", value_parser = Checked(positive_bytes))]
+    pub memory_limit: Option<ByteSize>,
+    /// Copy phase: read at most this many container bytes per second (e.g. 50MiB)
+    #[arg(long, value_name = "BYTES", value_parser = Checked(positive_bytes))]
+    pub max_read_rate: Option<ByteSize>,
+    /// Copy phase: write at most this many container bytes per second (e.g. 50MiB)
+    #[arg(long, value_name = "BYTES", value_parser = Checked(positive_bytes))]
+    pub max_write_rate: Option<ByteSize>,
+    /// Logical mark: walk recipe subtrees shared by several backups again for each (the physical-GC paper's LGC) instead of skipping those already marked
+    #[arg(long)]
+    pub walk_shared_subtrees: bool,
 }
 
 impl GcArgs {
@@ -422,6 +434,10 @@ impl GcArgs {
             ownership_fp_rate: self.ownership_fp_rate,
             dry_run: self.dry_run,
             fgc_granularity: self.fgc_granularity.map(|b| b.0),
+            memory_limit: self.memory_limit.map(|b| b.0),
+            max_read_rate: self.max_read_rate.map(|b| b.0),
+            max_write_rate: self.max_write_rate.map(|b| b.0),
+            walk_shared_subtrees: self.walk_shared_subtrees,
         }
     }
 }
@@ -530,6 +546,15 @@ fn vc_fp_rate(flag: &str, v: &str) -> Result<f64, String> {
     gc_rule(number(flag, v, "a rate in [0, 0.5)")?, |o, x| {
         o.vc = VcSpec::from_fp_rate(x)
     })
+}
+
+/// A byte count above zero (limits and rates).
+fn positive_bytes(flag: &str, v: &str) -> Result<ByteSize, String> {
+    match v.parse::<ByteSize>() {
+        Ok(b) if b.0 > 0 => Ok(b),
+        Ok(_) => Err(format!("--{flag} must be above 0")),
+        Err(e) => Err(format!("--{flag}: {e}")),
+    }
 }
 
 fn ownership_fp_rate(flag: &str, v: &str) -> Result<f64, String> {

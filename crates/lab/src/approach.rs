@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use tessera_core::gc::{GcOptions, GcStrategy, MarkSpec, VcSpec};
 use tessera_core::restore::CacheSpec;
 use tessera_core::rewrite::RewriteSpec;
+use tessera_core::units::ByteSize;
 
 /// What `tessera lab demo` compares (the list). Levels are scaled
 /// to the demo's 1 MiB containers and ~6 MiB backups: at the papers' level
@@ -39,14 +40,23 @@ pub struct ApproachDef {
     /// Overrides the experiment's restore cache.
     #[serde(default)]
     pub cache: Option<String>,
-    /// GC's mark phase: `logical` (every retained backup) or `focused`
-    /// (FGC: the deleted backups and their correlative backups; the
-    /// repository records the reference graph from its first backup).
+    /// GC's mark: `logical` (LGC), `physical` (PGC), `physical+` (PGC+)
+    /// or `focused` (FGC: the deleted backups and their correlative
+    /// backups; the repository records the reference graph from its first
+    /// backup).
     #[serde(default = "logical")]
     pub mark: String,
     /// FGC's virtual-file size in bytes (0: whole backups).
     #[serde(default)]
     pub fgc_granularity: u64,
+    /// Physical marks: the live vector's memory budget (e.g. "256KiB");
+    /// above it they sample and mark twice.
+    #[serde(default)]
+    pub memory_limit: Option<ByteSize>,
+    /// Logical mark: walk shared recipe subtrees again for every backup,
+    /// as the physical-GC paper's LGC does, instead of skipping them.
+    #[serde(default)]
+    pub walk_shared_subtrees: bool,
 }
 
 fn logical() -> String {
@@ -96,7 +106,15 @@ impl Approach {
                 MarkSpec::Logical => String::new(),
                 m => format!(" mark={m}"),
             };
-            format!("{}{vc}{mark}", g.strategy)
+            let budget = g
+                .memory_limit
+                .map_or(String::new(), |l| format!(" memory-limit={}", ByteSize(l)));
+            let walk = if g.walk_shared_subtrees {
+                " walk-shared"
+            } else {
+                ""
+            };
+            format!("{}{vc}{mark}{walk}{budget}", g.strategy)
         });
         format!(
             "rewrite={rw} gc={gc} cache={}",
@@ -121,6 +139,8 @@ pub fn builtin(name: &str) -> Result<ApproachDef, String> {
         cache: None,
         mark: logical(),
         fgc_granularity: 0,
+        memory_limit: None,
+        walk_shared_subtrees: false,
     };
     let plain = base == name;
     match base {
@@ -153,7 +173,9 @@ impl ApproachDef {
                 split_threshold: self.split_threshold.max(1),
                 vc,
                 dry_run: false,
-                mark: self.mark.parse().map_err(ctx)?,
+                mark: self.mark.parse::<MarkSpec>().map_err(ctx)?,
+                memory_limit: self.memory_limit.map(|b| b.0),
+                walk_shared_subtrees: self.walk_shared_subtrees,
                 fgc_granularity: Some(self.fgc_granularity),
                 ..GcOptions::default()
             }),

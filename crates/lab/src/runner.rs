@@ -113,7 +113,7 @@ pub struct GcRow {
 pub enum Row {
     Backup(BackupRow),
     Restore(RestoreRow),
-    Gc(GcRow),
+    Gc(Box<GcRow>),
 }
 
 impl Row {
@@ -455,7 +455,7 @@ fn summarize(s: &mut Summary, rows: &[Row]) {
             Row::Backup(b) => backups.push(b),
             Row::Restore(x) if x.when == "final" => finals.push(x),
             Row::Restore(_) => {}
-            Row::Gc(g) => gcs.push(g),
+            Row::Gc(g) => gcs.push(&**g),
         }
     }
     s.backups = backups.len();
@@ -766,7 +766,7 @@ impl ApproachRun<'_> {
         g.data_containers = st.data_containers;
         g.dedup_ratio = st.dedup_ratio;
         g.io = self.backend.counters().since(&io).into();
-        self.rows.push(Row::Gc(g));
+        self.rows.push(Row::Gc(Box::new(g)));
         Ok(())
     }
 

@@ -124,7 +124,8 @@ pub fn gc(repo: &RepoArg, a: &GcArgs, json: bool) -> Result<ExitCode> {
         "reclaimed"
     };
     println!(
-        "{} gc{}: {} containers involved ({}), {verb} {} ({} without copying), produced {}",
+        "{} mark, {} gc{}: {} containers involved ({}), {verb} {} ({} without copying), produced {}",
+        s.mark,
         s.strategy,
         if s.dry_run { " (dry run)" } else { "" },
         s.involved_containers,
@@ -151,5 +152,33 @@ pub fn gc(repo: &RepoArg, a: &GcArgs, json: bool) -> Result<ExitCode> {
         s.sweep_write_seconds,
         ui::bytes(s.peak_memory_bytes)
     );
+    if s.mark_passes > 1 {
+        println!(
+            "  {} mark passes: the live vector did not fit --memory-limit, so a sample was marked first",
+            s.mark_passes
+        );
+    }
+    if s.skipped_subtrees > 0 {
+        println!(
+            "  mark skipped {} recipe subtrees already marked ({} of backups)",
+            s.skipped_subtrees,
+            ui::bytes(s.skipped_bytes)
+        );
+    }
+    if s.throttled_seconds > 0.0 {
+        println!("  throttled {:.3}s", s.throttled_seconds);
+    }
+    for p in &s.phases {
+        println!(
+            "  {:<22} {:>8.3}s  read {} in {} containers, {} metadata reads ({}); memory {}",
+            p.phase,
+            p.seconds,
+            ui::bytes(p.bytes_read),
+            p.containers_read,
+            p.metadata_reads,
+            ui::bytes(p.metadata_bytes),
+            ui::bytes(p.memory_bytes)
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -224,3 +224,65 @@ fn bad_gc_and_forget_flags_give_one_clear_line() {
         "no Tessera repository",
     );
 }
+
+/// `--mark physical` and `physical+` with either sweep: the JSON names the
+/// mark and reports each phase (analysis, enumeration per level, select,
+/// copy); `--memory-limit` makes a physical mark take two passes; the
+/// human output lists the phases; backups stay restorable.
+#[test]
+fn gc_physical_marks_report_their_phases() {
+    let t = tempfile::tempdir().unwrap();
+    let repo = t.path().join("repo");
+    let v = setup(&repo, t.path());
+    ok_bytes(tessera(&repo).args(["forget", "1"]));
+    let r = json(tessera(&repo).args([
+        "gc",
+        "--mark",
+        "physical+",
+        "--max-read-rate",
+        "1GiB",
+        "--max-write-rate",
+        "1GiB",
+        "--json",
+    ]));
+    assert_eq!(r["mark"], "physical+");
+    assert_eq!(r["mark_passes"], 1);
+    let phases: Vec<String> = r["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["phase"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(phases[0], "analysis", "{r}");
+    assert!(phases.iter().any(|p| p == "enumeration L1"), "{r}");
+    assert!(phases.iter().any(|p| p == "select"), "{r}");
+    assert_eq!(phases.last().unwrap(), "copy", "{r}");
+    for p in r["phases"].as_array().unwrap() {
+        for f in ["seconds", "bytes_read", "containers_read", "memory_bytes"] {
+            assert!(p[f].is_number(), "{f}: {p}");
+        }
+    }
+    assert!(r["reclaimed_containers"].as_u64().unwrap() >= 1, "{r}");
+    assert_eq!(restore(&repo, "2"), v[1]);
+    ok_bytes(tessera(&repo).args(["forget", "2"]));
+    let r = json(tessera(&repo).args([
+        "gc",
+        "--mark",
+        "physical",
+        "--strategy",
+        "gccdf",
+        "--memory-limit",
+        "1KiB",
+        "--json",
+    ]));
+    assert_eq!(r["mark"], "physical");
+    assert_eq!(r["mark_passes"], 2, "{r}");
+    assert_eq!(restore(&repo, "3"), v[2]);
+    let human = ok(tessera(&repo).args(["gc", "--mark", "physical", "--dry-run"]));
+    assert!(human.contains("physical mark"), "{human}");
+    assert!(human.contains("enumeration L1"), "{human}");
+    fails(
+        tessera(&repo).args(["gc", "--memory-limit", "0"]),
+        "--memory-limit must be above 0",
+    );
+}

@@ -17,7 +17,7 @@ pub mod mark;
 pub mod select;
 pub mod sweep;
 
-pub use mark::{LogicalMark, Mark, MarkSpec, Marker, VcSpec};
+pub use mark::{LogicalMark, Mark, MarkSpec, Marker, PhysicalMark, VcSpec};
 pub use select::Selection;
 
 use crate::backend::Generation;
@@ -89,6 +89,16 @@ pub struct GcOptions {
     /// granularity); `None` keeps the recorded graph's. Another size than
     /// the recorded one rebuilds the graph from every recipe.
     pub fgc_granularity: Option<u64>,
+    /// Physical marks: budget (bytes) for the live vector of data chunks;
+    /// above it the mark samples and runs two passes (FAST'17 §3.1.2).
+    pub memory_limit: Option<u64>,
+    /// Copy phase: at most this many container bytes read per second.
+    pub max_read_rate: Option<u64>,
+    /// Copy phase: at most this many container bytes written per second.
+    pub max_write_rate: Option<u64>,
+    /// Logical mark: walk shared recipe subtrees again for every backup
+    /// (the paper's LGC) instead of skipping those already marked.
+    pub walk_shared_subtrees: bool,
 }
 
 impl Default for GcOptions {
@@ -103,6 +113,10 @@ impl Default for GcOptions {
             vc: VcSpec::Exact,
             ownership_fp_rate: 0.01,
             fgc_granularity: None,
+            memory_limit: None,
+            max_read_rate: None,
+            max_write_rate: None,
+            walk_shared_subtrees: false,
         }
     }
 }
@@ -129,8 +143,32 @@ impl GcOptions {
                 ));
             }
         }
+        for (what, r) in [("read", self.max_read_rate), ("write", self.max_write_rate)] {
+            if r == Some(0) {
+                return Err(format!("the maximum {what} rate must be above 0"));
+            }
+        }
+        if self.memory_limit == Some(0) {
+            return Err("the memory limit must be above 0".into());
+        }
         Ok(())
     }
+}
+
+/// Time, I/O and memory of one GC phase (FAST'17's phases: analysis,
+/// enumeration per recipe level, select, copy). Container reads are whole
+/// containers; metadata reads touch only a container's chunk list.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PhaseReport {
+    pub phase: String,
+    pub seconds: f64,
+    /// Logical container bytes read (data and recipe).
+    pub bytes_read: u64,
+    pub containers_read: u64,
+    pub metadata_reads: u64,
+    pub metadata_bytes: u64,
+    /// The phase's own tables (estimated).
+    pub memory_bytes: u64,
 }
 
 /// What a GC did. Container counts and bytes are of data containers (the
@@ -138,6 +176,19 @@ impl GcOptions {
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct GcReport {
     pub strategy: GcStrategy,
+    /// The mark run: logical, physical, physical+ or focused.
+    pub mark: String,
+    /// Mark passes (2 when sampling under `--memory-limit`).
+    pub mark_passes: u32,
+    /// Recipe subtrees the mark skipped as already marked, and the logical
+    /// bytes below them (what walking each backup in full would add).
+    pub skipped_subtrees: u64,
+    pub skipped_bytes: u64,
+    /// Seconds the copy phase slept to keep to `--max-read-rate` and
+    /// `--max-write-rate`.
+    pub throttled_seconds: f64,
+    /// Per phase: time, bytes and containers read, memory.
+    pub phases: Vec<PhaseReport>,
     pub dry_run: bool,
     /// Containers a deletion involves: referenced by a backup forgotten
     /// since the last GC, or holding a chunk no retained backup references.
@@ -186,12 +237,24 @@ pub struct GcReport {
 }
 
 impl GcOptions {
-    /// The mark these options ask for: today always the logical mark, with
-    /// the RRT and ownership filters GCCDF's sweep needs.
+    /// The physical mark (PGC, or PGC+ with `plus`) with these options.
+    pub fn physical_marker(&self, plus: bool) -> PhysicalMark {
+        PhysicalMark {
+            plus,
+            vc: self.vc,
+            owners_fp_rate: (self.strategy == GcStrategy::Gccdf).then_some(self.ownership_fp_rate),
+            memory_limit: self.memory_limit,
+            liveness_threshold: self.liveness_threshold,
+        }
+    }
+
+    /// The logical mark with these options, with the RRT and ownership
+    /// filters GCCDF's sweep needs.
     pub fn marker(&self) -> LogicalMark {
         LogicalMark {
             vc: self.vc,
             owners_fp_rate: (self.strategy == GcStrategy::Gccdf).then_some(self.ownership_fp_rate),
+            walk_shared: self.walk_shared_subtrees,
         }
     }
 }
@@ -214,6 +277,8 @@ pub struct GcPlan {
     pub mark_bytes_read: u64,
     /// Logical bytes per container (the dry run's produced estimate).
     pub container_size: u64,
+    /// The mark's phases and select.
+    pub phases: Vec<PhaseReport>,
 }
 
 impl GcPlan {
@@ -225,6 +290,11 @@ impl GcPlan {
         let reclaimed = (sel.empty.len() + sel.copy.len()) as u64;
         let mut r = GcReport {
             strategy: self.options.strategy,
+            mark: self.options.mark.to_string(),
+            mark_passes: self.mark.passes,
+            skipped_subtrees: self.mark.walk.skipped_subtrees,
+            skipped_bytes: self.mark.walk.skipped_bytes,
+            phases: self.phases.clone(),
             dry_run: self.options.dry_run,
             involved_containers: involved,
             involved_bytes: sel.involved.iter().map(|c| c.logical_bytes).sum(),
@@ -261,6 +331,8 @@ pub(crate) fn gc(repo: &mut Writer, opts: &GcOptions) -> Result<GcReport> {
 pub(crate) fn plan_gc(repo: &Repository, opts: &GcOptions) -> Result<GcPlan> {
     match opts.mark {
         MarkSpec::Logical => repo.plan_gc_marked(opts, &opts.marker()),
+        MarkSpec::Physical => repo.plan_gc_marked(opts, &opts.physical_marker(false)),
+        MarkSpec::PhysicalPlus => repo.plan_gc_marked(opts, &opts.physical_marker(true)),
         MarkSpec::Focused => {
             if opts.strategy == GcStrategy::Gccdf {
                 return Err(Error::invalid(
@@ -273,7 +345,6 @@ pub(crate) fn plan_gc(repo: &Repository, opts: &GcOptions) -> Result<GcPlan> {
             };
             repo.plan_gc_marked(opts, &marker)
         }
-        other => Err(Error::invalid(format!("the {other} mark is not built yet"))),
     }
 }
 
@@ -286,8 +357,16 @@ pub(crate) fn plan_gc_marked(
     opts.validate().map_err(Error::invalid)?;
     let started = Instant::now();
     let io0 = repo.metrics.snapshot();
-    let mark = marker.mark(repo)?;
-    let selection = select::select(repo, &mark, opts.liveness_threshold)?;
+    let clock = mark::physical::Clock::start(repo, "enumeration");
+    let mut mark = marker.mark(repo)?;
+    let mut phases = std::mem::take(&mut mark.phases);
+    if phases.is_empty() {
+        // A mark that reports itself as one phase (the logical walk).
+        phases.push(clock.stop(repo, mark.memory_bytes as usize));
+    }
+    let mut clock = mark::physical::Clock::start(repo, "select");
+    let selection = select::select(repo, &mark, opts.liveness_threshold, &mut clock)?;
+    phases.push(clock.stop(repo, 0));
     let mark_seconds = started.elapsed().as_secs_f64();
     let mark_bytes_read = repo
         .metrics
@@ -319,6 +398,7 @@ pub(crate) fn plan_gc_marked(
         mark_seconds,
         mark_bytes_read,
         container_size: repo.manifest.config.container_size as u64,
+        phases,
     })
 }
 
@@ -370,7 +450,16 @@ fn gc_sweep(
         return Ok(r);
     }
     let io1 = repo.metrics.snapshot();
+    let clock = mark::physical::Clock::start(repo, "copy");
     let swept = ContainerLayout.sweep(repo, &plan.mark, &plan.selection, &plan.options)?;
+    let mut copy = clock.stop(repo, 0);
+    copy.metadata_reads = swept.stats.metadata_reads;
+    copy.metadata_bytes = swept.stats.metadata_bytes;
+    copy.memory_bytes = swept.stats.cache_peak_bytes + swept.stats.tree_peak_bytes;
+    r.phases.push(copy);
+    r.throttled_seconds = swept.stats.read_throttle.slept_seconds()
+        + swept.data.write_throttle.slept_seconds()
+        + swept.recipe.write_throttle.slept_seconds();
     let io = repo.metrics.snapshot().since(&io1);
     r.bytes_read = io.data_container_bytes_read;
     r.bytes_written = io.data_container_bytes_written;
@@ -428,7 +517,15 @@ mod tests {
     /// chunk, and GC must keep exactly the newer copy.
     #[test]
     fn stale_copies_left_by_rewriting_are_dead() {
-        for strategy in [GcStrategy::Naive, GcStrategy::Gccdf] {
+        let marks = [
+            MarkSpec::Logical,
+            MarkSpec::Physical,
+            MarkSpec::PhysicalPlus,
+        ];
+        for (strategy, mark) in [GcStrategy::Naive, GcStrategy::Gccdf]
+            .into_iter()
+            .flat_map(|s| marks.map(|m| (s, m)))
+        {
             let mut repo = small_repo();
             let data: Vec<u8> = (0..60_000u32)
                 .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
@@ -482,9 +579,11 @@ mod tests {
             let r = repo
                 .gc(&GcOptions {
                     strategy,
+                    mark,
                     ..Default::default()
                 })
                 .unwrap();
+            assert_eq!(r.mark, mark.to_string());
             assert_eq!(r.involved_containers, 1, "only the stale copies' container");
             assert_eq!(r.reclaimed_containers, 1);
             assert_eq!(r.moved_chunks as u32, first.chunks - 3);
@@ -536,6 +635,18 @@ mod tests {
         }
         repo.forget(&[ids[0]]).unwrap();
         (repo, ids[1], v2)
+    }
+
+    #[test]
+    fn throttle_delay_keeps_the_average_rate() {
+        use std::time::Duration;
+        let d = |bytes, ms| sweep::Throttle::delay(1000, bytes, Duration::from_millis(ms));
+        assert_eq!(d(500, 0), Duration::from_millis(500));
+        assert_eq!(d(500, 200), Duration::from_millis(300));
+        assert_eq!(d(500, 900), Duration::ZERO, "behind schedule: no wait");
+        let mut unlimited = sweep::Throttle::new(None);
+        unlimited.consume(u64::MAX / 2);
+        assert_eq!(unlimited.slept_seconds(), 0.0);
     }
 
     /// A plan is what a dry run reports; carrying it out reclaims it.

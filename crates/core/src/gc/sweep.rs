@@ -2,9 +2,14 @@
 //! order), then commit — one new index segment holding the whole index,
 //! the new manifest generation, and only then the deletion of the old
 //! containers and segments.
+//!
+//! After a PGC+ mark the naive sweep is PGC+'s copy phase ([`copy_backward`]):
+//! newest container first, keeping the newest copy of each live chunk and
+//! dropping the older ones (dynamic duplicate removal, FAST'17 §3.4.2).
+//! `--max-read-rate`/`--max-write-rate` pace the copy ([`Throttle`]).
 
 use super::gccdf::{analyze, plan, preprocess};
-use super::mark::Mark;
+use super::mark::{FpFilter, Mark};
 use super::select::Selection;
 use super::{GcOptions, GcStrategy};
 use crate::catalog::ContainerEntry;
@@ -14,7 +19,49 @@ use crate::fingerprint::{Fingerprint, FpMap, FpSet};
 use crate::index::{sort_entries, IndexEntry};
 use crate::repo::{Repository, Writer};
 use std::collections::HashSet;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// Paces a stream of bytes to a rate (bytes per second), so a GC does not
+/// starve backups and restores of I/O (FAST'17 §3.5's throttling).
+#[derive(Debug, Default)]
+pub struct Throttle {
+    rate: Option<u64>,
+    started: Option<Instant>,
+    bytes: u64,
+    slept: Duration,
+}
+
+impl Throttle {
+    pub fn new(rate: Option<u64>) -> Self {
+        Throttle {
+            rate,
+            ..Default::default()
+        }
+    }
+
+    /// How long to wait after `bytes` in all have gone by at `elapsed`,
+    /// so the average stays at most `rate`.
+    pub fn delay(rate: u64, bytes: u64, elapsed: Duration) -> Duration {
+        let due = Duration::from_secs_f64(bytes as f64 / rate.max(1) as f64);
+        due.saturating_sub(elapsed)
+    }
+
+    /// Count `n` bytes and sleep as long as the rate asks.
+    pub fn consume(&mut self, n: u64) {
+        let Some(rate) = self.rate else { return };
+        let started = *self.started.get_or_insert_with(Instant::now);
+        self.bytes += n;
+        let d = Self::delay(rate, self.bytes, started.elapsed());
+        if !d.is_zero() {
+            std::thread::sleep(d);
+            self.slept += d;
+        }
+    }
+
+    pub fn slept_seconds(&self) -> f64 {
+        self.slept.as_secs_f64()
+    }
+}
 
 /// Fills new containers of one kind through the shared [`ContainerWriter`]
 /// and records where each moved chunk went.
@@ -24,6 +71,8 @@ pub struct Packer {
     ids: IdAllocator,
     /// Index entries of the chunks moved (fingerprint → new container).
     pub moved: Vec<IndexEntry>,
+    /// Paces the containers written.
+    pub write_throttle: Throttle,
 }
 
 impl Packer {
@@ -39,11 +88,17 @@ impl Packer {
             ),
             ids: IdAllocator::new(next_id),
             moved: Vec::new(),
+            write_throttle: Throttle::new(None),
         }
     }
 
     pub fn push(&mut self, fp: Fingerprint, len: u32, bytes: &[u8]) -> Result<()> {
+        let written = self.writer.written().len();
         let container = self.writer.push(&mut self.ids, fp, len, bytes)?;
+        if self.writer.written().len() > written {
+            let n = self.writer.written().last().map_or(0, |c| c.logical_bytes);
+            self.write_throttle.consume(n);
+        }
         self.moved.push(IndexEntry {
             fp,
             container,
@@ -81,6 +136,11 @@ pub struct SweepStats {
     pub tree_peak_bytes: u64,
     pub segments: u64,
     pub moved_chunks: u64,
+    /// Metadata-only container reads (PGC+'s copy of unselected containers).
+    pub metadata_reads: u64,
+    pub metadata_bytes: u64,
+    /// Paces the containers read.
+    pub read_throttle: Throttle,
 }
 
 /// Naive copy-forward of the live chunks of `ids`, in their old order.
@@ -98,6 +158,7 @@ pub fn copy_forward(
         let t = Instant::now();
         let c = repo.store.read(id)?;
         stats.read_seconds += t.elapsed().as_secs_f64();
+        stats.read_throttle.consume(c.header.logical_len);
         let mut cached = 0;
         for m in &c.meta {
             if live(&m.fp) && repo.index.get(kind, &m.fp) == Some(id) && placed.insert(m.fp) {
@@ -109,6 +170,117 @@ pub fn copy_forward(
         stats.cache_peak_bytes = stats.cache_peak_bytes.max(cached);
     }
     packer.seal()
+}
+
+/// Which live fingerprints PGC+'s copy phase has kept a copy of: the live
+/// vector's bits flipped (here a second vector over the same perfect hash,
+/// as the mark is shared), or a set for a live vector that is not a PHV.
+enum Kept {
+    Bits(Vec<u64>),
+    Set(FpSet),
+}
+
+impl Kept {
+    fn contains(&self, valid: &FpFilter, fp: &Fingerprint) -> bool {
+        match (self, valid) {
+            (Kept::Bits(b), FpFilter::Phv(p)) => {
+                p.slot(fp).is_some_and(|i| b[i / 64] & (1 << (i % 64)) != 0)
+            }
+            (Kept::Set(s), _) => s.contains(fp),
+            (Kept::Bits(_), _) => false,
+        }
+    }
+    /// Mark `fp` kept; false if a newer copy was kept already.
+    fn insert(&mut self, valid: &FpFilter, fp: &Fingerprint) -> bool {
+        match (self, valid) {
+            (Kept::Bits(b), FpFilter::Phv(p)) => match p.slot(fp) {
+                Some(i) if b[i / 64] & (1 << (i % 64)) == 0 => {
+                    b[i / 64] |= 1 << (i % 64);
+                    true
+                }
+                Some(_) => false,
+                None => true,
+            },
+            (Kept::Set(s), _) => s.insert(*fp),
+            (Kept::Bits(_), _) => true,
+        }
+    }
+}
+
+/// PGC+'s copy phase (§3.4.2): every data container, newest first. The
+/// first live copy of a fingerprint met is kept — copied forward if its
+/// container is selected, left in place (a metadata read) otherwise — and
+/// every older copy is dead. Selected containers estimated empty are
+/// checked through their metadata and only read if a chunk there is
+/// still the newest live copy. Returns the index redirects for kept
+/// copies left in place that the index did not name.
+pub fn copy_backward(
+    repo: &Repository,
+    mark: &Mark,
+    sel: &Selection,
+    packer: &mut Packer,
+    stats: &mut SweepStats,
+) -> Result<Vec<IndexEntry>> {
+    let copy: HashSet<ContainerId> = sel.copy.iter().copied().collect();
+    let empty: HashSet<ContainerId> = sel.empty.iter().copied().collect();
+    let mut ids: Vec<ContainerId> = repo
+        .manifest
+        .containers
+        .iter()
+        .filter(|c| c.kind == ChunkKind::Data)
+        .map(|c| c.id)
+        .collect();
+    ids.sort_unstable_by(|a, b| b.cmp(a));
+    let mut kept = match &mark.valid {
+        FpFilter::Phv(p) => Kept::Bits(vec![0; p.len().div_ceil(64)]),
+        _ => Kept::Set(FpSet::default()),
+    };
+    let mut redirects = Vec::new();
+    for id in ids {
+        let selected = copy.contains(&id);
+        if !selected {
+            let (h, meta) = repo.store.read_meta(id)?;
+            stats.metadata_reads += 1;
+            stats.metadata_bytes += crate::container::format::HEADER_LEN as u64 + h.meta_len;
+            if !empty.contains(&id) {
+                for m in &meta {
+                    if mark.valid.contains(&m.fp)
+                        && kept.insert(&mark.valid, &m.fp)
+                        && repo.locate(ChunkKind::Data, &m.fp) != Some(id)
+                    {
+                        redirects.push(IndexEntry {
+                            fp: m.fp,
+                            container: id,
+                            kind: ChunkKind::Data,
+                        });
+                    }
+                }
+                continue;
+            }
+            // Estimated empty: deleted unread unless it holds a newest copy.
+            if !meta
+                .iter()
+                .any(|m| mark.valid.contains(&m.fp) && !kept.contains(&mark.valid, &m.fp))
+            {
+                continue;
+            }
+        }
+        let t = Instant::now();
+        let c = repo.store.read(id)?;
+        stats.read_seconds += t.elapsed().as_secs_f64();
+        stats.read_throttle.consume(c.header.logical_len);
+        let mut cached = 0;
+        for m in &c.meta {
+            if mark.valid.contains(&m.fp) && kept.insert(&mark.valid, &m.fp) {
+                packer.push(m.fp, m.len, c.bytes(m))?;
+                cached += m.len as u64;
+                stats.moved_chunks += 1;
+            }
+        }
+        stats.cache_peak_bytes = stats.cache_peak_bytes.max(cached);
+    }
+    packer.seal()?;
+    Ok(redirects)
 }
 
 /// GCCDF sweep of the data containers `ids`, segment by segment: cache the
@@ -128,6 +300,14 @@ pub fn gccdf_sweep(
         stats.segments += 1;
         let (cache, secs) = preprocess::load_segment(repo, mark, segment, &mut placed)?;
         stats.read_seconds += secs;
+        let read: u64 = repo
+            .manifest
+            .containers
+            .iter()
+            .filter(|c| segment.contains(&c.id))
+            .map(|c| c.logical_bytes)
+            .sum();
+        stats.read_throttle.consume(read);
         stats.cache_peak_bytes = stats.cache_peak_bytes.max(cache.logical);
         let t = Instant::now();
         let backups = preprocess::involved_backups(mark, segment);
@@ -195,9 +375,17 @@ pub fn sweep_containers(
     sel: &Selection,
     opts: &GcOptions,
 ) -> Result<Swept> {
-    let mut stats = SweepStats::default();
+    let mut stats = SweepStats {
+        read_throttle: Throttle::new(opts.max_read_rate),
+        ..Default::default()
+    };
     let mut data = Packer::new(repo, ChunkKind::Data, repo.manifest.next_container_id);
+    data.write_throttle = Throttle::new(opts.max_write_rate);
     match opts.strategy {
+        GcStrategy::Naive if mark.dup_counter.is_some() => {
+            let redirects = copy_backward(repo, mark, sel, &mut data, &mut stats)?;
+            data.moved.extend(redirects);
+        }
         GcStrategy::Naive => copy_forward(
             repo,
             ChunkKind::Data,
@@ -218,7 +406,11 @@ pub fn sweep_containers(
         )?,
     }
     let mut recipe = Packer::new(repo, ChunkKind::Recipe, data.next_id());
-    let mut recipe_stats = SweepStats::default();
+    recipe.write_throttle = Throttle::new(opts.max_write_rate);
+    let mut recipe_stats = SweepStats {
+        read_throttle: Throttle::new(opts.max_read_rate),
+        ..Default::default()
+    };
     copy_forward(
         repo,
         ChunkKind::Recipe,

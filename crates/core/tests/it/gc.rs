@@ -536,6 +536,10 @@ enum Op {
         bloom: bool,
         /// Perfect-hash-vector VC (exact for stored chunks), unless `bloom`.
         phv: bool,
+        /// The mark: logical, physical or physical+.
+        mark: MarkSpec,
+        /// Physical marks: a live-vector budget small enough to sample.
+        sample: bool,
     },
 }
 
@@ -543,9 +547,49 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         5 => (proptest::option::weighted(0.8, 0usize..8), any::<u64>()).prop_map(|(base, seed)| Op::Backup { base, seed }),
         3 => (0usize..8).prop_map(|pick| Op::Forget { pick }),
-        2 => (any::<bool>(), prop_oneof![2 => Just(1.0), 1 => 0.0f64..1.0], 1usize..6, 1usize..300, proptest::bool::weighted(0.2), proptest::bool::weighted(0.3))
-            .prop_map(|(gccdf, threshold, segment, split, bloom, phv)| Op::Gc { gccdf, threshold, segment, split, bloom, phv }),
+        2 => (any::<bool>(), prop_oneof![2 => Just(1.0), 1 => 0.0f64..1.0], 1usize..6, 1usize..300, proptest::bool::weighted(0.2), proptest::bool::weighted(0.3), prop_oneof![Just(MarkSpec::Logical), Just(MarkSpec::Physical), Just(MarkSpec::PhysicalPlus)], proptest::bool::weighted(0.2))
+            .prop_map(|(gccdf, threshold, segment, split, bloom, phv, mark, sample)| Op::Gc { gccdf, threshold, segment, split, bloom, phv, mark, sample }),
     ]
+}
+
+/// The logical, physical and physical+ marks find the same live data and
+/// recipe chunks (exact tables, so the comparison is exact), and the
+/// logical and physical marks select the same containers.
+fn assert_marks_agree(repo: &Repository, strategy: GcStrategy) {
+    let plan = |mark| {
+        repo.plan_gc(&GcOptions {
+            strategy,
+            mark,
+            dry_run: true,
+            ..Default::default()
+        })
+        .unwrap()
+    };
+    let live = |p: &tessera_core::gc::GcPlan| {
+        let data: HashSet<Fingerprint> = repo
+            .index()
+            .data_fingerprints()
+            .filter(|fp| p.mark.valid.contains(fp))
+            .collect();
+        let recipes: HashSet<Fingerprint> = p.mark.valid_recipe.iter().copied().collect();
+        (data, recipes)
+    };
+    let lgc = plan(MarkSpec::Logical);
+    let (data, recipes) = referenced(repo);
+    assert_eq!(live(&lgc), (data, recipes));
+    for mark in [MarkSpec::Physical, MarkSpec::PhysicalPlus] {
+        let p = plan(mark);
+        assert_eq!(live(&p), live(&lgc), "{mark} mark");
+        if mark == MarkSpec::Physical {
+            assert_eq!(p.selection.empty, lgc.selection.empty);
+            assert_eq!(p.selection.copy, lgc.selection.copy);
+            assert_eq!(p.selection.recipe_copy, lgc.selection.recipe_copy);
+            assert_eq!(p.selection.recipe_empty, lgc.selection.recipe_empty);
+            if strategy == GcStrategy::Gccdf {
+                assert_eq!(p.mark.rrt, lgc.mark.rrt, "RRT");
+            }
+        }
+    }
 }
 
 proptest! {
@@ -576,18 +620,23 @@ proptest! {
                         model.remove(&id);
                     }
                 }
-                Op::Gc { gccdf, threshold, segment, split, bloom, phv } => {
+                Op::Gc { gccdf, threshold, segment, split, bloom, phv, mark, sample } => {
                     let strategy = if gccdf { GcStrategy::Gccdf } else { GcStrategy::Naive };
+                    // Every mark finds the same live set.
+                    assert_marks_agree(&repo, strategy);
+                    let sample = sample && mark != MarkSpec::Logical;
                     let r = repo.gc(&GcOptions {
                         strategy,
+                        mark,
                         liveness_threshold: threshold,
                         segment_containers: segment,
                         split_threshold: split,
                         vc: if bloom { VcSpec::Bloom { fp_rate: 0.2 } } else if phv { VcSpec::Phv } else { VcSpec::Exact },
+                        memory_limit: sample.then_some(2000),
                         ..Default::default()
                     }).unwrap();
                     prop_assert!(r.reclaimed_containers <= r.involved_containers);
-                    if threshold >= 1.0 && !bloom {
+                    if threshold >= 1.0 && !bloom && !sample {
                         assert_only_live_chunks(&repo);
                         // Nothing is left for a second full GC.
                         let again = repo.gc(&GcOptions { strategy, ..Default::default() }).unwrap();
@@ -994,7 +1043,7 @@ proptest! {
                     for fp in &recipes {
                         prop_assert_eq!(full.mark.valid_recipe.contains(fp), fm.mark.valid_recipe.contains(fp), "recipe chunk {:?}", fp);
                     }
-                    let stats = fm.mark.focus.clone().unwrap();
+                    let stats = fm.mark.fgc.clone().unwrap();
                     prop_assert!(stats.correlative_backups + stats.skipped_backups == repo.backups().len());
                     drop(full);
                     let opts = if focused { focus_opts } else { GcOptions::default() };
@@ -1039,7 +1088,7 @@ fn focused_gc_walks_only_correlative_backups() {
     };
     let fm = repo.plan_gc(&focus_opts).unwrap();
     let full = repo.plan_gc(&GcOptions::default()).unwrap();
-    let stats = fm.mark.focus.clone().unwrap();
+    let stats = fm.mark.fgc.clone().unwrap();
     assert_eq!(
         stats.correlative_backups, 1,
         "only source 3's second version"

@@ -1,5 +1,5 @@
 //! Rewriting and garbage collection together: rewritten copies, forgets and
-//! GCs of either strategy in any order keep every retained backup restorable
+//! GCs of either strategy and any mark in any order keep every retained backup restorable
 //! byte for byte, and `check` finds nothing wrong after each step.
 
 use proptest::prelude::*;
@@ -9,7 +9,7 @@ use tessera_core::backend::{MemoryStore, ObjectStore};
 use tessera_core::catalog::SourceKind;
 use tessera_core::check::{CheckOptions, ReadData};
 use tessera_core::chunking::ChunkerConfig;
-use tessera_core::gc::{GcOptions, GcStrategy};
+use tessera_core::gc::{GcOptions, GcStrategy, MarkSpec};
 use tessera_core::restore::CacheSpec;
 use tessera_core::rewrite::RewriteSpec;
 use tessera_core::BackupId;
@@ -38,7 +38,7 @@ fn version(v: u64) -> Vec<u8> {
 enum Op {
     Backup(u64, RewriteSpec),
     Forget(usize),
-    Gc(GcStrategy, f64),
+    Gc(GcStrategy, f64, MarkSpec),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -55,7 +55,9 @@ fn op() -> impl Strategy<Value = Op> {
         4 => (0u64..12, spec).prop_map(|(v, s)| Op::Backup(v, s)),
         2 => (0usize..8).prop_map(Op::Forget),
         2 => (prop_oneof![Just(GcStrategy::Naive), Just(GcStrategy::Gccdf)],
-              prop_oneof![Just(1.0), Just(0.5)]).prop_map(|(s, t)| Op::Gc(s, t)),
+              prop_oneof![Just(1.0), Just(0.5)],
+              prop_oneof![Just(MarkSpec::Logical), Just(MarkSpec::Physical), Just(MarkSpec::PhysicalPlus)])
+            .prop_map(|(s, t, m)| Op::Gc(s, t, m)),
     ]
 }
 
@@ -88,8 +90,8 @@ proptest! {
                         model.remove(&id);
                     }
                 }
-                Op::Gc(strategy, liveness_threshold) => {
-                    repo.gc(&GcOptions { strategy, liveness_threshold, segment_containers: 4, split_threshold: 3, ..GcOptions::default() }).unwrap();
+                Op::Gc(strategy, liveness_threshold, mark) => {
+                    repo.gc(&GcOptions { strategy, mark, liveness_threshold, segment_containers: 4, split_threshold: 3, ..GcOptions::default() }).unwrap();
                 }
             }
             let report = repo.check(&CheckOptions { read_data: ReadData::All }).unwrap();

@@ -6,6 +6,7 @@ mod common;
 
 mod check;
 mod gc;
+mod gc_physical;
 mod gc_rewrite;
 mod hostile;
 mod interleave;

@@ -71,7 +71,7 @@ impl Marker for FocusedMark {
         let (mut m, mut stats, graph) = focus(repo, graph, self.vc)?;
         stats.rebuilt = rebuilt;
         m.memory_bytes += graph.memory_bytes() as u64;
-        m.focus = Some(stats);
+        m.fgc = Some(stats);
         m.refgraph = Some(graph);
         Ok(m)
     }

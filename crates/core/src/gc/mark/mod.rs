@@ -11,6 +11,7 @@ pub mod focused;
 pub use focused::{FocusStats, FocusedMark};
 
 use super::bloom::Bloom;
+use super::PhaseReport;
 use crate::catalog::{BackupEntry, BackupId};
 use crate::container::{ChunkKind, ContainerId};
 use crate::error::{Error, Result};
@@ -20,6 +21,9 @@ use crate::repo::Repository;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
+
+pub mod physical;
+pub use physical::PhysicalMark;
 
 /// Which mark phase a GC runs, chosen by name (`gc --mark NAME`): any mark
 /// works with any sweep ([`GcStrategy`](super::GcStrategy)).
@@ -172,6 +176,17 @@ impl Phv {
             keys: keys.len(),
         }
     }
+    /// The bit of `fp` (any bit for a fingerprint outside the key set).
+    pub(crate) fn slot(&self, fp: &Fingerprint) -> Option<usize> {
+        self.mphf
+            .try_hash(fp)
+            .map(|i| i as usize)
+            .filter(|&i| i < self.keys)
+    }
+    /// Bits in the vector (one per key).
+    pub(crate) fn len(&self) -> usize {
+        self.keys
+    }
     fn insert(&mut self, fp: &Fingerprint) {
         if let Some(i) = self.mphf.try_hash(fp) {
             if let Some(w) = self.bits.get_mut((i / 64) as usize) {
@@ -265,7 +280,19 @@ pub struct Mark {
     /// GC's generation.
     pub refgraph: Option<crate::refgraph::RefGraph>,
     /// What the focused mark walked and found.
-    pub focus: Option<FocusStats>,
+    pub fgc: Option<FocusStats>,
+    /// Per-phase figures of the mark (analysis, enumeration per level...);
+    /// empty for a mark that reports itself as one phase.
+    pub phases: Vec<PhaseReport>,
+    /// Mark passes: 2 when sampling (`--memory-limit`) needed a pre-pass.
+    pub passes: u32,
+    /// PGC+: per data container, its chunks with a newer copy elsewhere
+    /// (the analysis phase's duplicate counter); select then estimates
+    /// unique liveness instead of asking the index which copy is live.
+    pub dup_counter: Option<HashMap<ContainerId, u32>>,
+    /// Sampling's second pass: only these data containers were marked
+    /// exactly; select must leave every other one alone.
+    pub focus: Option<std::collections::HashSet<ContainerId>>,
 }
 
 /// The mark phase: from the catalog's retained backups, the live set the
@@ -295,6 +322,10 @@ pub struct LogicalMark {
     /// `Some(rate)`: also build the RRT and one ownership filter per backup
     /// (GCCDF) with this false-positive rate (0 = exact sets).
     pub owners_fp_rate: Option<f64>,
+    /// Walk every backup's tree in full, shared subtrees again each time,
+    /// as DDFS's LGC must (FAST'17 §3.1: its Bloom-filter live vector cannot
+    /// safely say a subtree was seen), so its cost follows the logical size.
+    pub walk_shared: bool,
 }
 
 impl Marker for LogicalMark {
@@ -322,7 +353,7 @@ impl Marker for LogicalMark {
                 own: self
                     .owners_fp_rate
                     .map(|p| FpFilter::new(b.chunks as usize, p)),
-                skip_seen: self.owners_fp_rate.is_none(),
+                skip_seen: self.owners_fp_rate.is_none() && !self.walk_shared,
             };
             let stats = reader
                 .walk(&b.root_fp()?, b.root_level, &mut w)
@@ -352,6 +383,10 @@ impl Mark {
             walk: WalkStats::default(),
             memory_bytes: 0,
             refgraph: None,
+            fgc: None,
+            phases: Vec::new(),
+            passes: 1,
+            dup_counter: None,
             focus: None,
         }
     }
