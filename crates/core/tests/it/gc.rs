@@ -749,7 +749,7 @@ fn crash_at_every_operation_of_a_gccdf_gc() {
 /// GC throughput benchmark (not a check): a trace-mode series of 20 backups
 /// over ~200k chunks (4 KiB chunks, 4 MiB containers, a few hundred
 /// containers); the oldest 10 are forgotten, then one GC per strategy on
-/// identical repositories. Run with
+/// identical repositories, every mark with every sweep. Run with
 /// `cargo test -p tessera-core --test it -- --ignored --nocapture gc_throughput`.
 #[test]
 #[ignore]
@@ -796,15 +796,29 @@ fn gc_throughput_benchmark() {
         repo.forget(&ids[..10]).unwrap();
         repo
     };
-    println!("strategy  involved  GB  produced  total_s  GB/s  mark  analyze  read  write  reads/restore  peak_MB");
-    for strategy in [GcStrategy::Naive, GcStrategy::Gccdf] {
+    println!("strategy  mark  involved  GB  produced  total_s  GB/s  mark  analyze  read  write  reads/restore  peak_MB");
+    let marks = [
+        MarkSpec::Logical,
+        MarkSpec::Physical,
+        MarkSpec::PhysicalPlus,
+    ];
+    for (strategy, mark) in [GcStrategy::Naive, GcStrategy::Gccdf]
+        .into_iter()
+        .flat_map(|s| marks.map(|m| (s, m)))
+    {
         let mut repo = build();
         let containers = repo.manifest().containers.len();
-        let r = gc(&mut repo, strategy);
+        let r = repo
+            .gc(&GcOptions {
+                strategy,
+                mark,
+                ..Default::default()
+            })
+            .unwrap();
         let gb = r.involved_bytes as f64 / 1e9;
         let reads = containers_read(&repo) as f64 / repo.backups().len() as f64;
         println!(
-            "{strategy:8} {:4}/{containers}  {gb:.2}  {:4}  {:.3}  {:.2}  {:.3}  {:.3} ({:.0} %)  {:.3}  {:.3}  {reads:.1}  {:.1}",
+            "{strategy:8} {mark:9} {:4}/{containers}  {gb:.2}  {:4}  {:.3}  {:.2}  {:.3}  {:.3} ({:.0} %)  {:.3}  {:.3}  {reads:.1}  {:.1}",
             r.involved_containers,
             r.produced_containers,
             r.total_seconds,

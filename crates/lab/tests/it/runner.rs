@@ -95,6 +95,14 @@ fn layout(r: &Results) -> Vec<serde_json::Value> {
             o.retain(|k, _| {
                 !k.contains("seconds") && !k.contains("_s") && k != "gc_peak_memory_bytes"
             });
+            // GC phases: their times too.
+            if let Some(serde_json::Value::Array(phases)) = o.get_mut("phases") {
+                for p in phases {
+                    if let Some(p) = p.as_object_mut() {
+                        p.remove("seconds");
+                    }
+                }
+            }
             v
         })
         .collect()
