@@ -8,12 +8,21 @@
 //! Recipe chunks always belong to the whole backup ([`WHOLE`]): walking any
 //! of a backup's data reads the recipe chunks above it anyway.
 //!
-//! Each chunk has a **base**: the first still-live virtual file that
-//! referenced it. A virtual file that deduplicates against a chunk whose
+//! Each chunk copy has a **base**: the first still-live virtual file that
+//! referenced it. A virtual file that deduplicates against a copy whose
 //! base is another backup's adds the edge *(leaf, base)*. Invariant: every
-//! live virtual file referencing a chunk is its base or has an edge to it,
-//! so a chunk of a deleted backup is live iff a live neighbour of the
-//! deleted backups references it (see `gc/mark/focused.rs`).
+//! live virtual file referencing a copy is its base or has an edge to it,
+//! so a copy a deleted backup references is live iff a live neighbour of
+//! the deleted backups references it (see `gc/mark/focused.rs`).
+//!
+//! Liveness is per copy (as every mark's, see `gc/mark`): a recipe leaf
+//! names the copy `(fingerprint, copy number)` it reads, so the graph keys
+//! its bases by copy. Copy numbers survive GC (the sweep only repoints
+//! index entries), so a base stays valid across GCs.
+//!
+//! Not on the MFDedup layout: it has no mark-and-sweep GC (forget deletes
+//! volumes itself), so there is nothing for the graph to focus; it is
+//! neither recorded nor rebuilt there.
 //!
 //! Persisted as segments (`refgraph/<n>`, listed in the manifest's
 //! [`RefGraphState`]): each backup appends one with its new bases and
@@ -23,7 +32,8 @@ use crate::backend::ObjectKey;
 use crate::catalog::{BackupEntry, BackupId, Manifest};
 use crate::container::ChunkKind;
 use crate::error::{Error, ObjectRef, Result};
-use crate::fingerprint::{Fingerprint, FpMap, FP_LEN};
+use crate::fingerprint::{Fingerprint, FpBuildHasher, FP_LEN};
+use crate::index::CopyNo;
 use crate::repo::{Repository, Writer};
 use std::collections::BTreeSet;
 
@@ -50,6 +60,9 @@ pub struct RefGraphState {
     pub next_segment: u64,
 }
 
+/// Bases keyed by chunk copy (recipe chunks: always copy 0).
+pub type CopyMap<V> = std::collections::HashMap<(Fingerprint, CopyNo), V, FpBuildHasher>;
+
 /// Segments appended before the next one rewrites the graph whole.
 const COMPACT_AFTER: usize = 32;
 
@@ -57,9 +70,9 @@ const COMPACT_AFTER: usize = 32;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RefGraph {
     pub granularity: u64,
-    /// Base of each data chunk and of each recipe chunk.
-    pub data_bases: FpMap<VFile>,
-    pub recipe_bases: FpMap<VFile>,
+    /// Base of each data chunk copy and of each recipe chunk.
+    pub data_bases: CopyMap<VFile>,
+    pub recipe_bases: CopyMap<VFile>,
     /// (leaf, base) pairs, never within one backup.
     pub edges: BTreeSet<(VFile, VFile)>,
 }
@@ -85,14 +98,14 @@ impl RefGraph {
         VFile { backup, part }
     }
 
-    pub fn bases(&self, kind: ChunkKind) -> &FpMap<VFile> {
+    pub fn bases(&self, kind: ChunkKind) -> &CopyMap<VFile> {
         match kind {
             ChunkKind::Data => &self.data_bases,
             ChunkKind::Recipe => &self.recipe_bases,
         }
     }
 
-    pub fn bases_mut(&mut self, kind: ChunkKind) -> &mut FpMap<VFile> {
+    pub fn bases_mut(&mut self, kind: ChunkKind) -> &mut CopyMap<VFile> {
         match kind {
             ChunkKind::Data => &mut self.data_bases,
             ChunkKind::Recipe => &mut self.recipe_bases,
@@ -106,41 +119,43 @@ impl RefGraph {
         self.edges.extend(delta.edges);
     }
 
-    /// Record one chunk occurrence of `here` (CorrRecorder's rule): a chunk
-    /// the store already held and whose base is another backup's adds the
-    /// edge to that base; a chunk without a base gets `here`. `seen` holds
-    /// the bases this backup set so far.
+    /// Record one occurrence of copy `copy` of a chunk in `here`
+    /// (CorrRecorder's rule): a copy the store already held and whose base
+    /// is another backup's adds the edge to that base; a copy without a base
+    /// gets `here`. `seen` holds the bases this backup set so far.
     fn record(
         &self,
         seen: &mut RefGraph,
         kind: ChunkKind,
         fp: &Fingerprint,
+        copy: CopyNo,
         held: bool,
         here: VFile,
     ) {
-        if seen.bases(kind).contains_key(fp) {
+        let key = (*fp, copy);
+        if seen.bases(kind).contains_key(&key) {
             return;
         }
-        match self.bases(kind).get(fp).filter(|_| held) {
+        match self.bases(kind).get(&key).filter(|_| held) {
             Some(base) if base.backup != here.backup => {
                 seen.edges.insert((here, *base));
             }
             Some(_) => {}
             None => {
-                seen.bases_mut(kind).insert(*fp, here);
+                seen.bases_mut(kind).insert(key, here);
             }
         }
     }
 
     /// Approximate heap bytes.
     pub fn memory_bytes(&self) -> usize {
-        (self.data_bases.capacity() + self.recipe_bases.capacity()) * (FP_LEN + 16)
+        (self.data_bases.capacity() + self.recipe_bases.capacity()) * (FP_LEN + 18)
             + self.edges.len() * 48
     }
 
     pub fn encode(&self) -> Vec<u8> {
         let n = self.data_bases.len() + self.recipe_bases.len();
-        let mut out = Vec::with_capacity(40 + n * (FP_LEN + 13) + self.edges.len() * 24 + 8);
+        let mut out = Vec::with_capacity(40 + n * (FP_LEN + 15) + self.edges.len() * 24 + 8);
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&VERSION.to_le_bytes());
         out.extend_from_slice(&self.granularity.to_le_bytes());
@@ -157,9 +172,10 @@ impl RefGraph {
         ] {
             let mut entries: Vec<_> = map.iter().collect();
             entries.sort();
-            for (fp, v) in entries {
+            for ((fp, copy), v) in entries {
                 out.push(matches!(kind, ChunkKind::Recipe) as u8);
                 out.extend_from_slice(&fp.0);
+                out.extend_from_slice(&copy.to_le_bytes());
                 vf(&mut out, v);
             }
         }
@@ -192,7 +208,7 @@ impl RefGraph {
         }
         let granularity = u64_at(12);
         let (n, e) = (u64_at(20) as usize, u64_at(28) as usize);
-        let entry = 1 + FP_LEN + 12;
+        let entry = 1 + FP_LEN + 2 + 12;
         if n.checked_mul(entry)
             .and_then(|a| e.checked_mul(24).and_then(|b| a.checked_add(b)))
             .and_then(|a| a.checked_add(36))
@@ -214,8 +230,12 @@ impl RefGraph {
             };
             let mut fp = [0u8; FP_LEN];
             fp.copy_from_slice(&body[at + 1..at + 1 + FP_LEN]);
+            let copy = u16::from_le_bytes(body[at + 1 + FP_LEN..][..2].try_into().unwrap());
+            if kind == ChunkKind::Recipe && copy != 0 {
+                return Err(bad("a recipe chunk with a copy other than 0"));
+            }
             g.bases_mut(kind)
-                .insert(Fingerprint(fp), vf(at + 1 + FP_LEN));
+                .insert((Fingerprint(fp), copy), vf(at + 3 + FP_LEN));
             at += entry;
         }
         for _ in 0..e {
@@ -227,6 +247,7 @@ impl RefGraph {
 
     /// The repository's graph, if it records one.
     pub fn load(repo: &Repository) -> Result<Option<RefGraph>> {
+        refuse_mfdedup(repo)?;
         let Some(state) = &repo.manifest.refgraph else {
             return Ok(None);
         };
@@ -253,23 +274,23 @@ impl RefGraph {
     /// CorrRecorder would have recorded them (reads every recipe: the cost
     /// of a full mark).
     pub fn rebuild(repo: &Repository, granularity: u64) -> Result<RefGraph> {
+        refuse_mfdedup(repo)?;
         let mut g = RefGraph::new(granularity);
         let mut backups: Vec<&BackupEntry> = repo.manifest.backups.iter().collect();
         backups.sort_by_key(|b| b.id);
         let mut reader = repo.recipe_reader(16);
         for b in backups {
             let mut seen = RefGraph::new(granularity);
-            let mut visit = |kind: ChunkKind, fp: &Fingerprint, offset: u64| {
+            let mut visit = |kind: ChunkKind, fp: &Fingerprint, copy: CopyNo, offset: u64| {
                 let here = g.vfile(b.id, kind, offset);
-                g.record(&mut seen, kind, fp, true, here);
+                g.record(&mut seen, kind, fp, copy, true, here);
             };
             walk_backup(
-                repo,
                 &mut reader,
                 b,
                 &|_, _| true,
-                &mut |kind, fp, off, _| {
-                    visit(kind, fp, off);
+                &mut |kind, fp, copy, off, _| {
+                    visit(kind, fp, copy, off);
                     Ok(())
                 },
             )
@@ -280,22 +301,21 @@ impl RefGraph {
     }
 }
 
+/// What [`walk_backup`] calls per chunk: `(kind, fp, copy, offset, size)`.
+pub(crate) type Visit<'a> = dyn FnMut(ChunkKind, &Fingerprint, CopyNo, u64, u64) -> Result<()> + 'a;
+
 /// Walk one backup's recipe tree depth-first with logical offsets, calling
-/// `visit(kind, fp, offset, size)` for each recipe chunk (its first byte's
-/// offset) and each data chunk, and descending only into subtrees for
-/// which `wanted(start, end)` holds. Every occurrence is visited.
+/// `visit(kind, fp, copy, offset, size)` for each recipe chunk (its first
+/// byte's offset; copy 0) and each data chunk (the copy its leaf names),
+/// and descending only into subtrees for which `wanted(start, end)` holds.
+/// Every occurrence is visited.
 pub(crate) fn walk_backup(
-    repo: &Repository,
     reader: &mut crate::recipe::RecipeReader<'_>,
     b: &BackupEntry,
     wanted: &dyn Fn(u64, u64) -> bool,
-    visit: &mut dyn FnMut(ChunkKind, &Fingerprint, u64, u64) -> Result<()>,
+    visit: &mut Visit<'_>,
 ) -> Result<()> {
     let root = b.root_fp()?;
-    if b.root_level == 0 {
-        return visit(ChunkKind::Data, &root, 0, b.logical_bytes);
-    }
-    let _ = repo;
     walk_node(reader, &root, b.root_level, 0, wanted, visit)
 }
 
@@ -305,7 +325,7 @@ fn walk_node(
     level: u8,
     offset: u64,
     wanted: &dyn Fn(u64, u64) -> bool,
-    visit: &mut dyn FnMut(ChunkKind, &Fingerprint, u64, u64) -> Result<()>,
+    visit: &mut Visit<'_>,
 ) -> Result<()> {
     let (chunk, _) = reader.load(fp)?;
     if chunk.level != level {
@@ -314,12 +334,12 @@ fn walk_node(
             format!("level {} where {level} was expected", chunk.level),
         ));
     }
-    visit(ChunkKind::Recipe, fp, offset, chunk.logical_size())?;
+    visit(ChunkKind::Recipe, fp, 0, offset, chunk.logical_size())?;
     let mut at = offset;
     for e in &chunk.entries {
         if wanted(at, at + e.size) {
             if level == 1 {
-                visit(ChunkKind::Data, &e.fp, at, e.size)?;
+                visit(ChunkKind::Data, &e.fp, e.copy, at, e.size)?;
             } else {
                 walk_node(reader, &e.fp, level - 1, at, wanted, visit)?;
             }
@@ -342,6 +362,9 @@ impl CorrRecorder {
     /// graph. A graph that cannot be read is dropped (the next focused GC
     /// rebuilds it) rather than failing the backup.
     pub(crate) fn start(writer: &mut Writer) -> Option<CorrRecorder> {
+        if is_mfdedup(writer) {
+            return None;
+        }
         let (segments, granularity) = {
             let state = writer.manifest.refgraph.as_ref()?;
             (state.segments.clone(), state.granularity)
@@ -357,12 +380,20 @@ impl CorrRecorder {
         })
     }
 
-    /// One chunk of the backup: `held` if the store already had it, at
-    /// `offset` (data) in the backup's stream.
+    /// One chunk of the backup, referencing copy `copy`: `held` if the
+    /// store already had it, at `offset` (data) in the backup's stream.
     #[inline]
-    pub(crate) fn saw(&mut self, kind: ChunkKind, fp: &Fingerprint, held: bool, offset: u64) {
+    pub(crate) fn saw(
+        &mut self,
+        kind: ChunkKind,
+        fp: &Fingerprint,
+        copy: CopyNo,
+        held: bool,
+        offset: u64,
+    ) {
         let here = self.graph.vfile(self.backup, kind, offset);
-        self.graph.record(&mut self.seen, kind, fp, held, here);
+        self.graph
+            .record(&mut self.seen, kind, fp, copy, held, here);
     }
 }
 
@@ -432,6 +463,21 @@ impl Writer {
     }
 }
 
+fn is_mfdedup(repo: &Repository) -> bool {
+    repo.manifest.config.layout == crate::layout::LayoutKind::Mfdedup
+}
+
+/// The graph serves the mark-and-sweep GC, which the MFDedup layout does
+/// not have.
+fn refuse_mfdedup(repo: &Repository) -> Result<()> {
+    if is_mfdedup(repo) {
+        return Err(Error::invalid(
+            "the reference graph (FGC) is not kept on the mfdedup layout: it has no mark-and-sweep GC to focus (forget deletes volumes itself)",
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -443,15 +489,17 @@ mod tests {
             backup: BackupId(b),
             part: p,
         };
-        g.data_bases.insert(Fingerprint([1; FP_LEN]), v(1, 0));
-        g.data_bases.insert(Fingerprint([2; FP_LEN]), v(2, 3));
-        g.recipe_bases.insert(Fingerprint([3; FP_LEN]), v(1, WHOLE));
+        g.data_bases.insert((Fingerprint([1; FP_LEN]), 0), v(1, 0));
+        g.data_bases.insert((Fingerprint([2; FP_LEN]), 0), v(2, 3));
+        g.data_bases.insert((Fingerprint([2; FP_LEN]), 7), v(4, 1));
+        g.recipe_bases
+            .insert((Fingerprint([3; FP_LEN]), 0), v(1, WHOLE));
         g.edges.insert((v(2, 3), v(1, 0)));
         g.edges.insert((v(3, WHOLE), v(1, WHOLE)));
         let bytes = g.encode();
         let name = ObjectRef::Object(ObjectKey::RefGraph(1));
         assert_eq!(RefGraph::decode(&bytes, name.clone()).unwrap(), g);
-        for i in [0, 9, 30, 40, bytes.len() - 1] {
+        for i in [0, 9, 30, 40, 36 + 1 + FP_LEN, bytes.len() - 1] {
             let mut bad = bytes.clone();
             bad[i] ^= 1;
             assert!(RefGraph::decode(&bad, name.clone()).is_err(), "byte {i}");
@@ -466,18 +514,24 @@ mod tests {
         let fp = Fingerprint([9; FP_LEN]);
         let here = g.vfile(BackupId(1), ChunkKind::Data, 250);
         assert_eq!(here.part, 2);
-        g.record(&mut seen, ChunkKind::Data, &fp, false, here);
-        assert_eq!(seen.data_bases[&fp], here);
+        g.record(&mut seen, ChunkKind::Data, &fp, 0, false, here);
+        assert_eq!(seen.data_bases[&(fp, 0)], here);
         let mut g2 = g.clone();
         g2.merge(seen);
         let mut seen2 = RefGraph::new(100);
         let leaf = g2.vfile(BackupId(2), ChunkKind::Data, 10);
-        g2.record(&mut seen2, ChunkKind::Data, &fp, true, leaf);
+        g2.record(&mut seen2, ChunkKind::Data, &fp, 0, true, leaf);
         assert!(seen2.data_bases.is_empty());
         assert_eq!(seen2.edges.iter().next(), Some(&(leaf, here)));
+        // Another copy of the same chunk is another vertex's: its first
+        // referencer is its base, with no edge to copy 0's base.
+        let mut seen4 = RefGraph::new(100);
+        g2.record(&mut seen4, ChunkKind::Data, &fp, 1, true, leaf);
+        assert_eq!(seen4.data_bases[&(fp, 1)], leaf);
+        assert!(seen4.edges.is_empty());
         // A chunk the store no longer holds starts over with a new base.
         let mut seen3 = RefGraph::new(100);
-        g2.record(&mut seen3, ChunkKind::Data, &fp, false, leaf);
-        assert_eq!(seen3.data_bases[&fp], leaf);
+        g2.record(&mut seen3, ChunkKind::Data, &fp, 0, false, leaf);
+        assert_eq!(seen3.data_bases[&(fp, 0)], leaf);
     }
 }

@@ -7,7 +7,6 @@ use anyhow::Result;
 use serde::Serialize;
 use std::process::ExitCode;
 use tessera_core::check::{check_backend, CheckOptions, CheckReport, ReadData};
-use tessera_core::Repository;
 
 #[derive(Serialize)]
 struct Report {
@@ -21,7 +20,7 @@ struct Report {
 /// `tessera check --rebuild-refgraph`: FGC's reference graph from the recipes.
 pub fn rebuild_refgraph(repo: &RepoArg, granularity: u64, json: bool) -> Result<()> {
     let backend = open_backend(repo)?;
-    let mut w = Repository::open_writer(backend, "tessera check --rebuild-refgraph")?;
+    let mut w = super::open_writer(repo, backend, "tessera check --rebuild-refgraph")?;
     let g = w.rebuild_refgraph(granularity)?;
     w.close()?;
     if !json {
@@ -49,7 +48,7 @@ pub fn check(
     let mut removed = Vec::new();
     if repair_leftovers {
         // A writer removes exactly the objects no manifest lists.
-        let w = Repository::open_writer(backend.clone(), "tessera check --repair-leftovers")?;
+        let w = super::open_writer(repo, backend.clone(), "tessera check --repair-leftovers")?;
         removed = w.leftovers().objects.clone();
         w.close()?;
     }

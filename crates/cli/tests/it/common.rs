@@ -7,6 +7,11 @@ use std::path::Path;
 pub fn tessera(repo: &Path) -> Command {
     let mut c = Command::cargo_bin("tessera").unwrap();
     c.env("TESSERA_REPO", repo).env_remove("RUST_BACKTRACE");
+    // The files cache of directory backups: not in the user's cache dir.
+    c.env(
+        "TESSERA_CACHE_DIR",
+        std::env::temp_dir().join("tessera-cli-tests-cache"),
+    );
     c
 }
 

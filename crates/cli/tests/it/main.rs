@@ -3,9 +3,14 @@
 //! `cargo test -p tessera --test it kill`.
 
 mod check;
+mod choose;
 mod cli;
 mod common;
 mod gc;
+mod inspect;
 mod kill;
 mod lab;
+mod mfdedup;
+mod mount;
 mod rewrite;
+mod snapshots;

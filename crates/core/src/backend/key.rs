@@ -19,16 +19,22 @@ pub enum KeyKind {
     Container,
     IndexSegment,
     Lock,
+    /// MFDedup volume headers (`volumes/<id>`).
+    Volume,
+    /// MFDedup NDF fingerprint tables, one per version (`ndf/<id>`).
+    NdfTable,
     /// FGC's reference graph segments (`refgraph/…`).
     RefGraph,
 }
 
 impl KeyKind {
-    pub const ALL: [KeyKind; 5] = [
+    pub const ALL: [KeyKind; 7] = [
         KeyKind::Manifest,
         KeyKind::Container,
         KeyKind::IndexSegment,
         KeyKind::Lock,
+        KeyKind::Volume,
+        KeyKind::NdfTable,
         KeyKind::RefGraph,
     ];
 
@@ -39,6 +45,8 @@ impl KeyKind {
             KeyKind::Container => "containers/",
             KeyKind::IndexSegment => "index/",
             KeyKind::Lock => "lock",
+            KeyKind::Volume => "volumes/",
+            KeyKind::NdfTable => "ndf/",
             KeyKind::RefGraph => "refgraph/",
         }
     }
@@ -61,6 +69,10 @@ pub enum ObjectKey {
     Container(ContainerId),
     IndexSegment(u64),
     Lock,
+    /// An MFDedup volume header (the categories of one volume and their sizes).
+    Volume(u64),
+    /// An MFDedup NDF table: the distinct data fingerprints of one version.
+    NdfTable(u64),
     /// A segment of FGC's reference graph.
     RefGraph(u64),
     /// A listed name that is none of the above (`containers/junk`): kept
@@ -88,6 +100,8 @@ impl ObjectKey {
             }
             Some(KeyKind::IndexSegment) => numbered("index/").map(ObjectKey::IndexSegment),
             Some(KeyKind::Lock) => Some(ObjectKey::Lock),
+            Some(KeyKind::Volume) => numbered("volumes/").map(ObjectKey::Volume),
+            Some(KeyKind::NdfTable) => numbered("ndf/").map(ObjectKey::NdfTable),
             Some(KeyKind::RefGraph) => numbered("refgraph/").map(ObjectKey::RefGraph),
             None => None,
         };
@@ -111,6 +125,8 @@ impl ObjectKey {
             ObjectKey::Container(_) => Some(KeyKind::Container),
             ObjectKey::IndexSegment(_) => Some(KeyKind::IndexSegment),
             ObjectKey::Lock => Some(KeyKind::Lock),
+            ObjectKey::Volume(_) => Some(KeyKind::Volume),
+            ObjectKey::NdfTable(_) => Some(KeyKind::NdfTable),
             ObjectKey::RefGraph(_) => Some(KeyKind::RefGraph),
             ObjectKey::Stray(name) => KeyKind::of_name(name),
         }
@@ -144,6 +160,8 @@ impl fmt::Display for ObjectKey {
             ObjectKey::Container(id) => write!(f, "containers/{id:016x}"),
             ObjectKey::IndexSegment(id) => write!(f, "index/{id:016x}"),
             ObjectKey::Lock => f.write_str("lock"),
+            ObjectKey::Volume(id) => write!(f, "volumes/{id:016x}"),
+            ObjectKey::NdfTable(id) => write!(f, "ndf/{id:016x}"),
             ObjectKey::RefGraph(id) => write!(f, "refgraph/{id:016x}"),
             ObjectKey::Stray(name) => f.write_str(name),
         }
@@ -212,6 +230,8 @@ mod tests {
             ObjectKey::Container(ContainerId(0xa1)),
             ObjectKey::IndexSegment(u64::MAX),
             ObjectKey::Lock,
+            ObjectKey::Volume(7),
+            ObjectKey::NdfTable(8),
             ObjectKey::RefGraph(7),
         ] {
             assert_eq!(ObjectKey::parse(&k.name()), k);

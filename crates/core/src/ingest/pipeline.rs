@@ -55,9 +55,20 @@ impl RecipeSink for RecipeEvents {
     }
 }
 
+/// One piece of a data batch, in stream order.
+pub(super) enum Cut {
+    /// A chunk of the batch's bytes: (start, len).
+    Bytes(usize, usize),
+    /// A chunk the index holds, given by fingerprint (the files cache): its
+    /// bytes were not read.
+    Known(Fingerprint, u32),
+    /// The directory stream's metadata starts at this stream offset.
+    MetaStart(u64),
+}
+
 enum Batch {
-    /// Bytes and the (start, len) of each chunk in them.
-    Data(Vec<u8>, Vec<(usize, usize)>),
+    /// Bytes and the chunks cut in them.
+    Data(Vec<u8>, Vec<Cut>),
     /// Trace entries, and the recipe chunks built upstream (if so).
     Trace(Vec<(Fingerprint, u32)>, RecipeEvents),
 }
@@ -77,9 +88,26 @@ fn worker<L: Layout>(
         for batch in rx {
             match batch {
                 Batch::Data(buf, cuts) => {
-                    for &(s, n) in &cuts {
-                        let bytes = &buf[s..s + n];
-                        sink.data_chunk(&mut recipe, algo.hash(bytes), n as u32, bytes)?;
+                    for cut in &cuts {
+                        let (fp, n) = match *cut {
+                            Cut::Bytes(s, n) => {
+                                let bytes = &buf[s..s + n];
+                                let fp = algo.hash(bytes);
+                                sink.data_chunk(&mut recipe, fp, n as u32, bytes)?;
+                                (fp, n as u32)
+                            }
+                            Cut::Known(fp, n) => {
+                                sink.known_chunk(&mut recipe, fp, n)?;
+                                (fp, n)
+                            }
+                            Cut::MetaStart(at) => {
+                                sink.counts.meta_from = Some(at);
+                                continue;
+                            }
+                        };
+                        if let Some(t) = &mut sink.trail {
+                            t.push((fp, n));
+                        }
                     }
                     // Hand the buffer back: no 5 MiB allocation per batch.
                     let _ = spent.try_send(buf);
@@ -111,7 +139,8 @@ fn worker<L: Layout>(
                             while let Some(e) = events.next_if(|e| e.pos <= i) {
                                 sink.recipe_bytes(e.fp, &ev.bytes[e.start..e.start + e.len])?;
                             }
-                            sink.dedup_chunk(fp, len, &[])?;
+                            let copy = sink.dedup_chunk(fp, len, &[])?;
+                            debug_assert_eq!(copy, 0, "only first copies");
                         } else {
                             sink.data_chunk(&mut recipe, fp, len, &[])?;
                         }
@@ -136,6 +165,12 @@ pub struct Ingest<L: Layout = ContainerLayout> {
     chunker: Box<dyn Chunker>,
     trace: bool,
     buf: Vec<u8>,
+    /// Chunks cut in `buf` (and other pieces) not yet sent.
+    cuts: Vec<Cut>,
+    /// Bytes of `buf` already cut.
+    cut_to: usize,
+    /// Data chunks cut (or pushed) so far: a file's chunks are a range of these.
+    chunk_count: u64,
     trace_buf: Vec<(Fingerprint, u32)>,
     trace_spent: Receiver<(Vec<(Fingerprint, u32)>, RecipeEvents)>,
     /// Trace mode without rewriting: the recipe is built here, not in the
@@ -163,7 +198,9 @@ impl<L: Layout> Ingest<L> {
         let recipe = RecipeBuilder::new(algo);
         // With rewriting, recipe entries follow the segment's decisions, so
         // the worker builds the recipe; in data mode it has the fingerprints.
-        let upstream = trace && sink.rw.is_none();
+        // Without rewriting a recipe names each chunk's newest copy, which
+        // is copy 0 unless earlier rewriting stored more.
+        let upstream = trace && sink.rw.is_none() && sink.index.first_copies_only();
         let handle = std::thread::Builder::new()
             .name("tessera-ingest".into())
             .spawn(move || worker(rx, spent_tx, trace_spent_tx, sink, recipe, algo, upstream))
@@ -176,6 +213,9 @@ impl<L: Layout> Ingest<L> {
             } else {
                 Vec::with_capacity(BATCH_BYTES + (1 << 20))
             },
+            cuts: Vec::new(),
+            cut_to: 0,
+            chunk_count: 0,
             trace_buf: Vec::new(),
             trace_spent,
             recipe: upstream.then(|| RecipeBuilder::new(algo)),
@@ -204,30 +244,87 @@ impl<L: Layout> Ingest<L> {
     }
 
     /// Cut the buffered bytes into chunks; keep the tail that may still grow
-    /// (less than `max_size` bytes) unless this is the end of the stream.
-    fn cut_batch(&mut self, eof: bool) -> io::Result<()> {
+    /// (less than `max_size` bytes) unless this is the end of a stream
+    /// section (`eof`: the chunker restarts after it).
+    fn cut_pending(&mut self, eof: bool) {
         let max = self.chunker.max_size();
-        let mut cuts = Vec::with_capacity(self.buf.len() / 4096 + 1);
-        let mut pos = 0;
+        let mut pos = self.cut_to;
         while pos < self.buf.len() {
             let rest = &self.buf[pos..];
             if !eof && rest.len() < max {
                 break;
             }
             let n = self.chunker.cut(rest, eof);
-            cuts.push((pos, n));
+            self.cuts.push(Cut::Bytes(pos, n));
+            self.chunk_count += 1;
             pos += n;
         }
-        if cuts.is_empty() {
+        self.cut_to = pos;
+    }
+
+    /// Send the cut bytes and pieces to the worker; keep the uncut tail.
+    fn send_cut(&mut self) -> io::Result<()> {
+        if self.cuts.is_empty() {
             return Ok(());
         }
         let mut next = self.spent.try_recv().unwrap_or_default();
         next.clear();
         next.reserve(BATCH_BYTES + (1 << 20));
-        next.extend_from_slice(&self.buf[pos..]);
+        next.extend_from_slice(&self.buf[self.cut_to..]);
         let mut full = std::mem::replace(&mut self.buf, next);
-        full.truncate(pos);
+        full.truncate(self.cut_to);
+        self.cut_to = 0;
+        let cuts = std::mem::take(&mut self.cuts);
         self.send(Batch::Data(full, cuts))
+    }
+
+    fn cut_batch(&mut self, eof: bool) -> io::Result<()> {
+        self.cut_pending(eof);
+        self.send_cut()
+    }
+
+    /// Send a batch when enough is buffered: bytes, or pieces without bytes.
+    fn maybe_send(&mut self) -> io::Result<()> {
+        if self.cut_to >= BATCH_BYTES || self.cuts.len() >= TRACE_BATCH {
+            self.send_cut()
+        } else {
+            Ok(())
+        }
+    }
+
+    /// End a stream section (a file's contents): the bytes fed so far are
+    /// cut to their end, and the next byte starts a new chunk.
+    pub(crate) fn boundary(&mut self) -> io::Result<()> {
+        if self.trace {
+            return Ok(());
+        }
+        self.cut_pending(true);
+        self.maybe_send()
+    }
+
+    /// Data chunks cut or pushed so far (after a [`boundary`](Self::boundary),
+    /// every byte fed is in one of them).
+    pub(crate) fn chunk_count(&self) -> u64 {
+        self.chunk_count
+    }
+
+    /// Add a chunk the repository's index holds without its bytes (the
+    /// files cache), at a section boundary. The worker refuses it if the
+    /// index does not hold it.
+    pub(crate) fn push_known(&mut self, fp: Fingerprint, len: u32) -> io::Result<()> {
+        self.boundary()?;
+        self.cuts.push(Cut::Known(fp, len));
+        self.chunk_count += 1;
+        self.fed += u64::from(len);
+        self.maybe_send()
+    }
+
+    /// The directory stream's metadata starts here: from now on new bytes
+    /// count as metadata in the report.
+    pub(crate) fn metadata_starts(&mut self) -> io::Result<()> {
+        self.boundary()?;
+        self.cuts.push(Cut::MetaStart(self.fed));
+        Ok(())
     }
 
     /// Add one chunk of a fingerprint trace.
@@ -239,7 +336,7 @@ impl<L: Layout> Ingest<L> {
         self.trace_buf.push((fp, len));
         if let Some(r) = &mut self.recipe {
             self.events.pos = self.trace_buf.len();
-            r.push(fp, len as u64, &mut self.events)?;
+            r.push(fp, len, 0, &mut self.events)?;
         }
         if self.trace_buf.len() >= TRACE_BATCH {
             self.send_trace().map_err(|e| Error::io("backup", e))?;

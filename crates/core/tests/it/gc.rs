@@ -10,6 +10,7 @@ use tessera_core::chunking::ChunkerConfig;
 use tessera_core::container::{ChunkKind, ContainerId};
 use tessera_core::gc::{GcOptions, GcReport, GcStrategy, MarkSpec, VcSpec};
 use tessera_core::recipe::{self, RecipeWalker};
+use tessera_core::rewrite::RewriteSpec;
 use tessera_core::BackupId;
 use tessera_core::{
     BackupOptions, Fingerprint, HashAlgo, InitOptions, Repository, RestoreOptions, Writer,
@@ -52,8 +53,9 @@ fn containers_read(repo: &Repository) -> u64 {
         .sum()
 }
 
-/// Fingerprints the retained backups reference: (data, recipe).
-fn referenced(repo: &Repository) -> (HashSet<Fingerprint>, HashSet<Fingerprint>) {
+/// What the retained backups reference: data chunk copies (fingerprint,
+/// copy) and recipe chunks.
+fn referenced(repo: &Repository) -> (HashSet<(Fingerprint, u16)>, HashSet<Fingerprint>) {
     let (mut data, mut recipes) = (HashSet::new(), HashSet::new());
     for b in repo.backups() {
         let mut w = RecipeWalker::new(b.root_fp().unwrap(), b.root_level, |fp, _| {
@@ -64,30 +66,37 @@ fn referenced(repo: &Repository) -> (HashSet<Fingerprint>, HashSet<Fingerprint>)
         })
         .unwrap();
         while let Some(e) = w.next().unwrap() {
-            data.insert(e.fp);
+            data.insert((e.fp, e.copy));
         }
     }
     (data, recipes)
 }
 
-/// After a GC with full selection and an exact VC: every chunk copy stored
-/// is live — referenced by a retained backup and the index's copy.
+/// After a GC with full selection and an exact VC: every chunk stored is a
+/// live copy — one the index places there and a retained backup's recipe
+/// names — and the index holds no other copy.
 fn assert_only_live_chunks(repo: &Repository) {
     let (data, recipes) = referenced(repo);
     for c in &repo.manifest().containers {
         let got = repo.store().read(c.id).unwrap();
         for m in &got.meta {
             let live = match c.kind {
-                ChunkKind::Data => &data,
-                ChunkKind::Recipe => &recipes,
+                ChunkKind::Data => repo
+                    .index()
+                    .copy_list(&m.fp)
+                    .in_container(c.id)
+                    .any(|n| data.contains(&(m.fp, n))),
+                ChunkKind::Recipe => {
+                    assert_eq!(repo.index().get(c.kind, &m.fp), Some(c.id), "stale copy");
+                    recipes.contains(&m.fp)
+                }
             };
-            assert!(
-                live.contains(&m.fp),
-                "container {} holds dead {:?}",
-                c.id,
-                m.fp
-            );
-            assert_eq!(repo.index().get(c.kind, &m.fp), Some(c.id), "stale copy");
+            assert!(live, "container {} holds dead {:?}", c.id, m.fp);
+        }
+    }
+    for e in repo.index().entries() {
+        if e.kind == ChunkKind::Data {
+            assert!(data.contains(&(e.fp, e.copy)), "dead copy {e:?} indexed");
         }
     }
 }
@@ -523,6 +532,7 @@ enum Op {
     Backup {
         base: Option<usize>,
         seed: u64,
+        rewrite: RewriteSpec,
     },
     Forget {
         pick: usize,
@@ -543,9 +553,20 @@ enum Op {
     },
 }
 
+/// Mostly no rewriting; else a policy that stores copies of duplicates.
+fn rewrite_spec() -> impl Strategy<Value = RewriteSpec> {
+    prop_oneof![
+        3 => Just(RewriteSpec::None),
+        1 => (1usize..3).prop_map(|level| RewriteSpec::Capping { level }),
+        1 => (1usize..3).prop_map(|level| RewriteSpec::Smr { level }),
+        1 => Just(RewriteSpec::Ned { threshold: 0.6 }),
+        1 => Just(RewriteSpec::parse("har:0.6:1").unwrap()),
+    ]
+}
+
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        5 => (proptest::option::weighted(0.8, 0usize..8), any::<u64>()).prop_map(|(base, seed)| Op::Backup { base, seed }),
+        5 => (proptest::option::weighted(0.8, 0usize..8), any::<u64>(), rewrite_spec()).prop_map(|(base, seed, rewrite)| Op::Backup { base, seed, rewrite }),
         3 => (0usize..8).prop_map(|pick| Op::Forget { pick }),
         2 => (any::<bool>(), prop_oneof![2 => Just(1.0), 1 => 0.0f64..1.0], 1usize..6, 1usize..300, proptest::bool::weighted(0.2), proptest::bool::weighted(0.3), prop_oneof![Just(MarkSpec::Logical), Just(MarkSpec::Physical), Just(MarkSpec::PhysicalPlus)], proptest::bool::weighted(0.2))
             .prop_map(|(gccdf, threshold, segment, split, bloom, phv, mark, sample)| Op::Gc { gccdf, threshold, segment, split, bloom, phv, mark, sample }),
@@ -566,10 +587,11 @@ fn assert_marks_agree(repo: &Repository, strategy: GcStrategy) {
         .unwrap()
     };
     let live = |p: &tessera_core::gc::GcPlan| {
-        let data: HashSet<Fingerprint> = repo
+        let data: HashSet<(Fingerprint, u16)> = repo
             .index()
-            .data_fingerprints()
-            .filter(|fp| p.mark.valid.contains(fp))
+            .entries()
+            .filter(|e| e.kind == ChunkKind::Data && p.mark.is_valid(&e.fp, e.copy))
+            .map(|e| (e.fp, e.copy))
             .collect();
         let recipes: HashSet<Fingerprint> = p.mark.valid_recipe.iter().copied().collect();
         (data, recipes)
@@ -606,12 +628,17 @@ proptest! {
         let mut model: BTreeMap<BackupId, Vec<u8>> = BTreeMap::new();
         for op in ops {
             match op {
-                Op::Backup { base, seed } => {
+                Op::Backup { base, seed, rewrite } => {
                     let data = match base.and_then(|i| model.values().nth(i % model.len().max(1))) {
                         Some(v) => mutate(v, seed),
                         None => bytes(seed, 20_000 + (seed % 60_000) as usize),
                     };
-                    let id = backup(&mut repo, "m", &data).unwrap();
+                    let opts = BackupOptions {
+                        rewrite,
+                        segment_bytes: 8 * 1024,
+                        ..BackupOptions::new("m", SourceKind::Stream)
+                    };
+                    let id = repo.backup_reader(&opts, &mut &data[..], &mut |_| {}).unwrap().backup.id;
                     model.insert(id, data);
                 }
                 Op::Forget { pick } => {
@@ -951,9 +978,10 @@ fn involved_counts_what_deleted_backups_referenced_once() {
     assert!(repo.manifest().forgotten.is_empty());
 }
 
-/// The data and recipe fingerprints of the backups forgotten since the last
-/// GC: what the focused mark must judge exactly as the full mark does.
-fn forgotten_chunks(repo: &Repository) -> (HashSet<Fingerprint>, HashSet<Fingerprint>) {
+/// The data chunk copies and recipe fingerprints of the backups forgotten
+/// since the last GC: what the focused mark must judge exactly as the full
+/// mark does.
+fn forgotten_chunks(repo: &Repository) -> (HashSet<(Fingerprint, u16)>, HashSet<Fingerprint>) {
     let (mut data, mut recipes) = (HashSet::new(), HashSet::new());
     for b in &repo.manifest().forgotten {
         let mut w = RecipeWalker::new(b.root_fp().unwrap(), b.root_level, |fp, _| {
@@ -964,26 +992,82 @@ fn forgotten_chunks(repo: &Repository) -> (HashSet<Fingerprint>, HashSet<Fingerp
         })
         .unwrap();
         while let Some(e) = w.next().unwrap() {
-            data.insert(e.fp);
+            data.insert((e.fp, e.copy));
         }
     }
     (data, recipes)
+}
+
+/// Plan a full and a focused GC and check that the focused mark judges
+/// every copy and recipe chunk of the forgotten backups as the full mark
+/// does, and that its live counts are never below the full mark's.
+/// Returns the focused mark's figures.
+fn assert_focused_agrees(repo: &Writer) -> tessera_core::gc::mark::FocusStats {
+    let full = repo.plan_gc(&GcOptions::default()).unwrap();
+    let fm = repo.plan_gc(&focused()).unwrap();
+    let (data, recipes) = forgotten_chunks(repo);
+    for (fp, copy) in &data {
+        assert_eq!(
+            full.mark.is_valid(fp, *copy),
+            fm.mark.is_valid(fp, *copy),
+            "data chunk {fp:?} copy {copy}"
+        );
+    }
+    for fp in &recipes {
+        assert_eq!(
+            full.mark.valid_recipe.contains(fp),
+            fm.mark.valid_recipe.contains(fp),
+            "recipe chunk {fp:?}"
+        );
+    }
+    // Live counts only ever err towards live (garbage from before the
+    // deletions stays): never below the full mark's, or a container could
+    // be dropped unread while it holds a live copy.
+    let (fl, ml) = (
+        full.mark.live.as_ref().unwrap(),
+        fm.mark.live.as_ref().unwrap(),
+    );
+    for (c, l) in fl {
+        let m = ml.get(c).copied().unwrap_or_default();
+        assert!(
+            m.chunks >= l.chunks && m.bytes >= l.bytes,
+            "container {c:?}: focused {m:?} below full {l:?}"
+        );
+    }
+    let stats = fm.mark.fgc.clone().unwrap();
+    assert_eq!(
+        stats.correlative_backups + stats.skipped_backups,
+        repo.backups().len()
+    );
+    stats
+}
+
+fn focused() -> GcOptions {
+    GcOptions {
+        mark: MarkSpec::Focused,
+        ..Default::default()
+    }
 }
 
 #[derive(Clone, Debug)]
 enum FocusOp {
     /// A new version of `source`: its last version mutated, with a piece
     /// of another source's last version spliced in (cross-source sharing).
+    /// With a rewrite policy (stores copies of duplicates; the backup
+    /// then records no graph, and the next focused GC rebuilds it).
     Backup {
         source: usize,
         other: usize,
         seed: u64,
+        rewrite: RewriteSpec,
     },
     Forget {
         pick: usize,
     },
+    /// `mark`: focused, logical, or physical+ (whose copy phase sends two
+    /// live copies of a chunk to one stored chunk).
     Gc {
-        focused: bool,
+        mark: MarkSpec,
     },
     /// Rebuild the graph from the recipes, at another granularity.
     Rebuild {
@@ -995,9 +1079,11 @@ const GRANULARITIES: [u64; 3] = [0, 8 * 1024, 40 * 1024];
 
 fn focus_op() -> impl Strategy<Value = FocusOp> {
     prop_oneof![
-        6 => (0usize..6, 0usize..6, any::<u64>()).prop_map(|(source, other, seed)| FocusOp::Backup { source, other, seed }),
+        6 => (0usize..6, 0usize..6, any::<u64>(), prop_oneof![4 => Just(RewriteSpec::None), 1 => rewrite_spec()])
+            .prop_map(|(source, other, seed, rewrite)| FocusOp::Backup { source, other, seed, rewrite }),
         3 => (0usize..16).prop_map(|pick| FocusOp::Forget { pick }),
-        3 => proptest::bool::weighted(0.7).prop_map(|focused| FocusOp::Gc { focused }),
+        3 => prop_oneof![7 => Just(MarkSpec::Focused), 2 => Just(MarkSpec::Logical), 1 => Just(MarkSpec::PhysicalPlus)]
+            .prop_map(|mark| FocusOp::Gc { mark }),
         1 => (0usize..3).prop_map(|granularity| FocusOp::Rebuild { granularity }),
     ]
 }
@@ -1005,10 +1091,10 @@ fn focus_op() -> impl Strategy<Value = FocusOp> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, .. ProptestConfig::default() })]
 
-    /// Many sources with versions and cross-source sharing: before every
-    /// GC, the focused mark judges each chunk of the deleted backups
-    /// exactly as the full mark does; GCs with either mark keep every
-    /// retained backup restorable.
+    /// Many sources with versions and cross-source sharing, some backups
+    /// rewriting (chunk copies): before every GC, the focused mark judges
+    /// each chunk copy of the deleted backups exactly as the full mark
+    /// does; GCs with any mark keep every retained backup restorable.
     #[test]
     fn focused_mark_agrees_with_full_mark(
         granularity in 0usize..3,
@@ -1022,7 +1108,7 @@ proptest! {
         let mut last: BTreeMap<usize, Vec<u8>> = BTreeMap::new();
         for op in ops {
             match op {
-                FocusOp::Backup { source, other, seed } => {
+                FocusOp::Backup { source, other, seed, rewrite } => {
                     let mut data = match last.get(&source) {
                         Some(v) => mutate(v, seed),
                         None => bytes(seed, 20_000 + (seed % 50_000) as usize),
@@ -1033,7 +1119,12 @@ proptest! {
                         let at = (seed as usize / 7) % data.len();
                         data.splice(at..at, piece.iter().copied());
                     }
-                    let id = backup(&mut repo, "m", &data).unwrap();
+                    let opts = BackupOptions {
+                        rewrite,
+                        segment_bytes: 32 * 1024,
+                        ..BackupOptions::new("m", SourceKind::Stream)
+                    };
+                    let id = repo.backup_reader(&opts, &mut &data[..], &mut |_| {}).unwrap().backup.id;
                     last.insert(source, data.clone());
                     model.insert(id, data);
                 }
@@ -1046,26 +1137,15 @@ proptest! {
                 FocusOp::Rebuild { granularity } => {
                     repo.rebuild_refgraph(GRANULARITIES[granularity]).unwrap();
                 }
-                FocusOp::Gc { focused } => {
-                    let full = repo.plan_gc(&GcOptions::default()).unwrap();
-                    let focus_opts = GcOptions { mark: MarkSpec::Focused, ..Default::default() };
-                    let fm = repo.plan_gc(&focus_opts).unwrap();
-                    let (data, recipes) = forgotten_chunks(&repo);
-                    for fp in &data {
-                        prop_assert_eq!(full.mark.valid.contains(fp), fm.mark.valid.contains(fp), "data chunk {:?}", fp);
-                    }
-                    for fp in &recipes {
-                        prop_assert_eq!(full.mark.valid_recipe.contains(fp), fm.mark.valid_recipe.contains(fp), "recipe chunk {:?}", fp);
-                    }
-                    let stats = fm.mark.fgc.clone().unwrap();
-                    prop_assert!(stats.correlative_backups + stats.skipped_backups == repo.backups().len());
-                    drop(full);
-                    let opts = if focused { focus_opts } else { GcOptions::default() };
-                    repo.gc(&opts).unwrap();
+                FocusOp::Gc { mark } => {
+                    assert_focused_agrees(&repo);
+                    let recorded = repo.manifest().refgraph.is_some();
+                    repo.gc(&GcOptions { mark, ..Default::default() }).unwrap();
                     repo.close().unwrap();
                     repo = Repository::open_writer(b.clone(), "t").unwrap();
                     prop_assert!(repo.leftovers().objects.is_empty());
-                    prop_assert!(repo.manifest().refgraph.is_some());
+                    // A focused GC (re)builds the graph; the others keep it.
+                    prop_assert_eq!(repo.manifest().refgraph.is_some(), recorded || mark == MarkSpec::Focused);
                 }
             }
             for (id, data) in &model {
@@ -1132,4 +1212,198 @@ fn focused_gc_walks_only_correlative_backups() {
     let r = repo.gc(&focus_opts).unwrap();
     assert!(r.reclaimed_containers > 0);
     assert_only_live_chunks(&repo);
+}
+
+/// The focused mark is per chunk copy. SMR's worked example
+/// (`smr-rewriting.md` Fig. 6, as in `rewrite.rs`): the second backup
+/// stores copy 1 of F and G, the third copy 1 of O and P. The graph is
+/// rebuilt from those recipes (rewriting backups record none); a fourth
+/// backup, recorded without rewriting, reads the newest copies. Each
+/// deletion is then judged copy by copy as the full mark judges it: a copy
+/// only the deleted backup read is dead although another copy of its
+/// fingerprint lives.
+#[test]
+fn focused_mark_judges_each_chunk_copy() {
+    use common::{fp, open_new};
+    const CHUNK: u32 = 1000;
+    let letters = |repo: &mut Writer, s: &str, rewrite: RewriteSpec| {
+        let opts = BackupOptions {
+            rewrite,
+            ..BackupOptions::new(s, SourceKind::Trace)
+        };
+        repo.backup_trace(&opts, s.chars().map(|c| Ok((fp(c), CHUNK))))
+            .unwrap()
+            .backup
+            .id
+    };
+    let b = mem();
+    let mut repo = open_new(b.clone(), ChunkerConfig::default(), 5 * CHUNK, true);
+    repo.rebuild_refgraph(0).unwrap();
+    let smr = RewriteSpec::Smr { level: 2 };
+    let r1 = letters(&mut repo, "ABCDEFGHIJKLM", smr);
+    let r2 = letters(&mut repo, "ABCDEFGNOPKLM", smr);
+    assert!(
+        repo.manifest().refgraph.is_none(),
+        "a rewriting backup drops the graph"
+    );
+    let r3 = letters(&mut repo, "ABCFGHIJOPQRS", smr);
+    for c in ['F', 'G', 'O', 'P'] {
+        assert_eq!(repo.index().copy_list(&fp(c)).len(), 2, "{c}");
+    }
+    repo.rebuild_refgraph(0).unwrap();
+    let r4 = letters(&mut repo, "FGNOXYZ", RewriteSpec::None);
+    assert!(repo.manifest().refgraph.is_some(), "recorded");
+    let reads = |repo: &Writer, id: BackupId, c: char| {
+        let b = repo.manifest().backup(id).unwrap().clone();
+        let homes = repo.chunk_homes(&b).unwrap();
+        homes.iter().find(|(e, _)| e.fp == fp(c)).unwrap().0.copy
+    };
+    assert_eq!((reads(&repo, r4, 'F'), reads(&repo, r4, 'O')), (1, 1));
+    assert_eq!(reads(&repo, r3, 'F'), 0);
+
+    // Forgetting the second backup: copy 0 of O and P (its own, in IV) is
+    // dead — the third and fourth read copy 1 — while copy 1 of F and G
+    // (also in IV) lives on in the fourth.
+    repo.forget(&[r2]).unwrap();
+    let stats = assert_focused_agrees(&repo);
+    assert_eq!(
+        (stats.correlative_backups, stats.dead_data_chunks),
+        (1, 2),
+        "the fourth backup walked; O and P copy 0 dead"
+    );
+    let fm = repo.plan_gc(&focused()).unwrap();
+    assert!(!fm.mark.is_valid(&fp('O'), 0) && fm.mark.is_valid(&fp('O'), 1));
+    assert!(fm.mark.is_valid(&fp('F'), 0) && fm.mark.is_valid(&fp('F'), 1));
+    drop(fm);
+    repo.gc(&focused()).unwrap();
+    assert_only_live_chunks(&repo);
+
+    // Then the first and the fourth: copy 1 of F and G is dead (the third
+    // reads copy 0), and so are the fourth's own X Y Z.
+    repo.forget(&[r1, r4]).unwrap();
+    let stats = assert_focused_agrees(&repo);
+    assert!(!stats.rebuilt);
+    repo.gc(&focused()).unwrap();
+    assert_only_live_chunks(&repo);
+    assert_eq!(repo.index().copy_list(&fp('F')).len(), 1);
+    assert_eq!(reads(&repo, r3, 'F'), 0);
+    repo.close().unwrap();
+    let repo = Repository::open(b).unwrap();
+    let c = repo.check(&Default::default()).unwrap();
+    assert!(c.ok(), "{:?}", c.problems);
+    assert!(repo.manifest().refgraph.is_some());
+}
+
+/// A stored chunk that PGC+'s copy phase made the home of two copies is
+/// dead only when both are. SMR's example again: the second backup stores
+/// copy 1 of F and G in IV; after the third is forgotten, a PGC+ GC keeps
+/// IV's copies and redirects the first backup's copy 0 of F and G there.
+/// Forgetting the second then kills copy 1 but not the stored chunk the
+/// first backup reads: IV keeps two live chunks, and the first backup
+/// keeps its F and G.
+#[test]
+fn focused_mark_keeps_a_chunk_two_copies_share() {
+    use common::{fp, open_new};
+    use tessera_core::gc::mark::Live;
+    const CHUNK: u32 = 1000;
+    let letters = |repo: &mut Writer, s: &str| {
+        let opts = BackupOptions {
+            rewrite: RewriteSpec::Smr { level: 2 },
+            ..BackupOptions::new(s, SourceKind::Trace)
+        };
+        repo.backup_trace(&opts, s.chars().map(|c| Ok((fp(c), CHUNK))))
+            .unwrap()
+            .backup
+            .id
+    };
+    let b = mem();
+    let mut repo = open_new(b.clone(), ChunkerConfig::default(), 5 * CHUNK, true);
+    let r1 = letters(&mut repo, "ABCDEFGHIJKLM");
+    let r2 = letters(&mut repo, "ABCDEFGNOPKLM");
+    let iv = repo.index().get(ChunkKind::Data, &fp('N')).unwrap();
+    let r3 = letters(&mut repo, "ABCFGHIJOPQRS");
+    repo.forget(&[r3]).unwrap();
+    repo.gc(&GcOptions {
+        mark: MarkSpec::PhysicalPlus,
+        ..Default::default()
+    })
+    .unwrap();
+    // Both copies of F now read one stored chunk (IV's, wherever PGC+
+    // put it).
+    let f: Vec<_> = repo.index().copy_list(&fp('F')).iter().collect();
+    let home = f[1].1;
+    assert_eq!(f, vec![(0, home), (1, home)], "copy 0 redirected");
+    assert!(home >= iv);
+    let at_home = repo
+        .manifest()
+        .containers
+        .iter()
+        .find(|c| c.id == home)
+        .unwrap()
+        .chunks;
+
+    repo.forget(&[r2]).unwrap();
+    let stats = assert_focused_agrees(&repo);
+    assert!(stats.rebuilt, "SMR backups record no graph");
+    let fm = repo.plan_gc(&focused()).unwrap();
+    assert!(!fm.mark.is_valid(&fp('F'), 1) && fm.mark.is_valid(&fp('F'), 0));
+    let dead = at_home as u64 - 2;
+    let full = repo.plan_gc(&GcOptions::default()).unwrap();
+    assert_eq!(full.mark.live.as_ref().unwrap()[&home].chunks, 2);
+    assert_eq!(
+        fm.mark.live.as_ref().unwrap()[&home],
+        Live {
+            chunks: 2,
+            bytes: 2 * CHUNK as u64
+        },
+        "F and G stay live where IV's chunks went ({dead} dead there)"
+    );
+    drop(full);
+    drop(fm);
+    let r = repo.gc(&focused()).unwrap();
+    assert_eq!(r.moved_chunks, 2, "F and G move");
+    // (II still holds the F and G that PGC+ redirected away from:
+    // garbage from before the deletion, left for a full mark.)
+    let first = repo.manifest().backup(r1).unwrap().clone();
+    assert_eq!(repo.chunk_homes(&first).unwrap().len(), 13);
+    let c = repo.check(&Default::default()).unwrap();
+    assert!(c.ok(), "{:?}", c.problems);
+}
+
+/// The MFDedup layout keeps no reference graph (it has no mark-and-sweep
+/// GC to focus): rebuilding one is refused by name, a focused GC meets the
+/// layout's GC refusal, and backups there record nothing.
+#[test]
+fn the_reference_graph_is_refused_on_the_mfdedup_layout() {
+    use tessera_core::layout::LayoutKind;
+    let b = mem();
+    Repository::init_layout(
+        b.clone(),
+        &InitOptions {
+            hash: HashAlgo::Blake3,
+            chunker: ChunkerConfig::default(),
+            container_size: 64 * 1024,
+            trace: false,
+        },
+        LayoutKind::Mfdedup,
+    )
+    .unwrap();
+    let mut repo = Repository::open_writer(b.clone(), "t").unwrap();
+    let e = repo.rebuild_refgraph(0).unwrap_err().to_string();
+    assert!(
+        e.contains("reference graph") && e.contains("mfdedup"),
+        "{e}"
+    );
+    let data = bytes(7, 100_000);
+    let id = backup(&mut repo, "m", &data).unwrap();
+    assert!(repo.manifest().refgraph.is_none());
+    let e = repo.plan_gc(&focused()).err().unwrap().to_string();
+    assert!(e.contains("mfdedup"), "{e}");
+    assert_eq!(restore(&repo, id).unwrap(), data);
+    let refgraph_objects = list_all(&*b)
+        .unwrap()
+        .iter()
+        .filter(|k| k.kind() == Some(KeyKind::RefGraph))
+        .count();
+    assert_eq!(refgraph_objects, 0);
 }

@@ -14,7 +14,7 @@
 //!
 //! 1. walking the correlative virtual files fills the liveness array (an
 //!    exact set, a Bloom filter or a perfect-hash vector: `--vc`);
-//! 2. walking the deleted backups, each of their chunks whose base is
+//! 2. walking the deleted backups, each copy they name whose base is
 //!    deleted and that is missing from the array is dead; everything else
 //!    is left live (garbage from before the deletion waits for a full
 //!    mark);
@@ -23,16 +23,17 @@
 //!    file referencing it as its new base, with edges from the others.
 //!
 //! The per-container live counts come from the catalog minus the dead
-//! chunks, so only the deleted and correlative recipes are read.
+//! stored chunks, so only the deleted and correlative recipes are read.
 
 use super::{FpFilter, Live, Mark, Marker, VcSpec};
 use crate::catalog::{BackupEntry, BackupId};
 use crate::container::{ChunkKind, ContainerId};
 use crate::error::Result;
-use crate::fingerprint::{Fingerprint, FpMap, FpSet};
-use crate::refgraph::{walk_backup, RefGraph, VFile, WHOLE};
+use crate::fingerprint::{Fingerprint, FpSet};
+use crate::index::CopyNo;
+use crate::refgraph::{walk_backup, CopyMap, RefGraph, VFile, WHOLE};
 use crate::repo::Repository;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct FocusedMark {
@@ -120,16 +121,18 @@ fn focus(
     stats.correlative_backups = correlative.len();
     stats.skipped_backups = retained.len() - correlative.len();
 
-    // Mark: the correlative recipes fill the liveness array; referencers
-    // of chunks whose base is deleted are kept for re-basing.
+    // Mark: the correlative recipes fill the liveness array, per chunk copy
+    // (a copy no retained backup names is dead even if another copy of the
+    // fingerprint lives); referencers of copies whose base is deleted are
+    // kept for re-basing.
     let expected: u64 = correlative
         .keys()
         .map(|id| retained[id].chunks)
         .sum::<u64>()
         .max(1);
-    let mut live_data = vc.filter(repo, expected as usize);
+    let mut live_data = Mark::new(vc.filter(repo, expected as usize));
     let mut live_recipe = FpSet::default();
-    let mut rebase: HashMap<(bool, Fingerprint), BTreeSet<VFile>> = HashMap::new();
+    let mut rebase: HashMap<(bool, Fingerprint, CopyNo), BTreeSet<VFile>> = HashMap::new();
     let mut reader = repo.recipe_reader(16);
     let g = graph.granularity;
     for (id, parts) in &correlative {
@@ -149,22 +152,22 @@ fn focus(
                     .parts
                     .contains(&graph.vfile(*id, ChunkKind::Data, offset).part)
         };
-        walk_backup(repo, &mut reader, b, &wanted, &mut |kind, fp, offset, _| {
+        walk_backup(&mut reader, b, &wanted, &mut |kind, fp, copy, offset, _| {
             if kind == ChunkKind::Data && !data_wanted(offset) {
                 return Ok(());
             }
             match kind {
                 ChunkKind::Data => {
-                    live_data.insert(*fp);
+                    live_data.insert_valid(*fp, copy);
                 }
                 ChunkKind::Recipe => {
                     live_recipe.insert(*fp);
                 }
             }
-            if graph.bases(kind).get(fp).is_some_and(&gone) {
+            if graph.bases(kind).get(&(*fp, copy)).is_some_and(&gone) {
                 let here = graph.vfile(*id, kind, offset);
                 rebase
-                    .entry((kind == ChunkKind::Recipe, *fp))
+                    .entry((kind == ChunkKind::Recipe, *fp, copy))
                     .or_default()
                     .insert(here);
             }
@@ -173,23 +176,23 @@ fn focus(
         .map_err(|e| e.in_backup(*id, None))?;
     }
 
-    // A chunk of a deleted backup is live if its base is retained or a
+    // A copy a deleted backup names is live if its base is retained or a
     // correlative walk found it; the others are dead.
-    let mut dead_data: FpMap<u64> = FpMap::default();
+    let mut dead_data: CopyMap<u64> = CopyMap::default();
     let mut dead_recipe = FpSet::default();
     for b in &repo.manifest.forgotten {
         walk_backup(
-            repo,
             &mut reader,
             b,
             &|_, _| true,
-            &mut |kind, fp, _, size| {
-                if graph.bases(kind).get(fp).is_some_and(|base| !gone(base)) {
+            &mut |kind, fp, copy, _, size| {
+                let key = (*fp, copy);
+                if graph.bases(kind).get(&key).is_some_and(|base| !gone(base)) {
                     return Ok(());
                 }
                 match kind {
-                    ChunkKind::Data if !live_data.contains(fp) => {
-                        dead_data.insert(*fp, size);
+                    ChunkKind::Data if !live_data.is_valid(fp, copy) => {
+                        dead_data.insert(key, size);
                     }
                     ChunkKind::Recipe if !live_recipe.contains(fp) => {
                         dead_recipe.insert(*fp);
@@ -204,14 +207,26 @@ fn focus(
     stats.dead_data_chunks = dead_data.len() as u64;
     stats.dead_recipe_chunks = dead_recipe.len() as u64;
 
-    // Live counts: the catalog's, less the dead chunks found.
+    // Live counts: the catalog's, less the stored chunks found dead. A
+    // stored chunk is dead when every copy the index places there is (two
+    // copies PGC+ sent to one container share one stored chunk).
+    let index = &repo.index;
     let mut dead_in: HashMap<ContainerId, Live> = HashMap::new();
-    for (fp, size) in &dead_data {
-        if let Some(c) = repo.locate(ChunkKind::Data, fp) {
-            let l = dead_in.entry(c).or_default();
-            l.chunks += 1;
-            l.bytes += size;
+    let mut counted: HashSet<(Fingerprint, ContainerId)> = HashSet::new();
+    for (&(fp, copy), size) in &dead_data {
+        let Some(c) = repo.locate_copy(ChunkKind::Data, &fp, copy) else {
+            continue;
+        };
+        let shared = index
+            .copy_list(&fp)
+            .in_container(c)
+            .any(|n| n != copy && !dead_data.contains_key(&(fp, n)));
+        if shared || !counted.insert((fp, c)) {
+            continue;
         }
+        let l = dead_in.entry(c).or_default();
+        l.chunks += 1;
+        l.bytes += size;
     }
     let mut dead_recipe_in: HashMap<ContainerId, u32> = HashMap::new();
     for fp in &dead_recipe {
@@ -222,9 +237,9 @@ fn focus(
     let mut live = HashMap::new();
     let mut live_recipe_count = HashMap::new();
     for c in &repo.manifest.containers {
-        let d = dead_in.get(&c.id).copied().unwrap_or_default();
         match c.kind {
             ChunkKind::Data => {
+                let d = dead_in.get(&c.id).copied().unwrap_or_default();
                 live.insert(
                     c.id,
                     Live {
@@ -239,22 +254,29 @@ fn focus(
             }
         }
     }
-    let valid_recipe: FpSet = repo
-        .index
-        .entries()
-        .filter(|e| e.kind == ChunkKind::Recipe && !dead_recipe.contains(&e.fp))
-        .map(|e| e.fp)
-        .collect();
+    let mut valid_recipe = FpSet::default();
+    let mut valid_copies = HashSet::new();
+    for e in index.entries() {
+        match e.kind {
+            ChunkKind::Recipe if !dead_recipe.contains(&e.fp) => {
+                valid_recipe.insert(e.fp);
+            }
+            ChunkKind::Data if e.copy != 0 && !dead_data.contains_key(&(e.fp, e.copy)) => {
+                valid_copies.insert((e.fp, e.copy));
+            }
+            _ => {}
+        }
+    }
 
-    // §IV-C: new bases for live chunks whose base was deleted.
+    // §IV-C: new bases for live copies whose base was deleted.
     for kind in [ChunkKind::Data, ChunkKind::Recipe] {
         let bases = graph.bases_mut(kind);
-        bases.retain(|fp, base| {
+        bases.retain(|&(fp, copy), base| {
             if !gone(base) {
                 return true;
             }
             match rebase
-                .get(&(kind == ChunkKind::Recipe, *fp))
+                .get(&(kind == ChunkKind::Recipe, fp, copy))
                 .and_then(|r| r.first())
             {
                 Some(first) => {
@@ -281,12 +303,22 @@ fn focus(
         visited: reader.loads(),
         ..Default::default()
     };
-    let mut m = Mark::new(FpFilter::AllBut(dead_data.keys().copied().collect()));
+    // Copy 0 of every chunk but the dead ones is valid; the other copies
+    // are listed (they are few: rewritten chunks).
+    let dead_first: FpSet = dead_data
+        .keys()
+        .filter(|(_, copy)| *copy == 0)
+        .map(|(fp, _)| *fp)
+        .collect();
+    let mut m = Mark::new(FpFilter::AllBut(dead_first));
+    m.valid_copies = valid_copies;
     m.valid_recipe = valid_recipe;
     m.live = Some(live);
     m.live_recipe = live_recipe_count;
     m.walk = walk;
-    m.memory_bytes =
-        (m.table_bytes() + live_data.memory_bytes() + live_recipe.capacity() * 33) as u64;
+    m.memory_bytes = (m.table_bytes()
+        + live_data.table_bytes()
+        + live_recipe.capacity() * 33
+        + dead_data.capacity() * 44) as u64;
     Ok((m, stats, graph))
 }
