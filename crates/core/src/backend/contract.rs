@@ -167,6 +167,16 @@ pub fn check_contract(b: &dyn ObjectStore) {
     assert_eq!(b.get(&nk("lock")).unwrap(), b"third");
     assert_eq!(b.list(KeyKind::Lock).unwrap(), [ObjectKey::Lock]);
 
+    // The config is a single name too (not a folder); key slots are one.
+    assert!(b.list(KeyKind::Config).unwrap().is_empty());
+    b.put(&nk("config"), b"cfg").unwrap();
+    b.put(&nk("keys/0000000000000001"), b"slot").unwrap();
+    assert_eq!(b.list(KeyKind::Config).unwrap(), [ObjectKey::Config]);
+    assert_eq!(b.list(KeyKind::KeySlot).unwrap(), [ObjectKey::KeySlot(1)]);
+    b.delete(&nk("config")).unwrap();
+    b.delete(&nk("keys/0000000000000001")).unwrap();
+    assert!(b.list(KeyKind::Config).unwrap().is_empty());
+
     b.barrier().unwrap();
     assert_eq!(b.get(&nk("deep/er/key")).unwrap(), b"deep/er/key");
     assert!(!b.location().is_empty());

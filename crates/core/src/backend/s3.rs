@@ -385,6 +385,34 @@ impl S3Store {
         )
     }
 
+    /// Every object under `folder`. A listing whose response body is cut
+    /// off (a connection reset mid-body, which `object_store` does not
+    /// retry) is asked for again with backoff, within the retry limits:
+    /// listing has no effect, so asking again is safe.
+    fn list_retried(&self, folder: &S3Path, prefix: &str) -> Result<Vec<object_store::ObjectMeta>> {
+        let started = std::time::Instant::now();
+        let mut delay = Duration::from_millis(100);
+        let mut attempt = 0;
+        loop {
+            match self
+                .runtime
+                .block_on(self.s3.list(Some(folder)).try_collect::<Vec<_>>())
+            {
+                Ok(listed) => return Ok(listed),
+                Err(e)
+                    if body_cut_off(&e)
+                        && attempt < self.options.max_retries
+                        && started.elapsed() + delay < self.options.retry_timeout =>
+                {
+                    attempt += 1;
+                    std::thread::sleep(delay);
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+                Err(e) => return Err(self.error("LIST", prefix, e)),
+            }
+        }
+    }
+
     fn map_read_error(
         &self,
         op: &str,
@@ -591,6 +619,13 @@ fn ini_section(text: &str, section: &str) -> HashMap<String, String> {
 
 /// An S3 error response without its XML: the status, the error code and
 /// message; other errors as they are, cut at 300 characters.
+/// A response whose body did not arrive whole (the request itself was
+/// answered): transient, as a reset is.
+fn body_cut_off(e: &object_store::Error) -> bool {
+    let s = e.to_string();
+    s.contains("response body") || s.contains("body error")
+}
+
 fn summarize(detail: &str) -> String {
     let tag = |t: &str| {
         let open = format!("<{t}>");
@@ -706,19 +741,17 @@ impl ObjectStore for S3Store {
         validate_prefix(prefix)?;
         // Listing sees the server: finish the uploads first.
         self.wait(None);
-        if kind == KeyKind::Lock {
-            // The lock is a single name, not a folder.
-            return match self.size(&ObjectKey::Lock) {
-                Ok(_) => Ok(vec![ObjectKey::Lock]),
+        if kind.is_single() {
+            // The lock and the config are single names, not folders.
+            let key = ObjectKey::parse(prefix);
+            return match self.size(&key) {
+                Ok(_) => Ok(vec![key]),
                 Err(Error::MissingObject(_)) => Ok(Vec::new()),
                 Err(e) => Err(e),
             };
         }
         let folder = self.path(prefix.trim_end_matches('/'));
-        let listed: Vec<object_store::ObjectMeta> = self
-            .runtime
-            .block_on(self.s3.list(Some(&folder)).try_collect())
-            .map_err(|e| self.error("LIST", prefix, e))?;
+        let listed = self.list_retried(&folder, prefix)?;
         let mut names: Vec<String> = listed
             .iter()
             .filter_map(|m| self.relative(&m.location))

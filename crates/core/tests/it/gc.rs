@@ -1407,3 +1407,54 @@ fn the_reference_graph_is_refused_on_the_mfdedup_layout() {
         .count();
     assert_eq!(refgraph_objects, 0);
 }
+
+/// In an encrypted repository the graph's segments are sealed like every
+/// whole object (nothing of them readable in the store), are recorded
+/// from keyed fingerprints, and the focused mark still judges as the full
+/// mark does.
+#[test]
+fn reference_graph_segments_are_sealed() {
+    use tessera_core::{KdfParams, Password, SealOptions};
+    let b = mem();
+    let opts = InitOptions {
+        hash: HashAlgo::Blake3,
+        chunker: ChunkerConfig::Fastcdc {
+            min: 256,
+            avg: 1024,
+            max: 4096,
+        },
+        container_size: 16 * 1024,
+        trace: false,
+    };
+    let pw = || Password::new("fgc");
+    let seal = SealOptions {
+        compression: Default::default(),
+        encryption: Some((pw(), KdfParams::INSECURE_FAST)),
+    };
+    Repository::init_sealed(b.clone(), &opts, &seal).unwrap();
+    let mut repo = Repository::open_writer_with(b.clone(), "t", &|| Ok(pw())).unwrap();
+    repo.rebuild_refgraph(0).unwrap();
+    let v1 = bytes(31, 60_000);
+    let v2 = mutate(&v1, 32);
+    let v3 = mutate(&v2, 33);
+    let ids: Vec<_> = [&v1, &v2, &v3]
+        .iter()
+        .map(|v| backup(&mut repo, "s", v).unwrap())
+        .collect();
+    let segments = repo.manifest().refgraph.clone().unwrap().segments;
+    assert!(segments.len() > 1, "one segment per backup");
+    for key in &segments {
+        let raw = b.get(key).unwrap();
+        assert_eq!(raw[0], 1, "{key}: sealed mode");
+        assert!(!raw.windows(8).any(|w| w == b"TSRAREFG"), "{key}");
+    }
+    repo.forget(&[ids[0]]).unwrap();
+    let stats = assert_focused_agrees(&repo);
+    assert!(!stats.rebuilt, "the sealed segments were read back");
+    assert!(stats.correlative_backups >= 1 && stats.dead_data_chunks > 0);
+    repo.gc(&focused()).unwrap();
+    repo.close().unwrap();
+    let repo = Repository::open_with(b, &|| Ok(pw())).unwrap();
+    assert_eq!(restore(&repo, ids[1]).unwrap(), v2);
+    assert_eq!(restore(&repo, ids[2]).unwrap(), v3);
+}

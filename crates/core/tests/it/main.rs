@@ -17,4 +17,5 @@ mod restore_pipeline;
 mod rewrite;
 mod s3;
 mod s3_minio;
+mod seal;
 mod tree;
