@@ -332,6 +332,12 @@ pub enum Command {
         /// Remove objects no manifest lists (leftovers of an interrupted mutation); takes the writer lock
         #[arg(long)]
         repair_leftovers: bool,
+        /// Rebuild FGC's reference graph from every recipe (and record it from now on); takes the writer lock
+        #[arg(long)]
+        rebuild_refgraph: bool,
+        /// With --rebuild-refgraph: virtual files of at most this size (0: whole backups)
+        #[arg(long, value_name = "SIZE", requires = "rebuild_refgraph", value_parser = Checked(plain::<ByteSize>))]
+        fgc_granularity: Option<ByteSize>,
         #[command(flatten)]
         json: JsonArg,
     },
@@ -634,6 +640,11 @@ pub struct GcArgs {
     /// Mark phase: logical (depth-first recipe walk), physical, physical+ or focused
     #[arg(long, default_value = "logical", value_name = "MARK")]
     pub mark: MarkSpec,
+    /// Focused mark: split backups into virtual files of at most this size
+    /// (e.g. 64MiB) in the reference graph; another size than the recorded
+    /// one rebuilds the graph from every recipe
+    #[arg(long, value_name = "SIZE", value_parser = Checked(plain::<ByteSize>))]
+    pub fgc_granularity: Option<ByteSize>,
     /// Physical marks: memory for the live vector of data chunks (e.g. 64MiB); when it would not fit, mark a sample first and clean the most dead containers in a second pass
     #[arg(long, value_name = "BYTES", value_parser = Checked(positive_bytes))]
     pub memory_limit: Option<ByteSize>,
@@ -663,6 +674,7 @@ impl GcArgs {
             },
             ownership_fp_rate: self.ownership_fp_rate,
             dry_run: self.dry_run,
+            fgc_granularity: self.fgc_granularity.map(|b| b.0),
             memory_limit: self.memory_limit.map(|b| b.0),
             max_read_rate: self.max_read_rate.map(|b| b.0),
             max_write_rate: self.max_write_rate.map(|b| b.0),

@@ -31,7 +31,14 @@ pub fn verbose() -> bool {
 
 /// An error and its causes on one line.
 pub fn one_line(e: &anyhow::Error) -> String {
-    let s = format!("{e:#}");
+    // Causes an error already prints (`{context}: {source}`) only once.
+    let mut s = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !s.ends_with(&c) {
+            s = format!("{s}: {c}");
+        }
+    }
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 

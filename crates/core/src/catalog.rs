@@ -27,8 +27,9 @@ const MAGIC: [u8; 8] = *b"TSRAMANI";
 /// (issue 19); 3 = the MFDedup layout's volume and NDF objects (issue 14);
 /// 4 = recipe leaves and index entries name a chunk copy (issue 11);
 /// 5 = compressed and sealed objects, key slots, keyed fingerprints, the
-/// unsealed `config` object (issue 12).
-pub const VERSION: u32 = 5;
+/// unsealed `config` object (issue 12); 6 = FGC's reference graph
+/// (`refgraph/` segments and the manifest's `refgraph` field, issue 16).
+pub const VERSION: u32 = 6;
 
 /// Fixed at `init`: how every backup of this repository is chunked and stored.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -168,6 +169,9 @@ pub struct Manifest {
         skip_serializing_if = "crate::layout::mfdedup::MfState::is_empty"
     )]
     pub mfdedup: crate::layout::mfdedup::MfState,
+    /// FGC's reference graph, when the repository records one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refgraph: Option<crate::refgraph::RefGraphState>,
 }
 
 impl Manifest {
@@ -184,6 +188,7 @@ impl Manifest {
             har_sparse: Vec::new(),
             forgotten: Vec::new(),
             mfdedup: Default::default(),
+            refgraph: None,
         }
     }
 

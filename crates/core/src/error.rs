@@ -43,6 +43,7 @@ impl fmt::Display for ObjectRef {
                 ObjectKey::IndexSegment(_) => write!(f, "index segment {key}"),
                 ObjectKey::Volume(_) => write!(f, "volume header {key}"),
                 ObjectKey::NdfTable(_) => write!(f, "NDF table {key}"),
+                ObjectKey::RefGraph(_) => write!(f, "reference graph segment {key}"),
                 ObjectKey::Lock
                 | ObjectKey::Config
                 | ObjectKey::KeySlot(_)

@@ -25,6 +25,7 @@ pub mod layout;
 pub mod lock;
 pub mod metrics;
 pub mod recipe;
+pub mod refgraph;
 pub mod repo;
 pub mod restore;
 pub mod retention;

@@ -114,6 +114,12 @@ pub struct Writer {
     repo: Repository,
     lock: Option<RepoLock>,
     leftovers: Leftovers,
+    /// A reference graph a focused GC staged for its publish (and only
+    /// its publish: cleared when that ends, published or not).
+    pub(crate) staged_refgraph: Option<crate::refgraph::RefGraphState>,
+    /// The reference graph as of the segments listed, kept between backups
+    /// so each does not load it again.
+    pub(crate) refgraph_mem: Option<(Vec<ObjectKey>, crate::refgraph::RefGraph)>,
     /// Directory backups: the files cache to use, if any.
     files_cache: Option<crate::ingest::FilesCacheOptions>,
 }
@@ -476,6 +482,8 @@ impl Repository {
             repo,
             lock: Some(lock),
             leftovers,
+            staged_refgraph: None,
+            refgraph_mem: None,
             files_cache: None,
         })
     }
@@ -496,6 +504,12 @@ impl Repository {
             .map(|c| ObjectKey::Container(c.id))
             .chain(self.manifest.index_segments.iter().cloned())
             .chain(self.manifest.mfdedup.keys())
+            .chain(
+                self.manifest
+                    .refgraph
+                    .iter()
+                    .flat_map(|g| g.segments.iter().cloned()),
+            )
             .collect();
         let mut out = Vec::new();
         for kind in [
@@ -503,6 +517,7 @@ impl Repository {
             KeyKind::IndexSegment,
             KeyKind::Volume,
             KeyKind::NdfTable,
+            KeyKind::RefGraph,
         ] {
             out.extend(
                 self.objects
@@ -1122,9 +1137,20 @@ impl Writer {
     /// put the manifest, then delete what it supersedes.
     pub(crate) fn publish(&mut self, mut next: Manifest, superseded: &[ObjectKey]) -> Result<()> {
         next.generation = self.manifest.generation.next();
+        if let Some(graph) = self.staged_refgraph.take() {
+            next.refgraph = Some(graph);
+        }
         self.objects.barrier()?;
-        self.objects
-            .put(&ObjectKey::Manifest(next.generation), next.encode())?;
+        // Created only if absent: on an object store two writers that both
+        // read generation N cannot both publish N + 1.
+        let key = ObjectKey::Manifest(next.generation);
+        if !self.objects.put_if_absent(&key, next.encode())? {
+            return Err(Error::Locked(format!(
+                "generation {} of {} was published by another writer meanwhile; nothing was changed",
+                next.generation,
+                self.objects.location()
+            )));
+        }
         self.objects.barrier()?;
         let old = ObjectKey::Manifest(self.manifest.generation);
         self.manifest = next;

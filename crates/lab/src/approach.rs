@@ -50,9 +50,15 @@ pub struct ApproachDef {
     /// after each backup, the paper's default; §5.7 studies 1…8).
     #[serde(default)]
     pub arrange_lag: u32,
-    /// GC's mark: `logical` (LGC), `physical` (PGC) or `physical+` (PGC+).
+    /// GC's mark: `logical` (LGC), `physical` (PGC), `physical+` (PGC+)
+    /// or `focused` (FGC: the deleted backups and their correlative
+    /// backups; the repository records the reference graph from its first
+    /// backup).
     #[serde(default = "logical")]
     pub mark: String,
+    /// FGC's virtual-file size in bytes (0: whole backups).
+    #[serde(default)]
+    pub fgc_granularity: u64,
     /// Physical marks: the live vector's memory budget (e.g. "256KiB");
     /// above it they sample and mark twice.
     #[serde(default)]
@@ -156,6 +162,7 @@ pub fn builtin(name: &str) -> Result<ApproachDef, String> {
         layout: containers(),
         arrange_lag: 0,
         mark: logical(),
+        fgc_granularity: 0,
         memory_limit: None,
         walk_shared_subtrees: false,
     };
@@ -206,6 +213,7 @@ impl ApproachDef {
                 mark: self.mark.parse::<MarkSpec>().map_err(ctx)?,
                 memory_limit: self.memory_limit.map(|b| b.0),
                 walk_shared_subtrees: self.walk_shared_subtrees,
+                fgc_granularity: Some(self.fgc_granularity),
                 ..GcOptions::default()
             }),
         };

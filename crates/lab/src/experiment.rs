@@ -38,6 +38,8 @@ pub enum Dataset {
 pub enum BackendKind {
     Memory,
     Local,
+    /// A MinIO server the lab starts (S3 protocol, loopback).
+    S3,
 }
 
 #[derive(Clone, Debug)]

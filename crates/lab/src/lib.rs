@@ -8,6 +8,7 @@ pub mod bench;
 pub mod demo;
 pub mod experiment;
 pub mod git;
+pub mod minio;
 pub mod peers;
 pub mod report;
 pub mod retention;

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use tessera_core::backend::{self, CountingStore, IoCounters, ObjectStore};
 use tessera_core::catalog::{BackupId, SourceKind};
-use tessera_core::gc::GcReport;
+use tessera_core::gc::{GcReport, MarkSpec};
 use tessera_core::ingest::GroupInput;
 use tessera_core::layout::LayoutKind;
 use tessera_core::{BackupOptions, BackupReport, InitOptions, Repository, RestoreOptions, Writer};
@@ -419,6 +419,11 @@ pub fn run(exp: &Experiment, opts: &RunOptions) -> Result<Results> {
     std::fs::create_dir_all(&opts.work)
         .with_context(|| format!("cannot create {}", opts.work.display()))?;
     let versions = prepare(exp, &opts.work)?;
+    // Kept for the whole run; stopped (and its data removed) on return.
+    let _minio = match exp.backend {
+        BackendKind::S3 => Some(crate::minio::LabMinio::start(&opts.work)?),
+        _ => None,
+    };
     let mut progress = Progress {
         on: opts.progress,
         started: Instant::now(),
@@ -529,6 +534,11 @@ type Counted = Arc<CountingStore<Arc<dyn ObjectStore>>>;
 fn open_repo(exp: &Experiment, a: &Approach, work: &Path) -> Result<(Writer, Counted)> {
     let location = match exp.backend {
         BackendKind::Memory => "memory:".to_string(),
+        BackendKind::S3 => crate::minio::location(&format!(
+            "{}-{}",
+            a.name.replace(':', "-"),
+            tessera_core::clock::now_nanos()
+        ))?,
         BackendKind::Local => {
             let dir = work.join("repos").join(&a.name);
             if dir.exists() {
@@ -540,7 +550,12 @@ fn open_repo(exp: &Experiment, a: &Approach, work: &Path) -> Result<(Writer, Cou
                 .to_string()
         }
     };
-    let counted = Arc::new(CountingStore::new(backend::create(&location)?));
+    let store = match exp.backend {
+        // No metadata cache: the rows count what crosses the network.
+        BackendKind::S3 => backend::open_s3(&location, crate::minio::options(), true)?,
+        _ => backend::create(&location)?,
+    };
+    let counted = Arc::new(CountingStore::new(store));
     let seal = tessera_core::SealOptions {
         compression: exp.compression,
         encryption: exp
@@ -558,8 +573,12 @@ fn open_repo(exp: &Experiment, a: &Approach, work: &Path) -> Result<(Writer, Cou
         a.layout,
         &seal,
     )?;
-    let repo =
+    let mut repo =
         Repository::open_writer_with(counted.clone(), "tessera lab run", &|| Ok(lab_password()))?;
+    if let Some(g) = a.gc.as_ref().filter(|g| g.mark == MarkSpec::Focused) {
+        // FGC records the reference graph from the first backup on.
+        repo.rebuild_refgraph(g.fgc_granularity.unwrap_or(0))?;
+    }
     Ok((repo, counted))
 }
 

@@ -17,6 +17,27 @@ struct Report {
     removed_leftovers: Vec<String>,
 }
 
+/// `tessera check --rebuild-refgraph`: FGC's reference graph from the recipes.
+pub fn rebuild_refgraph(repo: &RepoArg, granularity: u64, json: bool) -> Result<()> {
+    let backend = open_backend(repo)?;
+    let mut w = super::open_writer(repo, backend, "tessera check --rebuild-refgraph")?;
+    let g = w.rebuild_refgraph(granularity)?;
+    w.close()?;
+    if !json {
+        println!(
+            "rebuilt the reference graph: {} bases, {} edges, virtual files of {}",
+            g.data_bases.len() + g.recipe_bases.len(),
+            g.edges.len(),
+            if granularity == 0 {
+                "whole backups".to_string()
+            } else {
+                format!("{granularity} bytes")
+            }
+        );
+    }
+    Ok(())
+}
+
 pub fn check(
     repo: &RepoArg,
     read_data: ReadData,

@@ -150,8 +150,13 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             read_data,
             read_data_subset,
             repair_leftovers,
+            rebuild_refgraph,
+            fgc_granularity,
             json,
         } => {
+            if rebuild_refgraph {
+                check::rebuild_refgraph(&repo, fgc_granularity.map_or(0, |g| g.0), json.json)?;
+            }
             let read_data = match (read_data, read_data_subset) {
                 (_, Some(subset)) => subset,
                 (true, None) => ReadData::All,

@@ -1,10 +1,10 @@
 //! Object keys: the one place object names are spelled.
 //!
-//! A repository holds four kinds of objects, each under its own prefix with
+//! A repository holds five kinds of objects, each under its own prefix with
 //! a 16-hex-digit number: `manifests/<generation>`, `containers/<id>`,
-//! `index/<id>`, plus the single `lock`; and, unsealed because they are
-//! read before any key, the single `config` and the key slots `keys/<id>`.
-//! Names found by listing that do not
+//! `index/<id>`, `refgraph/<n>` (FGC), plus the single `lock`; and,
+//! unsealed because they are read before any key, the single `config` and
+//! the key slots `keys/<id>`. Names found by listing that do not
 //! parse as one of these (a crash's or an operator's litter under a known
 //! prefix) are carried as [`ObjectKey::Stray`], so they can still be reported
 //! and deleted.
@@ -29,10 +29,12 @@ pub enum KeyKind {
     Volume,
     /// MFDedup NDF fingerprint tables, one per version (`ndf/<id>`).
     NdfTable,
+    /// FGC's reference graph segments (`refgraph/…`).
+    RefGraph,
 }
 
 impl KeyKind {
-    pub const ALL: [KeyKind; 8] = [
+    pub const ALL: [KeyKind; 9] = [
         KeyKind::Manifest,
         KeyKind::Container,
         KeyKind::IndexSegment,
@@ -41,6 +43,7 @@ impl KeyKind {
         KeyKind::KeySlot,
         KeyKind::Volume,
         KeyKind::NdfTable,
+        KeyKind::RefGraph,
     ];
 
     /// Kinds whose one object's whole name is the prefix.
@@ -59,6 +62,7 @@ impl KeyKind {
             KeyKind::KeySlot => "keys/",
             KeyKind::Volume => "volumes/",
             KeyKind::NdfTable => "ndf/",
+            KeyKind::RefGraph => "refgraph/",
         }
     }
 
@@ -87,6 +91,8 @@ pub enum ObjectKey {
     Volume(u64),
     /// An MFDedup NDF table: the distinct data fingerprints of one version.
     NdfTable(u64),
+    /// A segment of FGC's reference graph.
+    RefGraph(u64),
     /// A listed name that is none of the above (`containers/junk`): kept
     /// whole so it can be reported and deleted, never written by the engine.
     Stray(String),
@@ -116,6 +122,7 @@ impl ObjectKey {
             Some(KeyKind::KeySlot) => numbered("keys/").map(ObjectKey::KeySlot),
             Some(KeyKind::Volume) => numbered("volumes/").map(ObjectKey::Volume),
             Some(KeyKind::NdfTable) => numbered("ndf/").map(ObjectKey::NdfTable),
+            Some(KeyKind::RefGraph) => numbered("refgraph/").map(ObjectKey::RefGraph),
             None => None,
         };
         // Only the canonical spelling parses, so a key's name round-trips
@@ -142,6 +149,7 @@ impl ObjectKey {
             ObjectKey::KeySlot(_) => Some(KeyKind::KeySlot),
             ObjectKey::Volume(_) => Some(KeyKind::Volume),
             ObjectKey::NdfTable(_) => Some(KeyKind::NdfTable),
+            ObjectKey::RefGraph(_) => Some(KeyKind::RefGraph),
             ObjectKey::Stray(name) => KeyKind::of_name(name),
         }
     }
@@ -178,6 +186,7 @@ impl fmt::Display for ObjectKey {
             ObjectKey::KeySlot(id) => write!(f, "keys/{id:016x}"),
             ObjectKey::Volume(id) => write!(f, "volumes/{id:016x}"),
             ObjectKey::NdfTable(id) => write!(f, "ndf/{id:016x}"),
+            ObjectKey::RefGraph(id) => write!(f, "refgraph/{id:016x}"),
             ObjectKey::Stray(name) => f.write_str(name),
         }
     }
@@ -249,6 +258,7 @@ mod tests {
             ObjectKey::KeySlot(2),
             ObjectKey::Volume(7),
             ObjectKey::NdfTable(8),
+            ObjectKey::RefGraph(7),
         ] {
             assert_eq!(ObjectKey::parse(&k.name()), k);
         }

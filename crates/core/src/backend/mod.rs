@@ -18,30 +18,41 @@
 
 use crate::error::Result;
 
+mod cached;
+#[doc(hidden)]
+pub mod contract;
 mod counting;
 mod faulty;
 pub mod key;
 mod local;
 mod memory;
+pub mod s3;
 #[cfg(test)]
 mod tests;
 
+pub use cached::{CacheCounters, CachedStore};
 pub use counting::{CountingStore, IoCounters};
 pub use faulty::FaultyStore;
 pub use key::{Generation, KeyKind, ObjectKey};
 pub use local::LocalStore;
 pub use memory::MemoryStore;
+pub use s3::{S3Location, S3Options, S3Store};
 
 /// The backend of a repository location, as given by `--repo` or
 /// `TESSERA_REPO`: the one place a location is turned into a backend.
-/// A plain path (or `file:PATH`) is a local directory; a location with a URL
-/// scheme Tessera does not serve is refused rather than taken for a
-/// directory named after it.
+/// A plain path (or `file:PATH`) is a local directory;
+/// `s3:http[s]://HOST[:PORT]/BUCKET[/PREFIX]` is an S3-compatible store
+/// (behind a local cache of its metadata objects, see [`CachedStore`]); a
+/// location with a URL scheme Tessera does not serve is refused rather than
+/// taken for a directory named after it.
 pub fn open(location: &str) -> Result<std::sync::Arc<dyn ObjectStore>> {
     if location == "memory:" {
         return Err(crate::error::Error::invalid(
             "a memory: repository exists only inside the process that created it",
         ));
+    }
+    if location.starts_with("s3:") {
+        return open_s3(location, S3Options::from_env()?, false);
     }
     Ok(std::sync::Arc::new(LocalStore::open(&local_path(
         location,
@@ -49,14 +60,38 @@ pub fn open(location: &str) -> Result<std::sync::Arc<dyn ObjectStore>> {
 }
 
 /// [`open`], creating a local directory (and its parents) if needed; for `init`.
-/// `memory:` is a fresh in-memory repository (the lab's scratch runs).
+/// `memory:` is a fresh in-memory repository (the lab's scratch runs). An
+/// S3 bucket must exist already; a server that ignores conditional writes
+/// is refused here.
 pub fn create(location: &str) -> Result<std::sync::Arc<dyn ObjectStore>> {
     if location == "memory:" {
         return Ok(std::sync::Arc::new(MemoryStore::new()));
     }
+    if location.starts_with("s3:") {
+        return open_s3(location, S3Options::from_env()?, true);
+    }
     Ok(std::sync::Arc::new(LocalStore::create(&local_path(
         location,
     )?)?))
+}
+
+/// An S3 store with the given options, behind the metadata cache unless
+/// `TESSERA_CACHE_DIR=off`; `create` checks conditional writes first.
+pub fn open_s3(
+    location: &str,
+    options: S3Options,
+    create: bool,
+) -> Result<std::sync::Arc<dyn ObjectStore>> {
+    let store = S3Store::open(location, options)?;
+    if create {
+        store.check_conditional_writes()?;
+    }
+    Ok(
+        match CachedStore::<S3Store>::default_dir(&store.location()) {
+            Some(dir) => std::sync::Arc::new(CachedStore::new(store, dir)),
+            None => std::sync::Arc::new(store),
+        },
+    )
 }
 
 /// The directory of a local location, or an error naming an unknown scheme.
@@ -69,7 +104,7 @@ fn local_path(location: &str) -> Result<std::path::PathBuf> {
             && scheme
                 .bytes()
                 .all(|c| c.is_ascii_alphanumeric() || c == b'+')
-            && (rest.starts_with("//") || scheme == "s3");
+            && rest.starts_with("//");
         if url_like {
             return Err(crate::error::Error::invalid(format!(
                 "unsupported repository location '{location}': scheme '{scheme}:' is not served by this build (use a local path)"

@@ -87,6 +87,10 @@ pub struct GcOptions {
     /// GCCDF: false-positive rate of the per-backup ownership Bloom
     /// filters; 0 = exact fingerprint sets.
     pub ownership_fp_rate: f64,
+    /// The focused mark: virtual-file size of the reference graph (FGC's
+    /// granularity); `None` keeps the recorded graph's. Another size than
+    /// the recorded one rebuilds the graph from every recipe.
+    pub fgc_granularity: Option<u64>,
     /// Physical marks: budget (bytes) for the live vector of data chunks;
     /// above it the mark samples and runs two passes (FAST'17 §3.1.2).
     pub memory_limit: Option<u64>,
@@ -110,6 +114,7 @@ impl Default for GcOptions {
             split_threshold: 0,
             vc: VcSpec::Exact,
             ownership_fp_rate: 0.01,
+            fgc_granularity: None,
             memory_limit: None,
             max_read_rate: None,
             max_write_rate: None,
@@ -364,10 +369,18 @@ pub(crate) fn plan_gc(repo: &Repository, opts: &GcOptions) -> Result<GcPlan> {
             repo.plan_gc_marked(opts, &opts.physical_marker(false))
         }
         MarkSpec::PhysicalPlus => repo.plan_gc_marked(opts, &opts.physical_marker(true)),
-        MarkSpec::Focused => Err(Error::invalid(format!(
-            "the {} mark is not built yet",
-            opts.mark
-        ))),
+        MarkSpec::Focused => {
+            if opts.strategy == GcStrategy::Gccdf {
+                return Err(Error::invalid(
+                    "the focused mark works with the naive sweep: GCCDF's sweep needs every backup's ownership, which only a full mark reads",
+                ));
+            }
+            let marker = mark::FocusedMark {
+                vc: opts.vc,
+                granularity: opts.fgc_granularity,
+            };
+            repo.plan_gc_marked(opts, &marker)
+        }
     }
 }
 
@@ -434,10 +447,36 @@ pub(crate) fn gc_with(repo: &mut Writer, plan: GcPlan) -> Result<GcReport> {
         )));
     }
     let started = Instant::now();
-    let mut r = plan.report();
+    let r = plan.report();
+    let dry_run = plan.options.dry_run;
+    let mut plan = plan;
+    // The focused mark's updated graph goes out with this GC's generation.
+    let mut graph_superseded = Vec::new();
+    if let (false, Some(graph)) = (dry_run, plan.mark.refgraph.take()) {
+        let mut state = repo.manifest.refgraph.clone().unwrap_or_default();
+        graph_superseded = crate::refgraph::stage(repo, &mut state, &graph)?;
+        repo.staged_refgraph = Some(state);
+    }
+    let result = gc_sweep(repo, plan, r, started);
+    let published = repo.staged_refgraph.take().is_none();
+    if result.is_ok() && published {
+        // Best effort: what is left is removed as a leftover by the next writer.
+        for key in graph_superseded {
+            let _ = repo.objects.delete(&key);
+        }
+    }
+    result
+}
+
+fn gc_sweep(
+    repo: &mut Writer,
+    plan: GcPlan,
+    mut r: GcReport,
+    started: Instant,
+) -> Result<GcReport> {
     let dry_run = plan.options.dry_run;
     if dry_run || plan.reclaimed.is_empty() {
-        if !dry_run && !repo.manifest.forgotten.is_empty() {
+        if !dry_run && (!repo.manifest.forgotten.is_empty() || repo.staged_refgraph.is_some()) {
             // Nothing to reclaim, but the deletions are now accounted for.
             let mut next = repo.manifest.clone();
             next.forgotten.clear();

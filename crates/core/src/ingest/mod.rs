@@ -267,7 +267,11 @@ impl Writer {
             _ => None,
         };
         let rw = Rewriter::new(&opts.rewrite, opts.segment_bytes, &self.manifest);
+        let recording = rw.is_none();
         let mut sink = Sink::new(self, layout, rw);
+        if recording {
+            sink.corr = crate::refgraph::CorrRecorder::start(self);
+        }
         if trail {
             sink.trail = Some(Vec::new());
         }
@@ -332,6 +336,9 @@ impl Writer {
         members: Result<Vec<Member>>,
     ) -> Result<Vec<BackupEntry>> {
         let time = crate::clock::now();
+        let corr = sink.corr.take();
+        let mut graph_superseded = Vec::new();
+        let mut graph_after = None;
         let outcome = members.and_then(|members| {
             sink.seal(ChunkKind::Data)?;
             sink.seal(ChunkKind::Recipe)?;
@@ -346,6 +353,8 @@ impl Writer {
             if !mf {
                 self.write_segment(&mut next, &sink.new_entries)?;
             }
+            (graph_superseded, graph_after) =
+                crate::refgraph::commit_backup(self, &mut next, corr)?;
             let mut entries = Vec::with_capacity(members.len());
             for m in members {
                 let (root, root_level) = m.root;
@@ -387,11 +396,14 @@ impl Writer {
         } = sink;
         *L::index(self) = index;
         let published = outcome.and_then(|(mut next, entries)| {
-            let superseded = self.compact_segments(&mut next)?;
+            let mut superseded = self.compact_segments(&mut next)?;
+            superseded.extend(graph_superseded);
             self.publish(next, &superseded).map(|()| entries)
         });
         if published.is_err() {
             sink::undo(L::index(self), &new_entries);
+        } else {
+            self.refgraph_mem = graph_after;
         }
         published
     }

@@ -30,6 +30,8 @@ pub(crate) struct Sink<L: Layout = ContainerLayout> {
     rewriting: bool,
     /// Where the index's log expects the next data chunk.
     pub(super) cursor: <L::Index as DedupIndex>::Cursor,
+    /// FGC's CorrRecorder, when the repository records the reference graph.
+    pub(super) corr: Option<crate::refgraph::CorrRecorder>,
     /// MFDedup only: every data fingerprint of the backup, in order (its
     /// NDF table, which arranging classifies the active categories by).
     pub(super) refs: Option<Vec<Fingerprint>>,
@@ -59,6 +61,7 @@ impl<L: Layout> Sink<L> {
             rw,
             sealed_mid_segment: Vec::new(),
             cursor: Default::default(),
+            corr: None,
             refs: (repo.manifest.config.layout == crate::layout::LayoutKind::Mfdedup)
                 .then(Vec::new),
             trail: None,
@@ -79,11 +82,15 @@ impl<L: Layout> Sink<L> {
             ChunkKind::Data => self.index.contains_data_seq(&mut self.cursor, &fp),
             ChunkKind::Recipe => self.index.contains(kind, &fp),
         };
+        let copy = match kind {
+            ChunkKind::Data if held => self.index.newest_copy(&fp),
+            _ => 0,
+        };
+        if let Some(corr) = &mut self.corr {
+            let offset = self.counts.logical.saturating_sub(len as u64);
+            corr.saw(kind, &fp, copy, held, offset);
+        }
         if held {
-            let copy = match kind {
-                ChunkKind::Data => self.index.newest_copy(&fp),
-                ChunkKind::Recipe => 0,
-            };
             return Ok((copy, false));
         }
         self.store(kind, fp, 0, len, bytes)?;

@@ -1069,4 +1069,483 @@ fn live_copies_meeting_in_one_new_container_share_one_stored_copy() {
     for (id, data) in &m {
         assert_eq!(&restore(&repo, *id).unwrap(), data);
     }
+/// The data chunk copies and recipe fingerprints of the backups forgotten
+/// since the last GC: what the focused mark must judge exactly as the full
+/// mark does.
+fn forgotten_chunks(repo: &Repository) -> (HashSet<(Fingerprint, u16)>, HashSet<Fingerprint>) {
+    let (mut data, mut recipes) = (HashSet::new(), HashSet::new());
+    for b in &repo.manifest().forgotten {
+        let mut w = RecipeWalker::new(b.root_fp().unwrap(), b.root_level, |fp, _| {
+            recipes.insert(*fp);
+            let c = repo.index().get(ChunkKind::Recipe, fp).unwrap();
+            let c = repo.store().read(c)?;
+            recipe::decode(c.chunk(fp).unwrap(), "t")
+        })
+        .unwrap();
+        while let Some(e) = w.next().unwrap() {
+            data.insert((e.fp, e.copy));
+        }
+    }
+    (data, recipes)
+}
+
+/// Plan a full and a focused GC and check that the focused mark judges
+/// every copy and recipe chunk of the forgotten backups as the full mark
+/// does, and that its live counts are never below the full mark's.
+/// Returns the focused mark's figures.
+fn assert_focused_agrees(repo: &Writer) -> tessera_core::gc::mark::FocusStats {
+    let full = repo.plan_gc(&GcOptions::default()).unwrap();
+    let fm = repo.plan_gc(&focused()).unwrap();
+    let (data, recipes) = forgotten_chunks(repo);
+    for (fp, copy) in &data {
+        assert_eq!(
+            full.mark.is_valid(fp, *copy),
+            fm.mark.is_valid(fp, *copy),
+            "data chunk {fp:?} copy {copy}"
+        );
+    }
+    for fp in &recipes {
+        assert_eq!(
+            full.mark.valid_recipe.contains(fp),
+            fm.mark.valid_recipe.contains(fp),
+            "recipe chunk {fp:?}"
+        );
+    }
+    // Live counts only ever err towards live (garbage from before the
+    // deletions stays): never below the full mark's, or a container could
+    // be dropped unread while it holds a live copy.
+    let (fl, ml) = (
+        full.mark.live.as_ref().unwrap(),
+        fm.mark.live.as_ref().unwrap(),
+    );
+    for (c, l) in fl {
+        let m = ml.get(c).copied().unwrap_or_default();
+        assert!(
+            m.chunks >= l.chunks && m.bytes >= l.bytes,
+            "container {c:?}: focused {m:?} below full {l:?}"
+        );
+    }
+    let stats = fm.mark.fgc.clone().unwrap();
+    assert_eq!(
+        stats.correlative_backups + stats.skipped_backups,
+        repo.backups().len()
+    );
+    stats
+}
+
+fn focused() -> GcOptions {
+    GcOptions {
+        mark: MarkSpec::Focused,
+        ..Default::default()
+    }
+}
+
+#[derive(Clone, Debug)]
+enum FocusOp {
+    /// A new version of `source`: its last version mutated, with a piece
+    /// of another source's last version spliced in (cross-source sharing).
+    /// With a rewrite policy (stores copies of duplicates; the backup
+    /// then records no graph, and the next focused GC rebuilds it).
+    Backup {
+        source: usize,
+        other: usize,
+        seed: u64,
+        rewrite: RewriteSpec,
+    },
+    Forget {
+        pick: usize,
+    },
+    /// `mark`: focused, logical, or physical+ (whose copy phase sends two
+    /// live copies of a chunk to one stored chunk).
+    Gc {
+        mark: MarkSpec,
+    },
+    /// Rebuild the graph from the recipes, at another granularity.
+    Rebuild {
+        granularity: usize,
+    },
+}
+
+const GRANULARITIES: [u64; 3] = [0, 8 * 1024, 40 * 1024];
+
+fn focus_op() -> impl Strategy<Value = FocusOp> {
+    prop_oneof![
+        6 => (0usize..6, 0usize..6, any::<u64>(), prop_oneof![4 => Just(RewriteSpec::None), 1 => rewrite_spec()])
+            .prop_map(|(source, other, seed, rewrite)| FocusOp::Backup { source, other, seed, rewrite }),
+        3 => (0usize..16).prop_map(|pick| FocusOp::Forget { pick }),
+        3 => prop_oneof![7 => Just(MarkSpec::Focused), 2 => Just(MarkSpec::Logical), 1 => Just(MarkSpec::PhysicalPlus)]
+            .prop_map(|mark| FocusOp::Gc { mark }),
+        1 => (0usize..3).prop_map(|granularity| FocusOp::Rebuild { granularity }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, .. ProptestConfig::default() })]
+
+    /// Many sources with versions and cross-source sharing, some backups
+    /// rewriting (chunk copies): before every GC, the focused mark judges
+    /// each chunk copy of the deleted backups exactly as the full mark
+    /// does; GCs with any mark keep every retained backup restorable.
+    #[test]
+    fn focused_mark_agrees_with_full_mark(
+        granularity in 0usize..3,
+        ops in proptest::collection::vec(focus_op(), 6..28),
+    ) {
+        let b = mem();
+        init_small(b.clone(), false);
+        let mut repo = Repository::open_writer(b.clone(), "t").unwrap();
+        repo.rebuild_refgraph(GRANULARITIES[granularity]).unwrap();
+        let mut model: BTreeMap<BackupId, Vec<u8>> = BTreeMap::new();
+        let mut last: BTreeMap<usize, Vec<u8>> = BTreeMap::new();
+        for op in ops {
+            match op {
+                FocusOp::Backup { source, other, seed, rewrite } => {
+                    let mut data = match last.get(&source) {
+                        Some(v) => mutate(v, seed),
+                        None => bytes(seed, 20_000 + (seed % 50_000) as usize),
+                    };
+                    if let Some(o) = last.get(&other).filter(|_| other != source) {
+                        let from = (seed as usize) % o.len();
+                        let piece = &o[from..o.len().min(from + 12_000)];
+                        let at = (seed as usize / 7) % data.len();
+                        data.splice(at..at, piece.iter().copied());
+                    }
+                    let opts = BackupOptions {
+                        rewrite,
+                        segment_bytes: 32 * 1024,
+                        ..BackupOptions::new("m", SourceKind::Stream)
+                    };
+                    let id = repo.backup_reader(&opts, &mut &data[..], &mut |_| {}).unwrap().backup.id;
+                    last.insert(source, data.clone());
+                    model.insert(id, data);
+                }
+                FocusOp::Forget { pick } => {
+                    if let Some(&id) = model.keys().nth(pick % model.len().max(1)) {
+                        repo.forget(&[id]).unwrap();
+                        model.remove(&id);
+                    }
+                }
+                FocusOp::Rebuild { granularity } => {
+                    repo.rebuild_refgraph(GRANULARITIES[granularity]).unwrap();
+                }
+                FocusOp::Gc { mark } => {
+                    assert_focused_agrees(&repo);
+                    let recorded = repo.manifest().refgraph.is_some();
+                    repo.gc(&GcOptions { mark, ..Default::default() }).unwrap();
+                    repo.close().unwrap();
+                    repo = Repository::open_writer(b.clone(), "t").unwrap();
+                    prop_assert!(repo.leftovers().objects.is_empty());
+                    // A focused GC (re)builds the graph; the others keep it.
+                    prop_assert_eq!(repo.manifest().refgraph.is_some(), recorded || mark == MarkSpec::Focused);
+                }
+            }
+            for (id, data) in &model {
+                prop_assert_eq!(&restore(&repo, *id).unwrap(), data);
+            }
+        }
+        let c = repo.check(&Default::default()).unwrap();
+        prop_assert!(c.ok(), "{:?}", c.problems);
+    }
+}
+
+/// A focused GC walks only the deleted backup's correlative backups: with
+/// ten unrelated sources, forgetting one reads none of the others' recipes,
+/// and reclaims exactly what the full mark does.
+#[test]
+fn focused_gc_walks_only_correlative_backups() {
+    let b = mem();
+    init_small(b.clone(), false);
+    let mut repo = Repository::open_writer(b.clone(), "t").unwrap();
+    repo.rebuild_refgraph(0).unwrap();
+    let mut ids = Vec::new();
+    for s in 0..10u64 {
+        let v1 = bytes(100 + s, 60_000);
+        let v2 = mutate(&v1, s);
+        ids.push((
+            backup(&mut repo, "s", &v1).unwrap(),
+            backup(&mut repo, "s", &v2).unwrap(),
+        ));
+    }
+    repo.forget(&[ids[3].0]).unwrap();
+    let focus_opts = GcOptions {
+        mark: MarkSpec::Focused,
+        ..Default::default()
+    };
+    let fm = repo.plan_gc(&focus_opts).unwrap();
+    let full = repo.plan_gc(&GcOptions::default()).unwrap();
+    let stats = fm.mark.fgc.clone().unwrap();
+    assert_eq!(
+        stats.correlative_backups, 1,
+        "only source 3's second version"
+    );
+    assert_eq!(stats.skipped_backups, 18);
+    assert!(!stats.rebuilt);
+    assert!(
+        fm.mark_bytes_read * 4 < full.mark_bytes_read,
+        "{} vs {}",
+        fm.mark_bytes_read,
+        full.mark_bytes_read
+    );
+    assert_eq!(fm.reclaimed, full.reclaimed);
+    drop((fm, full));
+    let r = repo.gc(&focus_opts).unwrap();
+    assert!(r.reclaimed_containers > 0);
+    assert_only_live_chunks(&repo);
+    for (i, (a, b2)) in ids.iter().enumerate() {
+        if i != 3 {
+            restore(&repo, *a).unwrap();
+        }
+        restore(&repo, *b2).unwrap();
+    }
+    // Forgetting the base of source 3's chunks moves them to its second
+    // version; forgetting that then frees them all.
+    repo.forget(&[ids[3].1]).unwrap();
+    let r = repo.gc(&focus_opts).unwrap();
+    assert!(r.reclaimed_containers > 0);
+    assert_only_live_chunks(&repo);
+}
+
+/// The focused mark is per chunk copy. SMR's worked example
+/// (`smr-rewriting.md` Fig. 6, as in `rewrite.rs`): the second backup
+/// stores copy 1 of F and G, the third copy 1 of O and P. The graph is
+/// rebuilt from those recipes (rewriting backups record none); a fourth
+/// backup, recorded without rewriting, reads the newest copies. Each
+/// deletion is then judged copy by copy as the full mark judges it: a copy
+/// only the deleted backup read is dead although another copy of its
+/// fingerprint lives.
+#[test]
+fn focused_mark_judges_each_chunk_copy() {
+    use common::{fp, open_new};
+    const CHUNK: u32 = 1000;
+    let letters = |repo: &mut Writer, s: &str, rewrite: RewriteSpec| {
+        let opts = BackupOptions {
+            rewrite,
+            ..BackupOptions::new(s, SourceKind::Trace)
+        };
+        repo.backup_trace(&opts, s.chars().map(|c| Ok((fp(c), CHUNK))))
+            .unwrap()
+            .backup
+            .id
+    };
+    let b = mem();
+    let mut repo = open_new(b.clone(), ChunkerConfig::default(), 5 * CHUNK, true);
+    repo.rebuild_refgraph(0).unwrap();
+    let smr = RewriteSpec::Smr { level: 2 };
+    let r1 = letters(&mut repo, "ABCDEFGHIJKLM", smr);
+    let r2 = letters(&mut repo, "ABCDEFGNOPKLM", smr);
+    assert!(
+        repo.manifest().refgraph.is_none(),
+        "a rewriting backup drops the graph"
+    );
+    let r3 = letters(&mut repo, "ABCFGHIJOPQRS", smr);
+    for c in ['F', 'G', 'O', 'P'] {
+        assert_eq!(repo.index().copy_list(&fp(c)).len(), 2, "{c}");
+    }
+    repo.rebuild_refgraph(0).unwrap();
+    let r4 = letters(&mut repo, "FGNOXYZ", RewriteSpec::None);
+    assert!(repo.manifest().refgraph.is_some(), "recorded");
+    let reads = |repo: &Writer, id: BackupId, c: char| {
+        let b = repo.manifest().backup(id).unwrap().clone();
+        let homes = repo.chunk_homes(&b).unwrap();
+        homes.iter().find(|(e, _)| e.fp == fp(c)).unwrap().0.copy
+    };
+    assert_eq!((reads(&repo, r4, 'F'), reads(&repo, r4, 'O')), (1, 1));
+    assert_eq!(reads(&repo, r3, 'F'), 0);
+
+    // Forgetting the second backup: copy 0 of O and P (its own, in IV) is
+    // dead — the third and fourth read copy 1 — while copy 1 of F and G
+    // (also in IV) lives on in the fourth.
+    repo.forget(&[r2]).unwrap();
+    let stats = assert_focused_agrees(&repo);
+    assert_eq!(
+        (stats.correlative_backups, stats.dead_data_chunks),
+        (1, 2),
+        "the fourth backup walked; O and P copy 0 dead"
+    );
+    let fm = repo.plan_gc(&focused()).unwrap();
+    assert!(!fm.mark.is_valid(&fp('O'), 0) && fm.mark.is_valid(&fp('O'), 1));
+    assert!(fm.mark.is_valid(&fp('F'), 0) && fm.mark.is_valid(&fp('F'), 1));
+    drop(fm);
+    repo.gc(&focused()).unwrap();
+    assert_only_live_chunks(&repo);
+
+    // Then the first and the fourth: copy 1 of F and G is dead (the third
+    // reads copy 0), and so are the fourth's own X Y Z.
+    repo.forget(&[r1, r4]).unwrap();
+    let stats = assert_focused_agrees(&repo);
+    assert!(!stats.rebuilt);
+    repo.gc(&focused()).unwrap();
+    assert_only_live_chunks(&repo);
+    assert_eq!(repo.index().copy_list(&fp('F')).len(), 1);
+    assert_eq!(reads(&repo, r3, 'F'), 0);
+    repo.close().unwrap();
+    let repo = Repository::open(b).unwrap();
+    let c = repo.check(&Default::default()).unwrap();
+    assert!(c.ok(), "{:?}", c.problems);
+    assert!(repo.manifest().refgraph.is_some());
+}
+
+/// A stored chunk that PGC+'s copy phase made the home of two copies is
+/// dead only when both are. SMR's example again: the second backup stores
+/// copy 1 of F and G in IV; after the third is forgotten, a PGC+ GC keeps
+/// IV's copies and redirects the first backup's copy 0 of F and G there.
+/// Forgetting the second then kills copy 1 but not the stored chunk the
+/// first backup reads: IV keeps two live chunks, and the first backup
+/// keeps its F and G.
+#[test]
+fn focused_mark_keeps_a_chunk_two_copies_share() {
+    use common::{fp, open_new};
+    use tessera_core::gc::mark::Live;
+    const CHUNK: u32 = 1000;
+    let letters = |repo: &mut Writer, s: &str| {
+        let opts = BackupOptions {
+            rewrite: RewriteSpec::Smr { level: 2 },
+            ..BackupOptions::new(s, SourceKind::Trace)
+        };
+        repo.backup_trace(&opts, s.chars().map(|c| Ok((fp(c), CHUNK))))
+            .unwrap()
+            .backup
+            .id
+    };
+    let b = mem();
+    let mut repo = open_new(b.clone(), ChunkerConfig::default(), 5 * CHUNK, true);
+    let r1 = letters(&mut repo, "ABCDEFGHIJKLM");
+    let r2 = letters(&mut repo, "ABCDEFGNOPKLM");
+    let iv = repo.index().get(ChunkKind::Data, &fp('N')).unwrap();
+    let r3 = letters(&mut repo, "ABCFGHIJOPQRS");
+    repo.forget(&[r3]).unwrap();
+    repo.gc(&GcOptions {
+        mark: MarkSpec::PhysicalPlus,
+        ..Default::default()
+    })
+    .unwrap();
+    // Both copies of F now read one stored chunk (IV's, wherever PGC+
+    // put it).
+    let f: Vec<_> = repo.index().copy_list(&fp('F')).iter().collect();
+    let home = f[1].1;
+    assert_eq!(f, vec![(0, home), (1, home)], "copy 0 redirected");
+    assert!(home >= iv);
+    let at_home = repo
+        .manifest()
+        .containers
+        .iter()
+        .find(|c| c.id == home)
+        .unwrap()
+        .chunks;
+
+    repo.forget(&[r2]).unwrap();
+    let stats = assert_focused_agrees(&repo);
+    assert!(stats.rebuilt, "SMR backups record no graph");
+    let fm = repo.plan_gc(&focused()).unwrap();
+    assert!(!fm.mark.is_valid(&fp('F'), 1) && fm.mark.is_valid(&fp('F'), 0));
+    let dead = at_home as u64 - 2;
+    let full = repo.plan_gc(&GcOptions::default()).unwrap();
+    assert_eq!(full.mark.live.as_ref().unwrap()[&home].chunks, 2);
+    assert_eq!(
+        fm.mark.live.as_ref().unwrap()[&home],
+        Live {
+            chunks: 2,
+            bytes: 2 * CHUNK as u64
+        },
+        "F and G stay live where IV's chunks went ({dead} dead there)"
+    );
+    drop(full);
+    drop(fm);
+    let r = repo.gc(&focused()).unwrap();
+    assert_eq!(r.moved_chunks, 2, "F and G move");
+    // (II still holds the F and G that PGC+ redirected away from:
+    // garbage from before the deletion, left for a full mark.)
+    let first = repo.manifest().backup(r1).unwrap().clone();
+    assert_eq!(repo.chunk_homes(&first).unwrap().len(), 13);
+    let c = repo.check(&Default::default()).unwrap();
+    assert!(c.ok(), "{:?}", c.problems);
+}
+
+/// The MFDedup layout keeps no reference graph (it has no mark-and-sweep
+/// GC to focus): rebuilding one is refused by name, a focused GC meets the
+/// layout's GC refusal, and backups there record nothing.
+#[test]
+fn the_reference_graph_is_refused_on_the_mfdedup_layout() {
+    use tessera_core::layout::LayoutKind;
+    let b = mem();
+    Repository::init_layout(
+        b.clone(),
+        &InitOptions {
+            hash: HashAlgo::Blake3,
+            chunker: ChunkerConfig::default(),
+            container_size: 64 * 1024,
+            trace: false,
+        },
+        LayoutKind::Mfdedup,
+    )
+    .unwrap();
+    let mut repo = Repository::open_writer(b.clone(), "t").unwrap();
+    let e = repo.rebuild_refgraph(0).unwrap_err().to_string();
+    assert!(
+        e.contains("reference graph") && e.contains("mfdedup"),
+        "{e}"
+    );
+    let data = bytes(7, 100_000);
+    let id = backup(&mut repo, "m", &data).unwrap();
+    assert!(repo.manifest().refgraph.is_none());
+    let e = repo.plan_gc(&focused()).err().unwrap().to_string();
+    assert!(e.contains("mfdedup"), "{e}");
+    assert_eq!(restore(&repo, id).unwrap(), data);
+    let refgraph_objects = list_all(&*b)
+        .unwrap()
+        .iter()
+        .filter(|k| k.kind() == Some(KeyKind::RefGraph))
+        .count();
+    assert_eq!(refgraph_objects, 0);
+}
+
+/// In an encrypted repository the graph's segments are sealed like every
+/// whole object (nothing of them readable in the store), are recorded
+/// from keyed fingerprints, and the focused mark still judges as the full
+/// mark does.
+#[test]
+fn reference_graph_segments_are_sealed() {
+    use tessera_core::{KdfParams, Password, SealOptions};
+    let b = mem();
+    let opts = InitOptions {
+        hash: HashAlgo::Blake3,
+        chunker: ChunkerConfig::Fastcdc {
+            min: 256,
+            avg: 1024,
+            max: 4096,
+        },
+        container_size: 16 * 1024,
+        trace: false,
+    };
+    let pw = || Password::new("fgc");
+    let seal = SealOptions {
+        compression: Default::default(),
+        encryption: Some((pw(), KdfParams::INSECURE_FAST)),
+    };
+    Repository::init_sealed(b.clone(), &opts, &seal).unwrap();
+    let mut repo = Repository::open_writer_with(b.clone(), "t", &|| Ok(pw())).unwrap();
+    repo.rebuild_refgraph(0).unwrap();
+    let v1 = bytes(31, 60_000);
+    let v2 = mutate(&v1, 32);
+    let v3 = mutate(&v2, 33);
+    let ids: Vec<_> = [&v1, &v2, &v3]
+        .iter()
+        .map(|v| backup(&mut repo, "s", v).unwrap())
+        .collect();
+    let segments = repo.manifest().refgraph.clone().unwrap().segments;
+    assert!(segments.len() > 1, "one segment per backup");
+    for key in &segments {
+        let raw = b.get(key).unwrap();
+        assert_eq!(raw[0], 1, "{key}: sealed mode");
+        assert!(!raw.windows(8).any(|w| w == b"TSRAREFG"), "{key}");
+    }
+    repo.forget(&[ids[0]]).unwrap();
+    let stats = assert_focused_agrees(&repo);
+    assert!(!stats.rebuilt, "the sealed segments were read back");
+    assert!(stats.correlative_backups >= 1 && stats.dead_data_chunks > 0);
+    repo.gc(&focused()).unwrap();
+    repo.close().unwrap();
+    let repo = Repository::open_with(b, &|| Ok(pw())).unwrap();
+    assert_eq!(restore(&repo, ids[1]).unwrap(), v2);
+    assert_eq!(restore(&repo, ids[2]).unwrap(), v3);
 }

@@ -15,5 +15,7 @@ mod repository;
 mod restore_cache;
 mod restore_pipeline;
 mod rewrite;
+mod s3;
+mod s3_minio;
 mod seal;
 mod tree;

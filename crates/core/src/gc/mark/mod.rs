@@ -8,6 +8,10 @@
 //! retained backup's recipe names it: a copy no retained backup references
 //! is dead even if another copy of the same fingerprint is live.
 
+pub mod focused;
+
+pub use focused::{FocusStats, FocusedMark};
+
 use super::bloom::Bloom;
 use super::PhaseReport;
 use crate::catalog::{BackupEntry, BackupId};
@@ -147,6 +151,9 @@ pub enum FpFilter {
     Exact(FpSet),
     Bloom(Bloom),
     Phv(Phv),
+    /// Every fingerprint but these (the focused mark: it finds the dead
+    /// chunks of the deleted backups and leaves everything else live).
+    AllBut(FpSet),
 }
 
 /// A perfect-hash vector (physical GC, FAST'17 §4): a minimal perfect hash
@@ -227,6 +234,7 @@ impl FpFilter {
                 p.insert(&fp);
                 false
             }
+            FpFilter::AllBut(dead) => dead.remove(&fp),
         }
     }
     pub fn contains(&self, fp: &Fingerprint) -> bool {
@@ -234,6 +242,7 @@ impl FpFilter {
             FpFilter::Exact(s) => s.contains(fp),
             FpFilter::Bloom(b) => b.contains(fp),
             FpFilter::Phv(p) => p.contains(fp),
+            FpFilter::AllBut(dead) => !dead.contains(fp),
         }
     }
     pub fn memory_bytes(&self) -> usize {
@@ -241,6 +250,7 @@ impl FpFilter {
             FpFilter::Exact(s) => s.capacity() * (std::mem::size_of::<Fingerprint>() + 1),
             FpFilter::Bloom(b) => b.memory_bytes(),
             FpFilter::Phv(p) => p.memory_bytes(),
+            FpFilter::AllBut(dead) => dead.capacity() * (std::mem::size_of::<Fingerprint>() + 1),
         }
     }
 }
@@ -273,6 +283,11 @@ pub struct Mark {
     /// already marked.
     pub walk: WalkStats,
     pub memory_bytes: u64,
+    /// The focused mark's updated reference graph, published with the
+    /// GC's generation.
+    pub refgraph: Option<crate::refgraph::RefGraph>,
+    /// What the focused mark walked and found.
+    pub fgc: Option<FocusStats>,
     /// Per-phase figures of the mark (analysis, enumeration per level...);
     /// empty for a mark that reports itself as one phase.
     pub phases: Vec<PhaseReport>,
@@ -375,6 +390,8 @@ impl Mark {
             owners: HashMap::new(),
             walk: WalkStats::default(),
             memory_bytes: 0,
+            refgraph: None,
+            fgc: None,
             phases: Vec::new(),
             passes: 1,
             dup_counter: None,

@@ -1,0 +1,232 @@
+//! A local cache of a remote store's immutable metadata objects: manifest
+//! generations, index segments, reference graph segments and recipe
+//! containers, the objects every
+//! command reads first and GC's mark reads all of.
+//!
+//! Why it is safe: these objects are never rewritten under the same name
+//! once a manifest lists them (generations and ids only grow; an
+//! interrupted writer's leftovers are never read, so never cached), and
+//! this wrapper forgets a key it puts or deletes. Each cached file ends
+//! with the BLAKE3 hash of its bytes, checked on every read: a damaged or
+//! truncated file is removed and the object fetched again. Deleting the
+//! whole cache directory at any time only costs refetching.
+//!
+//! Data containers are not cached (they are the bulk of a repository);
+//! a container is recognised as a recipe container by its header.
+
+use super::{KeyKind, ObjectBytes, ObjectKey, ObjectStore};
+use crate::container::format::{decode_header, ChunkKind, HEADER_LEN};
+use crate::error::Result;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+const HASH_LEN: usize = 32;
+
+/// Hits and misses, for tests and reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheCounters {
+    pub hits: u64,
+    pub misses: u64,
+    /// Cached files found damaged (and dropped).
+    pub damaged: u64,
+}
+
+pub struct CachedStore<B: ObjectStore> {
+    inner: B,
+    dir: PathBuf,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    damaged: AtomicU64,
+}
+
+impl<B: ObjectStore> CachedStore<B> {
+    /// Cache `inner`'s metadata under `dir` (created on first use).
+    pub fn new(inner: B, dir: PathBuf) -> Self {
+        CachedStore {
+            inner,
+            dir,
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            damaged: AtomicU64::new(0),
+        }
+    }
+
+    /// The cache directory of a location: `$TESSERA_CACHE_DIR`, else
+    /// `$XDG_CACHE_HOME/tessera`, else `~/.cache/tessera`, then one folder
+    /// per location (named by its hash). `None` if no home is known or
+    /// `TESSERA_CACHE_DIR=off`.
+    pub fn default_dir(location: &str) -> Option<PathBuf> {
+        let root = match std::env::var_os("TESSERA_CACHE_DIR") {
+            Some(v) if v == "off" => return None,
+            Some(v) => PathBuf::from(v),
+            None => match std::env::var_os("XDG_CACHE_HOME") {
+                Some(x) if !x.is_empty() => PathBuf::from(x).join("tessera"),
+                _ => PathBuf::from(std::env::var_os("HOME")?)
+                    .join(".cache")
+                    .join("tessera"),
+            },
+        };
+        let tag = blake3::hash(location.as_bytes()).to_hex();
+        Some(root.join(&tag.as_str()[..16]))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn inner(&self) -> &B {
+        &self.inner
+    }
+
+    pub fn counters(&self) -> CacheCounters {
+        CacheCounters {
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            damaged: self.damaged.load(Ordering::Relaxed),
+        }
+    }
+
+    fn file(&self, key: &ObjectKey) -> Option<PathBuf> {
+        match key {
+            ObjectKey::Manifest(_)
+            | ObjectKey::IndexSegment(_)
+            | ObjectKey::RefGraph(_)
+            | ObjectKey::Container(_) => Some(self.dir.join(key.name().replace('/', "-"))),
+            _ => None,
+        }
+    }
+
+    /// The cached bytes of `key`, verified; a damaged file is removed.
+    fn lookup(&self, key: &ObjectKey) -> Option<Vec<u8>> {
+        let path = self.file(key)?;
+        let mut bytes = std::fs::read(&path).ok()?;
+        let ok = bytes.len() >= HASH_LEN && {
+            let split = bytes.len() - HASH_LEN;
+            blake3::hash(&bytes[..split]).as_bytes()[..] == bytes[split..]
+        };
+        if !ok {
+            self.damaged.fetch_add(1, Ordering::Relaxed);
+            let _ = std::fs::remove_file(&path);
+            return None;
+        }
+        bytes.truncate(bytes.len() - HASH_LEN);
+        self.hits.fetch_add(1, Ordering::Relaxed);
+        Some(bytes)
+    }
+
+    /// Whether a fetched object belongs in the cache.
+    fn cacheable(key: &ObjectKey, bytes: &[u8]) -> bool {
+        match key {
+            ObjectKey::Manifest(_) | ObjectKey::IndexSegment(_) | ObjectKey::RefGraph(_) => true,
+            ObjectKey::Container(id) => {
+                bytes.len() >= HEADER_LEN
+                    && decode_header(*id, &bytes[..HEADER_LEN])
+                        .is_ok_and(|h| h.kind == ChunkKind::Recipe)
+            }
+            _ => false,
+        }
+    }
+
+    /// Best effort: a cache that cannot be written is only a slower cache.
+    fn remember(&self, key: &ObjectKey, bytes: &[u8]) {
+        let Some(path) = self.file(key) else { return };
+        if !Self::cacheable(key, bytes) {
+            return;
+        }
+        let _ = std::fs::create_dir_all(&self.dir);
+        let tmp = self.dir.join(format!(
+            ".{}.{}.tmp",
+            key.name().replace('/', "-"),
+            std::process::id()
+        ));
+        let mut data = Vec::with_capacity(bytes.len() + HASH_LEN);
+        data.extend_from_slice(bytes);
+        data.extend_from_slice(blake3::hash(bytes).as_bytes());
+        if std::fs::write(&tmp, &data).is_ok() && std::fs::rename(&tmp, &path).is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
+
+    fn forget(&self, key: &ObjectKey) {
+        if let Some(path) = self.file(key) {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+
+    fn fetch(&self, key: &ObjectKey) -> Result<Vec<u8>> {
+        if let Some(b) = self.lookup(key) {
+            return Ok(b);
+        }
+        if self.file(key).is_some() {
+            self.misses.fetch_add(1, Ordering::Relaxed);
+        }
+        let bytes = self.inner.get(key)?;
+        self.remember(key, &bytes);
+        Ok(bytes)
+    }
+}
+
+impl<B: ObjectStore> ObjectStore for CachedStore<B> {
+    fn get(&self, key: &ObjectKey) -> Result<Vec<u8>> {
+        self.fetch(key)
+    }
+
+    fn get_into(&self, key: &ObjectKey, buf: &mut Vec<u8>) -> Result<()> {
+        *buf = self.fetch(key)?;
+        Ok(())
+    }
+
+    fn get_whole(&self, key: &ObjectKey, _reuse: Vec<u8>) -> Result<ObjectBytes> {
+        Ok(self.fetch(key)?.into())
+    }
+
+    fn get_range(&self, key: &ObjectKey, offset: u64, len: u64) -> Result<Vec<u8>> {
+        if let Some(b) = self.lookup(key) {
+            let size = b.len() as u64;
+            if let Some(end) = offset.checked_add(len).filter(|e| *e <= size) {
+                return Ok(b[offset as usize..end as usize].to_vec());
+            }
+        }
+        self.inner.get_range(key, offset, len)
+    }
+
+    fn size(&self, key: &ObjectKey) -> Result<u64> {
+        self.inner.size(key)
+    }
+
+    fn put(&self, key: &ObjectKey, data: &[u8]) -> Result<()> {
+        self.forget(key);
+        self.inner.put(key, data)
+    }
+
+    fn put_owned(&self, key: &ObjectKey, data: Vec<u8>) -> Result<()> {
+        self.forget(key);
+        self.inner.put_owned(key, data)
+    }
+
+    fn put_if_absent(&self, key: &ObjectKey, data: &[u8]) -> Result<bool> {
+        self.forget(key);
+        self.inner.put_if_absent(key, data)
+    }
+
+    fn list(&self, kind: KeyKind) -> Result<Vec<ObjectKey>> {
+        self.inner.list(kind)
+    }
+
+    fn delete(&self, key: &ObjectKey) -> Result<()> {
+        self.forget(key);
+        self.inner.delete(key)
+    }
+
+    fn barrier(&self) -> Result<()> {
+        self.inner.barrier()
+    }
+
+    fn location(&self) -> String {
+        self.inner.location()
+    }
+
+    fn clean_interrupted(&self) -> Result<usize> {
+        self.inner.clean_interrupted()
+    }
+}

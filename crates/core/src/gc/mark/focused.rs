@@ -1,0 +1,324 @@
+//! The focused mark (FGC, §IV-D): walk only the deleted backups and their
+//! correlative backups, not every retained one.
+//!
+//! CorrTracker (pre-calculation): the deleted virtual files are those of
+//! every backup the graph knows that is no longer retained (the backups
+//! forgotten since the last GC, and any an earlier non-focused GC left in
+//! the graph). A chunk of a deleted backup is live iff a retained virtual
+//! file references it; by the graph's invariant (see [`crate::refgraph`])
+//! that is its base, or, if its base was deleted, a retained leaf of that
+//! base. A retained base needs no walk (a base references its chunks), so
+//! the correlative virtual files are the retained leaves of deleted bases
+//! (the paper also walks the retained bases of deleted leaves; the base
+//! pointer kept per chunk answers that without reading their recipes):
+//!
+//! 1. walking the correlative virtual files fills the liveness array (an
+//!    exact set, a Bloom filter or a perfect-hash vector: `--vc`);
+//! 2. walking the deleted backups, each copy they name whose base is
+//!    deleted and that is missing from the array is dead; everything else
+//!    is left live (garbage from before the deletion waits for a full
+//!    mark);
+//! 3. the graph is updated (§IV-C): deleted vertices go, and each live
+//!    chunk whose base was deleted gets the earliest correlative virtual
+//!    file referencing it as its new base, with edges from the others.
+//!
+//! The per-container live counts come from the catalog minus the dead
+//! stored chunks, so only the deleted and correlative recipes are read.
+
+use super::{FpFilter, Live, Mark, Marker, VcSpec};
+use crate::catalog::{BackupEntry, BackupId};
+use crate::container::{ChunkKind, ContainerId};
+use crate::error::Result;
+use crate::fingerprint::{Fingerprint, FpSet};
+use crate::index::CopyNo;
+use crate::refgraph::{walk_backup, CopyMap, RefGraph, VFile, WHOLE};
+use crate::repo::Repository;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct FocusedMark {
+    /// The liveness array.
+    pub vc: VcSpec,
+    /// Virtual-file size for a graph built here (none recorded yet, or a
+    /// rebuild asked for another); `None`: the recorded graph's, else 0.
+    pub granularity: Option<u64>,
+}
+
+/// What a focused mark found, beyond the [`Mark`] (for reports and tests).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FocusStats {
+    pub deleted_backups: usize,
+    /// Correlative virtual files walked, and the backups they belong to.
+    pub correlative_vfiles: usize,
+    pub correlative_backups: usize,
+    /// Retained backups not walked.
+    pub skipped_backups: usize,
+    /// Whether the graph had to be rebuilt from every recipe first.
+    pub rebuilt: bool,
+    pub dead_data_chunks: u64,
+    pub dead_recipe_chunks: u64,
+}
+
+impl Marker for FocusedMark {
+    fn mark(&self, repo: &Repository) -> Result<Mark> {
+        let recorded = RefGraph::load(repo)?;
+        let (graph, rebuilt) = match recorded {
+            Some(g) if self.granularity.is_none_or(|want| want == g.granularity) => (g, false),
+            _ => (
+                RefGraph::rebuild(repo, self.granularity.unwrap_or(0))?,
+                true,
+            ),
+        };
+        let (mut m, mut stats, graph) = focus(repo, graph, self.vc)?;
+        stats.rebuilt = rebuilt;
+        m.memory_bytes += graph.memory_bytes() as u64;
+        m.fgc = Some(stats);
+        m.refgraph = Some(graph);
+        Ok(m)
+    }
+}
+
+/// Which parts of one backup to walk.
+#[derive(Default)]
+struct Parts {
+    whole: bool,
+    parts: BTreeSet<u32>,
+}
+
+fn focus(
+    repo: &Repository,
+    mut graph: RefGraph,
+    vc: VcSpec,
+) -> Result<(Mark, FocusStats, RefGraph)> {
+    let retained: HashMap<BackupId, &BackupEntry> =
+        repo.manifest.backups.iter().map(|b| (b.id, b)).collect();
+    let gone = |v: &VFile| !retained.contains_key(&v.backup);
+    let mut stats = FocusStats {
+        deleted_backups: repo.manifest.forgotten.len(),
+        ..Default::default()
+    };
+
+    // CorrTracker: the retained neighbours of every deleted vertex.
+    let mut correlative: BTreeMap<BackupId, Parts> = BTreeMap::new();
+    let mut n_vfiles = BTreeSet::new();
+    for (leaf, base) in &graph.edges {
+        // A retained base is itself a retained owner of its chunks (the
+        // base pointer says so, no walk needed); the retained leaves of a
+        // deleted base are where its live chunks may be.
+        if !gone(base) || gone(leaf) {
+            continue;
+        }
+        let v = leaf;
+        n_vfiles.insert(*v);
+        let p = correlative.entry(v.backup).or_default();
+        if v.part == WHOLE {
+            p.whole = true;
+        } else {
+            p.parts.insert(v.part);
+        }
+    }
+    stats.correlative_vfiles = n_vfiles.len();
+    stats.correlative_backups = correlative.len();
+    stats.skipped_backups = retained.len() - correlative.len();
+
+    // Mark: the correlative recipes fill the liveness array, per chunk copy
+    // (a copy no retained backup names is dead even if another copy of the
+    // fingerprint lives); referencers of copies whose base is deleted are
+    // kept for re-basing.
+    let expected: u64 = correlative
+        .keys()
+        .map(|id| retained[id].chunks)
+        .sum::<u64>()
+        .max(1);
+    let mut live_data = Mark::new(vc.filter(repo, expected as usize));
+    let mut live_recipe = FpSet::default();
+    let mut rebase: HashMap<(bool, Fingerprint, CopyNo), BTreeSet<VFile>> = HashMap::new();
+    let mut reader = repo.recipe_reader(16);
+    let g = graph.granularity;
+    for (id, parts) in &correlative {
+        let b = retained[id];
+        let wanted = |start: u64, end: u64| {
+            parts.whole
+                || g == 0
+                || parts.parts.iter().any(|&p| {
+                    let (lo, hi) = (p as u64 * g, (p as u64 + 1).saturating_mul(g));
+                    start < hi && end > lo || (start == end && start >= lo && start < hi)
+                })
+        };
+        let data_wanted = |offset: u64| {
+            parts.whole
+                || g == 0
+                || parts
+                    .parts
+                    .contains(&graph.vfile(*id, ChunkKind::Data, offset).part)
+        };
+        walk_backup(&mut reader, b, &wanted, &mut |kind, fp, copy, offset, _| {
+            if kind == ChunkKind::Data && !data_wanted(offset) {
+                return Ok(());
+            }
+            match kind {
+                ChunkKind::Data => {
+                    live_data.insert_valid(*fp, copy);
+                }
+                ChunkKind::Recipe => {
+                    live_recipe.insert(*fp);
+                }
+            }
+            if graph.bases(kind).get(&(*fp, copy)).is_some_and(&gone) {
+                let here = graph.vfile(*id, kind, offset);
+                rebase
+                    .entry((kind == ChunkKind::Recipe, *fp, copy))
+                    .or_default()
+                    .insert(here);
+            }
+            Ok(())
+        })
+        .map_err(|e| e.in_backup(*id, None))?;
+    }
+
+    // A copy a deleted backup names is live if its base is retained or a
+    // correlative walk found it; the others are dead.
+    let mut dead_data: CopyMap<u64> = CopyMap::default();
+    let mut dead_recipe = FpSet::default();
+    for b in &repo.manifest.forgotten {
+        walk_backup(
+            &mut reader,
+            b,
+            &|_, _| true,
+            &mut |kind, fp, copy, _, size| {
+                let key = (*fp, copy);
+                if graph.bases(kind).get(&key).is_some_and(|base| !gone(base)) {
+                    return Ok(());
+                }
+                match kind {
+                    ChunkKind::Data if !live_data.is_valid(fp, copy) => {
+                        dead_data.insert(key, size);
+                    }
+                    ChunkKind::Recipe if !live_recipe.contains(fp) => {
+                        dead_recipe.insert(*fp);
+                    }
+                    _ => {}
+                }
+                Ok(())
+            },
+        )
+        .map_err(|e| e.in_backup(b.id, None))?;
+    }
+    stats.dead_data_chunks = dead_data.len() as u64;
+    stats.dead_recipe_chunks = dead_recipe.len() as u64;
+
+    // Live counts: the catalog's, less the stored chunks found dead. A
+    // stored chunk is dead when every copy the index places there is (two
+    // copies PGC+ sent to one container share one stored chunk).
+    let index = &repo.index;
+    let mut dead_in: HashMap<ContainerId, Live> = HashMap::new();
+    let mut counted: HashSet<(Fingerprint, ContainerId)> = HashSet::new();
+    for (&(fp, copy), size) in &dead_data {
+        let Some(c) = repo.locate_copy(ChunkKind::Data, &fp, copy) else {
+            continue;
+        };
+        let shared = index
+            .copy_list(&fp)
+            .in_container(c)
+            .any(|n| n != copy && !dead_data.contains_key(&(fp, n)));
+        if shared || !counted.insert((fp, c)) {
+            continue;
+        }
+        let l = dead_in.entry(c).or_default();
+        l.chunks += 1;
+        l.bytes += size;
+    }
+    let mut dead_recipe_in: HashMap<ContainerId, u32> = HashMap::new();
+    for fp in &dead_recipe {
+        if let Some(c) = repo.locate(ChunkKind::Recipe, fp) {
+            *dead_recipe_in.entry(c).or_default() += 1;
+        }
+    }
+    let mut live = HashMap::new();
+    let mut live_recipe_count = HashMap::new();
+    for c in &repo.manifest.containers {
+        match c.kind {
+            ChunkKind::Data => {
+                let d = dead_in.get(&c.id).copied().unwrap_or_default();
+                live.insert(
+                    c.id,
+                    Live {
+                        chunks: c.chunks.saturating_sub(d.chunks),
+                        bytes: c.logical_bytes.saturating_sub(d.bytes),
+                    },
+                );
+            }
+            ChunkKind::Recipe => {
+                let dead = dead_recipe_in.get(&c.id).copied().unwrap_or(0);
+                live_recipe_count.insert(c.id, c.chunks.saturating_sub(dead));
+            }
+        }
+    }
+    let mut valid_recipe = FpSet::default();
+    let mut valid_copies = HashSet::new();
+    for e in index.entries() {
+        match e.kind {
+            ChunkKind::Recipe if !dead_recipe.contains(&e.fp) => {
+                valid_recipe.insert(e.fp);
+            }
+            ChunkKind::Data if e.copy != 0 && !dead_data.contains_key(&(e.fp, e.copy)) => {
+                valid_copies.insert((e.fp, e.copy));
+            }
+            _ => {}
+        }
+    }
+
+    // §IV-C: new bases for live copies whose base was deleted.
+    for kind in [ChunkKind::Data, ChunkKind::Recipe] {
+        let bases = graph.bases_mut(kind);
+        bases.retain(|&(fp, copy), base| {
+            if !gone(base) {
+                return true;
+            }
+            match rebase
+                .get(&(kind == ChunkKind::Recipe, fp, copy))
+                .and_then(|r| r.first())
+            {
+                Some(first) => {
+                    *base = *first;
+                    true
+                }
+                None => false,
+            }
+        });
+    }
+    graph
+        .edges
+        .retain(|(leaf, base)| !gone(leaf) && !gone(base));
+    for refs in rebase.values() {
+        let mut it = refs.iter();
+        if let Some(base) = it.next() {
+            for leaf in it.filter(|l| l.backup != base.backup) {
+                graph.edges.insert((*leaf, *base));
+            }
+        }
+    }
+
+    let walk = crate::recipe::WalkStats {
+        visited: reader.loads(),
+        ..Default::default()
+    };
+    // Copy 0 of every chunk but the dead ones is valid; the other copies
+    // are listed (they are few: rewritten chunks).
+    let dead_first: FpSet = dead_data
+        .keys()
+        .filter(|(_, copy)| *copy == 0)
+        .map(|(fp, _)| *fp)
+        .collect();
+    let mut m = Mark::new(FpFilter::AllBut(dead_first));
+    m.valid_copies = valid_copies;
+    m.valid_recipe = valid_recipe;
+    m.live = Some(live);
+    m.live_recipe = live_recipe_count;
+    m.walk = walk;
+    m.memory_bytes = (m.table_bytes()
+        + live_data.table_bytes()
+        + live_recipe.capacity() * 33
+        + dead_data.capacity() * 44) as u64;
+    Ok((m, stats, graph))
+}

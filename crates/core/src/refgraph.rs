@@ -1,0 +1,537 @@
+//! The austere reference graph (FGC, §III-B and §IV-B/C): which backups a
+//! backup deduplicated against, so GC can walk only the deleted backups and
+//! their correlative backups.
+//!
+//! Vertices are *virtual files* ([`VFile`]): a backup cut into parts of at
+//! most `granularity` bytes (§IV-F: one shared chunk pulls one part into the
+//! mark, not a whole large backup); granularity 0 keeps whole backups.
+//! Recipe chunks always belong to the whole backup ([`WHOLE`]): walking any
+//! of a backup's data reads the recipe chunks above it anyway.
+//!
+//! Each chunk copy has a **base**: the first still-live virtual file that
+//! referenced it. A virtual file that deduplicates against a copy whose
+//! base is another backup's adds the edge *(leaf, base)*. Invariant: every
+//! live virtual file referencing a copy is its base or has an edge to it,
+//! so a copy a deleted backup references is live iff a live neighbour of
+//! the deleted backups references it (see `gc/mark/focused.rs`).
+//!
+//! Liveness is per copy (as every mark's, see `gc/mark`): a recipe leaf
+//! names the copy `(fingerprint, copy number)` it reads, so the graph keys
+//! its bases by copy. Copy numbers survive GC (the sweep only repoints
+//! index entries), so a base stays valid across GCs.
+//!
+//! Not on the MFDedup layout: it has no mark-and-sweep GC (forget deletes
+//! volumes itself), so there is nothing for the graph to focus; it is
+//! neither recorded nor rebuilt there.
+//!
+//! Persisted as segments (`refgraph/<n>`, listed in the manifest's
+//! [`RefGraphState`]): each backup appends one with its new bases and
+//! edges; a focused GC writes the whole updated graph as one.
+
+use crate::backend::ObjectKey;
+use crate::catalog::{BackupEntry, BackupId, Manifest};
+use crate::container::ChunkKind;
+use crate::error::{Error, ObjectRef, Result};
+use crate::fingerprint::{Fingerprint, FpBuildHasher, FP_LEN};
+use crate::index::CopyNo;
+use crate::repo::{Repository, Writer};
+use std::collections::BTreeSet;
+
+/// The part number of a backup's recipe chunks: the whole backup.
+pub const WHOLE: u32 = u32::MAX;
+
+/// A virtual file: a backup, or one `granularity`-sized part of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct VFile {
+    pub backup: BackupId,
+    pub part: u32,
+}
+
+/// Where the graph is, as the manifest records it. No state: the
+/// repository does not record the graph (`tessera check --rebuild-refgraph`
+/// or the first focused GC starts it).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RefGraphState {
+    /// Bytes per virtual file; 0: whole backups.
+    pub granularity: u64,
+    /// Segment keys, oldest first (later segments override bases).
+    pub segments: Vec<ObjectKey>,
+    /// Number of the next segment.
+    pub next_segment: u64,
+}
+
+/// Bases keyed by chunk copy (recipe chunks: always copy 0).
+pub type CopyMap<V> = std::collections::HashMap<(Fingerprint, CopyNo), V, FpBuildHasher>;
+
+/// Segments appended before the next one rewrites the graph whole.
+const COMPACT_AFTER: usize = 32;
+
+/// The graph (or one segment of it: a delta).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RefGraph {
+    pub granularity: u64,
+    /// Base of each data chunk copy and of each recipe chunk.
+    pub data_bases: CopyMap<VFile>,
+    pub recipe_bases: CopyMap<VFile>,
+    /// (leaf, base) pairs, never within one backup.
+    pub edges: BTreeSet<(VFile, VFile)>,
+}
+
+const MAGIC: &[u8; 8] = b"TSRAREFG";
+const VERSION: u32 = 1;
+
+impl RefGraph {
+    pub fn new(granularity: u64) -> Self {
+        RefGraph {
+            granularity,
+            ..Default::default()
+        }
+    }
+
+    /// The virtual file of a chunk of `kind` at `offset` in `backup`.
+    pub fn vfile(&self, backup: BackupId, kind: ChunkKind, offset: u64) -> VFile {
+        let part = match kind {
+            ChunkKind::Recipe => WHOLE,
+            ChunkKind::Data if self.granularity == 0 => 0,
+            ChunkKind::Data => (offset / self.granularity).min(WHOLE as u64 - 1) as u32,
+        };
+        VFile { backup, part }
+    }
+
+    pub fn bases(&self, kind: ChunkKind) -> &CopyMap<VFile> {
+        match kind {
+            ChunkKind::Data => &self.data_bases,
+            ChunkKind::Recipe => &self.recipe_bases,
+        }
+    }
+
+    pub fn bases_mut(&mut self, kind: ChunkKind) -> &mut CopyMap<VFile> {
+        match kind {
+            ChunkKind::Data => &mut self.data_bases,
+            ChunkKind::Recipe => &mut self.recipe_bases,
+        }
+    }
+
+    /// Apply a later segment: its bases override, its edges add.
+    pub fn merge(&mut self, delta: RefGraph) {
+        self.data_bases.extend(delta.data_bases);
+        self.recipe_bases.extend(delta.recipe_bases);
+        self.edges.extend(delta.edges);
+    }
+
+    /// Record one occurrence of copy `copy` of a chunk in `here`
+    /// (CorrRecorder's rule): a copy the store already held and whose base
+    /// is another backup's adds the edge to that base; a copy without a base
+    /// gets `here`. `seen` holds the bases this backup set so far.
+    fn record(
+        &self,
+        seen: &mut RefGraph,
+        kind: ChunkKind,
+        fp: &Fingerprint,
+        copy: CopyNo,
+        held: bool,
+        here: VFile,
+    ) {
+        let key = (*fp, copy);
+        if seen.bases(kind).contains_key(&key) {
+            return;
+        }
+        match self.bases(kind).get(&key).filter(|_| held) {
+            Some(base) if base.backup != here.backup => {
+                seen.edges.insert((here, *base));
+            }
+            Some(_) => {}
+            None => {
+                seen.bases_mut(kind).insert(key, here);
+            }
+        }
+    }
+
+    /// Approximate heap bytes.
+    pub fn memory_bytes(&self) -> usize {
+        (self.data_bases.capacity() + self.recipe_bases.capacity()) * (FP_LEN + 18)
+            + self.edges.len() * 48
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let n = self.data_bases.len() + self.recipe_bases.len();
+        let mut out = Vec::with_capacity(40 + n * (FP_LEN + 15) + self.edges.len() * 24 + 8);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&VERSION.to_le_bytes());
+        out.extend_from_slice(&self.granularity.to_le_bytes());
+        out.extend_from_slice(&(n as u64).to_le_bytes());
+        out.extend_from_slice(&(self.edges.len() as u64).to_le_bytes());
+        let vf = |out: &mut Vec<u8>, v: &VFile| {
+            out.extend_from_slice(&v.backup.0.to_le_bytes());
+            out.extend_from_slice(&v.part.to_le_bytes());
+        };
+        // Sorted, so equal graphs encode equally.
+        for (kind, map) in [
+            (ChunkKind::Data, &self.data_bases),
+            (ChunkKind::Recipe, &self.recipe_bases),
+        ] {
+            let mut entries: Vec<_> = map.iter().collect();
+            entries.sort();
+            for ((fp, copy), v) in entries {
+                out.push(matches!(kind, ChunkKind::Recipe) as u8);
+                out.extend_from_slice(&fp.0);
+                out.extend_from_slice(&copy.to_le_bytes());
+                vf(&mut out, v);
+            }
+        }
+        for (leaf, base) in &self.edges {
+            vf(&mut out, leaf);
+            vf(&mut out, base);
+        }
+        let sum = xxhash_rust::xxh3::xxh3_64(&out);
+        out.extend_from_slice(&sum.to_le_bytes());
+        out
+    }
+
+    pub fn decode(bytes: &[u8], name: ObjectRef) -> Result<RefGraph> {
+        let bad =
+            |why: &str| Error::corrupt(name.clone(), format!("reference graph segment: {why}"));
+        if bytes.len() < 44 || &bytes[..8] != MAGIC {
+            return Err(bad("not a reference graph segment"));
+        }
+        let (body, sum) = bytes.split_at(bytes.len() - 8);
+        if xxhash_rust::xxh3::xxh3_64(body).to_le_bytes() != sum {
+            return Err(bad("checksum mismatch"));
+        }
+        let u32_at = |i: usize| u32::from_le_bytes(body[i..i + 4].try_into().unwrap());
+        let u64_at = |i: usize| u64::from_le_bytes(body[i..i + 8].try_into().unwrap());
+        if u32_at(8) != VERSION {
+            return Err(bad(&format!(
+                "version {} (this build reads {VERSION})",
+                u32_at(8)
+            )));
+        }
+        let granularity = u64_at(12);
+        let (n, e) = (u64_at(20) as usize, u64_at(28) as usize);
+        let entry = 1 + FP_LEN + 2 + 12;
+        if n.checked_mul(entry)
+            .and_then(|a| e.checked_mul(24).and_then(|b| a.checked_add(b)))
+            .and_then(|a| a.checked_add(36))
+            != Some(body.len())
+        {
+            return Err(bad("length does not match its counts"));
+        }
+        let vf = |i: usize| VFile {
+            backup: BackupId(u64_at(i)),
+            part: u32_at(i + 8),
+        };
+        let mut g = RefGraph::new(granularity);
+        let mut at = 36;
+        for _ in 0..n {
+            let kind = match body[at] {
+                0 => ChunkKind::Data,
+                1 => ChunkKind::Recipe,
+                _ => return Err(bad("unknown chunk kind")),
+            };
+            let mut fp = [0u8; FP_LEN];
+            fp.copy_from_slice(&body[at + 1..at + 1 + FP_LEN]);
+            let copy = u16::from_le_bytes(body[at + 1 + FP_LEN..][..2].try_into().unwrap());
+            if kind == ChunkKind::Recipe && copy != 0 {
+                return Err(bad("a recipe chunk with a copy other than 0"));
+            }
+            g.bases_mut(kind)
+                .insert((Fingerprint(fp), copy), vf(at + 3 + FP_LEN));
+            at += entry;
+        }
+        for _ in 0..e {
+            g.edges.insert((vf(at), vf(at + 12)));
+            at += 24;
+        }
+        Ok(g)
+    }
+
+    /// The repository's graph, if it records one.
+    pub fn load(repo: &Repository) -> Result<Option<RefGraph>> {
+        refuse_mfdedup(repo)?;
+        let Some(state) = &repo.manifest.refgraph else {
+            return Ok(None);
+        };
+        let mut g = RefGraph::new(state.granularity);
+        for key in &state.segments {
+            let name = ObjectRef::Object(key.clone());
+            let bytes = repo.objects.get(key).map_err(|e| match e {
+                Error::MissingObject(_) => e.about(name.clone()),
+                e => e,
+            })?;
+            let seg = Self::decode(&bytes, name)?;
+            if seg.granularity != state.granularity {
+                return Err(Error::corrupt(
+                    ObjectRef::Object(key.clone()),
+                    "reference graph segment of another granularity",
+                ));
+            }
+            g.merge(seg);
+        }
+        Ok(Some(g))
+    }
+
+    /// Rebuild from the recipes of the retained backups, oldest first, as
+    /// CorrRecorder would have recorded them (reads every recipe: the cost
+    /// of a full mark).
+    pub fn rebuild(repo: &Repository, granularity: u64) -> Result<RefGraph> {
+        refuse_mfdedup(repo)?;
+        let mut g = RefGraph::new(granularity);
+        let mut backups: Vec<&BackupEntry> = repo.manifest.backups.iter().collect();
+        backups.sort_by_key(|b| b.id);
+        let mut reader = repo.recipe_reader(16);
+        for b in backups {
+            let mut seen = RefGraph::new(granularity);
+            let mut visit = |kind: ChunkKind, fp: &Fingerprint, copy: CopyNo, offset: u64| {
+                let here = g.vfile(b.id, kind, offset);
+                g.record(&mut seen, kind, fp, copy, true, here);
+            };
+            walk_backup(
+                &mut reader,
+                b,
+                &|_, _| true,
+                &mut |kind, fp, copy, off, _| {
+                    visit(kind, fp, copy, off);
+                    Ok(())
+                },
+            )
+            .map_err(|e| e.in_backup(b.id, None))?;
+            g.merge(seen);
+        }
+        Ok(g)
+    }
+}
+
+/// What [`walk_backup`] calls per chunk: `(kind, fp, copy, offset, size)`.
+pub(crate) type Visit<'a> = dyn FnMut(ChunkKind, &Fingerprint, CopyNo, u64, u64) -> Result<()> + 'a;
+
+/// Walk one backup's recipe tree depth-first with logical offsets, calling
+/// `visit(kind, fp, copy, offset, size)` for each recipe chunk (its first
+/// byte's offset; copy 0) and each data chunk (the copy its leaf names),
+/// and descending only into subtrees for which `wanted(start, end)` holds.
+/// Every occurrence is visited.
+pub(crate) fn walk_backup(
+    reader: &mut crate::recipe::RecipeReader<'_>,
+    b: &BackupEntry,
+    wanted: &dyn Fn(u64, u64) -> bool,
+    visit: &mut Visit<'_>,
+) -> Result<()> {
+    let root = b.root_fp()?;
+    walk_node(reader, &root, b.root_level, 0, wanted, visit)
+}
+
+fn walk_node(
+    reader: &mut crate::recipe::RecipeReader<'_>,
+    fp: &Fingerprint,
+    level: u8,
+    offset: u64,
+    wanted: &dyn Fn(u64, u64) -> bool,
+    visit: &mut Visit<'_>,
+) -> Result<()> {
+    let (chunk, _) = reader.load(fp)?;
+    if chunk.level != level {
+        return Err(Error::corrupt(
+            ObjectRef::RecipeChunk(*fp),
+            format!("level {} where {level} was expected", chunk.level),
+        ));
+    }
+    visit(ChunkKind::Recipe, fp, 0, offset, chunk.logical_size())?;
+    let mut at = offset;
+    for e in &chunk.entries {
+        if wanted(at, at + e.size) {
+            if level == 1 {
+                visit(ChunkKind::Data, &e.fp, e.copy, at, e.size)?;
+            } else {
+                walk_node(reader, &e.fp, level - 1, at, wanted, visit)?;
+            }
+        }
+        at += e.size;
+    }
+    Ok(())
+}
+
+/// CorrRecorder: records one backup's bases and edges as ingest finds its
+/// chunks new or duplicate.
+pub(crate) struct CorrRecorder {
+    graph: RefGraph,
+    backup: BackupId,
+    seen: RefGraph,
+}
+
+impl CorrRecorder {
+    /// A recorder for the next backup, if the repository records the
+    /// graph. A graph that cannot be read is dropped (the next focused GC
+    /// rebuilds it) rather than failing the backup.
+    pub(crate) fn start(writer: &mut Writer) -> Option<CorrRecorder> {
+        if is_mfdedup(writer) {
+            return None;
+        }
+        let (segments, granularity) = {
+            let state = writer.manifest.refgraph.as_ref()?;
+            (state.segments.clone(), state.granularity)
+        };
+        let graph = match writer.refgraph_mem.take() {
+            Some((kept, g)) if kept == segments && g.granularity == granularity => g,
+            _ => RefGraph::load(writer).ok()??,
+        };
+        Some(CorrRecorder {
+            graph,
+            backup: writer.manifest.next_backup_id,
+            seen: RefGraph::new(granularity),
+        })
+    }
+
+    /// One chunk of the backup, referencing copy `copy`: `held` if the
+    /// store already had it, at `offset` (data) in the backup's stream.
+    #[inline]
+    pub(crate) fn saw(
+        &mut self,
+        kind: ChunkKind,
+        fp: &Fingerprint,
+        copy: CopyNo,
+        held: bool,
+        offset: u64,
+    ) {
+        let here = self.graph.vfile(self.backup, kind, offset);
+        self.graph
+            .record(&mut self.seen, kind, fp, copy, held, here);
+    }
+}
+
+/// What a backup's commit did to the graph: the segments it supersedes,
+/// and the graph as of `next`'s segments (to keep for the next backup).
+pub(crate) type Committed = (Vec<ObjectKey>, Option<(Vec<ObjectKey>, RefGraph)>);
+
+/// At a backup's commit: append the recorder's segment to `next`, or drop
+/// the graph if this backup was not recorded (rewriting, interleaving),
+/// since it would miss edges.
+pub(crate) fn commit_backup(
+    writer: &Writer,
+    next: &mut Manifest,
+    recorder: Option<CorrRecorder>,
+) -> Result<Committed> {
+    let Some(state) = next.refgraph.as_mut() else {
+        return Ok((Vec::new(), None));
+    };
+    let Some(r) = recorder else {
+        let old = std::mem::take(&mut state.segments);
+        next.refgraph = None;
+        return Ok((old, None));
+    };
+    let mut graph = r.graph;
+    if r.seen.data_bases.is_empty() && r.seen.recipe_bases.is_empty() && r.seen.edges.is_empty() {
+        return Ok((Vec::new(), Some((state.segments.clone(), graph))));
+    }
+    if state.segments.len() >= COMPACT_AFTER {
+        graph.merge(r.seen);
+        let superseded = stage(writer, state, &graph)?;
+        return Ok((superseded, Some((state.segments.clone(), graph))));
+    }
+    let key = ObjectKey::RefGraph(state.next_segment);
+    state.next_segment += 1;
+    writer.objects.put(&key, r.seen.encode())?;
+    state.segments.push(key);
+    graph.merge(r.seen);
+    Ok((Vec::new(), Some((state.segments.clone(), graph))))
+}
+
+/// Write `graph` whole as the only segment of `state`; returns the
+/// segments it supersedes.
+pub(crate) fn stage(
+    writer: &Writer,
+    state: &mut RefGraphState,
+    graph: &RefGraph,
+) -> Result<Vec<ObjectKey>> {
+    let key = ObjectKey::RefGraph(state.next_segment);
+    state.next_segment += 1;
+    state.granularity = graph.granularity;
+    writer.objects.put(&key, graph.encode())?;
+    Ok(std::mem::replace(&mut state.segments, vec![key]))
+}
+
+impl Writer {
+    /// Rebuild the reference graph from the recipes (`tessera check
+    /// --rebuild-refgraph`) with virtual files of `granularity` bytes (0:
+    /// whole backups), and record it from now on.
+    pub fn rebuild_refgraph(&mut self, granularity: u64) -> Result<RefGraph> {
+        let graph = RefGraph::rebuild(self, granularity)?;
+        let mut next = self.manifest.clone();
+        let mut state = next.refgraph.take().unwrap_or_default();
+        let superseded = stage(self, &mut state, &graph)?;
+        next.refgraph = Some(state);
+        self.publish(next, &superseded)?;
+        Ok(graph)
+    }
+}
+
+fn is_mfdedup(repo: &Repository) -> bool {
+    repo.manifest.config.layout == crate::layout::LayoutKind::Mfdedup
+}
+
+/// The graph serves the mark-and-sweep GC, which the MFDedup layout does
+/// not have.
+fn refuse_mfdedup(repo: &Repository) -> Result<()> {
+    if is_mfdedup(repo) {
+        return Err(Error::invalid(
+            "the reference graph (FGC) is not kept on the mfdedup layout: it has no mark-and-sweep GC to focus (forget deletes volumes itself)",
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segments_round_trip_and_damage_is_found() {
+        let mut g = RefGraph::new(1 << 20);
+        let v = |b, p| VFile {
+            backup: BackupId(b),
+            part: p,
+        };
+        g.data_bases.insert((Fingerprint([1; FP_LEN]), 0), v(1, 0));
+        g.data_bases.insert((Fingerprint([2; FP_LEN]), 0), v(2, 3));
+        g.data_bases.insert((Fingerprint([2; FP_LEN]), 7), v(4, 1));
+        g.recipe_bases
+            .insert((Fingerprint([3; FP_LEN]), 0), v(1, WHOLE));
+        g.edges.insert((v(2, 3), v(1, 0)));
+        g.edges.insert((v(3, WHOLE), v(1, WHOLE)));
+        let bytes = g.encode();
+        let name = ObjectRef::Object(ObjectKey::RefGraph(1));
+        assert_eq!(RefGraph::decode(&bytes, name.clone()).unwrap(), g);
+        for i in [0, 9, 30, 40, 36 + 1 + FP_LEN, bytes.len() - 1] {
+            let mut bad = bytes.clone();
+            bad[i] ^= 1;
+            assert!(RefGraph::decode(&bad, name.clone()).is_err(), "byte {i}");
+        }
+        assert!(RefGraph::decode(&bytes[..bytes.len() - 1], name).is_err());
+    }
+
+    #[test]
+    fn recording_keeps_the_first_owner_as_base() {
+        let g = RefGraph::new(100);
+        let mut seen = RefGraph::new(100);
+        let fp = Fingerprint([9; FP_LEN]);
+        let here = g.vfile(BackupId(1), ChunkKind::Data, 250);
+        assert_eq!(here.part, 2);
+        g.record(&mut seen, ChunkKind::Data, &fp, 0, false, here);
+        assert_eq!(seen.data_bases[&(fp, 0)], here);
+        let mut g2 = g.clone();
+        g2.merge(seen);
+        let mut seen2 = RefGraph::new(100);
+        let leaf = g2.vfile(BackupId(2), ChunkKind::Data, 10);
+        g2.record(&mut seen2, ChunkKind::Data, &fp, 0, true, leaf);
+        assert!(seen2.data_bases.is_empty());
+        assert_eq!(seen2.edges.iter().next(), Some(&(leaf, here)));
+        // Another copy of the same chunk is another vertex's: its first
+        // referencer is its base, with no edge to copy 0's base.
+        let mut seen4 = RefGraph::new(100);
+        g2.record(&mut seen4, ChunkKind::Data, &fp, 1, true, leaf);
+        assert_eq!(seen4.data_bases[&(fp, 1)], leaf);
+        assert!(seen4.edges.is_empty());
+        // A chunk the store no longer holds starts over with a new base.
+        let mut seen3 = RefGraph::new(100);
+        g2.record(&mut seen3, ChunkKind::Data, &fp, 0, false, leaf);
+        assert_eq!(seen3.data_bases[&(fp, 0)], leaf);
+    }
+}

@@ -1,0 +1,480 @@
+//! The S3 backend on a real MinIO server (see `s3_minio` for the harness):
+//! the backend contract, conditional writes, a repository that `check`s the
+//! same as a local one, the metadata cache, and faults (server stopped in
+//! the middle of a backup, a restore and a GC; connections reset after N
+//! bytes; wrong credentials; a missing bucket), each a one-line error with
+//! no committed backup lost and the next run succeeding.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tessera_core::backend::contract::{check_contract, check_key_validation};
+use tessera_core::backend::{
+    list_all, CachedStore, CountingStore, KeyKind, LocalStore, ObjectKey, ObjectStore, S3Store,
+};
+use tessera_core::check::CheckOptions;
+use tessera_core::chunking::ChunkerConfig;
+use tessera_core::gc::GcOptions;
+use tessera_core::{BackupId, Repository, Writer};
+
+use crate::common::{backup, bytes, init_blake3, mutate, restore};
+use crate::s3_minio::{folder, quick_options, Minio, Op, ResetProxy, Trigger, BUCKET, USER};
+
+fn s3(m: &Minio, test: &str) -> Arc<S3Store> {
+    Arc::new(S3Store::open(&m.location(&folder(test)), quick_options()).unwrap())
+}
+
+fn init(b: Arc<dyn ObjectStore>) {
+    init_blake3(
+        b,
+        ChunkerConfig::Fastcdc {
+            min: 1024,
+            avg: 4096,
+            max: 16384,
+        },
+        64 * 1024,
+        false,
+    );
+}
+
+fn writer(b: Arc<dyn ObjectStore>) -> Writer {
+    Repository::open_writer(b, "test").unwrap()
+}
+
+/// An error as the CLI would print it: one line, naming the server.
+fn assert_one_line(e: &tessera_core::Error, words: &[&str]) {
+    let msg = e.to_string();
+    assert!(!msg.contains('\n'), "not one line: {msg}");
+    for w in words {
+        assert!(msg.contains(w), "{msg:?} lacks {w:?}");
+    }
+}
+
+#[test]
+fn s3_backend_contract() {
+    let Some(m) = Minio::start() else { return };
+    check_contract(&*s3(&m, "contract"));
+    check_key_validation(&*s3(&m, "keys"));
+    let cache = tempfile::tempdir().unwrap();
+    check_contract(&CachedStore::new(s3(&m, "cached"), cache.path().join("c")));
+    // Another prefix in the same bucket is another repository.
+    let a = s3(&m, "a");
+    let b = s3(&m, "b");
+    a.put(&ObjectKey::IndexSegment(1), b"a").unwrap();
+    a.barrier().unwrap();
+    assert!(b.list(KeyKind::IndexSegment).unwrap().is_empty());
+    assert_eq!(a.list(KeyKind::IndexSegment).unwrap().len(), 1);
+}
+
+#[test]
+fn s3_uploads_written_behind_are_all_durable_after_the_barrier() {
+    let Some(m) = Minio::start() else { return };
+    let loc = m.location(&folder("behind"));
+    let mut opts = quick_options();
+    opts.max_in_flight = 3;
+    let store = S3Store::open(&loc, opts).unwrap();
+    let objects: Vec<Vec<u8>> = (0..20).map(|i| bytes(i, 100_000 + i as usize)).collect();
+    for (i, o) in objects.iter().enumerate() {
+        store.put(&ObjectKey::IndexSegment(i as u64), o).unwrap();
+        // Read-your-writes while the upload may still run.
+        assert_eq!(store.get(&ObjectKey::IndexSegment(i as u64)).unwrap(), *o);
+    }
+    store
+        .put(&ObjectKey::IndexSegment(3), b"last put wins")
+        .unwrap();
+    store.barrier().unwrap();
+    drop(store);
+    let fresh = S3Store::open(&loc, quick_options()).unwrap();
+    assert_eq!(fresh.list(KeyKind::IndexSegment).unwrap().len(), 20);
+    for (i, o) in objects.iter().enumerate() {
+        let got = fresh.get(&ObjectKey::IndexSegment(i as u64)).unwrap();
+        if i == 3 {
+            assert_eq!(got, b"last put wins");
+        } else {
+            assert_eq!(got, *o);
+        }
+    }
+}
+
+#[test]
+fn s3_conditional_writes_have_exactly_one_winner() {
+    let Some(m) = Minio::start() else { return };
+    let store = s3(&m, "race");
+    store.check_conditional_writes().unwrap();
+    let winners: Vec<bool> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8)
+            .map(|i| {
+                let store = store.clone();
+                s.spawn(move || {
+                    store
+                        .put_if_absent(&ObjectKey::Lock, format!("writer {i}").as_bytes())
+                        .unwrap()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(winners.iter().filter(|w| **w).count(), 1, "{winners:?}");
+    let holder = winners.iter().position(|w| *w).unwrap();
+    assert_eq!(
+        store.get(&ObjectKey::Lock).unwrap(),
+        format!("writer {holder}").as_bytes()
+    );
+
+    // Two writers that both read generation N cannot both publish N+1:
+    // the second writer's lock is refused, and a manifest generation that
+    // exists is never overwritten by put_if_absent.
+    let loc = m.location(&folder("publish"));
+    let a: Arc<dyn ObjectStore> = Arc::new(S3Store::open(&loc, quick_options()).unwrap());
+    init(a.clone());
+    let w = writer(a.clone());
+    let b: Arc<dyn ObjectStore> = Arc::new(S3Store::open(&loc, quick_options()).unwrap());
+    let refused = Repository::open_writer(b.clone(), "second").err().unwrap();
+    assert!(
+        matches!(refused, tessera_core::Error::Locked(_)),
+        "{refused}"
+    );
+    let g = ObjectKey::Manifest(tessera_core::backend::Generation(2));
+    assert!(b.put_if_absent(&g, b"one").unwrap());
+    assert!(!b.put_if_absent(&g, b"two").unwrap());
+    drop(w);
+}
+
+/// Backups made the same way on a local and an S3 repository: the same
+/// objects, byte for byte (manifests and the config aside), and
+/// `check` reports the same.
+#[test]
+fn s3_repository_matches_a_local_one() {
+    let Some(m) = Minio::start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let local: Arc<dyn ObjectStore> = Arc::new(LocalStore::create(&dir.path().join("r")).unwrap());
+    let remote: Arc<dyn ObjectStore> = s3(&m, "same");
+    let v1 = bytes(7, 700_000);
+    let v2 = mutate(&v1, 8, 5000);
+    let mut ids = Vec::new();
+    for b in [&local, &remote] {
+        init(b.clone());
+        let mut w = writer(b.clone());
+        ids.push((
+            backup(&mut w, "s", &v1).unwrap(),
+            backup(&mut w, "s", &v2).unwrap(),
+        ));
+        w.close().unwrap();
+    }
+    assert_eq!(ids[0], ids[1]);
+    let report = |b: &Arc<dyn ObjectStore>| {
+        let r = Repository::open(b.clone()).unwrap();
+        assert_eq!(restore(&r, ids[0].0).unwrap(), v1);
+        assert_eq!(restore(&r, ids[0].1).unwrap(), v2);
+        let c = r.check(&CheckOptions::default()).unwrap();
+        assert!(c.ok(), "{:?}", c.problems);
+        (
+            c.backups,
+            c.containers,
+            c.index_entries,
+            c.recipe_chunks_checked,
+            c.data_chunks_referenced,
+        )
+    };
+    assert_eq!(report(&local), report(&remote));
+    let names = |b: &Arc<dyn ObjectStore>| list_all(&**b).unwrap();
+    assert_eq!(names(&local), names(&remote));
+    for key in names(&local) {
+        // Manifests record times; the config, each repository's own id.
+        if !matches!(key.kind(), Some(KeyKind::Manifest | KeyKind::Config)) {
+            assert!(
+                local.get(&key).unwrap() == remote.get(&key).unwrap(),
+                "{key}"
+            );
+        }
+    }
+}
+
+/// Metadata objects come from the cache on the second open; a damaged
+/// cache file is refetched; a deleted cache only costs refetching.
+#[test]
+fn s3_metadata_cache_is_verified_and_disposable() {
+    let Some(m) = Minio::start() else { return };
+    let loc = m.location(&folder("cache"));
+    let cache = tempfile::tempdir().unwrap();
+    let open = || {
+        let counted = Arc::new(CountingStore::new(
+            S3Store::open(&loc, quick_options()).unwrap(),
+        ));
+        let cached = Arc::new(CachedStore::new(counted.clone(), cache.path().join("c")));
+        (counted, cached)
+    };
+    let (_, first) = open();
+    init(first.clone());
+    let data = bytes(3, 400_000);
+    let mut w = writer(first.clone());
+    let id = backup(&mut w, "s", &data).unwrap();
+    w.close().unwrap();
+
+    let (counted, cached) = open();
+    let r = Repository::open(cached.clone()).unwrap();
+    assert_eq!(restore(&r, id).unwrap(), data);
+    let metadata = |c: &CountingStore<S3Store>| {
+        c.counters_of(KeyKind::Manifest).gets + c.counters_of(KeyKind::IndexSegment).gets
+    };
+    assert!(metadata(&counted) > 0, "first read fills the cache");
+
+    let (counted, cached) = open();
+    let r = Repository::open(cached.clone()).unwrap();
+    assert_eq!(restore(&r, id).unwrap(), data);
+    assert_eq!(metadata(&counted), 0, "served from the cache");
+    assert!(cached.counters().hits > 0);
+
+    // Damage every cached file: each is dropped and fetched again.
+    for e in std::fs::read_dir(cache.path().join("c")).unwrap() {
+        let p = e.unwrap().path();
+        let mut b = std::fs::read(&p).unwrap();
+        b[0] ^= 0xff;
+        std::fs::write(&p, b).unwrap();
+    }
+    let (counted, cached) = open();
+    let r = Repository::open(cached.clone()).unwrap();
+    assert_eq!(restore(&r, id).unwrap(), data);
+    assert!(cached.counters().damaged > 0);
+    assert!(metadata(&counted) > 0);
+
+    std::fs::remove_dir_all(cache.path().join("c")).unwrap();
+    let (_, cached) = open();
+    let r = Repository::open(cached).unwrap();
+    assert_eq!(restore(&r, id).unwrap(), data);
+    assert!(r.check(&CheckOptions::default()).unwrap().ok());
+}
+
+#[test]
+fn s3_wrong_credentials_and_missing_bucket_are_one_line_errors() {
+    let Some(m) = Minio::start() else { return };
+    let mut wrong = quick_options();
+    wrong.credentials.as_mut().unwrap().secret_access_key = "not-the-secret".into();
+    let e = S3Store::open(&m.location("x"), wrong).unwrap_err();
+    assert_one_line(&e, &["access denied", &m.endpoint()]);
+
+    let nobucket = format!("s3:{}/no-such-bucket/repo", m.endpoint());
+    let e = S3Store::open(&nobucket, quick_options()).unwrap_err();
+    assert_one_line(&e, &["bucket 'no-such-bucket' does not exist"]);
+
+    let e = tessera_core::backend::open("s3:ftp://host/b")
+        .err()
+        .unwrap();
+    assert_one_line(&e, &["bad S3 location"]);
+
+    m.stop();
+    let e = S3Store::open(&m.location("x"), quick_options()).unwrap_err();
+    assert_one_line(&e, &["cannot reach", &m.endpoint()]);
+    assert!(!USER.is_empty() && !BUCKET.is_empty());
+}
+
+/// A repository on `store` with one committed backup of `v1`.
+fn committed(store: Arc<dyn ObjectStore>, v1: &[u8]) -> BackupId {
+    init(store.clone());
+    let mut w = writer(store);
+    let id = backup(&mut w, "s", v1).unwrap();
+    w.close().unwrap();
+    id
+}
+
+/// The committed backup restores and the repository checks clean.
+fn intact(store: Arc<dyn ObjectStore>, id: BackupId, data: &[u8]) {
+    let r = Repository::open(store).unwrap();
+    assert_eq!(restore(&r, id).unwrap(), data);
+    let c = r.check(&CheckOptions::default()).unwrap();
+    assert!(c.ok(), "{:?}", c.problems);
+}
+
+#[test]
+fn s3_server_stopped_mid_backup_restore_and_gc() {
+    let Some(m) = Minio::start() else { return };
+    let m = Arc::new(m);
+    let loc = m.location(&folder("stop"));
+    let plain =
+        || -> Arc<dyn ObjectStore> { Arc::new(S3Store::open(&loc, quick_options()).unwrap()) };
+    let v1 = bytes(11, 600_000);
+    let id1 = committed(plain(), &v1);
+
+    // Backup: the server dies at the 3rd upload.
+    let stopper = m.clone();
+    let trig = Arc::new(
+        Trigger::new(
+            S3Store::open(&loc, quick_options()).unwrap(),
+            3,
+            |op| matches!(op, Op::Put),
+            Box::new(move || stopper.stop()),
+        )
+        .disarmed(),
+    );
+    let mut w = writer(trig.clone());
+    trig.arm();
+    let v2 = bytes(12, 900_000);
+    let e = backup(&mut w, "s", &v2).unwrap_err();
+    assert!(trig.fired());
+    assert_one_line(&e, &[&m.endpoint()]);
+    m.resume();
+    // The same writer goes on once the server is back.
+    let id2 = backup(&mut w, "s", &v2).unwrap();
+    w.close().unwrap();
+    intact(plain(), id1, &v1);
+    intact(plain(), id2, &v2);
+
+    // Restore: the server dies at the 2nd read of a container.
+    let stopper = m.clone();
+    let trig = Arc::new(
+        Trigger::new(
+            S3Store::open(&loc, quick_options()).unwrap(),
+            2,
+            |op| matches!(op, Op::Get),
+            Box::new(move || stopper.stop()),
+        )
+        .disarmed(),
+    );
+    let r = Repository::open(trig.clone()).unwrap();
+    trig.arm();
+    let e = restore(&r, id2).unwrap_err();
+    assert!(trig.fired());
+    assert_one_line(&e, &[&m.endpoint()]);
+    m.resume();
+    assert_eq!(restore(&r, id2).unwrap(), v2);
+
+    // GC: the server dies at its first delete (after the sweep's copies).
+    let mut w = writer(plain());
+    w.forget(&[id1]).unwrap();
+    w.close().unwrap();
+    let stopper = m.clone();
+    let trig = Arc::new(
+        Trigger::new(
+            S3Store::open(&loc, quick_options()).unwrap(),
+            1,
+            |op| matches!(op, Op::Delete),
+            Box::new(move || stopper.stop()),
+        )
+        .disarmed(),
+    );
+    let mut w = writer(trig.clone());
+    trig.arm();
+    let e = w.gc(&GcOptions::default()).unwrap_err();
+    assert!(trig.fired());
+    assert_one_line(&e, &[&m.endpoint()]);
+    m.resume();
+    w.gc(&GcOptions::default()).unwrap();
+    w.close().unwrap();
+    intact(plain(), id2, &v2);
+    let r = Repository::open(plain()).unwrap();
+    assert_eq!(r.backups().len(), 1);
+}
+
+#[test]
+fn s3_connection_resets_are_retried_or_reported_never_lost() {
+    let Some(m) = Minio::start() else { return };
+    // Every connection resets after 64 KiB: a 200 KB upload never arrives,
+    // and the barrier says so.
+    let proxy = ResetProxy::start(m.port, 64 * 1024);
+    let loc = proxy.location(&folder("reset"));
+    let store = S3Store::open(&loc, quick_options()).unwrap();
+    let big = bytes(5, 200_000);
+    store.put(&ObjectKey::IndexSegment(1), &big).unwrap();
+    let e = store.barrier().unwrap_err();
+    assert_one_line(&e, &["did not all arrive"]);
+    assert!(proxy.resets.load(Ordering::Relaxed) > 0);
+    // Small requests pass; the lost object is not there.
+    assert!(store.get(&ObjectKey::IndexSegment(1)).is_err());
+
+    // Once the connections stop resetting, the same store works again.
+    proxy.armed.store(false, Ordering::Relaxed);
+    store.put(&ObjectKey::IndexSegment(1), &big).unwrap();
+    store.barrier().unwrap();
+    assert_eq!(store.get(&ObjectKey::IndexSegment(1)).unwrap(), big);
+
+    // A backup through a proxy that resets its first connections is
+    // retried to success, byte for byte.
+    let proxy = ResetProxy::start(m.port, 100 * 1024);
+    let loc = proxy.location(&folder("reset-backup"));
+    let mut patient = quick_options();
+    patient.max_retries = 10;
+    patient.retry_timeout = std::time::Duration::from_secs(30);
+    let store: Arc<dyn ObjectStore> = Arc::new(S3Store::open(&loc, patient).unwrap());
+    init(store.clone());
+    let mut w = writer(store.clone());
+    let data = bytes(6, 1_500_000);
+    // Connections reset after 100 KB each while the backup runs: the
+    // requests cut off are retried on new connections.
+    let id = backup(&mut w, "s", &data).unwrap();
+    assert!(proxy.resets.load(Ordering::Relaxed) > 0);
+    w.close().unwrap();
+    intact(store, id, &data);
+}
+
+/// Backup and restore throughput on MinIO against the local backend on the
+/// same data, with request counts; and GC traffic, full mark against
+/// focused. `TESSERA_S3_BENCH_MB` (default 256) sets the size. Run with
+/// `cargo test --release -p tessera-core --test it s3_bench -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn s3_bench_backup_restore_and_gc_traffic() {
+    let Some(m) = Minio::start() else { return };
+    let mb: usize = std::env::var("TESSERA_S3_BENCH_MB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(256);
+    let v1 = bytes(21, mb << 20);
+    let v2 = mutate(&v1, 22, 64 << 10);
+    let dir = tempfile::Builder::new()
+        .prefix("s3fgc-bench-")
+        .tempdir()
+        .unwrap();
+    let local: Arc<dyn ObjectStore> = Arc::new(LocalStore::create(&dir.path().join("r")).unwrap());
+    let remote: Arc<dyn ObjectStore> = s3(&m, "bench");
+    for (name, store) in [("local", local), ("minio", remote)] {
+        let counted = Arc::new(CountingStore::new(store));
+        tessera_core::Repository::init(counted.clone(), &tessera_core::InitOptions::default())
+            .unwrap();
+        let mut w = writer(counted.clone());
+        let t = std::time::Instant::now();
+        let id1 = backup(&mut w, "s", &v1).unwrap();
+        let secs = t.elapsed().as_secs_f64();
+        let io = counted.counters();
+        println!(
+            "{name}: backup {mb} MiB {:.0} MB/s, {} PUTs ({} MB), {} GETs",
+            (mb << 20) as f64 / secs / 1e6,
+            io.puts,
+            io.put_bytes >> 20,
+            io.gets
+        );
+        let id2 = backup(&mut w, "s", &v2).unwrap();
+        w.close().unwrap();
+        let before = counted.counters();
+        let r = Repository::open(counted.clone()).unwrap();
+        let t = std::time::Instant::now();
+        assert!(restore(&r, id2).unwrap() == v2);
+        let secs = t.elapsed().as_secs_f64();
+        let io = counted.counters().since(&before);
+        println!(
+            "{name}: restore {:.0} MB/s, {} GETs ({} MB)",
+            v2.len() as f64 / secs / 1e6,
+            io.gets,
+            io.get_bytes >> 20
+        );
+        drop(r);
+        let mut w = writer(counted.clone());
+        w.forget(&[id1]).unwrap();
+        for mark in [
+            tessera_core::gc::MarkSpec::Logical,
+            tessera_core::gc::MarkSpec::Focused,
+        ] {
+            let plan = w
+                .plan_gc(&GcOptions {
+                    mark,
+                    ..Default::default()
+                })
+                .unwrap();
+            println!(
+                "{name}: gc mark {mark}: {:.3} s, {} KB of recipes read, {} bytes of mark memory",
+                plan.mark_seconds,
+                plan.mark_bytes_read >> 10,
+                plan.mark.memory_bytes
+            );
+        }
+        w.close().unwrap();
+    }
+}
