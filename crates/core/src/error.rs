@@ -43,7 +43,10 @@ impl fmt::Display for ObjectRef {
                 ObjectKey::IndexSegment(_) => write!(f, "index segment {key}"),
                 ObjectKey::Volume(_) => write!(f, "volume header {key}"),
                 ObjectKey::NdfTable(_) => write!(f, "NDF table {key}"),
-                ObjectKey::Lock | ObjectKey::Stray(_) => key.fmt(f),
+                ObjectKey::Lock
+                | ObjectKey::SharedLock(_)
+                | ObjectKey::Gc(_)
+                | ObjectKey::Stray(_) => key.fmt(f),
             },
             ObjectRef::RecipeChunk(fp) => write!(f, "recipe chunk {}", fp.to_hex()),
             ObjectRef::DataChunk(fp) => write!(f, "chunk {}", fp.to_hex()),

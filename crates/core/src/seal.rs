@@ -131,6 +131,13 @@ impl SealedStore {
         self.store.put_owned(key, sealed)
     }
 
+    /// Seal and create a whole object only if absent (a manifest
+    /// generation's compare-and-swap); false if it existed.
+    pub fn put_if_absent(&self, key: &ObjectKey, plain: Vec<u8>) -> Result<bool> {
+        let sealed = self.sealer.seal(key, plain)?;
+        self.store.put_if_absent(key, &sealed)
+    }
+
     /// Get and open a whole object.
     pub fn get(&self, key: &ObjectKey) -> Result<ObjectBytes> {
         let sealed = self.store.get_whole(key, Vec::new())?;

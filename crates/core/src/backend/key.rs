@@ -23,16 +23,24 @@ pub enum KeyKind {
     Volume,
     /// MFDedup NDF fingerprint tables, one per version (`ndf/<id>`).
     NdfTable,
+    /// Shared locks, one per holder (`locks/<token>`): backups, GCs and
+    /// readers running at once (see [`crate::lock`]).
+    SharedLock,
+    /// Online GC's coordination objects (`gc/lock`, `gc/state`,
+    /// `gc/resurrect/<token>-<n>`; see [`crate::gc::online`]).
+    Gc,
 }
 
 impl KeyKind {
-    pub const ALL: [KeyKind; 6] = [
+    pub const ALL: [KeyKind; 8] = [
         KeyKind::Manifest,
         KeyKind::Container,
         KeyKind::IndexSegment,
         KeyKind::Lock,
         KeyKind::Volume,
         KeyKind::NdfTable,
+        KeyKind::SharedLock,
+        KeyKind::Gc,
     ];
 
     /// What every name of this kind starts with (the whole name for the lock).
@@ -44,6 +52,8 @@ impl KeyKind {
             KeyKind::Lock => "lock",
             KeyKind::Volume => "volumes/",
             KeyKind::NdfTable => "ndf/",
+            KeyKind::SharedLock => "locks/",
+            KeyKind::Gc => "gc/",
         }
     }
 
@@ -69,6 +79,10 @@ pub enum ObjectKey {
     Volume(u64),
     /// An MFDedup NDF table: the distinct data fingerprints of one version.
     NdfTable(u64),
+    /// One holder's shared lock, named by its token.
+    SharedLock(String),
+    /// An online-GC object, by its name under `gc/`.
+    Gc(String),
     /// A listed name that is none of the above (`containers/junk`): kept
     /// whole so it can be reported and deleted, never written by the engine.
     Stray(String),
@@ -96,6 +110,14 @@ impl ObjectKey {
             Some(KeyKind::Lock) => Some(ObjectKey::Lock),
             Some(KeyKind::Volume) => numbered("volumes/").map(ObjectKey::Volume),
             Some(KeyKind::NdfTable) => numbered("ndf/").map(ObjectKey::NdfTable),
+            Some(KeyKind::SharedLock) => name
+                .strip_prefix("locks/")
+                .filter(|t| !t.is_empty() && !t.contains('/'))
+                .map(|t| ObjectKey::SharedLock(t.to_string())),
+            Some(KeyKind::Gc) => name
+                .strip_prefix("gc/")
+                .filter(|t| !t.is_empty() && !t.ends_with('/'))
+                .map(|t| ObjectKey::Gc(t.to_string())),
             None => None,
         };
         // Only the canonical spelling parses, so a key's name round-trips
@@ -120,6 +142,8 @@ impl ObjectKey {
             ObjectKey::Lock => Some(KeyKind::Lock),
             ObjectKey::Volume(_) => Some(KeyKind::Volume),
             ObjectKey::NdfTable(_) => Some(KeyKind::NdfTable),
+            ObjectKey::SharedLock(_) => Some(KeyKind::SharedLock),
+            ObjectKey::Gc(_) => Some(KeyKind::Gc),
             ObjectKey::Stray(name) => KeyKind::of_name(name),
         }
     }
@@ -154,6 +178,8 @@ impl fmt::Display for ObjectKey {
             ObjectKey::Lock => f.write_str("lock"),
             ObjectKey::Volume(id) => write!(f, "volumes/{id:016x}"),
             ObjectKey::NdfTable(id) => write!(f, "ndf/{id:016x}"),
+            ObjectKey::SharedLock(t) => write!(f, "locks/{t}"),
+            ObjectKey::Gc(name) => write!(f, "gc/{name}"),
             ObjectKey::Stray(name) => f.write_str(name),
         }
     }
@@ -223,6 +249,8 @@ mod tests {
             ObjectKey::Lock,
             ObjectKey::Volume(7),
             ObjectKey::NdfTable(8),
+            ObjectKey::SharedLock("12-0-99".into()),
+            ObjectKey::Gc("resurrect/12-0-99-3".into()),
         ] {
             assert_eq!(ObjectKey::parse(&k.name()), k);
         }
