@@ -379,6 +379,18 @@ impl RepoLock {
         Ok(shared)
     }
 
+    /// Keep an exclusive lock taken [`brief`](Self::acquire_brief) for
+    /// long after all (an MFDedup writer): shared acquirers stop waiting.
+    pub fn settle(&self) -> Result<()> {
+        let mut h = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        h.info.brief = false;
+        let stored = Held::encode(&h.info, &h.token)?;
+        h.backend.put(&h.key, &stored)?;
+        h.backend.barrier()?;
+        h.stored = stored;
+        Ok(())
+    }
+
     /// This acquisition's token (names a shared lock; online GC's
     /// resurrection records carry it to tell live writers from gone ones).
     pub fn token(&self) -> String {
@@ -611,17 +623,32 @@ pub fn read_lock(backend: &dyn ObjectStore) -> Result<Option<LockInfo>> {
     }
 }
 
-/// Remove the lock unconditionally (`tessera unlock`); returns what it said,
-/// if it could be parsed. The removal is synced.
+/// Remove every lock unconditionally (`tessera unlock`: the exclusive
+/// lock, the shared ones and the GC lock); returns what the exclusive one
+/// said (else the first shared one), if it could be parsed. The removal is
+/// synced.
 pub fn break_lock(backend: &dyn ObjectStore) -> Result<Option<LockInfo>> {
-    let bytes = match backend.get(&ObjectKey::Lock) {
-        Ok(b) => b,
-        Err(Error::MissingObject(_)) => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    backend.delete(&ObjectKey::Lock)?;
-    backend.barrier()?;
-    Ok(serde_json::from_slice(&bytes).ok())
+    let mut keys = vec![ObjectKey::Lock];
+    keys.extend(backend.list(KeyKind::SharedLock)?);
+    keys.push(ObjectKey::Gc("lock".into()));
+    let mut said = None;
+    let mut any = false;
+    for key in keys {
+        let bytes = match backend.get(&key) {
+            Ok(b) => b,
+            Err(Error::MissingObject(_)) => continue,
+            Err(e) => return Err(e),
+        };
+        backend.delete(&key)?;
+        any = true;
+        if said.is_none() {
+            said = serde_json::from_slice(&bytes).ok();
+        }
+    }
+    if any {
+        backend.barrier()?;
+    }
+    Ok(said)
 }
 
 /// Whether a lock is stale at `now` (unix seconds), and why; `None` while

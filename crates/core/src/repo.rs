@@ -267,13 +267,17 @@ impl Repository {
 
     /// Open for reading holding a shared reader lock: a concurrent GC does
     /// not delete containers while the handle lives (restore, ls, check).
+    /// Without a lock (an exclusive holder, a read-only store) it opens
+    /// as [`open`](Self::open) does.
     pub fn open_reader(backend: Arc<dyn ObjectStore>, command: &str) -> Result<Self> {
         if latest_generation(&*backend)?.is_none() {
             return Err(Error::NoRepository(backend.location().into()));
         }
-        let lock = RepoLock::acquire_shared(backend.clone(), command, true)?;
+        // Best effort: a read-only store, or a writer holding the
+        // exclusive lock, never keeps a reader out.
+        let lock = RepoLock::acquire_shared(backend.clone(), command, true).ok();
         let mut repo = Self::open(backend)?;
-        repo.reader_lock = Some(lock);
+        repo.reader_lock = lock;
         Ok(repo)
     }
 
@@ -346,26 +350,21 @@ impl Repository {
         if latest_generation(&*backend)?.is_none() {
             return Err(Error::NoRepository(backend.location().into()));
         }
-        let layout = read_newest(&SealedStore::plain(backend.clone()))?
-            .config
-            .layout;
-        if layout == crate::layout::LayoutKind::Mfdedup {
-            let lock = RepoLock::acquire(backend.clone(), command)?;
-            let repo = Self::open(backend)?;
-            let leftovers = repo.remove_leftovers()?;
-            return Ok(Writer {
-                repo,
-                lock: Some(lock),
-                leftovers,
-                files_cache: None,
-            });
-        }
+        let mfdedup =
+            |r: &Repository| r.manifest.config.layout == crate::layout::LayoutKind::Mfdedup;
         match RepoLock::acquire_brief(backend.clone(), command) {
             Ok(alone) => {
                 let mut repo = Self::open(backend)?;
                 let leftovers = repo.remove_leftovers()?;
-                let lock = alone.downgrade(false)?;
-                repo.writer_token = Some(lock.token());
+                let lock = if mfdedup(&repo) {
+                    alone.settle()?;
+                    alone
+                } else {
+                    let shared = alone.downgrade(false)?;
+                    // Only containers take part in online GC.
+                    repo.writer_token = Some(shared.token());
+                    shared
+                };
                 Ok(Writer {
                     repo,
                     lock: Some(lock),
@@ -373,9 +372,14 @@ impl Repository {
                     files_cache: None,
                 })
             }
-            Err(Error::Locked(_)) => {
+            Err(Error::Locked(why)) => {
                 let lock = RepoLock::acquire_shared(backend.clone(), command, false)?;
                 let mut repo = Self::open(backend)?;
+                if mfdedup(&repo) {
+                    return Err(Error::Locked(format!(
+                        "the mfdedup layout has one writer at a time: {why}"
+                    )));
+                }
                 repo.writer_token = Some(lock.token());
                 let mut w = Writer {
                     repo,

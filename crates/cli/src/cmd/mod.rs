@@ -218,7 +218,12 @@ pub fn open_repo(
     _repo: &RepoArg,
     backend: Arc<dyn ObjectStore>,
 ) -> Result<tessera_core::Repository> {
-    Ok(tessera_core::Repository::open(backend)?)
+    // A reader lock: a GC in another process waits for it before deleting
+    // containers this command may read.
+    Ok(tessera_core::Repository::open_reader(
+        backend,
+        "tessera (reading)",
+    )?)
 }
 
 /// The store of an existing repository.

@@ -12,5 +12,6 @@ mod kill;
 mod lab;
 mod mfdedup;
 mod mount;
+mod online;
 mod rewrite;
 mod snapshots;

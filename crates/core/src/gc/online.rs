@@ -48,7 +48,7 @@ use std::collections::HashSet;
 pub const HISTORY: usize = 64;
 /// A backup confirms its deduplicated chunks (writes a record, reads the
 /// state) at least every this many bytes of them, which it holds until then.
-pub const CONFIRM_BYTES: usize = 8 << 20;
+pub const CONFIRM_BYTES: usize = 32 << 20;
 /// ... or every this many chunks.
 pub const CONFIRM_CHUNKS: usize = 1 << 16;
 
@@ -574,7 +574,12 @@ impl crate::repo::Writer {
         // Planned on a generation read after the run was announced: a
         // backup that committed before is in the mark; one that commits
         // later keeps its records until this run is done.
-        let planned = self.reload().and_then(|()| self.plan_gc(opts));
+        let fresh = match crate::repo::read_newest(&self.objects) {
+            Ok(m) if m.generation == self.manifest.generation => Ok(()),
+            Ok(_) => self.reload(),
+            Err(e) => Err(e),
+        };
+        let planned = fresh.and_then(|()| self.plan_gc(opts));
         match planned {
             Ok(p) => {
                 run.plan = Some(p);
