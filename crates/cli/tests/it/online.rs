@@ -189,7 +189,7 @@ fn backups_forgets_gcs_and_restores_at_once() {
             );
         }
         let mut jobs: Vec<Job> = Vec::new();
-        let mut spawn = |what: String, mut c: Command, killable: bool, r: &mut Rng| -> Job {
+        let spawn = |what: String, mut c: Command, killable: bool, r: &mut Rng| -> Job {
             std::thread::sleep(Duration::from_millis(r.below(40)));
             let kill_at =
                 (killable && r.below(6) == 0).then(|| Duration::from_millis(5 + r.below(150)));
@@ -261,10 +261,17 @@ fn backups_forgets_gcs_and_restores_at_once() {
             .map(|(i, n)| (*i, n.clone()))
             .collect();
         let restore = (!safe.is_empty()).then(|| safe[r.below(safe.len() as u64) as usize].clone());
+        // Read its output as it comes: a GC waits for the reader to end.
         let restore_job = restore.map(|(id, n)| {
             let mut c = tessera(&repo);
             c.args(["restore", &id.to_string(), "--stdout"]);
-            (spawn(format!("restore {id}"), c, false, &mut r), n)
+            let job = spawn(format!("restore {id}"), c, false, &mut r);
+            let what = job.what.clone();
+            (
+                std::thread::spawn(move || job.child.wait_with_output()),
+                what,
+                n,
+            )
         });
         // Run them out, killing the chosen ones.
         let t0 = Instant::now();
@@ -302,19 +309,17 @@ fn backups_forgets_gcs_and_restores_at_once() {
                 gcs_done += 1;
             }
         }
-        if let Some((job, n)) = restore_job {
-            let out = job.child.wait_with_output().unwrap();
+        if let Some((job, what, n)) = restore_job {
+            let out = job.join().unwrap().unwrap();
             assert!(
                 out.status.success(),
-                "round {round}: {} failed: {}",
-                job.what,
+                "round {round}: {what} failed: {}",
                 String::from_utf8_lossy(&out.stderr)
             );
             let (fam, edit) = names[&n];
             assert!(
                 out.stdout == version(fam, edit),
-                "round {round}: {} restored wrong bytes",
-                job.what
+                "round {round}: {what} restored wrong bytes"
             );
             restores += 1;
         }
