@@ -46,6 +46,8 @@ impl fmt::Display for ObjectRef {
                 ObjectKey::Lock
                 | ObjectKey::SharedLock(_)
                 | ObjectKey::Gc(_)
+                | ObjectKey::Config
+                | ObjectKey::KeySlot(_)
                 | ObjectKey::Stray(_) => key.fmt(f),
             },
             ObjectRef::RecipeChunk(fp) => write!(f, "recipe chunk {}", fp.to_hex()),
@@ -193,6 +195,10 @@ pub enum Error {
         found: u32,
         supported: u32,
     },
+    /// No password given for an encrypted repository, or none of its key
+    /// slots opens with the one given.
+    #[error("{0}")]
+    Key(String),
     /// A snapshot id that matches no backup (or more than one).
     #[error("{0}")]
     Snapshot(String),

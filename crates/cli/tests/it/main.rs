@@ -14,4 +14,5 @@ mod mfdedup;
 mod mount;
 mod online;
 mod rewrite;
+mod seal;
 mod snapshots;
