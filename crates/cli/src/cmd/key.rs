@@ -111,9 +111,11 @@ pub fn new_password(repo: &RepoArg, file: Option<&Path>, for_init: bool) -> Resu
 pub fn open(repo: &RepoArg, backend: Arc<dyn ObjectStore>) -> Result<Repository> {
     // A reader lock: a GC in another process waits for it before deleting
     // containers this command may read.
-    Ok(Repository::open_reader_with(backend, "tessera (reading)", &|| {
-        password(repo).map_err(|e| tessera_core::Error::Key(ui::one_line(&e)))
-    })?)
+    Ok(Repository::open_reader_with(
+        backend,
+        "tessera (reading)",
+        &|| password(repo).map_err(|e| tessera_core::Error::Key(ui::one_line(&e))),
+    )?)
 }
 
 /// Open for writing, asking for the password only if needed.

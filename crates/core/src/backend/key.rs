@@ -38,7 +38,7 @@ pub enum KeyKind {
 }
 
 impl KeyKind {
-    pub const ALL: [KeyKind; 8] = [
+    pub const ALL: [KeyKind; 10] = [
         KeyKind::Manifest,
         KeyKind::Container,
         KeyKind::IndexSegment,
