@@ -19,7 +19,11 @@ use std::time::{Duration, Instant};
 
 fn tessera(repo: &Path) -> Command {
     let mut c = Command::new(assert_cmd::cargo::cargo_bin("tessera"));
-    c.env("TESSERA_REPO", repo).env_remove("RUST_BACKTRACE");
+    c.env("TESSERA_REPO", repo)
+        .env_remove("RUST_BACKTRACE")
+        // Encrypted (the default), with a cheap key derivation.
+        .env("TESSERA_PASSWORD", "test password")
+        .env("TESSERA_KDF", "m=8,t=1,p=1");
     c.env(
         "TESSERA_CACHE_DIR",
         std::env::temp_dir().join("tessera-cli-tests-cache"),
