@@ -214,7 +214,11 @@ fn backups_forgets_gcs_and_restores_at_once() {
         };
         // The GC, of each mark in turn (GCCDF's sweep every fourth round).
         let mark = marks[(round % 3) as usize];
-        let strategy = if round % 4 == 0 { "gccdf" } else { "naive" };
+        let strategy = if round.is_multiple_of(4) {
+            "gccdf"
+        } else {
+            "naive"
+        };
         let mut c = tessera(&repo);
         c.args(["gc", "--json", "--mark", mark, "--strategy", strategy]);
         let mut j = spawn(
@@ -244,7 +248,7 @@ fn backups_forgets_gcs_and_restores_at_once() {
         jobs.push(j);
         // A forget of an older backup of a third family, now and then.
         let fam_old = (round + 1) % FAMILIES;
-        if round % 2 == 0 {
+        if round.is_multiple_of(2) {
             if let Some((id, n)) = now
                 .iter()
                 .find(|(_, n)| names[*n].0 == fam_old && !targeted.contains(*n))
