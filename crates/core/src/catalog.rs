@@ -247,6 +247,183 @@ impl Manifest {
     }
 }
 
+/// One writer's change to the catalog, as the difference between the
+/// generation it started from and the one it means to publish, so that it
+/// can be merged into a newer generation when another writer published
+/// first (compare-and-swap on `manifests/<g+1>` failed). The merge rules
+/// (docs/FORMAT.md, "Concurrent commits"):
+///
+/// * backups: the ones it added are appended, renumbered from the newer
+///   generation's `next_backup_id` if another writer took their ids; the
+///   ones it removed (forget) are removed if still there;
+/// * forgotten: its additions appended (once per id), its removals (a GC's
+///   accounted deletions) removed — another writer's forgets stay;
+/// * containers and index segments: its removals removed, its additions
+///   appended (in order: a later segment's entry wins, and index entries
+///   naming a container no longer listed are ignored when loading);
+/// * `next_*` allocators: the larger; `har_sparse`: its value if it set one.
+///
+/// MFDedup's state is not merged: a change to it publishes only on the
+/// generation it started from (MFDedup writers hold the exclusive lock).
+#[derive(Clone, Debug, Default)]
+pub struct Change {
+    base_next_backup: BackupId,
+    added_backups: Vec<BackupEntry>,
+    removed_backups: Vec<BackupId>,
+    added_forgotten: Vec<BackupEntry>,
+    removed_forgotten: Vec<BackupId>,
+    added_containers: Vec<ContainerEntry>,
+    removed_containers: Vec<ContainerId>,
+    added_segments: Vec<ObjectKey>,
+    removed_segments: Vec<ObjectKey>,
+    har_sparse: Option<Vec<ContainerId>>,
+    next_container_id: ContainerId,
+    next_segment_id: u64,
+    mfdedup_changed: bool,
+}
+
+impl Change {
+    /// What turns `base` into `next`.
+    pub fn between(base: &Manifest, next: &Manifest) -> Change {
+        use std::collections::HashSet;
+        let ids = |v: &[BackupEntry]| v.iter().map(|b| b.id).collect::<HashSet<_>>();
+        let (bb, nb) = (ids(&base.backups), ids(&next.backups));
+        let (bf, nf) = (ids(&base.forgotten), ids(&next.forgotten));
+        let bc: HashSet<_> = base.containers.iter().map(|c| c.id).collect();
+        let nc: HashSet<_> = next.containers.iter().map(|c| c.id).collect();
+        let bs: HashSet<_> = base.index_segments.iter().collect();
+        let ns: HashSet<_> = next.index_segments.iter().collect();
+        Change {
+            base_next_backup: base.next_backup_id,
+            added_backups: next
+                .backups
+                .iter()
+                .filter(|b| !bb.contains(&b.id))
+                .cloned()
+                .collect(),
+            removed_backups: base
+                .backups
+                .iter()
+                .filter(|b| !nb.contains(&b.id))
+                .map(|b| b.id)
+                .collect(),
+            added_forgotten: next
+                .forgotten
+                .iter()
+                .filter(|b| !bf.contains(&b.id))
+                .cloned()
+                .collect(),
+            removed_forgotten: base
+                .forgotten
+                .iter()
+                .filter(|b| !nf.contains(&b.id))
+                .map(|b| b.id)
+                .collect(),
+            added_containers: next
+                .containers
+                .iter()
+                .filter(|c| !bc.contains(&c.id))
+                .copied()
+                .collect(),
+            removed_containers: base
+                .containers
+                .iter()
+                .filter(|c| !nc.contains(&c.id))
+                .map(|c| c.id)
+                .collect(),
+            added_segments: next
+                .index_segments
+                .iter()
+                .filter(|k| !bs.contains(k))
+                .cloned()
+                .collect(),
+            removed_segments: base
+                .index_segments
+                .iter()
+                .filter(|k| !ns.contains(k))
+                .cloned()
+                .collect(),
+            har_sparse: (next.har_sparse != base.har_sparse).then(|| next.har_sparse.clone()),
+            next_container_id: next.next_container_id,
+            next_segment_id: next.next_segment_id,
+            mfdedup_changed: next.mfdedup != base.mfdedup,
+        }
+    }
+
+    /// Whether the change touches nothing.
+    pub fn is_empty(&self) -> bool {
+        self.added_backups.is_empty()
+            && self.removed_backups.is_empty()
+            && self.added_forgotten.is_empty()
+            && self.removed_forgotten.is_empty()
+            && self.added_containers.is_empty()
+            && self.removed_containers.is_empty()
+            && self.added_segments.is_empty()
+            && self.removed_segments.is_empty()
+            && self.har_sparse.is_none()
+            && !self.mfdedup_changed
+    }
+
+    /// The change applied to `newer` (another writer's generation): the
+    /// merged manifest (its generation still `newer`'s) and the backups
+    /// this change added, as merged (renumbered if need be).
+    pub fn apply(&self, newer: &Manifest) -> Result<(Manifest, Vec<BackupEntry>)> {
+        if self.mfdedup_changed {
+            return Err(Error::Locked(
+                "another writer published while this MFDedup writer held the exclusive lock".into(),
+            ));
+        }
+        let mut m = newer.clone();
+        m.backups.retain(|b| !self.removed_backups.contains(&b.id));
+        // Ids this change allocated that another writer allocated too.
+        let renumber = m.next_backup_id > self.base_next_backup;
+        let mut remap = std::collections::HashMap::new();
+        let mut added = Vec::with_capacity(self.added_backups.len());
+        for b in &self.added_backups {
+            let mut b = b.clone();
+            if renumber {
+                remap.insert(b.id, m.next_backup_id);
+                b.id = m.next_backup_id;
+            }
+            m.next_backup_id = m.next_backup_id.max(b.id.next());
+            added.push(b);
+        }
+        for b in &mut added {
+            if let Some(p) = b.meta.parent.and_then(|p| remap.get(&p)) {
+                b.meta.parent = Some(*p);
+            }
+        }
+        m.backups.extend(added.iter().cloned());
+        m.forgotten
+            .retain(|b| !self.removed_forgotten.contains(&b.id));
+        for f in &self.added_forgotten {
+            if !m.forgotten.iter().any(|g| g.id == f.id) {
+                m.forgotten.push(f.clone());
+            }
+        }
+        m.containers
+            .retain(|c| !self.removed_containers.contains(&c.id));
+        for c in &self.added_containers {
+            if !m.containers.iter().any(|d| d.id == c.id) {
+                m.containers.push(*c);
+            }
+        }
+        m.index_segments
+            .retain(|k| !self.removed_segments.contains(k));
+        for k in &self.added_segments {
+            if !m.index_segments.contains(k) {
+                m.index_segments.push(k.clone());
+            }
+        }
+        if let Some(h) = &self.har_sparse {
+            m.har_sparse = h.clone();
+        }
+        m.next_container_id = m.next_container_id.max(self.next_container_id);
+        m.next_segment_id = m.next_segment_id.max(self.next_segment_id);
+        Ok((m, added))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

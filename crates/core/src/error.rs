@@ -45,6 +45,8 @@ impl fmt::Display for ObjectRef {
                 ObjectKey::NdfTable(_) => write!(f, "NDF table {key}"),
                 ObjectKey::RefGraph(_) => write!(f, "reference graph segment {key}"),
                 ObjectKey::Lock
+                | ObjectKey::SharedLock(_)
+                | ObjectKey::Gc(_)
                 | ObjectKey::Config
                 | ObjectKey::KeySlot(_)
                 | ObjectKey::Stray(_) => key.fmt(f),

@@ -1,9 +1,21 @@
-//! The repository writer lock.
+//! The repository locks: shared for backups, GCs and readers, exclusive
+//! only where it must be (`init`, MFDedup writers, removing leftovers).
 //!
-//! One writer at a time: the lock is the object [`ObjectKey::Lock`], created
-//! with [`ObjectStore::put_if_absent`] so that exactly one of two racing
-//! writers gets it. It is not sealed (see [`crate::seal`]): whoever can reach
-//! the store must be able to tell who holds it.
+//! * **Exclusive**: the object [`ObjectKey::Lock`], created with
+//!   [`ObjectStore::put_if_absent`] so that exactly one of two racing
+//!   acquirers gets it; then the acquirer lists the shared locks and backs
+//!   off (removes its own) if a live one exists.
+//! * **Shared**: one object per holder, [`ObjectKey::SharedLock`] named by
+//!   the acquisition's token; the acquirer writes it, then reads the
+//!   exclusive lock and backs off if a live one exists (waiting a while for
+//!   a [`brief`](LockInfo::brief) one: a writer removing leftovers).
+//!   Write-then-check on both sides means an exclusive and a shared holder
+//!   never both proceed (at worst both back off).
+//! * **GC**: GCs run one at a time ([`RepoLock::acquire_gc`], the object
+//!   `gc/lock`), beside the shared lock every GC also holds.
+//!
+//! Locks are not sealed (see [`crate::seal`]): whoever can reach the store
+//! must be able to tell who holds them.
 //!
 //! It records who holds it, so that a refused writer can tell the operator
 //! whom to wait for, and so that a lock left by a crash (a `kill -9`, an OOM
@@ -21,9 +33,11 @@
 //!   broken automatically, otherwise only `tessera unlock` breaks it.
 //!
 //! Either way the acquirer learns what it broke ([`RepoLock::broken`]), so
-//! the command can say so in one line. Readers take no lock.
+//! the command can say so in one line. The same rules judge every kind of
+//! lock: a stale shared lock is broken by the next exclusive acquirer, a
+//! stale exclusive one by the next shared acquirer.
 
-use crate::backend::{ObjectKey, ObjectStore};
+use crate::backend::{KeyKind, ObjectKey, ObjectStore};
 use crate::error::{Error, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
@@ -63,6 +77,21 @@ pub struct LockInfo {
     /// cannot see, so its lock is judged as another host's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid_ns: Option<String>,
+    /// A shared lock (one of several holders).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub shared: bool,
+    /// A shared holder that reads containers (restore, ls, check): GC waits
+    /// for it before deleting containers it may be reading.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub reader: bool,
+    /// An exclusive lock held for moments only (a writer removing
+    /// leftovers): shared acquirers wait for it instead of failing.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub brief: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl LockInfo {
@@ -135,6 +164,8 @@ struct StoredLock<'a> {
 /// What the holder and its refresh thread share.
 struct Held {
     backend: Arc<dyn ObjectStore>,
+    /// Where the lock is: [`ObjectKey::Lock`], a shared lock, or `gc/lock`.
+    key: ObjectKey,
     info: LockInfo,
     token: String,
     /// Exactly what is stored now, to recognise our own lock.
@@ -150,7 +181,7 @@ impl Held {
     /// Rewrite the lock with a new `refreshed` time, unless it is no longer
     /// ours (broken by `tessera unlock`, perhaps taken by another writer).
     fn refresh(&mut self, now: u64) -> Result<bool> {
-        match self.backend.get(&ObjectKey::Lock) {
+        match self.backend.get(&self.key) {
             Ok(current) if current == self.stored => {}
             Ok(_) | Err(Error::MissingObject(_)) => return Ok(false),
             Err(e) => return Err(e),
@@ -158,7 +189,7 @@ impl Held {
         let mut info = self.info.clone();
         info.refreshed = now;
         let stored = Held::encode(&info, &self.token)?;
-        self.backend.put(&ObjectKey::Lock, &stored)?;
+        self.backend.put(&self.key, &stored)?;
         self.info = info;
         self.stored = stored;
         Ok(true)
@@ -186,45 +217,99 @@ impl std::fmt::Debug for RepoLock {
 }
 
 impl RepoLock {
-    /// Take the exclusive writer lock, breaking a stale one (see the module
+    /// Take the exclusive lock, breaking a stale one (see the module
     /// docs; [`broken`](Self::broken) tells what was broken), or fail with
-    /// [`Error::Locked`] saying who holds it.
+    /// [`Error::Locked`] saying who holds it (the exclusive lock or a live
+    /// shared one).
     pub fn acquire(backend: Arc<dyn ObjectStore>, command: &str) -> Result<RepoLock> {
-        static ACQUISITIONS: AtomicU64 = AtomicU64::new(0);
-        let now = crate::clock::now();
-        let info = LockInfo {
-            owner: current_owner(),
-            pid: std::process::id(),
-            host: current_host(),
-            time: now,
-            command: command.to_string(),
-            refreshed: now,
-            start_ticks: process_start_ticks(std::process::id()),
-            pid_ns: pid_namespace(),
-        };
-        let token = format!(
-            "{}-{}-{}",
-            info.pid,
-            ACQUISITIONS.fetch_add(1, Ordering::Relaxed),
-            crate::clock::now_nanos()
-        );
-        let stored = Held::encode(&info, &token)?;
-        let mut broken = None;
-        // A holder may release between our failed create and our read; then
-        // simply try again (a few times, to not spin against a flapping lock).
-        for _ in 0..3 {
-            if backend.put_if_absent(&ObjectKey::Lock, &stored)? {
-                let held = Held {
-                    backend,
-                    info,
-                    token,
-                    stored,
-                };
-                return Ok(RepoLock::start(held, broken));
-            }
-            let bytes = match backend.get(&ObjectKey::Lock) {
+        Self::acquire_exclusive(backend, command, false)
+    }
+
+    /// [`acquire`](Self::acquire), marked as held for moments only (shared
+    /// acquirers wait for it): a writer removing leftovers before it
+    /// [`downgrade`](Self::downgrade)s.
+    pub fn acquire_brief(backend: Arc<dyn ObjectStore>, command: &str) -> Result<RepoLock> {
+        Self::acquire_exclusive(backend, command, true)
+    }
+
+    fn acquire_exclusive(
+        backend: Arc<dyn ObjectStore>,
+        command: &str,
+        brief: bool,
+    ) -> Result<RepoLock> {
+        let mut info = new_info(command);
+        info.brief = brief;
+        let (held, mut broken) = take_key(backend.clone(), ObjectKey::Lock, info)?;
+        let lock = RepoLock::start(held, None);
+        // Shared holders wrote their lock before reading ours: any that we
+        // do not see now will see ours and back off.
+        for key in backend.list(KeyKind::SharedLock)? {
+            let bytes = match backend.get(&key) {
                 Ok(b) => b,
                 Err(Error::MissingObject(_)) => continue,
+                Err(e) => return Err(e),
+            };
+            let holder = match parse_at(&*backend, &key, &bytes) {
+                Ok(h) => h,
+                Err(Error::Corrupt { reason, .. }) => {
+                    return Err(Error::Locked(format!(
+                        "repository {} has a corrupt lock {key} ({reason}); \
+                         if no other tessera process uses it, run `tessera unlock` to remove it",
+                        backend.location()
+                    )))
+                }
+                Err(e) => return Err(e),
+            };
+            match staleness(&holder, crate::clock::now()) {
+                Some(why) => {
+                    if backend.get(&key).ok().as_deref() == Some(&bytes[..]) {
+                        backend.delete(&key)?;
+                        backend.barrier()?;
+                    }
+                    broken.get_or_insert(BrokenLock { holder, why });
+                }
+                None => return Err(Error::Locked(held_message(&holder))),
+            }
+        }
+        let mut lock = lock;
+        lock.broken = broken;
+        Ok(lock)
+    }
+
+    /// Take a shared lock: backups, GCs and readers (`reader`) hold one at
+    /// once. Fails with [`Error::Locked`] while a live exclusive lock is
+    /// held (after waiting up to [`BRIEF_WAIT`] for a brief one); breaks a
+    /// stale exclusive lock.
+    pub fn acquire_shared(
+        backend: Arc<dyn ObjectStore>,
+        command: &str,
+        reader: bool,
+    ) -> Result<RepoLock> {
+        let mut info = new_info(command);
+        info.shared = true;
+        info.reader = reader;
+        let token = new_token(&info);
+        let key = ObjectKey::SharedLock(token.clone());
+        let stored = Held::encode(&info, &token)?;
+        if !backend.put_if_absent(&key, &stored)? {
+            return Err(Error::invalid(format!("lock token {token} taken twice")));
+        }
+        let lock = RepoLock::start(
+            Held {
+                backend: backend.clone(),
+                key,
+                info,
+                token,
+                stored,
+            },
+            None,
+        );
+        let started = std::time::Instant::now();
+        let mut broken = None;
+        loop {
+            let bytes = match backend.get(&ObjectKey::Lock) {
+                Ok(b) => b,
+                Err(Error::MissingObject(_)) => break,
                 Err(e) => return Err(e),
             };
             let holder = match parse(&*backend, &bytes) {
@@ -239,22 +324,81 @@ impl RepoLock {
                 Err(e) => return Err(e),
             };
             match staleness(&holder, crate::clock::now()) {
-                Some(why) if broken.is_none() => {
-                    // Remove exactly the lock we judged; if it changed
-                    // meanwhile, the next round judges the new one.
+                Some(why) => {
                     if backend.get(&ObjectKey::Lock).ok().as_deref() == Some(&bytes[..]) {
                         backend.delete(&ObjectKey::Lock)?;
                         backend.barrier()?;
                     }
-                    broken = Some(BrokenLock { holder, why });
+                    broken.get_or_insert(BrokenLock { holder, why });
                 }
-                _ => return Err(Error::Locked(held_message(&holder))),
+                None if holder.brief && started.elapsed() < BRIEF_WAIT => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                None => return Err(Error::Locked(held_message(&holder))),
             }
         }
-        Err(Error::Locked(format!(
-            "repository {} is being locked and unlocked by another process; try again",
-            backend.location()
-        )))
+        let mut lock = lock;
+        lock.broken = broken;
+        Ok(lock)
+    }
+
+    /// The GC lock: one GC at a time (each also holds a shared lock).
+    pub fn acquire_gc(backend: Arc<dyn ObjectStore>, command: &str) -> Result<RepoLock> {
+        let (held, broken) = take_key(backend, ObjectKey::Gc("lock".into()), new_info(command))?;
+        Ok(RepoLock::start(held, broken))
+    }
+
+    /// Turn an exclusive lock into a shared one (a writer that removed
+    /// leftovers alone and now lets others in): the shared lock is written
+    /// before the exclusive one goes, so no exclusive acquirer slips in.
+    pub fn downgrade(self, reader: bool) -> Result<RepoLock> {
+        let (backend, mut info) = {
+            let h = self.held.lock().unwrap_or_else(|p| p.into_inner());
+            (h.backend.clone(), h.info.clone())
+        };
+        info.shared = true;
+        info.reader = reader;
+        info.brief = false;
+        let token = new_token(&info);
+        let key = ObjectKey::SharedLock(token.clone());
+        let stored = Held::encode(&info, &token)?;
+        backend.put(&key, &stored)?;
+        backend.barrier()?;
+        let broken = self.broken.clone();
+        let shared = RepoLock::start(
+            Held {
+                backend,
+                key,
+                info,
+                token,
+                stored,
+            },
+            broken,
+        );
+        self.release()?;
+        Ok(shared)
+    }
+
+    /// Keep an exclusive lock taken [`brief`](Self::acquire_brief) for
+    /// long after all (an MFDedup writer): shared acquirers stop waiting.
+    pub fn settle(&self) -> Result<()> {
+        let mut h = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        h.info.brief = false;
+        let stored = Held::encode(&h.info, &h.token)?;
+        h.backend.put(&h.key, &stored)?;
+        h.backend.barrier()?;
+        h.stored = stored;
+        Ok(())
+    }
+
+    /// This acquisition's token (names a shared lock; online GC's
+    /// resurrection records carry it to tell live writers from gone ones).
+    pub fn token(&self) -> String {
+        self.held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .token
+            .clone()
     }
 
     fn start(held: Held, broken: Option<BrokenLock>) -> RepoLock {
@@ -324,9 +468,9 @@ impl RepoLock {
 
     fn remove(&self) -> Result<()> {
         let held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        match held.backend.get(&ObjectKey::Lock) {
+        match held.backend.get(&held.key) {
             Ok(current) if current == held.stored => {
-                held.backend.delete(&ObjectKey::Lock)?;
+                held.backend.delete(&held.key)?;
                 held.backend.barrier()
             }
             Ok(_) | Err(Error::MissingObject(_)) => Ok(()),
@@ -347,10 +491,123 @@ impl Drop for RepoLock {
     }
 }
 
+/// How long a shared acquirer waits for a [`brief`](LockInfo::brief)
+/// exclusive lock (a writer removing leftovers) before giving up.
+pub const BRIEF_WAIT: Duration = Duration::from_secs(120);
+
+fn new_info(command: &str) -> LockInfo {
+    let now = crate::clock::now();
+    LockInfo {
+        owner: current_owner(),
+        pid: std::process::id(),
+        host: current_host(),
+        time: now,
+        command: command.to_string(),
+        refreshed: now,
+        start_ticks: process_start_ticks(std::process::id()),
+        pid_ns: pid_namespace(),
+        shared: false,
+        reader: false,
+        brief: false,
+    }
+}
+
+fn new_token(info: &LockInfo) -> String {
+    static ACQUISITIONS: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "{}-{}-{}",
+        info.pid,
+        ACQUISITIONS.fetch_add(1, Ordering::Relaxed),
+        crate::clock::now_nanos()
+    )
+}
+
+/// Create the single lock object `key`, breaking a stale one (the first
+/// broken is reported).
+fn take_key(
+    backend: Arc<dyn ObjectStore>,
+    key: ObjectKey,
+    info: LockInfo,
+) -> Result<(Held, Option<BrokenLock>)> {
+    let token = new_token(&info);
+    let stored = Held::encode(&info, &token)?;
+    let mut broken = None;
+    // A holder may release between our failed create and our read; then
+    // simply try again (a few times, to not spin against a flapping lock).
+    for _ in 0..3 {
+        if backend.put_if_absent(&key, &stored)? {
+            let held = Held {
+                backend,
+                key,
+                info,
+                token,
+                stored,
+            };
+            return Ok((held, broken));
+        }
+        let bytes = match backend.get(&key) {
+            Ok(b) => b,
+            Err(Error::MissingObject(_)) => continue,
+            Err(e) => return Err(e),
+        };
+        let holder = match parse_at(&*backend, &key, &bytes) {
+            Ok(h) => h,
+            Err(Error::Corrupt { reason, .. }) => {
+                return Err(Error::Locked(format!(
+                    "repository {} is locked by a corrupt lock ({reason}); \
+                     if no other tessera process uses it, run `tessera unlock` to remove the lock",
+                    backend.location()
+                )))
+            }
+            Err(e) => return Err(e),
+        };
+        match staleness(&holder, crate::clock::now()) {
+            Some(why) if broken.is_none() => {
+                // Remove exactly the lock we judged; if it changed
+                // meanwhile, the next round judges the new one.
+                if backend.get(&key).ok().as_deref() == Some(&bytes[..]) {
+                    backend.delete(&key)?;
+                    backend.barrier()?;
+                }
+                broken = Some(BrokenLock { holder, why });
+            }
+            _ => return Err(Error::Locked(held_message(&holder))),
+        }
+    }
+    Err(Error::Locked(format!(
+        "repository {} is being locked and unlocked by another process; try again",
+        backend.location()
+    )))
+}
+
+/// The live shared holders (token, info); stale and unreadable ones are
+/// left out.
+pub fn shared_holders(backend: &dyn ObjectStore) -> Result<Vec<(String, LockInfo)>> {
+    let mut out = Vec::new();
+    for key in backend.list(KeyKind::SharedLock)? {
+        let ObjectKey::SharedLock(token) = &key else {
+            continue;
+        };
+        let Ok(bytes) = backend.get(&key) else {
+            continue;
+        };
+        if let Ok(info) = parse_at(backend, &key, &bytes) {
+            if !is_stale(&info) {
+                out.push((token.clone(), info));
+            }
+        }
+    }
+    Ok(out)
+}
+
 fn parse(backend: &dyn ObjectStore, bytes: &[u8]) -> Result<LockInfo> {
+    parse_at(backend, &ObjectKey::Lock, bytes)
+}
+
+fn parse_at(backend: &dyn ObjectStore, key: &ObjectKey, bytes: &[u8]) -> Result<LockInfo> {
     serde_json::from_slice(bytes).map_err(|e| {
         Error::corrupt(
-            format!("lock {}/{}", backend.location(), ObjectKey::Lock),
+            format!("lock {}/{}", backend.location(), key),
             format!("not a valid lock record: {e}"),
         )
     })
@@ -366,17 +623,32 @@ pub fn read_lock(backend: &dyn ObjectStore) -> Result<Option<LockInfo>> {
     }
 }
 
-/// Remove the lock unconditionally (`tessera unlock`); returns what it said,
-/// if it could be parsed. The removal is synced.
+/// Remove every lock unconditionally (`tessera unlock`: the exclusive
+/// lock, the shared ones and the GC lock); returns what the exclusive one
+/// said (else the first shared one), if it could be parsed. The removal is
+/// synced.
 pub fn break_lock(backend: &dyn ObjectStore) -> Result<Option<LockInfo>> {
-    let bytes = match backend.get(&ObjectKey::Lock) {
-        Ok(b) => b,
-        Err(Error::MissingObject(_)) => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    backend.delete(&ObjectKey::Lock)?;
-    backend.barrier()?;
-    Ok(serde_json::from_slice(&bytes).ok())
+    let mut keys = vec![ObjectKey::Lock];
+    keys.extend(backend.list(KeyKind::SharedLock)?);
+    keys.push(ObjectKey::Gc("lock".into()));
+    let mut said = None;
+    let mut any = false;
+    for key in keys {
+        let bytes = match backend.get(&key) {
+            Ok(b) => b,
+            Err(Error::MissingObject(_)) => continue,
+            Err(e) => return Err(e),
+        };
+        backend.delete(&key)?;
+        any = true;
+        if said.is_none() {
+            said = serde_json::from_slice(&bytes).ok();
+        }
+    }
+    if any {
+        backend.barrier()?;
+    }
+    Ok(said)
 }
 
 /// Whether a lock is stale at `now` (unix seconds), and why; `None` while
@@ -514,6 +786,9 @@ mod tests {
             refreshed: 0,
             start_ticks: None,
             pid_ns: None,
+            shared: false,
+            reader: false,
+            brief: false,
         }
     }
 

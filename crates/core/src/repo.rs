@@ -104,7 +104,35 @@ pub struct Repository {
     /// MFDedup only: data chunk → a category part holding it (for check
     /// and salvage), built on first use and dropped at each publish.
     pub(crate) mf_located: std::sync::OnceLock<crate::fingerprint::FpMap<ContainerId>>,
+    /// A writer that joined others: the container and segment ids it
+    /// reserved (see [`Repository::open_writer`]); `None` allocates from
+    /// the manifest's allocators.
+    pub(crate) reserved: Option<Reserved>,
+    /// A reader's shared lock ([`Repository::open_reader`]), held while
+    /// the handle lives so GC does not delete what it reads.
+    pub(crate) reader_lock: Option<RepoLock>,
+    /// A writer's lock token (its online-GC records carry it).
+    pub(crate) writer_token: Option<String>,
 }
+
+/// Id ranges a joining writer reserved: the next id of each to hand out.
+#[derive(Debug)]
+pub(crate) struct Reserved {
+    pub(crate) container: std::sync::atomic::AtomicU64,
+    pub(crate) segment: std::sync::atomic::AtomicU64,
+}
+
+/// Container ids a joining writer reserves, and how far above the
+/// allocator it starts (a writer that opened alone allocates from the
+/// manifest's allocator upwards, and uses fewer ids than this in one go).
+pub const RESERVE_CONTAINERS: u64 = 1 << 20;
+const RESERVE_GAP: u64 = 1 << 24;
+/// Index segment ids a joining writer reserves (and their gap).
+const RESERVE_SEGMENTS: u64 = 1 << 16;
+const RESERVE_SEGMENT_GAP: u64 = 1 << 20;
+/// How often opening retries when a newer generation superseded (and
+/// deleted) what it was reading.
+const OPEN_ATTEMPTS: usize = 50;
 
 /// The repository opened for writing: a [`Repository`] plus the exclusive
 /// writer lock. Every mutation (backup, forget, gc) is a method of this
@@ -180,6 +208,22 @@ fn latest_generation(store: &dyn ObjectStore) -> Result<Option<Generation>> {
         .iter()
         .filter_map(ObjectKey::generation)
         .max())
+}
+
+/// The newest generation's manifest, retrying when a newer generation
+/// superseded and removed it between the listing and the read.
+pub(crate) fn read_newest(objects: &SealedStore) -> Result<Manifest> {
+    let mut attempt = 0;
+    loop {
+        let generation = latest_generation(&**objects.store())?
+            .ok_or_else(|| Error::NoRepository(objects.location().into()))?;
+        let key = ObjectKey::Manifest(generation);
+        match objects.get(&key) {
+            Ok(b) => return Manifest::decode(&b, ObjectRef::Object(key)),
+            Err(Error::MissingObject(_)) if attempt + 1 < OPEN_ATTEMPTS => attempt += 1,
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 impl Repository {
@@ -281,8 +325,11 @@ impl Repository {
         lock.release()
     }
 
-    /// Open for reading. Takes no lock: readers never block writers. An
-    /// encrypted repository needs [`open_with`](Self::open_with).
+    /// Open for reading. Takes no lock: readers never block writers (see
+    /// [`open_reader`](Self::open_reader) for a reader that GC waits for).
+    /// A generation superseded and removed by a concurrent writer while it
+    /// is being read is retried with the newer one. An encrypted
+    /// repository needs [`open_with`](Self::open_with).
     pub fn open(backend: Arc<dyn ObjectStore>) -> Result<Self> {
         Self::open_with(backend, &no_password)
     }
@@ -364,13 +411,38 @@ impl Repository {
         Self::open_inner(backend, password, None)
     }
 
+    /// Open for reading holding a shared reader lock: a concurrent GC does
+    /// not delete containers while the handle lives (restore, ls, check).
+    /// Without a lock (an exclusive holder, a read-only store) it opens
+    /// as [`open`](Self::open) does.
+    pub fn open_reader(backend: Arc<dyn ObjectStore>, command: &str) -> Result<Self> {
+        Self::open_reader_with(backend, command, &no_password)
+    }
+
+    /// [`open_reader`](Self::open_reader) with a password source.
+    pub fn open_reader_with(
+        backend: Arc<dyn ObjectStore>,
+        command: &str,
+        password: PasswordSource,
+    ) -> Result<Self> {
+        if latest_generation(&*backend)?.is_none() {
+            return Err(Error::NoRepository(backend.location().into()));
+        }
+        // Best effort: a read-only store, or a writer holding the
+        // exclusive lock, never keeps a reader out.
+        let lock = RepoLock::acquire_shared(backend.clone(), command, true).ok();
+        let mut repo = Self::open_with(backend, password)?;
+        repo.reader_lock = lock;
+        Ok(repo)
+    }
+
     /// [`open_with`](Self::open_with); with `bad_segments`, an index
     /// segment that cannot be read is recorded there and skipped (for
     /// `check`, which then reports it and goes on) instead of failing.
     pub(crate) fn open_inner(
         backend: Arc<dyn ObjectStore>,
         password: PasswordSource,
-        mut bad_segments: Option<&mut Vec<(ObjectKey, Error)>>,
+        bad_segments: Option<&mut Vec<(ObjectKey, Error)>>,
     ) -> Result<Self> {
         let generation = latest_generation(&*backend)?
             .ok_or_else(|| Error::NoRepository(backend.location().into()))?;
@@ -386,6 +458,46 @@ impl Repository {
             }
         };
         let objects = SealedStore::new(backend, Arc::new(sealer));
+        Self::load_retrying(objects, seal, key, bad_segments)
+    }
+
+    /// Load the newest generation through `objects`, retrying when a
+    /// newer generation superseded and removed what was being read.
+    pub(crate) fn load_retrying(
+        objects: SealedStore,
+        seal: RepoSeal,
+        key: Option<(Arc<MasterKey>, u64)>,
+        mut bad_segments: Option<&mut Vec<(ObjectKey, Error)>>,
+    ) -> Result<Self> {
+        let mut attempt = 0;
+        loop {
+            if let Some(b) = bad_segments.as_deref_mut() {
+                b.clear();
+            }
+            let loaded = Self::load(
+                objects.clone(),
+                seal.clone(),
+                key.clone(),
+                bad_segments.as_deref_mut(),
+            );
+            match loaded {
+                Err(Error::MissingObject(_)) if attempt + 1 < OPEN_ATTEMPTS => {
+                    attempt += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(5 * attempt as u64));
+                }
+                r => return r,
+            }
+        }
+    }
+
+    fn load(
+        objects: SealedStore,
+        seal: RepoSeal,
+        key: Option<(Arc<MasterKey>, u64)>,
+        mut bad_segments: Option<&mut Vec<(ObjectKey, Error)>>,
+    ) -> Result<Self> {
+        let generation = latest_generation(&**objects.store())?
+            .ok_or_else(|| Error::NoRepository(objects.location().into()))?;
         let key_name = ObjectKey::Manifest(generation);
         let name = ObjectRef::Object(key_name.clone());
         let manifest = Manifest::decode(&objects.get(&key_name)?, name.clone())?;
@@ -411,6 +523,11 @@ impl Repository {
             None => manifest.config.hash.into(),
         };
         let mut index = Index::default();
+        // Entries naming a container the manifest does not list are
+        // ignored: a segment merged from a concurrent writer may hold
+        // entries of containers a GC reclaimed (docs/FORMAT.md).
+        let listed: HashSet<ContainerId> = manifest.containers.iter().map(|c| c.id).collect();
+        let filter = manifest.config.layout == crate::layout::LayoutKind::Containers;
         for seg in &manifest.index_segments {
             let name = ObjectRef::Object(seg.clone());
             let read = objects
@@ -432,7 +549,9 @@ impl Repository {
                 (Err(e), None) => return Err(e),
             };
             for e in entries {
-                index.insert(e);
+                if !filter || listed.contains(&e.container) {
+                    index.insert(e);
+                }
             }
         }
         let metrics = Arc::new(Metrics::default());
@@ -452,6 +571,9 @@ impl Repository {
             seal,
             key,
             mf_located: Default::default(),
+            reserved: None,
+            reader_lock: None,
+            writer_token: None,
         };
         if repo.manifest.config.layout == crate::layout::LayoutKind::Mfdedup {
             repo.index = crate::layout::mfdedup::recipe_index(&repo)?;
@@ -459,9 +581,15 @@ impl Repository {
         Ok(repo)
     }
 
-    /// Open for writing: take the exclusive lock, load the newest generation,
-    /// and remove leftovers of interrupted mutations. An encrypted
-    /// repository needs [`open_writer_with`](Self::open_writer_with).
+    /// Open for writing. Backups, forgets and GCs run at once from
+    /// several processes: a writer that finds no other lock holder takes
+    /// the exclusive lock for a moment, removes the leftovers of
+    /// interrupted mutations, and keeps a shared lock; one that finds
+    /// others takes a shared lock, removes nothing (unlisted objects may be
+    /// theirs, in flight), and reserves ranges of container and segment
+    /// ids so its objects never collide with theirs. Each publishes by
+    /// compare-and-swap and merges on conflict (see [`Writer::publish`]).
+    /// The MFDedup layout keeps one writer at a time (exclusive lock).
     pub fn open_writer(backend: Arc<dyn ObjectStore>, command: &str) -> Result<Writer> {
         Self::open_writer_with(backend, command, &no_password)
     }
@@ -475,17 +603,70 @@ impl Repository {
         if latest_generation(&*backend)?.is_none() {
             return Err(Error::NoRepository(backend.location().into()));
         }
-        let lock = RepoLock::acquire(backend.clone(), command)?;
-        let repo = Self::open_with(backend, password)?;
-        let leftovers = repo.remove_leftovers()?;
-        Ok(Writer {
-            repo,
-            lock: Some(lock),
-            leftovers,
-            staged_refgraph: None,
-            refgraph_mem: None,
-            files_cache: None,
-        })
+        let mfdedup =
+            |r: &Repository| r.manifest.config.layout == crate::layout::LayoutKind::Mfdedup;
+        match RepoLock::acquire_brief(backend.clone(), command) {
+            Ok(alone) => {
+                let mut repo = Self::open_with(backend, password)?;
+                let leftovers = repo.remove_leftovers()?;
+                let lock = if mfdedup(&repo) {
+                    alone.settle()?;
+                    alone
+                } else {
+                    let shared = alone.downgrade(false)?;
+                    // Only containers take part in online GC.
+                    repo.writer_token = Some(shared.token());
+                    shared
+                };
+                Ok(Writer {
+                    repo,
+                    lock: Some(lock),
+                    leftovers,
+                    staged_refgraph: None,
+                    refgraph_mem: None,
+                    files_cache: None,
+                })
+            }
+            Err(Error::Locked(why)) => {
+                let lock = RepoLock::acquire_shared(backend.clone(), command, false)?;
+                let mut repo = Self::open_with(backend, password)?;
+                if mfdedup(&repo) {
+                    return Err(Error::Locked(format!(
+                        "the mfdedup layout has one writer at a time: {why}"
+                    )));
+                }
+                repo.writer_token = Some(lock.token());
+                let mut w = Writer {
+                    repo,
+                    lock: Some(lock),
+                    leftovers: Leftovers::default(),
+                    staged_refgraph: None,
+                    refgraph_mem: None,
+                    files_cache: None,
+                };
+                w.reserve_ids()?;
+                Ok(w)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The first container id a new writer of this repository allocates:
+    /// the reserved range's next, or the manifest's allocator.
+    pub(crate) fn first_container_id(&self) -> ContainerId {
+        match &self.reserved {
+            Some(r) => ContainerId(r.container.load(std::sync::atomic::Ordering::Relaxed)),
+            None => self.manifest.next_container_id,
+        }
+    }
+
+    /// A writer's containers up to (not including) `next` are allocated:
+    /// a reserved range moves on past them.
+    pub(crate) fn containers_allocated(&self, next: ContainerId) {
+        if let Some(r) = &self.reserved {
+            r.container
+                .fetch_max(next.0, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     /// Objects no manifest lists: what an interrupted mutation left behind.
@@ -557,8 +738,12 @@ impl Repository {
         if entries.is_empty() {
             return Ok(());
         }
-        let key = ObjectKey::IndexSegment(next.next_segment_id);
-        next.next_segment_id += 1;
+        let id = match &self.reserved {
+            Some(r) => r.segment.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            None => next.next_segment_id,
+        };
+        next.next_segment_id = next.next_segment_id.max(id + 1);
+        let key = ObjectKey::IndexSegment(id);
         self.objects.put(&key, encode_segment(entries))?;
         next.index_segments.push(key);
         Ok(())
@@ -1135,31 +1320,150 @@ impl Writer {
 
     /// Publish `next` as the new generation: make every new object durable,
     /// put the manifest, then delete what it supersedes.
-    pub(crate) fn publish(&mut self, mut next: Manifest, superseded: &[ObjectKey]) -> Result<()> {
-        next.generation = self.manifest.generation.next();
+    pub(crate) fn publish(&mut self, next: Manifest, superseded: &[ObjectKey]) -> Result<()> {
+        self.publish_merged(next, superseded).map(drop)
+    }
+
+    /// [`publish`](Self::publish), returning the backups `next` added as
+    /// they were published: when another writer published first, the
+    /// change from our generation to `next` is merged into theirs
+    /// ([`crate::catalog::Change`]), which may renumber them.
+    pub(crate) fn publish_merged(
+        &mut self,
+        mut next: Manifest,
+        superseded: &[ObjectKey],
+    ) -> Result<Vec<BackupEntry>> {
         if let Some(graph) = self.staged_refgraph.take() {
             next.refgraph = Some(graph);
         }
-        self.objects.barrier()?;
-        // Created only if absent: on an object store two writers that both
-        // read generation N cannot both publish N + 1.
-        let key = ObjectKey::Manifest(next.generation);
-        if !self.objects.put_if_absent(&key, next.encode())? {
-            return Err(Error::Locked(format!(
-                "generation {} of {} was published by another writer meanwhile; nothing was changed",
-                next.generation,
-                self.objects.location()
-            )));
-        }
-        self.objects.barrier()?;
-        let old = ObjectKey::Manifest(self.manifest.generation);
-        self.manifest = next;
-        self.mf_located = Default::default();
-        self.objects.delete(&old)?;
+        let change = crate::catalog::Change::between(&self.manifest, &next);
+        let known: HashSet<BackupId> = self.manifest.backups.iter().map(|b| b.id).collect();
+        let mut added: Vec<BackupEntry> = next
+            .backups
+            .iter()
+            .filter(|b| !known.contains(&b.id))
+            .cloned()
+            .collect();
+        let mut first = Some(next);
+        self.commit_with(|newest, ours| match first.take() {
+            Some(n) if ours => Ok(n),
+            _ => {
+                let (mut m, a) = change.apply(newest)?;
+                // FGC's reference graph is not merged edge by edge: after
+                // another writer's publish it is dropped, and the next
+                // focused GC rebuilds it from the recipes (slower, never
+                // wrong; a graph missing an edge could lose a live chunk).
+                m.refgraph = None;
+                added = a;
+                Ok(m)
+            }
+        })?;
         for key in superseded {
             self.objects.delete(key)?;
         }
-        self.objects.barrier()
+        self.objects.barrier()?;
+        Ok(added)
+    }
+
+    /// The compare-and-swap loop every publish goes through: `make` turns
+    /// the newest generation (`true`: the one this writer holds) into the
+    /// next; it is put as `manifests/<g+1>` only if absent, else the newest
+    /// is read again and `make` asked again. After a merge the writer's
+    /// catalog and index are the newest again. Superseded generations are
+    /// removed only when no other writer holds a lock (a writer still
+    /// holding an older generation must never find its successor's key
+    /// free again); otherwise the next writer to open alone removes them.
+    pub(crate) fn commit_with(
+        &mut self,
+        mut make: impl FnMut(&Manifest, bool) -> Result<Manifest>,
+    ) -> Result<()> {
+        let mut base: Option<Manifest> = None;
+        let mut next = make(&self.manifest, true)?;
+        let mut attempts = 0u32;
+        loop {
+            let from = base.as_ref().unwrap_or(&self.manifest).generation;
+            next.generation = from.next();
+            self.objects.barrier()?;
+            if self
+                .objects
+                .put_if_absent(&ObjectKey::Manifest(next.generation), next.encode())?
+            {
+                break;
+            }
+            attempts += 1;
+            if attempts > 1000 {
+                return Err(Error::Locked(
+                    "could not publish: other writers kept publishing first".into(),
+                ));
+            }
+            let newest = read_newest(&self.objects)?;
+            next = make(&newest, false)?;
+            base = Some(newest);
+        }
+        let published = next.generation;
+        let merged = base.is_some();
+        self.manifest = next;
+        self.mf_located = Default::default();
+        if merged {
+            self.reload()?;
+        }
+        self.remove_old_generations(published)?;
+        Ok(())
+    }
+
+    /// Reload the newest catalog and index (after a merged publish the
+    /// in-memory index lacks the other writers' entries and may still name
+    /// containers a GC reclaimed).
+    pub(crate) fn reload(&mut self) -> Result<()> {
+        let fresh = Repository::load_retrying(
+            self.objects.clone(),
+            self.seal.clone(),
+            self.key.clone(),
+            None,
+        )?;
+        self.repo.manifest = fresh.manifest;
+        self.repo.index = fresh.index;
+        self.repo.mf_located = Default::default();
+        Ok(())
+    }
+
+    /// Delete manifest generations older than `published` if this writer
+    /// is the only lock holder (see [`commit_with`](Self::commit_with)).
+    fn remove_old_generations(&self, published: Generation) -> Result<()> {
+        let mine = self.lock.as_ref().map(|l| l.token());
+        let others = crate::lock::shared_holders(&**self.objects.store())?
+            .into_iter()
+            .any(|(t, _)| Some(&t) != mine.as_ref());
+        if others {
+            return Ok(());
+        }
+        for key in self.objects.list(KeyKind::Manifest)? {
+            if key.generation().is_some_and(|g| g < published) {
+                self.objects.delete(&key)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A joining writer's id ranges: reserved in a generation of their own
+    /// (compare-and-swap like any publish), far enough above the
+    /// allocators that a writer allocating from them never reaches them.
+    fn reserve_ids(&mut self) -> Result<()> {
+        let mut range = (0, 0);
+        self.commit_with(|newest, _| {
+            let mut m = newest.clone();
+            let c = m.next_container_id.0 + RESERVE_GAP;
+            let s = m.next_segment_id + RESERVE_SEGMENT_GAP;
+            m.next_container_id = ContainerId(c + RESERVE_CONTAINERS);
+            m.next_segment_id = s + RESERVE_SEGMENTS;
+            range = (c, s);
+            Ok(m)
+        })?;
+        self.repo.reserved = Some(Reserved {
+            container: range.0.into(),
+            segment: range.1.into(),
+        });
+        Ok(())
     }
 
     /// MFDedup: forget `ids`, returning exactly what was freed (the answer

@@ -267,6 +267,12 @@ pub fn gc(repo: &RepoArg, a: &GcArgs, json: bool) -> Result<ExitCode> {
     if s.throttled_seconds > 0.0 {
         println!("  throttled {:.3}s", s.throttled_seconds);
     }
+    if s.resurrections > 0 {
+        println!(
+            "  resurrected {} dead chunks that concurrent backups deduplicated against ({} records)",
+            s.resurrections, s.resurrection_records
+        );
+    }
     for p in &s.phases {
         println!(
             "  {:<22} {:>8.3}s  read {} in {} containers, {} metadata reads ({}); memory {}",

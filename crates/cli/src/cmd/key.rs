@@ -109,9 +109,13 @@ pub fn new_password(repo: &RepoArg, file: Option<&Path>, for_init: bool) -> Resu
 
 /// Open for reading, asking for the password only if needed.
 pub fn open(repo: &RepoArg, backend: Arc<dyn ObjectStore>) -> Result<Repository> {
-    Ok(Repository::open_with(backend, &|| {
-        password(repo).map_err(|e| tessera_core::Error::Key(ui::one_line(&e)))
-    })?)
+    // A reader lock: a GC in another process waits for it before deleting
+    // containers this command may read.
+    Ok(Repository::open_reader_with(
+        backend,
+        "tessera (reading)",
+        &|| password(repo).map_err(|e| tessera_core::Error::Key(ui::one_line(&e))),
+    )?)
 }
 
 /// Open for writing, asking for the password only if needed.

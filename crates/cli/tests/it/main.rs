@@ -12,6 +12,7 @@ mod kill;
 mod lab;
 mod mfdedup;
 mod mount;
+mod online;
 mod rewrite;
 mod seal;
 mod snapshots;

@@ -31,10 +31,16 @@ pub enum KeyKind {
     NdfTable,
     /// FGC's reference graph segments (`refgraph/…`).
     RefGraph,
+    /// Shared locks, one per holder (`locks/<token>`): backups, GCs and
+    /// readers running at once (see [`crate::lock`]).
+    SharedLock,
+    /// Online GC's coordination objects (`gc/lock`, `gc/state`,
+    /// `gc/resurrect/<token>-<n>`; see [`crate::gc::online`]).
+    Gc,
 }
 
 impl KeyKind {
-    pub const ALL: [KeyKind; 9] = [
+    pub const ALL: [KeyKind; 11] = [
         KeyKind::Manifest,
         KeyKind::Container,
         KeyKind::IndexSegment,
@@ -44,6 +50,8 @@ impl KeyKind {
         KeyKind::Volume,
         KeyKind::NdfTable,
         KeyKind::RefGraph,
+        KeyKind::SharedLock,
+        KeyKind::Gc,
     ];
 
     /// Kinds whose one object's whole name is the prefix.
@@ -63,6 +71,8 @@ impl KeyKind {
             KeyKind::Volume => "volumes/",
             KeyKind::NdfTable => "ndf/",
             KeyKind::RefGraph => "refgraph/",
+            KeyKind::SharedLock => "locks/",
+            KeyKind::Gc => "gc/",
         }
     }
 
@@ -93,6 +103,10 @@ pub enum ObjectKey {
     NdfTable(u64),
     /// A segment of FGC's reference graph.
     RefGraph(u64),
+    /// One holder's shared lock, named by its token.
+    SharedLock(String),
+    /// An online-GC object, by its name under `gc/`.
+    Gc(String),
     /// A listed name that is none of the above (`containers/junk`): kept
     /// whole so it can be reported and deleted, never written by the engine.
     Stray(String),
@@ -123,6 +137,14 @@ impl ObjectKey {
             Some(KeyKind::Volume) => numbered("volumes/").map(ObjectKey::Volume),
             Some(KeyKind::NdfTable) => numbered("ndf/").map(ObjectKey::NdfTable),
             Some(KeyKind::RefGraph) => numbered("refgraph/").map(ObjectKey::RefGraph),
+            Some(KeyKind::SharedLock) => name
+                .strip_prefix("locks/")
+                .filter(|t| !t.is_empty() && !t.contains('/'))
+                .map(|t| ObjectKey::SharedLock(t.to_string())),
+            Some(KeyKind::Gc) => name
+                .strip_prefix("gc/")
+                .filter(|t| !t.is_empty() && !t.ends_with('/'))
+                .map(|t| ObjectKey::Gc(t.to_string())),
             None => None,
         };
         // Only the canonical spelling parses, so a key's name round-trips
@@ -150,6 +172,8 @@ impl ObjectKey {
             ObjectKey::Volume(_) => Some(KeyKind::Volume),
             ObjectKey::NdfTable(_) => Some(KeyKind::NdfTable),
             ObjectKey::RefGraph(_) => Some(KeyKind::RefGraph),
+            ObjectKey::SharedLock(_) => Some(KeyKind::SharedLock),
+            ObjectKey::Gc(_) => Some(KeyKind::Gc),
             ObjectKey::Stray(name) => KeyKind::of_name(name),
         }
     }
@@ -187,6 +211,8 @@ impl fmt::Display for ObjectKey {
             ObjectKey::Volume(id) => write!(f, "volumes/{id:016x}"),
             ObjectKey::NdfTable(id) => write!(f, "ndf/{id:016x}"),
             ObjectKey::RefGraph(id) => write!(f, "refgraph/{id:016x}"),
+            ObjectKey::SharedLock(t) => write!(f, "locks/{t}"),
+            ObjectKey::Gc(name) => write!(f, "gc/{name}"),
             ObjectKey::Stray(name) => f.write_str(name),
         }
     }
@@ -259,6 +285,8 @@ mod tests {
             ObjectKey::Volume(7),
             ObjectKey::NdfTable(8),
             ObjectKey::RefGraph(7),
+            ObjectKey::SharedLock("12-0-99".into()),
+            ObjectKey::Gc("resurrect/12-0-99-3".into()),
         ] {
             assert_eq!(ObjectKey::parse(&k.name()), k);
         }

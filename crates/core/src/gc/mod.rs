@@ -14,6 +14,7 @@
 pub mod bloom;
 pub mod gccdf;
 pub mod mark;
+pub mod online;
 pub mod select;
 pub mod sweep;
 
@@ -264,7 +265,17 @@ pub struct GcReport {
     pub recipe_involved_containers: u64,
     pub recipe_reclaimed_containers: u64,
     pub recipe_produced_containers: u64,
+    /// Online GC: dead chunk copies that concurrent backups deduplicated
+    /// against, added to the live set at the cutoff (FAST'17 §3.5).
+    pub resurrections: u64,
+    /// Online GC: resurrection records read at the cutoff.
+    pub resurrection_records: u64,
 }
+
+/// How long a GC waits for readers (restore, ls, check) that may read
+/// containers it reclaimed before deleting them; after it, they are left
+/// for the next writer that opens alone (leftovers meanwhile).
+pub const READER_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
 
 impl GcOptions {
     /// The physical mark (PGC, or PGC+ with `plus`) with these options.
@@ -351,10 +362,19 @@ impl GcPlan {
     }
 }
 
-/// [`Writer::gc`](crate::Writer::gc).
+/// [`Writer::gc`](crate::Writer::gc): online, so backups in other
+/// processes keep running (see [`online`]): under the GC lock, announce a
+/// marking run, plan on the newest generation, cut off (announce the
+/// reclaimed containers, resurrect what backups recorded), sweep and
+/// commit.
 pub(crate) fn gc(repo: &mut Writer, opts: &GcOptions) -> Result<GcReport> {
-    let plan = repo.plan_gc(opts)?;
-    repo.gc_with(plan)
+    if opts.dry_run {
+        let plan = repo.plan_gc(opts)?;
+        return repo.gc_with(plan);
+    }
+    let mut run = repo.gc_begin(opts)?;
+    repo.gc_cutoff(&mut run)?;
+    repo.gc_finish(run)
 }
 
 /// [`Repository::plan_gc`](crate::Repository::plan_gc).

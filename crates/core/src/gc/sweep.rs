@@ -497,7 +497,7 @@ pub fn sweep_containers(
         read_throttle: Throttle::new(opts.max_read_rate),
         ..Default::default()
     };
-    let mut data = Packer::new(repo, ChunkKind::Data, repo.manifest.next_container_id);
+    let mut data = Packer::new(repo, ChunkKind::Data, repo.first_container_id());
     data.write_throttle = Throttle::new(opts.max_write_rate);
     match opts.strategy {
         GcStrategy::Naive if mark.dup_counter.is_some() => {
@@ -577,15 +577,28 @@ pub fn commit(
     let mut next = repo.manifest.clone();
     next.containers.retain(|c| !reclaimed.contains(&c.id));
     next.containers.extend_from_slice(produced);
-    next.next_container_id = next_id;
+    // A writer that joined others allocates in its reserved range, below
+    // the allocator.
+    next.next_container_id = next.next_container_id.max(next_id);
+    repo.containers_allocated(next_id);
     next.forgotten.clear();
-    let mut superseded = std::mem::take(&mut next.index_segments);
+    let superseded = std::mem::take(&mut next.index_segments);
     repo.write_segment(&mut next, &entries)?;
     let mut gone: Vec<ContainerId> = reclaimed.iter().copied().collect();
     gone.sort_unstable();
-    superseded.extend(gone.into_iter().map(crate::backend::ObjectKey::Container));
     let generation = repo.manifest.generation;
-    let published = repo.publish(next, &superseded);
+    let published = repo.publish(next, &superseded).and_then(|()| {
+        // Readers of older generations (restore, ls, check in other
+        // processes) may still read the reclaimed containers.
+        if super::online::wait_for_readers(&repo.objects, super::READER_WAIT)? {
+            for id in &gone {
+                repo.objects
+                    .delete(&crate::backend::ObjectKey::Container(*id))?;
+            }
+            repo.objects.barrier()?;
+        }
+        Ok(())
+    });
     // Once the manifest is out, the in-memory index must follow it, even if
     // deleting the superseded objects failed (the next writer removes them).
     if repo.manifest.generation != generation {

@@ -340,10 +340,16 @@ impl Writer {
         let mut graph_superseded = Vec::new();
         let mut graph_after = None;
         let outcome = members.and_then(|members| {
+            // Online GC: every deduplicated chunk safe (or stored again)
+            // before the containers are sealed.
+            sink.confirm_online()?;
             sink.seal(ChunkKind::Data)?;
             sink.seal(ChunkKind::Recipe)?;
             let mut next = self.manifest.clone();
-            next.next_container_id = sink.writer.next_id();
+            // A writer that joined others allocates in its reserved
+            // range, below the allocator.
+            next.next_container_id = next.next_container_id.max(sink.writer.next_id());
+            self.containers_allocated(sink.writer.next_id());
             next.containers.extend_from_slice(sink.writer.written());
             let capacity = self.manifest.config.container_size as u64;
             if let Some(sparse) = sink.rw.as_ref().and_then(|r| r.next_sparse(capacity)) {
@@ -392,18 +398,27 @@ impl Writer {
         });
         // Give the index back before publishing, so a failed publish can undo.
         let Sink {
-            index, new_entries, ..
+            index,
+            new_entries,
+            online,
+            ..
         } = sink;
         *L::index(self) = index;
-        let published = outcome.and_then(|(mut next, entries)| {
+        // Published entries: renumbered if another writer took their ids.
+        let published = outcome.and_then(|(mut next, _entries)| {
             let mut superseded = self.compact_segments(&mut next)?;
             superseded.extend(graph_superseded);
-            self.publish(next, &superseded).map(|()| entries)
+            self.publish_merged(next, &superseded)
         });
         if published.is_err() {
             sink::undo(L::index(self), &new_entries);
         } else {
             self.refgraph_mem = graph_after;
+            if let Some(o) = online {
+                // Best effort: a record left behind only keeps chunks live
+                // until the next GC removes it.
+                let _ = o.finish();
+            }
         }
         published
     }

@@ -96,14 +96,35 @@ impl<L: Layout> Sink<L> {
                             .map(|i| (nos[i], c))
                     });
                     match (chosen, self.index.next_copy(&fp)) {
-                        (Some((n, c)), _) => (n, Some(c)),
+                        (Some((n, c)), _) => {
+                            self.deduplicated(
+                                ChunkKind::Data,
+                                fp,
+                                n,
+                                len,
+                                rw.chunk_bytes(len, off),
+                                Some(c),
+                            )?;
+                            (n, Some(c))
+                        }
                         (None, Some(n)) => {
                             self.counts.rewritten_bytes += len as u64;
                             self.counts.rewritten_chunks += 1;
                             (n, Some(self.store_new(rw, fp, n, len, off)?))
                         }
                         // No copy number left: read the preferred copy.
-                        (None, None) => (nos[0], Some(seg.chunks[k].containers[0])),
+                        (None, None) => {
+                            let c = seg.chunks[k].containers[0];
+                            self.deduplicated(
+                                ChunkKind::Data,
+                                fp,
+                                nos[0],
+                                len,
+                                rw.chunk_bytes(len, off),
+                                Some(c),
+                            )?;
+                            (nos[0], Some(c))
+                        }
                     }
                 }
                 Plan::New => {

@@ -6,6 +6,7 @@ use crate::catalog::ContainerEntry;
 use crate::container::{ChunkKind, ContainerId};
 use crate::error::Result;
 use crate::fingerprint::Fingerprint;
+use crate::gc::online::{Ref, Resurrector};
 use crate::index::{CopyNo, DedupIndex, IndexEntry};
 use crate::layout::{ChunkWriter, ContainerLayout, Layout};
 use crate::recipe::{RecipeBuilder, RecipeSink};
@@ -38,6 +39,10 @@ pub(crate) struct Sink<L: Layout = ContainerLayout> {
     /// Every data chunk in stream order, when asked for (the files cache
     /// learns each file's chunks from it).
     pub(super) trail: Option<Vec<(Fingerprint, u32)>>,
+    /// Online GC: the chunks deduplicated against existing containers,
+    /// recorded and confirmed (see [`crate::gc::online`]); `None` on the
+    /// MFDedup layout (one writer at a time, no GC).
+    pub(super) online: Option<Resurrector>,
 }
 
 /// Put the index back as it was before a failed backup: remove exactly the
@@ -65,7 +70,57 @@ impl<L: Layout> Sink<L> {
             refs: (repo.manifest.config.layout == crate::layout::LayoutKind::Mfdedup)
                 .then(Vec::new),
             trail: None,
+            online: repo.writer_token.clone().map(|token| {
+                Resurrector::new(
+                    repo.objects.clone(),
+                    token,
+                    repo.manifest.generation,
+                    repo.manifest.containers.iter().map(|c| c.id).collect(),
+                    repo.manifest.config.trace,
+                )
+            }),
         }
+    }
+
+    /// Online GC: note that the backup references copy `copy` of a chunk
+    /// it did not store; confirm the pending ones when enough are.
+    pub(super) fn deduplicated(
+        &mut self,
+        kind: ChunkKind,
+        fp: Fingerprint,
+        copy: CopyNo,
+        len: u32,
+        bytes: &[u8],
+        container: Option<ContainerId>,
+    ) -> Result<()> {
+        let (Some(o), Some(container)) = (&mut self.online, container) else {
+            return Ok(());
+        };
+        let r = Ref {
+            kind,
+            fp,
+            copy,
+            len,
+            container,
+        };
+        if o.hit(r, bytes) {
+            self.confirm_online()?;
+        }
+        Ok(())
+    }
+
+    /// Online GC: confirm the pending deduplicated chunks; store again
+    /// those a GC past its cutoff may delete (same copy number: the new
+    /// index entry wins over the old one when catalogs merge).
+    pub(super) fn confirm_online(&mut self) -> Result<()> {
+        let Some(o) = &mut self.online else {
+            return Ok(());
+        };
+        for p in o.confirm()? {
+            let bytes = p.bytes.unwrap_or_default();
+            self.store(p.r.kind, p.r.fp, p.r.copy, p.r.len, &bytes)?;
+        }
+        Ok(())
     }
 
     /// Store a chunk unless the index already has it. Returns the copy the
@@ -91,6 +146,10 @@ impl<L: Layout> Sink<L> {
             corr.saw(kind, &fp, copy, held, offset);
         }
         if held {
+            if self.online.is_some() {
+                let at = self.index.get(kind, &fp);
+                self.deduplicated(kind, fp, copy, len, bytes, at)?;
+            }
             return Ok((copy, false));
         }
         self.store(kind, fp, 0, len, bytes)?;

@@ -29,7 +29,7 @@ impl ContainerWriters {
     pub fn new(repo: &Repository) -> Self {
         let cfg = &repo.manifest.config;
         ContainerWriters {
-            ids: IdAllocator::new(repo.manifest.next_container_id),
+            ids: IdAllocator::new(repo.first_container_id()),
             kinds: PerKind::new(|kind| {
                 ContainerWriter::new(
                     repo.store.clone(),

@@ -1069,6 +1069,8 @@ fn live_copies_meeting_in_one_new_container_share_one_stored_copy() {
     for (id, data) in &m {
         assert_eq!(&restore(&repo, *id).unwrap(), data);
     }
+}
+
 /// The data chunk copies and recipe fingerprints of the backups forgotten
 /// since the last GC: what the focused mark must judge exactly as the full
 /// mark does.

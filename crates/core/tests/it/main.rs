@@ -11,6 +11,7 @@ mod gc_rewrite;
 mod hostile;
 mod interleave;
 mod mfdedup;
+mod online;
 mod repository;
 mod restore_cache;
 mod restore_pipeline;

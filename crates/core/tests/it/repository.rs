@@ -406,10 +406,15 @@ fn crash_at_every_operation_of_an_interleaved_group() {
 }
 
 #[test]
-fn second_writer_is_refused_and_unknown_snapshot_is_clear() {
+fn writer_is_refused_under_an_exclusive_lock_and_unknown_snapshot_is_clear() {
     let b = mem();
     init(b.clone(), HashAlgo::Blake3, ChunkerConfig::default());
-    let repo = Repository::open_writer(b.clone(), "tessera backup").unwrap();
+    // Writers share the repository (issue 15); the exclusive lock (init,
+    // MFDedup writers) keeps them out.
+    let second = Repository::open_writer(b.clone(), "tessera backup").unwrap();
+    let third = Repository::open_writer(b.clone(), "tessera backup").unwrap();
+    drop((second, third));
+    let repo = tessera_core::lock::RepoLock::acquire(b.clone(), "tessera init").unwrap();
     let err = Repository::open_writer(b.clone(), "tessera backup")
         .err()
         .unwrap();
@@ -422,7 +427,7 @@ fn second_writer_is_refused_and_unknown_snapshot_is_clear() {
     let reader = Repository::open(b.clone()).unwrap();
     let err = reader.resolve("42").unwrap_err().to_string();
     assert!(err.contains("no snapshot '42'"), "{err}");
-    repo.close().unwrap();
+    repo.release().unwrap();
     Repository::open_writer(b, "again").unwrap();
 }
 
