@@ -56,6 +56,7 @@ mod serialize;
 #[cfg(test)]
 mod tests;
 pub(crate) mod walk;
+mod xattr;
 
 pub use self::extract::{extract, extract_selected, include_paths, list, Listed};
 pub use self::meta::{Kind, Record};
