@@ -145,6 +145,15 @@ pub(super) fn extract_as(
 /// `visit` in stream order, its data skipped. The stream is parsed as
 /// [`extract`] parses it, with the same limits and errors.
 pub fn list(input: &mut dyn Read, visit: &mut dyn FnMut(Listed) -> Result<()>) -> Result<()> {
+    list_with_offsets(input, &mut |l, _| visit(l))
+}
+
+/// [`list`], also giving the stream offset of each entry's data (a file's
+/// contents lie there, unless it is a GNU sparse entry).
+pub(crate) fn list_with_offsets(
+    input: &mut dyn Read,
+    visit: &mut dyn FnMut(Listed, u64) -> Result<()>,
+) -> Result<()> {
     let mut stream = Stream {
         inner: BufReader::with_capacity(COPY_BUF, input),
         pos: 0,
@@ -161,14 +170,18 @@ pub fn list(input: &mut dyn Read, visit: &mut dyn FnMut(Listed) -> Result<()>) -
             _ => "other",
         };
         let has_link = e.kind == SYMLINK || e.kind == HARDLINK;
-        visit(Listed {
-            path: String::from_utf8_lossy(&e.path).into_owned(),
-            kind,
-            size: if kind == "file" { e.size } else { 0 },
-            mode: e.mode & 0o7777,
-            mtime: u64::try_from(e.mtime.0).unwrap_or(0),
-            link: has_link.then(|| String::from_utf8_lossy(&e.link).into_owned()),
-        })?;
+        let data = stream.pos;
+        visit(
+            Listed {
+                path: String::from_utf8_lossy(&e.path).into_owned(),
+                kind,
+                size: if kind == "file" { e.size } else { 0 },
+                mode: e.mode & 0o7777,
+                mtime: u64::try_from(e.mtime.0).unwrap_or(0),
+                link: has_link.then(|| String::from_utf8_lossy(&e.link).into_owned()),
+            },
+            data,
+        )?;
         stream.skip(e.size + padding(e.size) as u64)?;
     }
     Ok(())
@@ -481,7 +494,7 @@ fn parse_decimal(v: &[u8]) -> Option<u64> {
 /// A PAX time: decimal seconds, optionally negative, with an optional
 /// fraction (digits past nanoseconds are dropped), as (seconds, nanoseconds)
 /// with the nanoseconds counted forward from the seconds.
-fn parse_time(v: &[u8]) -> Option<(i64, u32)> {
+pub(super) fn parse_time(v: &[u8]) -> Option<(i64, u32)> {
     let (negative, v) = match v.split_first() {
         Some((b'-', rest)) => (true, rest),
         _ => (false, v),

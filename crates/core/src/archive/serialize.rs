@@ -159,7 +159,11 @@ fn encode_pax(out: &mut Vec<u8>, r: &Record) {
     }
     let mut data = Vec::new();
     if exact_time {
-        pax_record(&mut data, b"mtime", pax_time(r.mtime, r.mtime_nsec).as_bytes());
+        pax_record(
+            &mut data,
+            b"mtime",
+            pax_time(r.mtime, r.mtime_nsec).as_bytes(),
+        );
     }
     for (name, value) in &r.xattrs {
         let mut key = PAX_XATTR.to_vec();

@@ -15,4 +15,5 @@ mod repository;
 mod restore_cache;
 mod restore_pipeline;
 mod rewrite;
+mod stream_read;
 mod tree;
