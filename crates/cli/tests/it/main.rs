@@ -14,4 +14,5 @@ mod lab;
 mod mfdedup;
 mod mount;
 mod rewrite;
+mod seal;
 mod snapshots;

@@ -15,5 +15,6 @@ mod repository;
 mod restore_cache;
 mod restore_pipeline;
 mod rewrite;
+mod seal;
 mod stream_read;
 mod tree;
