@@ -246,7 +246,7 @@ fn stat_tree(root: &Path, owners: bool) -> BTreeMap<Vec<u8>, Stat> {
                 (m.mtime(), m.mtime_nsec()),
                 if m.is_dir() { 0 } else { m.nlink() },
                 m.rdev(),
-                m.is_file().then(|| m.len()),
+                m.is_file().then_some(m.len()),
                 link,
                 m.is_file().then(|| fs::read(&p).unwrap()),
                 xattrs(&p),
