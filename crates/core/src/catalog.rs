@@ -28,8 +28,10 @@ const MAGIC: [u8; 8] = *b"TSRAMANI";
 /// 4 = recipe leaves and index entries name a chunk copy (issue 11);
 /// 5 = compressed and sealed objects, key slots, keyed fingerprints, the
 /// unsealed `config` object (issue 12); 6 = FGC's reference graph
-/// (`refgraph/` segments and the manifest's `refgraph` field, issue 16).
-pub const VERSION: u32 = 6;
+/// (`refgraph/` segments and the manifest's `refgraph` field, issue 16);
+/// 7 = extended attributes and ACLs in a directory stream's metadata
+/// (issue 13).
+pub const VERSION: u32 = 7;
 
 /// Fixed at `init`: how every backup of this repository is chunked and stored.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

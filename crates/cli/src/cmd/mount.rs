@@ -2,10 +2,11 @@
 //!
 //! Layout: `ids/<id>/…` holds each backup's entries; `hosts/<host>/<id>`,
 //! `tags/<tag>/<id>` and `latest` are symlinks into `ids/`. A backup's
-//! listing is read when its directory is first looked into. File contents
-//! come from a restore of that backup into a scratch directory (made on
-//! the first read of one of its files, removed at unmount), read with
-//! random access from there.
+//! listing is read when its directory is first looked into. A file read
+//! fetches only the chunks of the bytes asked for ([`BackupStream`]: a seek
+//! down the recipe tree, then the containers holding those chunks, a few
+//! recently read ones kept), so reading one file of a large backup reads
+//! that file's containers and nothing else.
 
 use super::open_backend;
 use crate::args::RepoArg;
@@ -15,26 +16,29 @@ use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, Generation, INodeNo, LockOwner, OpenFlags,
     ReplyAttr, ReplyData, ReplyDirectory, ReplyEntry, Request,
 };
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
-use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Mutex;
 use std::time::{Duration, UNIX_EPOCH};
 use tessera_core::catalog::{BackupEntry, BackupId, SourceKind};
-use tessera_core::{Repository, RestoreOptions};
+use tessera_core::restore::BackupStream;
+use tessera_core::Repository;
 
 /// The repository does not change under a read-only mount's feet as far as
 /// the mount knows: attributes may be cached.
 const TTL: Duration = Duration::from_secs(60);
+/// Backups kept open for reading at once (each keeps a few containers).
+const OPEN_STREAMS: usize = 4;
 
 enum Kind {
     /// Children by name; `Some(backup)` while the backup's listing is not
     /// yet read.
     Dir(BTreeMap<OsString, u64>, Option<BackupId>),
-    /// A file of a backup: its path relative to the backup's root.
-    File(BackupId, PathBuf),
+    /// A file of a backup: where its bytes start in the backup's stream
+    /// (its length is the node's size).
+    File(BackupId, u64),
     Symlink(Vec<u8>),
     Special(FileType),
 }
@@ -48,15 +52,15 @@ struct Node {
 
 struct State {
     nodes: Vec<Node>,
-    /// Where each backup was restored for reading.
-    restored: HashMap<BackupId, PathBuf>,
 }
 
 struct TesseraFs {
-    repo: Repository,
+    /// Lives as long as the process serves the mount.
+    repo: &'static Repository,
     backups: Vec<BackupEntry>,
-    scratch: tempfile::TempDir,
     state: Mutex<State>,
+    /// Backups opened for reading, the most recently used last.
+    streams: Mutex<Vec<(BackupId, BackupStream<'static>)>>,
     uid: u32,
     gid: u32,
 }
@@ -97,10 +101,9 @@ impl State {
 }
 
 impl TesseraFs {
-    fn new(repo: Repository, backups: Vec<BackupEntry>) -> Result<TesseraFs> {
+    fn new(repo: &'static Repository, backups: Vec<BackupEntry>) -> Result<TesseraFs> {
         let mut st = State {
             nodes: vec![dir(0o555, 0)],
-            restored: HashMap::new(),
         };
         let ids = st.add(1, OsStr::new("ids"), dir(0o555, 0));
         let hosts = st.add(1, OsStr::new("hosts"), dir(0o555, 0));
@@ -142,8 +145,8 @@ impl TesseraFs {
         Ok(TesseraFs {
             repo,
             backups,
-            scratch: tempfile::tempdir().context("cannot create a scratch directory")?,
             state: Mutex::new(st),
+            streams: Mutex::new(Vec::new()),
             uid,
             gid,
         })
@@ -159,23 +162,14 @@ impl TesseraFs {
             Kind::Dir(_, Some(id)) => *id,
             _ => return Ok(()),
         };
-        let b = self.backup(id).ok_or(Errno::ENOENT)?.clone();
-        let mut listed = Vec::new();
-        self.repo
-            .list_entries(&b, &mut |e| {
-                listed.push(e);
-                Ok(())
-            })
+        let entries = self
+            .with_stream(id, |s| s.entries())
             .map_err(|_| Errno::EIO)?;
         if let Kind::Dir(_, lazy) = &mut st.nodes[ino as usize - 1].kind {
             *lazy = None;
         }
-        let sizes: HashMap<String, u64> = listed
-            .iter()
-            .filter(|e| e.kind == "file")
-            .map(|e| (e.path.clone(), e.size))
-            .collect();
-        for e in listed {
+        for entry in entries {
+            let e = entry.listed;
             let rel = e.path.trim_end_matches('/');
             let parts: Vec<&str> = rel.split('/').filter(|p| !p.is_empty()).collect();
             let Some((last, dirs)) = parts.split_last() else {
@@ -194,23 +188,17 @@ impl TesseraFs {
                     n.mtime = e.mtime;
                     continue;
                 }
-                "file" => Kind::File(id, PathBuf::from(rel)),
-                "hardlink" => Kind::File(id, PathBuf::from(rel)),
+                // A hard link whose first path is missing has no bytes.
+                "file" | "hardlink" => Kind::File(id, entry.content.map_or(0, |c| c.0)),
                 "symlink" => Kind::Symlink(e.link.clone().unwrap_or_default().into_bytes()),
                 "fifo" => Kind::Special(FileType::NamedPipe),
                 "chardev" => Kind::Special(FileType::CharDevice),
                 "blockdev" => Kind::Special(FileType::BlockDevice),
                 _ => continue,
             };
-            let size = match (&kind, e.kind) {
-                (_, "hardlink") => e
-                    .link
-                    .as_ref()
-                    .and_then(|l| sizes.get(l))
-                    .copied()
-                    .unwrap_or(0),
-                (Kind::Symlink(t), _) => t.len() as u64,
-                _ => e.size,
+            let size = match &kind {
+                Kind::Symlink(t) => t.len() as u64,
+                _ => entry.content.map_or(0, |c| c.1),
             };
             st.add(
                 parent,
@@ -253,28 +241,30 @@ impl TesseraFs {
         }
     }
 
-    /// The scratch path a backup's file is read from, restoring the backup
-    /// there first if needed.
-    fn restored(&self, st: &mut State, id: BackupId, rel: &Path) -> Result<PathBuf, Errno> {
-        if let Some(dir) = st.restored.get(&id) {
-            return Ok(dir.join(rel));
-        }
-        let b = self.backup(id).ok_or(Errno::ENOENT)?.clone();
-        let dir = self.scratch.path().join(id.to_string());
-        let opts = RestoreOptions::default();
-        if b.source == SourceKind::Tree {
-            self.repo
-                .restore_into(&b, &dir, &opts, &mut |_| {})
-                .map_err(|_| Errno::EIO)?;
-        } else {
-            std::fs::create_dir_all(&dir).map_err(Errno::from)?;
-            let mut f = std::fs::File::create(dir.join(rel)).map_err(Errno::from)?;
-            self.repo
-                .restore_to(&b, &mut f, &opts, &mut |_| {})
-                .map_err(|_| Errno::EIO)?;
-        }
-        st.restored.insert(id, dir.clone());
-        Ok(dir.join(rel))
+    /// Run `f` on the backup's open stream, opening it first if needed
+    /// (and closing the least recently used one beyond [`OPEN_STREAMS`]).
+    fn with_stream<T>(
+        &self,
+        id: BackupId,
+        f: impl FnOnce(&mut BackupStream<'static>) -> tessera_core::Result<T>,
+    ) -> Result<T, Errno> {
+        let mut streams = self.streams.lock().unwrap_or_else(|p| p.into_inner());
+        let i = match streams.iter().position(|(b, _)| *b == id) {
+            Some(i) => i,
+            None => {
+                let b = self.backup(id).ok_or(Errno::ENOENT)?;
+                let s = BackupStream::open(self.repo, b).map_err(|_| Errno::EIO)?;
+                if streams.len() == OPEN_STREAMS {
+                    streams.remove(0);
+                }
+                streams.push((id, s));
+                streams.len() - 1
+            }
+        };
+        let s = streams.remove(i);
+        streams.push(s);
+        let last = streams.len() - 1;
+        f(&mut streams[last].1).map_err(|_| Errno::EIO)
     }
 }
 
@@ -331,34 +321,23 @@ impl Filesystem for TesseraFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let (id, rel) = match st
-            .nodes
-            .get((ino.0 as usize).wrapping_sub(1))
-            .map(|n| &n.kind)
-        {
-            Some(Kind::File(id, rel)) => (*id, rel.clone()),
+        let st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let (id, start, len) = match st.nodes.get((ino.0 as usize).wrapping_sub(1)) {
+            Some(Node {
+                kind: Kind::File(id, start),
+                size: len,
+                ..
+            }) => (*id, *start, *len),
             _ => return reply.error(Errno::EINVAL),
         };
-        let path = match self.restored(&mut st, id, &rel) {
-            Ok(p) => p,
-            Err(e) => return reply.error(e),
-        };
         drop(st);
-        let mut buf = vec![0u8; size as usize];
-        let read = std::fs::File::open(&path).and_then(|f| {
-            let mut n = 0;
-            while n < buf.len() {
-                match f.read_at(&mut buf[n..], offset + n as u64)? {
-                    0 => break,
-                    k => n += k,
-                }
-            }
-            Ok(n)
-        });
-        match read {
-            Ok(n) => reply.data(&buf[..n]),
-            Err(e) => reply.error(Errno::from(e)),
+        let want = (size as u64).min(len.saturating_sub(offset));
+        if want == 0 {
+            return reply.data(&[]);
+        }
+        match self.with_stream(id, |s| s.read_range(start + offset, start + offset + want)) {
+            Ok(bytes) => reply.data(&bytes),
+            Err(e) => reply.error(e),
         }
     }
 
@@ -418,7 +397,9 @@ pub fn mount(repo: &RepoArg, mountpoint: &Path, filter: &Filter) -> Result<ExitC
         .cloned()
         .collect();
     let n = backups.len();
-    let fs = TesseraFs::new(r, backups)?;
+    // Served until unmounted, then the process ends: the repository is
+    // never dropped, so the open streams may borrow it for good.
+    let fs = TesseraFs::new(Box::leak(Box::new(r)), backups)?;
     let mut config = fuser::Config::default();
     config.mount_options.extend([
         fuser::MountOption::RO,

@@ -6,6 +6,7 @@ mod check;
 mod choose;
 mod cli;
 mod common;
+mod fidelity;
 mod gc;
 mod inspect;
 mod kill;

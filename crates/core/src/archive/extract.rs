@@ -38,10 +38,12 @@ use std::path::{Path, PathBuf};
 use filetime::FileTime;
 use tar::Header;
 
+use super::meta::Xattr;
 use super::serialize::{
-    padding, BLOCK, BLOCK_DEVICE, CHAR_DEVICE, DIRECTORY, FIFO, HARDLINK, REGULAR, SYMLINK,
+    padding, BLOCK, BLOCK_DEVICE, CHAR_DEVICE, DIRECTORY, FIFO, HARDLINK, PAX_XATTR, REGULAR,
+    SYMLINK,
 };
-use super::{ExtractReport, Refused};
+use super::{xattr, ExtractReport, Refused};
 use crate::error::{Error, IoContext, Result};
 
 /// The object named in corruption errors.
@@ -49,8 +51,9 @@ const STREAM: &str = "tar stream";
 /// Largest GNU long name or long link accepted: far above any usable path,
 /// small enough that a hostile size cannot exhaust memory.
 const MAX_LONG_NAME: u64 = 64 * 1024;
-/// Largest PAX extended header accepted, for the same reason.
-const MAX_PAX: u64 = 1024 * 1024;
+/// Largest PAX extended header accepted, for the same reason (room for
+/// many extended attributes of up to 64 KiB each).
+const MAX_PAX: u64 = 8 * 1024 * 1024;
 /// Runs of zeros this long, at this alignment, are left as holes in the
 /// restored file rather than written.
 const HOLE: usize = 4096;
@@ -142,6 +145,15 @@ pub(super) fn extract_as(
 /// `visit` in stream order, its data skipped. The stream is parsed as
 /// [`extract`] parses it, with the same limits and errors.
 pub fn list(input: &mut dyn Read, visit: &mut dyn FnMut(Listed) -> Result<()>) -> Result<()> {
+    list_with_offsets(input, &mut |l, _| visit(l))
+}
+
+/// [`list`], also giving the stream offset of each entry's data (a file's
+/// contents lie there, unless it is a GNU sparse entry).
+pub(crate) fn list_with_offsets(
+    input: &mut dyn Read,
+    visit: &mut dyn FnMut(Listed, u64) -> Result<()>,
+) -> Result<()> {
     let mut stream = Stream {
         inner: BufReader::with_capacity(COPY_BUF, input),
         pos: 0,
@@ -158,14 +170,18 @@ pub fn list(input: &mut dyn Read, visit: &mut dyn FnMut(Listed) -> Result<()>) -
             _ => "other",
         };
         let has_link = e.kind == SYMLINK || e.kind == HARDLINK;
-        visit(Listed {
-            path: String::from_utf8_lossy(&e.path).into_owned(),
-            kind,
-            size: if kind == "file" { e.size } else { 0 },
-            mode: e.mode & 0o7777,
-            mtime: e.mtime,
-            link: has_link.then(|| String::from_utf8_lossy(&e.link).into_owned()),
-        })?;
+        let data = stream.pos;
+        visit(
+            Listed {
+                path: String::from_utf8_lossy(&e.path).into_owned(),
+                kind,
+                size: if kind == "file" { e.size } else { 0 },
+                mode: e.mode & 0o7777,
+                mtime: u64::try_from(e.mtime.0).unwrap_or(0),
+                link: has_link.then(|| String::from_utf8_lossy(&e.link).into_owned()),
+            },
+            data,
+        )?;
         stream.skip(e.size + padding(e.size) as u64)?;
     }
     Ok(())
@@ -270,12 +286,15 @@ struct Entry {
     link: Vec<u8>,
     size: u64,
     mode: u32,
-    mtime: u64,
+    /// Seconds (negative before 1970) and nanoseconds.
+    mtime: (i64, u32),
     /// Numeric owner, when the header's field decodes.
     uid: Option<u64>,
     gid: Option<u64>,
     /// Device numbers of a character or block device entry.
     device: Option<(u32, u32)>,
+    /// Extended attributes (PAX `SCHILY.xattr.*`), in stream order.
+    xattrs: Vec<Xattr>,
 }
 
 /// The PAX keys this reader honours; others are ignored.
@@ -284,9 +303,10 @@ struct Pax {
     path: Option<Vec<u8>>,
     linkpath: Option<Vec<u8>>,
     size: Option<u64>,
-    mtime: Option<u64>,
+    mtime: Option<(i64, u32)>,
     uid: Option<u64>,
     gid: Option<u64>,
+    xattrs: Vec<Xattr>,
 }
 
 /// Read the next entry's header(s). `None` at the end-of-archive marker; an
@@ -382,7 +402,10 @@ fn next_entry(s: &mut Stream) -> Result<Option<Entry>> {
                 let mode = h.mode().map_err(|e| bad_header(offset, e))?;
                 let mtime = match pax.mtime {
                     Some(t) => t,
-                    None => h.mtime().map_err(|e| bad_header(offset, e))?,
+                    None => {
+                        let t = h.mtime().map_err(|e| bad_header(offset, e))?;
+                        (i64::try_from(t).unwrap_or(i64::MAX), 0)
+                    }
                 };
                 if kind == b'S' {
                     skip_sparse_maps(s, &h)?;
@@ -407,6 +430,7 @@ fn next_entry(s: &mut Stream) -> Result<Option<Entry>> {
                     uid: pax.uid.or_else(|| h.uid().ok()),
                     gid: pax.gid.or_else(|| h.gid().ok()),
                     device,
+                    xattrs: pax.xattrs,
                 }));
             }
         }
@@ -451,14 +475,10 @@ fn parse_pax(mut data: &[u8]) -> std::result::Result<Pax, String> {
             b"size" => pax.size = Some(parse_decimal(value).ok_or_else(bad)?),
             b"uid" => pax.uid = Some(parse_decimal(value).ok_or_else(bad)?),
             b"gid" => pax.gid = Some(parse_decimal(value).ok_or_else(bad)?),
-            b"mtime" => {
-                // Seconds with an optional fraction; times before 1970 become 0.
-                let whole = value.split(|b| *b == b'.').next().unwrap_or_default();
-                pax.mtime = Some(if whole.first() == Some(&b'-') {
-                    0
-                } else {
-                    parse_decimal(whole).ok_or_else(bad)?
-                });
+            b"mtime" => pax.mtime = Some(parse_time(value).ok_or_else(bad)?),
+            _ if key.starts_with(PAX_XATTR) => {
+                let name = unescape_xattr(&key[PAX_XATTR.len()..]).ok_or_else(bad)?;
+                pax.xattrs.push((name, value.to_vec()));
             }
             _ => {}
         }
@@ -469,6 +489,51 @@ fn parse_pax(mut data: &[u8]) -> std::result::Result<Pax, String> {
 
 fn parse_decimal(v: &[u8]) -> Option<u64> {
     std::str::from_utf8(v).ok()?.parse().ok()
+}
+
+/// A PAX time: decimal seconds, optionally negative, with an optional
+/// fraction (digits past nanoseconds are dropped), as (seconds, nanoseconds)
+/// with the nanoseconds counted forward from the seconds.
+pub(super) fn parse_time(v: &[u8]) -> Option<(i64, u32)> {
+    let (negative, v) = match v.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, v),
+    };
+    let mut parts = v.splitn(2, |b| *b == b'.');
+    let whole = parts.next()?;
+    let frac = parts.next().unwrap_or_default();
+    if whole.is_empty() || !whole.iter().chain(frac).all(u8::is_ascii_digit) {
+        return None;
+    }
+    let secs = i128::from(parse_decimal(whole)?);
+    let mut nanos = 0i128;
+    for i in 0..9 {
+        nanos = nanos * 10 + frac.get(i).map_or(0, |d| i128::from(d - b'0'));
+    }
+    let mut total = secs * 1_000_000_000 + nanos;
+    if negative {
+        total = -total;
+    }
+    let secs = i64::try_from(total.div_euclid(1_000_000_000)).ok()?;
+    Some((secs, total.rem_euclid(1_000_000_000) as u32))
+}
+
+/// An extended attribute name from a PAX key, `%XX` escapes decoded (GNU
+/// tar escapes `%` and `=`). Empty names and NUL bytes are refused.
+fn unescape_xattr(key: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(key.len());
+    let mut i = 0;
+    while i < key.len() {
+        if key[i] == b'%' {
+            let hex = std::str::from_utf8(key.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(key[i]);
+            i += 1;
+        }
+    }
+    (!out.is_empty() && !out.contains(&0)).then_some(out)
 }
 
 /// Split a stream path into its normal components, or say why it is unsafe.
@@ -520,8 +585,11 @@ fn running_as_root() -> bool {
 /// What a directory gets once nothing more is created in it.
 struct DirMeta {
     mode: u32,
-    mtime: u64,
+    mtime: (i64, u32),
     owner: Option<(u64, u64)>,
+    /// Set last too: a default ACL set earlier would shape what is
+    /// created inside.
+    xattrs: Vec<Xattr>,
 }
 
 struct Extractor {
@@ -725,6 +793,25 @@ impl Extractor {
         }
     }
 
+    /// Extended attributes a restored entry did not get (an unsupported file
+    /// system, `trusted.*` without root, …): reported, as a refused owner.
+    fn xattr_failures(&mut self, shown: &str, failed: Vec<(String, io::Error)>) {
+        if failed.is_empty() {
+            return;
+        }
+        let list: Vec<String> = failed
+            .iter()
+            .map(|(name, err)| format!("{name} ({err})"))
+            .collect();
+        self.report.refused.push(Refused {
+            path: shown.to_string(),
+            reason: format!(
+                "restored, but not its extended attributes {}",
+                list.join(", ")
+            ),
+        });
+    }
+
     /// Give a restored entry its owner with `chown`; a failure is reported
     /// (the entry stays) rather than stopping the restore.
     fn chown(
@@ -795,13 +882,16 @@ impl Extractor {
             file.set_len(e.size)
                 .ctx(|| format!("cannot write {}", path.display()))?;
         }
-        // Owner, mode and mtime through the open descriptor, after the last
-        // write, in this order because chown clears setuid and setgid.
+        // Owner, extended attributes, mode and mtime through the open
+        // descriptor, after the last write, in this order because chown
+        // clears setuid, setgid and file capabilities (`security.capability`).
         let fd = file.as_raw_fd();
         self.chown(shown, self.owner(e), |u, g| {
             // SAFETY: `fd` is an open descriptor owned by `file`.
             cvt(unsafe { libc::fchown(fd, u, g) })
         });
+        let failed = xattr::set_fd(fd, &e.xattrs);
+        self.xattr_failures(shown, failed);
         file.set_permissions(Permissions::from_mode(self.mode_bits(e.mode)))
             .ctx(|| format!("cannot set the permissions of {}", path.display()))?;
         filetime::set_file_handle_times(&file, None, Some(file_time(e.mtime)))
@@ -836,6 +926,7 @@ impl Extractor {
             mode: self.mode_bits(e.mode),
             mtime: e.mtime,
             owner: self.owner(e),
+            xattrs: e.xattrs.clone(),
         };
         self.dirs.insert(key.to_vec(), meta);
         self.report.dirs += 1;
@@ -865,6 +956,8 @@ impl Extractor {
             Err(err) => return Err(Error::io(format!("cannot create {}", path.display()), err)),
         }
         self.chown(shown, self.owner(e), |u, g| chown_at(at, &name, u, g));
+        let failed = xattr::set_at(at, &name, &e.xattrs);
+        self.xattr_failures(shown, failed);
         times_at(at, &name, e.mtime)
             .ctx(|| format!("cannot set the mtime of {}", path.display()))?;
         self.report.symlinks += 1;
@@ -953,6 +1046,8 @@ impl Extractor {
             Err(err) => return Err(Error::io(format!("cannot create {}", path.display()), err)),
         }
         self.chown(shown, self.owner(e), |u, g| chown_at(at, &name, u, g));
+        let failed = xattr::set_at(at, &name, &e.xattrs);
+        self.xattr_failures(shown, failed);
         // Just created by mknodat, which never follows or replaces a
         // symlink: following the name here reaches that node.
         chmod_at(at, &name, self.mode_bits(e.mode))
@@ -997,6 +1092,8 @@ impl Extractor {
                 // SAFETY: `fd` is an open descriptor owned by `dir`.
                 cvt(unsafe { libc::fchown(fd, u, g) })
             });
+            let failed = xattr::set_fd(fd, &meta.xattrs);
+            self.xattr_failures(&lossy(&key), failed);
             filetime::set_file_handle_times(&dir, None, Some(file_time(meta.mtime)))
                 .ctx(|| format!("cannot set the mtime of {}", path.display()))?;
             dir.set_permissions(Permissions::from_mode(meta.mode))
@@ -1030,8 +1127,8 @@ fn write_sparse(file: &mut File, data: &[u8], at: u64) -> io::Result<bool> {
     Ok(holes)
 }
 
-fn file_time(secs: u64) -> FileTime {
-    FileTime::from_unix_time(i64::try_from(secs).unwrap_or(i64::MAX), 0)
+fn file_time((secs, nsec): (i64, u32)) -> FileTime {
+    FileTime::from_unix_time(secs, nsec)
 }
 
 // ---------------------------------------------------------------- syscalls
@@ -1137,10 +1234,10 @@ fn chmod_at(dir: RawFd, name: &CStr, mode: u32) -> io::Result<()> {
 
 /// Set the access and modification times of `name` itself, never of what
 /// a symlink there points to.
-fn times_at(dir: RawFd, name: &CStr, mtime: u64) -> io::Result<()> {
+fn times_at(dir: RawFd, name: &CStr, (secs, nsec): (i64, u32)) -> io::Result<()> {
     let t = libc::timespec {
-        tv_sec: libc::time_t::try_from(mtime).unwrap_or(libc::time_t::MAX),
-        tv_nsec: 0,
+        tv_sec: libc::time_t::try_from(secs).unwrap_or(libc::time_t::MAX),
+        tv_nsec: libc::c_long::from(nsec),
     };
     // SAFETY: `name` is NUL-terminated and `times` holds two timespecs.
     cvt(unsafe {

@@ -7,9 +7,15 @@
 //! ```text
 //! "TSMETA1\n"  count
 //! names section, per entry:  kind(u8) shared-prefix suffix-len suffix mode uid gid
-//!                            [size | link-len link | major minor] xattr-count(0)
+//!                            [size | link-len link | major minor]
+//!                            xattr-count (name-len name value-len value)*
 //! times section, per entry:  zigzag(mtime - previous mtime) nanoseconds
 //! ```
+//!
+//! Extended attributes (POSIX ACLs among them, as the `system.posix_acl_*`
+//! attributes) sit with the entry they belong to, sorted by name, so an
+//! entry whose attributes do not change encodes to the same bytes; an entry
+//! without any writes the count 0, as every stream before them did.
 //!
 //! Paths are prefix-compressed against the previous entry's path; times are
 //! a column of their own (deltas), so a tree whose mtimes all change still
@@ -24,6 +30,13 @@ pub(crate) const SUBJECT: &str = "directory metadata";
 /// Longest path or link target accepted when decoding: far above any
 /// usable path, small enough that a hostile length cannot exhaust memory.
 const MAX_NAME: u64 = 64 * 1024;
+/// Longest extended attribute name (Linux's `XATTR_NAME_MAX`).
+const MAX_XATTR_NAME: u64 = 255;
+
+/// An extended attribute: its full name (`user.…`, `trusted.…`,
+/// `security.…`, `system.posix_acl_access`, …) and value, as the kernel
+/// gives them.
+pub type Xattr = (Vec<u8>, Vec<u8>);
 
 /// What an entry is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +98,9 @@ pub struct Record {
     pub link: Vec<u8>,
     /// Device numbers (character and block devices).
     pub device: (u32, u32),
+    /// Extended attributes, sorted by name (none on hard-link records: the
+    /// inode's are on its first path).
+    pub xattrs: Vec<Xattr>,
 }
 
 /// Encodes records in stream order into the two sections.
@@ -125,7 +141,13 @@ impl MetaWriter {
             }
             Kind::Dir | Kind::Fifo => {}
         }
-        put(n, 0); // extended attributes: none recorded yet
+        put(n, r.xattrs.len() as u64);
+        for (name, value) in &r.xattrs {
+            put(n, name.len() as u64);
+            n.extend_from_slice(name);
+            put(n, value.len() as u64);
+            n.extend_from_slice(value);
+        }
         let delta = r.mtime.wrapping_sub(self.prev_mtime);
         put(&mut self.times, ((delta << 1) ^ (delta >> 63)) as u64);
         put(&mut self.times, u64::from(r.mtime_nsec));
@@ -244,6 +266,7 @@ pub fn decode(data: &[u8]) -> Result<Vec<Record>> {
             size: 0,
             link: Vec::new(),
             device: (0, 0),
+            xattrs: Vec::new(),
         };
         match kind {
             Kind::File => r.size = c.varint()?,
@@ -254,8 +277,19 @@ pub fn decode(data: &[u8]) -> Result<Vec<Record>> {
             Kind::CharDevice | Kind::BlockDevice => r.device = (c.u32()?, c.u32()?),
             Kind::Dir | Kind::Fifo => {}
         }
-        if c.varint()? != 0 {
-            return Err(c.bad("extended attributes (not supported by this version)"));
+        let xattrs = c.varint()?;
+        for _ in 0..xattrs {
+            let n = c.varint()?;
+            if n == 0 || n > MAX_XATTR_NAME {
+                return Err(c.bad("bad extended attribute name"));
+            }
+            let name = c.bytes(n)?.to_vec();
+            if name.contains(&0) || r.xattrs.last().is_some_and(|(prev, _)| *prev >= name) {
+                return Err(c.bad("bad extended attribute name"));
+            }
+            let n = c.varint()?;
+            let value = c.bytes(n)?.to_vec();
+            r.xattrs.push((name, value));
         }
         prev.clone_from(&r.path);
         out.push(r);
@@ -267,6 +301,9 @@ pub fn decode(data: &[u8]) -> Result<Vec<Record>> {
         mtime = mtime.wrapping_add(delta);
         r.mtime = mtime;
         r.mtime_nsec = c.u32()?;
+        if r.mtime_nsec >= 1_000_000_000 {
+            return Err(c.bad("nanoseconds out of range"));
+        }
     }
     if c.pos != data.len() {
         return Err(c.bad("trailing bytes"));

@@ -21,7 +21,7 @@
 //!   by these path bytes, which is also a depth-first walk: every directory
 //!   entry comes just before its contents.
 //! * Each header records the permission bits (`mode & 0o7777`), the mtime in
-//!   whole seconds (times before 1970 are stored as 0), the numeric uid and
+//!   whole seconds (times before 1970 are stored as 0: see PAX below), the numeric uid and
 //!   gid; user and group names, atime and ctime are left empty so that a walk
 //!   of the same tree by another user or at another time gives the same bytes.
 //! * Regular files, directories (empty ones included), symlinks (target bytes
@@ -29,8 +29,12 @@
 //!   more than one link, in stream order, is a regular file and later paths are
 //!   `Link` entries naming it. Fifos and character and block devices are
 //!   stored (type `6`, `3`, `4`, device numbers in the header); sockets are
-//!   not, and are listed in [`TreeStats::skipped`]. Extended attributes,
-//!   ACLs, sub-second times and sparseness are not recorded.
+//!   not, and are listed in [`TreeStats::skipped`]. Sparseness is not
+//!   recorded.
+//! * An entry with a sub-second or pre-1970 mtime or with extended
+//!   attributes (POSIX ACLs included) is preceded by a PAX `x` record:
+//!   `mtime` with nine fraction digits, `SCHILY.xattr.NAME` per attribute
+//!   (as GNU tar writes them, `%` and `=` in names escaped).
 //! * A file that changes size while it is read is stored with the size seen
 //!   when it was opened: zero-filled if it shrank, cut if it grew, so that the
 //!   stream stays well-formed.
@@ -56,7 +60,9 @@ mod serialize;
 #[cfg(test)]
 mod tests;
 pub(crate) mod walk;
+mod xattr;
 
+pub(crate) use self::extract::list_with_offsets;
 pub use self::extract::{extract, extract_selected, include_paths, list, Listed};
 pub use self::meta::{Kind, Record};
 pub use self::select::Selection;

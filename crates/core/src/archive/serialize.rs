@@ -118,8 +118,11 @@ impl<W: Write> TreeOut for TarOut<W> {
 }
 
 /// The tar header records of `r` (whole-second mtimes, earlier than 1970
-/// stored as 0; a device's numbers, which must fit the header).
+/// stored as 0; a device's numbers, which must fit the header), after a
+/// PAX record for what the header cannot hold: the exact mtime when it has
+/// nanoseconds or is before 1970, and the extended attributes.
 pub(crate) fn encode_record(out: &mut Vec<u8>, r: &Record) {
+    encode_pax(out, r);
     let attrs = Attrs {
         mode: r.mode,
         uid: r.uid,
@@ -142,6 +145,74 @@ pub(crate) fn encode_record(out: &mut Vec<u8>, r: &Record) {
             encode_device(out, kind, &r.path, attrs, major, minor)
         }
     }
+}
+
+/// PAX key prefix of an extended attribute, as GNU tar and libarchive write
+/// them (`tar --xattrs` restores them from `restore --stdout`).
+pub(super) const PAX_XATTR: &[u8] = b"SCHILY.xattr.";
+
+/// The PAX extended header (`x`) of `r`, if it needs one.
+fn encode_pax(out: &mut Vec<u8>, r: &Record) {
+    let exact_time = r.mtime_nsec != 0 || r.mtime < 0;
+    if !exact_time && r.xattrs.is_empty() {
+        return;
+    }
+    let mut data = Vec::new();
+    if exact_time {
+        pax_record(
+            &mut data,
+            b"mtime",
+            pax_time(r.mtime, r.mtime_nsec).as_bytes(),
+        );
+    }
+    for (name, value) in &r.xattrs {
+        let mut key = PAX_XATTR.to_vec();
+        // As GNU tar: `%` and `=` escaped, so the key ends at the first `=`.
+        for &b in name {
+            match b {
+                b'%' => key.extend_from_slice(b"%25"),
+                b'=' => key.extend_from_slice(b"%3D"),
+                _ => key.push(b),
+            }
+        }
+        pax_record(&mut data, &key, value);
+    }
+    let mut h = Header::new_ustar();
+    copy_field(&mut h.as_old_mut().name, b"././@PaxHeader");
+    h.set_mode(0o644);
+    h.set_uid(0);
+    h.set_gid(0);
+    h.set_mtime(0);
+    h.set_size(data.len() as u64);
+    h.set_entry_type(EntryType::XHeader);
+    h.set_cksum();
+    out.extend_from_slice(h.as_bytes());
+    out.extend_from_slice(&data);
+    out.resize(out.len().next_multiple_of(BLOCK), 0);
+}
+
+/// One `<length> <key>=<value>\n` record; the length counts itself.
+fn pax_record(out: &mut Vec<u8>, key: &[u8], value: &[u8]) {
+    let rest = key.len() + value.len() + 3; // space, `=`, newline
+    let mut len = rest + 1;
+    while len != rest + len.to_string().len() {
+        len = rest + len.to_string().len();
+    }
+    out.extend_from_slice(len.to_string().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(key);
+    out.push(b'=');
+    out.extend_from_slice(value);
+    out.push(b'\n');
+}
+
+/// A time as PAX writes it: decimal seconds with nine fraction digits,
+/// negative before 1970 (`-0.25` is a quarter second before the epoch).
+pub(super) fn pax_time(secs: i64, nsec: u32) -> String {
+    let total = i128::from(secs) * 1_000_000_000 + i128::from(nsec);
+    let sign = if total < 0 { "-" } else { "" };
+    let abs = total.unsigned_abs();
+    format!("{sign}{}.{:09}", abs / 1_000_000_000, abs % 1_000_000_000)
 }
 
 /// Zero bytes that pad `size` bytes of data to a whole block.

@@ -295,6 +295,23 @@ impl Walker<'_> {
             size: 0,
             link: Vec::new(),
             device: (0, 0),
+            xattrs: Vec::new(),
+        }
+    }
+
+    /// The extended attributes of `abs` for its record; one that cannot be
+    /// read makes the backup incomplete (reported, as an unreadable file).
+    fn xattrs(&mut self, rel: &[u8], abs: &Path) -> Vec<super::meta::Xattr> {
+        match super::xattr::read(abs) {
+            Ok(x) => x,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => {
+                self.stats.unreadable.push(format!(
+                    "{}: extended attributes not stored: {e}",
+                    String::from_utf8_lossy(rel)
+                ));
+                Vec::new()
+            }
         }
     }
 
@@ -322,7 +339,8 @@ impl Walker<'_> {
             }
             let mut name = rel.to_vec();
             name.push(b'/');
-            let r = Self::record(Kind::Dir, name, &meta);
+            let mut r = Self::record(Kind::Dir, name, &meta);
+            r.xattrs = self.xattrs(rel, &abs);
             self.out.entry(&r).map_err(|e| write_error(&abs, e))?;
             self.stats.dirs += 1;
             let crosses = below_root
@@ -345,12 +363,14 @@ impl Walker<'_> {
             let target = fs::read_link(&abs).ctx(|| format!("cannot read {}", abs.display()))?;
             let mut r = Self::record(Kind::Symlink, rel.to_vec(), &meta);
             r.link = target.into_os_string().into_vec();
+            r.xattrs = self.xattrs(rel, &abs);
             self.out.entry(&r).map_err(|e| write_error(&abs, e))?;
             self.stats.symlinks += 1;
         } else if ft.is_file() {
             self.file(rel, &abs, &meta)?;
         } else if ft.is_fifo() {
-            let r = Self::record(Kind::Fifo, rel.to_vec(), &meta);
+            let mut r = Self::record(Kind::Fifo, rel.to_vec(), &meta);
+            r.xattrs = self.xattrs(rel, &abs);
             self.out.entry(&r).map_err(|e| write_error(&abs, e))?;
             self.stats.specials += 1;
         } else if ft.is_char_device() || ft.is_block_device() {
@@ -368,6 +388,7 @@ impl Walker<'_> {
             } else {
                 let mut r = Self::record(kind, rel.to_vec(), &meta);
                 r.device = (major, minor);
+                r.xattrs = self.xattrs(rel, &abs);
                 self.out.entry(&r).map_err(|e| write_error(&abs, e))?;
                 self.stats.specials += 1;
             }
@@ -393,8 +414,10 @@ impl Walker<'_> {
                 return Ok(());
             }
         }
+        let xattrs = self.xattrs(rel, abs);
         let mut r = Self::record(Kind::File, rel.to_vec(), meta);
         r.size = meta.len();
+        r.xattrs.clone_from(&xattrs);
         if self
             .out
             .reuse(&r, &FileId::of(meta))
@@ -433,6 +456,7 @@ impl Walker<'_> {
         // while it is copied: the entry is already recorded by then.
         let mut r = Self::record(Kind::File, rel.to_vec(), &fmeta);
         r.size = fmeta.len();
+        r.xattrs = xattrs;
         self.out.entry(&r).map_err(|e| write_error(abs, e))?;
         match copy_exactly(&mut file, self.out, r.size, &mut self.buf, self.on_bytes) {
             Ok(()) => {}

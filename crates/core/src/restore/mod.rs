@@ -29,13 +29,14 @@ use std::time::Instant;
 
 mod loader;
 mod plan;
-pub(crate) mod range;
+pub mod range;
 
 /// The caches live in [`crate::cache`] (GC and check use them too); these
 /// paths stay for callers that name them through restore.
 pub use crate::cache::{self, CacheSpec, LruCache};
 use loader::{receive, Buffers, Loaders};
 use plan::{Op, Planner};
+pub use range::{BackupStream, StreamEntry};
 
 /// Threads reading containers. Reads mostly wait on the disk or copy out of
 /// the page cache, so a few more than the cores keep the disk's queue full.
@@ -368,14 +369,7 @@ pub(crate) fn list_entries(
             "backup {} is a fingerprint trace: it has no files to list",
             backup.id
         ))),
-        SourceKind::File | SourceKind::Stream => visit(crate::archive::Listed {
-            path: file_name(backup).to_string_lossy().into_owned(),
-            kind: "file",
-            size: backup.logical_bytes,
-            mode: 0o644,
-            mtime: backup.time,
-            link: None,
-        }),
+        SourceKind::File | SourceKind::Stream => visit(single_file_listing(backup)),
         SourceKind::Tree if backup.content_bytes.is_some() => {
             let (records, _) = range::tree_records(repo, backup)?.expect("a directory stream");
             for r in &records {
@@ -414,6 +408,18 @@ pub(crate) fn list_entries(
                 }
             })
         }
+    }
+}
+
+/// The one entry of a file or stream backup.
+pub(crate) fn single_file_listing(backup: &BackupEntry) -> crate::archive::Listed {
+    crate::archive::Listed {
+        path: file_name(backup).to_string_lossy().into_owned(),
+        kind: "file",
+        size: backup.logical_bytes,
+        mode: 0o644,
+        mtime: backup.time,
+        link: None,
     }
 }
 

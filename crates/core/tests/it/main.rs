@@ -19,4 +19,5 @@ mod rewrite;
 mod s3;
 mod s3_minio;
 mod seal;
+mod stream_read;
 mod tree;
