@@ -160,6 +160,22 @@ impl Repository {
         opts: &InitOptions,
         layout: crate::layout::LayoutKind,
     ) -> Result<()> {
+        Self::init_indexed(backend, opts, layout, crate::index::IndexKind::Memory)
+    }
+
+    /// [`init_layout`](Self::init_layout) with a chosen data index
+    /// (`init --index`).
+    pub fn init_indexed(
+        backend: Arc<dyn ObjectStore>,
+        opts: &InitOptions,
+        layout: crate::layout::LayoutKind,
+        index: crate::index::IndexKind,
+    ) -> Result<()> {
+        if !index.is_memory() && !layout.is_containers() {
+            return Err(Error::invalid(format!(
+                "--index {index} is not built for the {layout} layout yet (its NDF index is per version chain); use --index memory"
+            )));
+        }
         opts.chunker.validate().map_err(Error::invalid)?;
         if opts.container_size < 4096 {
             return Err(Error::invalid(format!(
@@ -187,6 +203,7 @@ impl Repository {
             trace: opts.trace,
             created: now(),
             layout,
+            index,
         };
         let mut manifest = Manifest::new(config);
         manifest.generation = Generation(1);
@@ -210,7 +227,18 @@ impl Repository {
                 format!("claims generation {}", manifest.generation),
             ));
         }
-        let mut index = Index::default();
+        let mut index = match manifest.config.index {
+            crate::index::IndexKind::Memory => Index::default(),
+            kind => {
+                let base = index_dir();
+                Index::of_kind(kind, &base).map_err(|e| {
+                    Error::invalid(format!(
+                        "cannot create the on-disk index under {} ({e}); set TESSERA_INDEX_DIR",
+                        base.display()
+                    ))
+                })?
+            }
+        };
         for seg in &manifest.index_segments {
             let name = ObjectRef::Object(seg.clone());
             let bytes = objects.get(seg).map_err(|e| match e {
@@ -223,6 +251,7 @@ impl Repository {
                 index.insert(e);
             }
         }
+        index.flush();
         let metrics = Arc::new(Metrics::default());
         let store = ContainerStore::new(
             objects.clone(),
@@ -883,6 +912,18 @@ impl Writer {
 }
 
 /// Used by ingest to list the containers it wrote.
+/// Where an on-disk index keeps its private files while a repository is
+/// open: `$TESSERA_INDEX_DIR`, else `index/` in the user's cache directory
+/// (`$TESSERA_CACHE_DIR`, `$XDG_CACHE_HOME/tessera`, `~/.cache/tessera`),
+/// else the temporary directory.
+pub fn index_dir() -> std::path::PathBuf {
+    std::env::var_os("TESSERA_INDEX_DIR")
+        .filter(|d| !d.is_empty())
+        .map(std::path::PathBuf::from)
+        .or_else(|| crate::ingest::FilesCacheOptions::default_dir().map(|d| d.join("index")))
+        .unwrap_or_else(std::env::temp_dir)
+}
+
 pub(crate) fn container_entry(
     id: ContainerId,
     kind: ChunkKind,

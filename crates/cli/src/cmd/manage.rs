@@ -15,6 +15,7 @@ pub fn init(
     repo: &RepoArg,
     opts: &InitOptions,
     layout: tessera_core::layout::LayoutKind,
+    index: tessera_core::index::IndexKind,
     json: bool,
 ) -> Result<ExitCode> {
     let path = std::path::Path::new(&repo.repo);
@@ -22,7 +23,7 @@ pub fn init(
         anyhow::bail!("{} exists and is not a directory", repo.repo);
     }
     let backend = backend::create(&repo.repo)?;
-    Repository::init_layout(backend.clone(), opts, layout)?;
+    Repository::init_indexed(backend.clone(), opts, layout, index)?;
     let r = Repository::open(backend)?;
     if json {
         ui::print_json(&r.config())?;
@@ -39,6 +40,9 @@ pub fn init(
         );
         if !c.layout.is_containers() {
             println!("  layout {}", c.layout);
+        }
+        if !c.index.is_memory() {
+            println!("  index {}", c.index);
         }
     }
     Ok(ExitCode::SUCCESS)

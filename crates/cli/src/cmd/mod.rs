@@ -28,6 +28,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             container_size,
             trace,
             layout,
+            index,
             json,
         } => {
             let opts = tessera_core::InitOptions {
@@ -36,7 +37,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 container_size,
                 trace,
             };
-            manage::init(&repo, &opts, layout, json.json)
+            manage::init(&repo, &opts, layout, index, json.json)
         }
         Command::Backup {
             repo,
