@@ -300,6 +300,13 @@ impl Index {
             DataTable::Disk(_) => IndexKind::Disk,
         }
     }
+    /// Where an on-disk index answered its lookups (`None` in memory).
+    pub fn disk_counts(&self) -> Option<disk::DiskCounts> {
+        match &self.data {
+            DataTable::Mem(_) => None,
+            DataTable::Disk(t) => Some(t.counts()),
+        }
+    }
     /// Write pending on-disk changes as a run (no-op in memory). Loading
     /// ends with it, so the first backup's lookups see sorted runs.
     pub fn flush(&mut self) {

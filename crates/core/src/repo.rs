@@ -229,29 +229,9 @@ impl Repository {
         }
         let mut index = match manifest.config.index {
             crate::index::IndexKind::Memory => Index::default(),
-            kind => {
-                let base = index_dir();
-                Index::of_kind(kind, &base).map_err(|e| {
-                    Error::invalid(format!(
-                        "cannot create the on-disk index under {} ({e}); set TESSERA_INDEX_DIR",
-                        base.display()
-                    ))
-                })?
-            }
+            crate::index::IndexKind::Disk => disk_index(crate::index::disk::DiskConfig::default())?,
         };
-        for seg in &manifest.index_segments {
-            let name = ObjectRef::Object(seg.clone());
-            let bytes = objects.get(seg).map_err(|e| match e {
-                Error::MissingObject(_) => e.about(name.clone()),
-                e => e,
-            })?;
-            // The decoder names what it is given; the error names the key.
-            let entries = decode_segment(&bytes, &name.to_string()).map_err(|e| e.about(name))?;
-            for e in entries {
-                index.insert(e);
-            }
-        }
-        index.flush();
+        load_segments(&objects, &manifest, &mut index)?;
         let metrics = Arc::new(Metrics::default());
         let store = ContainerStore::new(
             objects.clone(),
@@ -811,6 +791,18 @@ impl Writer {
     }
 
     /// Leftovers removed when this writer opened the repository.
+    /// Rebuild an on-disk index with other tuning (flush size, cache
+    /// size): for tests and benchmarks. Refused on a memory index.
+    pub fn tune_disk_index(&mut self, cfg: crate::index::disk::DiskConfig) -> Result<()> {
+        if self.repo.manifest.config.index != crate::index::IndexKind::Disk {
+            return Err(Error::invalid("the repository's index is not on disk"));
+        }
+        let mut index = disk_index(cfg)?;
+        load_segments(&self.repo.objects, &self.repo.manifest, &mut index)?;
+        self.repo.index = index;
+        Ok(())
+    }
+
     pub fn leftovers(&self) -> &Leftovers {
         &self.leftovers
     }
@@ -912,6 +904,37 @@ impl Writer {
 }
 
 /// Used by ingest to list the containers it wrote.
+/// An empty on-disk index under [`index_dir`].
+fn disk_index(cfg: crate::index::disk::DiskConfig) -> Result<Index> {
+    let base = index_dir();
+    Index::on_disk(&base, cfg).map_err(|e| {
+        Error::invalid(format!(
+            "cannot create the on-disk index under {} ({e}); set TESSERA_INDEX_DIR",
+            base.display()
+        ))
+    })
+}
+
+/// Insert the entries of every index segment the manifest lists, in order
+/// (a later entry for the same fingerprint, copy and kind wins).
+fn load_segments(objects: &SealedStore, manifest: &Manifest, index: &mut Index) -> Result<()> {
+    for seg in &manifest.index_segments {
+        let name = ObjectRef::Object(seg.clone());
+        let bytes = objects.get(seg).map_err(|e| match e {
+            Error::MissingObject(_) => e.about(name.clone()),
+            e => e,
+        })?;
+        // The decoder names what it is given; the error names the key.
+        let entries = decode_segment(&bytes, &name.to_string()).map_err(|e| e.about(name))?;
+        for e in entries {
+            index.insert(e);
+        }
+    }
+    // On disk: the loaded entries become sorted runs before the first lookup.
+    index.flush();
+    Ok(())
+}
+
 /// Where an on-disk index keeps its private files while a repository is
 /// open: `$TESSERA_INDEX_DIR`, else `index/` in the user's cache directory
 /// (`$TESSERA_CACHE_DIR`, `$XDG_CACHE_HOME/tessera`, `~/.cache/tessera`),

@@ -11,6 +11,7 @@ mod gc_rewrite;
 mod hostile;
 mod interleave;
 mod mfdedup;
+mod ondisk;
 mod repository;
 mod restore_cache;
 mod restore_pipeline;
