@@ -541,7 +541,7 @@ fn open_repo(exp: &Experiment, a: &Approach, work: &Path) -> Result<(Writer, Cou
         }
     };
     let counted = Arc::new(CountingStore::new(backend::create(&location)?));
-    Repository::init_layout(
+    Repository::init_indexed(
         counted.clone(),
         &InitOptions {
             hash: exp.hash,
@@ -550,6 +550,7 @@ fn open_repo(exp: &Experiment, a: &Approach, work: &Path) -> Result<(Writer, Cou
             trace: exp.mode == Mode::Trace,
         },
         a.layout,
+        exp.index,
     )?;
     let repo = Repository::open_writer(counted.clone(), "tessera lab run")?;
     Ok((repo, counted))
