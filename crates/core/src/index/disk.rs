@@ -583,7 +583,7 @@ impl Tables {
             self.lists.push(ListFile { map });
         }
         let mut sorted = entries;
-        sorted.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        sorted.sort_unstable_by_key(|a| a.0);
         let path = self.file("run");
         let run = Run::write(path, 0, sorted.into_iter());
         self.runs.push(run);
@@ -677,7 +677,7 @@ impl Tables {
     /// Every live entry, in fingerprint order (runs merged, overlay on top).
     pub fn iter(&self) -> impl Iterator<Item = (Fingerprint, u64)> + '_ {
         let mut over: Vec<(Fingerprint, u64)> = self.overlay.iter().collect();
-        over.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        over.sort_unstable_by_key(|a| a.0);
         // Sources newest first: overlay, then runs newest to oldest.
         let n = self.runs.len();
         let mut heads = vec![0usize; n + 1];
@@ -695,17 +695,17 @@ impl Tables {
         std::iter::from_fn(move || loop {
             // The smallest key among the heads; the newest source wins.
             let mut best: Option<(Fingerprint, u64)> = None;
-            for s in 0..=n {
-                if let Some((k, v)) = key(s, heads[s], &over) {
+            for (s, &h) in heads.iter().enumerate() {
+                if let Some((k, v)) = key(s, h, &over) {
                     if best.is_none_or(|(b, _)| k < b) {
                         best = Some((k, v));
                     }
                 }
             }
             let (k, v) = best?;
-            for s in 0..=n {
-                if key(s, heads[s], &over).is_some_and(|(x, _)| x == k) {
-                    heads[s] += 1;
+            for (s, h) in heads.iter_mut().enumerate() {
+                if key(s, *h, &over).is_some_and(|(x, _)| x == k) {
+                    *h += 1;
                 }
             }
             if v != TOMB {

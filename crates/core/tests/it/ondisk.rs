@@ -231,7 +231,7 @@ proptest! {
                 match &op {
                     Op::Backup(v, rewrite) => {
                         let opts = BackupOptions {
-                            rewrite: rewrite.clone(),
+                            rewrite: *rewrite,
                             segment_bytes: 32 * 1024,
                             ..BackupOptions::new(format!("v{v}"), SourceKind::Stream)
                         };
@@ -299,7 +299,7 @@ fn trace_series_is_identical_and_hits_the_cache() {
     for v in 0..6 {
         // 2 % of the chunks change per version.
         for (j, c) in live.iter_mut().enumerate() {
-            if (j as u64 * 31 + v) % 50 == 0 {
+            if (j as u64 * 31 + v).is_multiple_of(50) {
                 *c = next;
                 next += 1;
             }
