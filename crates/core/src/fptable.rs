@@ -257,6 +257,16 @@ impl FpTable {
         !vacant(&k) && self.keys.get(at).is_some_and(|x| same(x, &k))
     }
 
+    /// The value of `fp` if the log has it at position `at` (no probe).
+    #[inline]
+    pub fn value_logged_at(&self, at: usize, fp: &Fingerprint) -> Option<u64> {
+        let k = key_of(fp);
+        if vacant(&k) || !self.keys.get(at).is_some_and(|x| same(x, &k)) {
+            return None;
+        }
+        Some(self.vals[at])
+    }
+
     /// Slot holding `k` (Ok) or the free slot ending its probe (Err).
     /// `k` is not zero and the slots exist.
     #[inline]

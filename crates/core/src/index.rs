@@ -345,7 +345,10 @@ impl Index {
                     t.prefetch(fp)
                 }
             }
-            DataTable::Disk(t) => t.prefetch(fp),
+            // Most lookups of a version series hit the cached container
+            // list at the cursor: hashing every chunk to prefetch its Bloom
+            // block costs more than the few new chunks' misses.
+            DataTable::Disk(_) => {}
         }
     }
     /// The container of a chunk's newest copy (what dedup refers to).

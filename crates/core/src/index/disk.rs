@@ -358,13 +358,11 @@ impl DiskTable {
                 return true;
             }
         }
-        if t.overlay.logged_at(cursor.overlay, fp) {
+        if let Some(v) = t.overlay.value_logged_at(cursor.overlay, fp) {
             // Overlay entries may be removal marks.
-            if t.overlay.get(fp).is_some_and(|v| v != TOMB) {
-                cursor.overlay += 1;
-                return true;
-            }
-            return false;
+            cursor.overlay += 1;
+            c.counts.overlay += 1;
+            return v != TOMB;
         }
         match t.lookup(c, fp) {
             (Some(_), Some((slot, pos))) => {
