@@ -12,7 +12,7 @@ use tessera_core::restore::CacheSpec;
 use tessera_core::retention::GroupBy;
 use tessera_core::rewrite::RewriteSpec;
 use tessera_core::units::ByteSize;
-use tessera_core::HashAlgo;
+use tessera_core::{Compression, Encryption, HashAlgo, KdfParams};
 use tessera_lab::synth::SynthConfig;
 
 #[derive(Parser)]
@@ -96,6 +96,23 @@ pub struct RepoArg {
     /// Repository directory
     #[arg(long, short = 'r', env = "TESSERA_REPO", value_name = "DIR")]
     pub repo: String,
+    /// Read the repository's password from the first line of this file (else --password-command, TESSERA_PASSWORD, or a prompt on a terminal)
+    #[arg(
+        long,
+        env = "TESSERA_PASSWORD_FILE",
+        value_name = "FILE",
+        global = true
+    )]
+    pub password_file: Option<PathBuf>,
+    /// Run this shell command and take the first line it prints as the repository's password
+    #[arg(
+        long,
+        env = "TESSERA_PASSWORD_COMMAND",
+        value_name = "CMD",
+        global = true,
+        conflicts_with = "password_file"
+    )]
+    pub password_command: Option<String>,
 }
 
 #[derive(Args, Clone, Copy)]
@@ -123,6 +140,15 @@ pub enum Command {
         /// Trace mode: the repository ingests fingerprint traces and stores metadata only
         #[arg(long)]
         trace: bool,
+        /// Encryption of every stored object: xchacha20-poly1305 (a random master key wrapped by an Argon2id key from the password) or none (anyone who can read the repository reads every backup)
+        #[arg(long, default_value = "xchacha20-poly1305", value_name = "NAME", value_parser = Checked(prefixed::<Encryption>))]
+        encryption: Encryption,
+        /// Default compression of chunks and metadata: off, auto (zstd 3, skipping chunks that do not compress), fastest, better, max, or zstd:1..22
+        #[arg(long, default_value = "auto", value_name = "LEVEL", value_parser = Checked(prefixed::<Compression>))]
+        compression: Compression,
+        /// Argon2id cost of the first key slot: m=KiB,t=PASSES,p=LANES
+        #[arg(long, env = "TESSERA_KDF", default_value = "m=65536,t=3,p=1", value_name = "PARAMS", value_parser = Checked(prefixed::<KdfParams>))]
+        kdf: KdfParams,
         /// Layout: containers (fixed-size containers in stream order) or mfdedup (lifecycle categories and volumes, NDF + AVAR)
         #[arg(long, default_value = "containers", value_parser = Checked(plain::<LayoutKind>))]
         layout: LayoutKind,
@@ -151,6 +177,9 @@ pub enum Command {
         /// Chunks per rewriting decision (the ingest segment), e.g. 20MiB
         #[arg(long, value_name = "SIZE", default_value = "20MiB", value_parser = Checked(segment_size))]
         segment_size: u64,
+        /// Compression of this backup's chunks (default: the repository's, chosen at init): off, auto, fastest, better, max or zstd:1..22
+        #[arg(long, value_name = "LEVEL", value_parser = Checked(prefixed::<Compression>))]
+        compression: Option<Compression>,
         /// Read every file of a directory, trusting nothing in the files cache (which otherwise skips files whose size, times and inode are unchanged; it lives in $TESSERA_CACHE_DIR, $XDG_CACHE_HOME/tessera or ~/.cache/tessera)
         #[arg(long)]
         force_read: bool,
@@ -309,6 +338,16 @@ pub enum Command {
         #[command(flatten)]
         json: JsonArg,
     },
+    /// Manage the passwords of an encrypted repository (key slots)
+    Key {
+        #[command(flatten)]
+        repo: RepoArg,
+        #[command(subcommand)]
+        command: KeyCommand,
+        /// Print a machine-readable JSON report on stdout
+        #[arg(long, global = true)]
+        json: bool,
+    },
     /// Show what changed between two backups: added, removed and changed entries and bytes
     Diff {
         #[command(flatten)]
@@ -375,6 +414,35 @@ pub enum Command {
 }
 
 #[derive(Subcommand)]
+pub enum KeyCommand {
+    /// List the key slots (* marks the one the given password opens)
+    List,
+    /// Add a key slot: another password that opens the repository
+    Add {
+        /// Read the new password from this file (else TESSERA_NEW_PASSWORD, or typed twice on a terminal)
+        #[arg(long, value_name = "FILE")]
+        new_password_file: Option<PathBuf>,
+        /// Argon2id cost of the new slot: m=KiB,t=PASSES,p=LANES
+        #[arg(long, env = "TESSERA_KDF", default_value = "m=65536,t=3,p=1", value_name = "PARAMS", value_parser = Checked(prefixed::<KdfParams>))]
+        kdf: KdfParams,
+    },
+    /// Remove a key slot (not the last one, nor the one the given password opens)
+    Remove {
+        /// The slot's id, as `tessera key list` shows it
+        id: u64,
+    },
+    /// Change the password: a new slot replaces the one the given password opens
+    Passwd {
+        /// Read the new password from this file (else TESSERA_NEW_PASSWORD, or typed twice on a terminal)
+        #[arg(long, value_name = "FILE")]
+        new_password_file: Option<PathBuf>,
+        /// Argon2id cost of the new slot: m=KiB,t=PASSES,p=LANES
+        #[arg(long, env = "TESSERA_KDF", default_value = "m=65536,t=3,p=1", value_name = "PARAMS", value_parser = Checked(prefixed::<KdfParams>))]
+        kdf: KdfParams,
+    },
+}
+
+#[derive(Subcommand)]
 pub enum LabCommand {
     /// Generate a small multi-source synthetic series, run every demo approach on it, write the report
     Demo {
@@ -401,6 +469,15 @@ pub enum LabCommand {
         /// Restore cache: lru:N, opt:N or faa:N (as for `restore --cache`)
         #[arg(long, value_name = "SPEC", default_value_t = CacheSpec::default(), value_parser = Checked(prefixed::<CacheSpec>))]
         cache: CacheSpec,
+        /// Compression of the benchmark repository (as for `init --compression`)
+        #[arg(long, default_value = "off", value_name = "LEVEL", value_parser = Checked(prefixed::<Compression>))]
+        compression: Compression,
+        /// Encryption of the benchmark repository (as for `init --encryption`)
+        #[arg(long, default_value = "none", value_name = "NAME", value_parser = Checked(prefixed::<Encryption>))]
+        encryption: Encryption,
+        /// Make the stream's fresh bytes text-like (compressible) instead of random
+        #[arg(long)]
+        compressible: bool,
         #[command(flatten)]
         json: JsonArg,
     },

@@ -186,7 +186,7 @@ impl Repository {
         match self.store.read(c.id) {
             Ok(cont) => {
                 report.data_containers_read += (c.kind == ChunkKind::Data) as u64;
-                let algo = self.manifest.config.hash;
+                let algo = self.fingerprinter();
                 let mut bad = Vec::new();
                 for meta in &cont.meta {
                     report.chunks_rehashed += 1;
@@ -315,10 +315,13 @@ impl Repository {
     /// the damaged chunks, or None if even the header or metadata is bad.
     fn salvage(&self, id: ContainerId) -> Option<(Vec<ChunkMeta>, ChunkKind, Vec<Fingerprint>)> {
         let (object, h, metas) = self.salvage_object(id)?;
-        let algo = self.manifest.config.hash;
+        let algo = self.fingerprinter();
+        let sealer = self.store.sealer();
         let bad = metas
             .iter()
-            .filter(|m| algo.hash(salvage::chunk_bytes(&object, m)) != m.fp)
+            .filter(|m| {
+                salvage::chunk_bytes(&object, m, sealer).is_none_or(|b| algo.hash(&b) != m.fp)
+            })
             .map(|m| m.fp)
             .collect();
         Some((metas, h.kind, bad))
@@ -433,6 +436,18 @@ pub fn check_backend(
     backend: std::sync::Arc<dyn crate::backend::ObjectStore>,
     opts: &CheckOptions,
 ) -> Result<CheckReport> {
+    check_backend_with(backend, opts, &crate::repo::no_password)
+}
+
+/// [`check_backend`] of a repository that may be encrypted: `password` is
+/// asked for if it is. Index segments that cannot be read (missing,
+/// tampered, swapped) are reported each, and the rest is checked without
+/// them.
+pub fn check_backend_with(
+    backend: std::sync::Arc<dyn crate::backend::ObjectStore>,
+    opts: &CheckOptions,
+    password: crate::repo::PasswordSource,
+) -> Result<CheckReport> {
     let problem = |object: &str, problem: String| CheckReport {
         problems: vec![Problem {
             object: object.into(),
@@ -442,8 +457,19 @@ pub fn check_backend(
         }],
         ..Default::default()
     };
-    match Repository::open(backend.clone()) {
-        Ok(repo) => repo.check(opts),
+    let mut bad_segments = Vec::new();
+    match Repository::open_inner(backend.clone(), password, Some(&mut bad_segments)) {
+        Ok(repo) => {
+            let mut report = repo.check(opts)?;
+            let segments = bad_segments.into_iter().map(|(key, e)| Problem {
+                object: crate::error::ObjectRef::Object(key).to_string(),
+                problem: e.problem(),
+                backups: Vec::new(),
+                files: Vec::new(),
+            });
+            report.problems.splice(0..0, segments);
+            Ok(report)
+        }
         Err(Error::NoRepository(p)) => {
             let containers = backend.list(KeyKind::Container)?.len();
             let segments = backend.list(KeyKind::IndexSegment)?.len();

@@ -43,7 +43,10 @@ impl fmt::Display for ObjectRef {
                 ObjectKey::IndexSegment(_) => write!(f, "index segment {key}"),
                 ObjectKey::Volume(_) => write!(f, "volume header {key}"),
                 ObjectKey::NdfTable(_) => write!(f, "NDF table {key}"),
-                ObjectKey::Lock | ObjectKey::Stray(_) => key.fmt(f),
+                ObjectKey::Lock
+                | ObjectKey::Config
+                | ObjectKey::KeySlot(_)
+                | ObjectKey::Stray(_) => key.fmt(f),
             },
             ObjectRef::RecipeChunk(fp) => write!(f, "recipe chunk {}", fp.to_hex()),
             ObjectRef::DataChunk(fp) => write!(f, "chunk {}", fp.to_hex()),
@@ -190,6 +193,10 @@ pub enum Error {
         found: u32,
         supported: u32,
     },
+    /// No password given for an encrypted repository, or none of its key
+    /// slots opens with the one given.
+    #[error("{0}")]
+    Key(String),
     /// A snapshot id that matches no backup (or more than one).
     #[error("{0}")]
     Snapshot(String),

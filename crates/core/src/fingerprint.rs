@@ -117,6 +117,92 @@ impl std::str::FromStr for HashAlgo {
     }
 }
 
+/// Computes a repository's fingerprints: [`HashAlgo::hash`] in a plain
+/// repository; in an encrypted one keyed (BLAKE3 in keyed mode, HMAC for
+/// the SHA families) by a subkey of the master key, so chunk names, the
+/// index and recipes reveal nothing about content to someone without the
+/// key (no confirming that a known file is stored). Cheap to clone.
+#[derive(Clone)]
+pub struct Fingerprinter {
+    algo: HashAlgo,
+    keyed: Option<std::sync::Arc<Keyed>>,
+}
+
+/// Keyed hash states, prepared once (HMAC's padded key blocks absorbed).
+// Built once per repository and held behind an `Arc`: size does not matter.
+#[allow(clippy::large_enum_variant)]
+enum Keyed {
+    Blake3(blake3::Hasher),
+    Sha1(hmac::Hmac<sha1::Sha1>),
+    Sha256(hmac::Hmac<sha2::Sha256>),
+}
+
+impl Fingerprinter {
+    /// Keyed by `key` (the master key's fingerprint subkey).
+    pub fn keyed(algo: HashAlgo, key: &[u8; 32]) -> Self {
+        use hmac::KeyInit;
+        let keyed = match algo {
+            HashAlgo::Blake3 => Keyed::Blake3(blake3::Hasher::new_keyed(key)),
+            HashAlgo::Sha1 => Keyed::Sha1(hmac::Hmac::new_from_slice(key).expect("any key length")),
+            HashAlgo::Sha256 => {
+                Keyed::Sha256(hmac::Hmac::new_from_slice(key).expect("any key length"))
+            }
+        };
+        Fingerprinter {
+            algo,
+            keyed: Some(std::sync::Arc::new(keyed)),
+        }
+    }
+
+    pub fn algo(&self) -> HashAlgo {
+        self.algo
+    }
+
+    pub fn is_keyed(&self) -> bool {
+        self.keyed.is_some()
+    }
+
+    #[inline]
+    pub fn hash(&self, data: &[u8]) -> Fingerprint {
+        use hmac::Mac;
+        match self.keyed.as_deref() {
+            None => self.algo.hash(data),
+            Some(Keyed::Blake3(h)) => {
+                let mut h = h.clone();
+                h.update(data);
+                Fingerprint(*h.finalize().as_bytes())
+            }
+            Some(Keyed::Sha1(m)) => {
+                let mut m = m.clone();
+                m.update(data);
+                Fingerprint::from_slice(&m.finalize().into_bytes()).unwrap()
+            }
+            Some(Keyed::Sha256(m)) => {
+                let mut m = m.clone();
+                m.update(data);
+                Fingerprint::from_slice(&m.finalize().into_bytes()).unwrap()
+            }
+        }
+    }
+}
+
+impl From<HashAlgo> for Fingerprinter {
+    fn from(algo: HashAlgo) -> Self {
+        Fingerprinter { algo, keyed: None }
+    }
+}
+
+impl fmt::Debug for Fingerprinter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}{}",
+            self.algo.name(),
+            if self.is_keyed() { " (keyed)" } else { "" }
+        )
+    }
+}
+
 /// Hasher for maps keyed by fingerprint: the key is already random, so the
 /// first 8 bytes are the hash (no SipHash on the index hot path).
 #[derive(Default)]
@@ -163,6 +249,35 @@ mod tests {
         );
     }
 
+    /// Keyed fingerprints: BLAKE3's keyed mode and HMAC (RFC 2202 / RFC
+    /// 4231 style known answers computed independently), and different
+    /// from the plain digests.
+    #[test]
+    fn keyed_known_answers() {
+        let key = [0x0b; 32];
+        let b = Fingerprinter::keyed(HashAlgo::Blake3, &key);
+        assert_eq!(
+            b.hash(b"abc").0,
+            *blake3::keyed_hash(&key, b"abc").as_bytes()
+        );
+        assert_ne!(b.hash(b"abc"), HashAlgo::Blake3.hash(b"abc"));
+        assert_eq!(
+            Fingerprinter::keyed(HashAlgo::Sha256, &key)
+                .hash(b"Hi There")
+                .to_hex(),
+            KAT_HMAC_SHA256
+        );
+        assert_eq!(
+            Fingerprinter::keyed(HashAlgo::Sha1, &key)
+                .hash(b"Hi There")
+                .to_hex()[..40],
+            *KAT_HMAC_SHA1
+        );
+        let plain = Fingerprinter::from(HashAlgo::Sha1);
+        assert_eq!(plain.hash(b"x"), HashAlgo::Sha1.hash(b"x"));
+        assert!(!format!("{b:?}").contains("0b0b"));
+    }
+
     #[test]
     fn hex_round_trip_and_padding() {
         let fp = HashAlgo::Sha1.hash(b"x");
@@ -170,6 +285,10 @@ mod tests {
         assert_eq!(&fp.0[20..], &[0u8; 12]);
         assert_eq!(Fingerprint::from_hex("abc"), None);
     }
+
+    const KAT_HMAC_SHA256: &str =
+        "198a607eb44bfbc69903a0f1cf2bbdc5ba0aa3f3d9ae3c1c7a3b1696a0b68cf7";
+    const KAT_HMAC_SHA1: &str = "68f9d1c65ae2dde43a134515c83813a96985cbe3";
 
     #[test]
     fn map_uses_prefix() {

@@ -19,8 +19,8 @@ use crate::chunking::ChunkerConfig;
 use crate::clock::now;
 use crate::container::{ChunkKind, ContainerId, ContainerStore};
 use crate::error::{Error, ObjectRef, Result};
-use crate::fingerprint::Fingerprint;
 use crate::fingerprint::HashAlgo;
+use crate::fingerprint::{Fingerprint, Fingerprinter};
 use crate::gc::{GcOptions, GcPlan, GcReport, Marker};
 use crate::index::{decode_segment, encode_segment, sort_entries, Index, IndexEntry};
 use crate::ingest::{BackupOptions, BackupReport, GroupInput, Ingest};
@@ -29,7 +29,8 @@ use crate::metrics::Metrics;
 use crate::recipe::reader::RecipeReader;
 use crate::restore::{RestoreOptions, RestoreReport};
 use crate::salvage::SalvageReport;
-use crate::seal::SealedStore;
+use crate::seal::keys::{KdfParams, KeySlot, MasterKey, Password};
+use crate::seal::{Compression, Encryption, RepoSeal, SealedStore, Sealer};
 use serde::Serialize;
 use std::collections::HashSet;
 use std::io::{Read, Write};
@@ -59,6 +60,27 @@ impl Default for InitOptions {
     }
 }
 
+/// How a new repository stores its objects (chosen at `init`; see
+/// [`Repository::init_sealed`]).
+#[derive(Clone, Debug, Default)]
+pub struct SealOptions {
+    /// Default compression of chunks (per backup: [`Writer::set_compression`]).
+    pub compression: Compression,
+    /// Encrypt, with the first key slot's password and KDF parameters.
+    pub encryption: Option<(Password, KdfParams)>,
+}
+
+/// Where the password of an encrypted repository comes from: asked only
+/// when the repository turns out to be encrypted.
+pub type PasswordSource<'a> = &'a dyn Fn() -> Result<Password>;
+
+/// For repositories opened without a password source.
+pub(crate) fn no_password() -> Result<Password> {
+    Err(Error::Key(
+        "the repository is encrypted: give its password (TESSERA_PASSWORD, --password-file, --password-command, or a terminal prompt)".into(),
+    ))
+}
+
 /// What a writer found and removed when it opened the repository.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Leftovers {
@@ -73,6 +95,12 @@ pub struct Repository {
     pub(crate) index: Index,
     pub(crate) store: ContainerStore,
     pub(crate) metrics: Arc<Metrics>,
+    /// Fingerprints of this repository (keyed when encrypted).
+    pub(crate) fingerprinter: Fingerprinter,
+    /// The unsealed config: format version, encryption, compression.
+    pub(crate) seal: RepoSeal,
+    /// The master key and the slot that opened it (encrypted repositories).
+    pub(crate) key: Option<(Arc<MasterKey>, u64)>,
     /// MFDedup only: data chunk → a category part holding it (for check
     /// and salvage), built on first use and dropped at each publish.
     pub(crate) mf_located: std::sync::OnceLock<crate::fingerprint::FpMap<ContainerId>>,
@@ -149,9 +177,15 @@ fn latest_generation(store: &dyn ObjectStore) -> Result<Option<Generation>> {
 }
 
 impl Repository {
-    /// Create a repository: publish generation 1 with an empty catalog.
+    /// Create a repository, neither compressed nor encrypted: publish
+    /// generation 1 with an empty catalog.
     pub fn init(backend: Arc<dyn ObjectStore>, opts: &InitOptions) -> Result<()> {
-        Self::init_layout(backend, opts, crate::layout::LayoutKind::Containers)
+        Self::init_with(
+            backend,
+            opts,
+            crate::layout::LayoutKind::Containers,
+            &SealOptions::default(),
+        )
     }
 
     /// [`init`](Self::init) with a chosen layout (`init --layout`).
@@ -160,7 +194,7 @@ impl Repository {
         opts: &InitOptions,
         layout: crate::layout::LayoutKind,
     ) -> Result<()> {
-        Self::init_indexed(backend, opts, layout, crate::index::IndexKind::Memory)
+        Self::init_with(backend, opts, layout, &SealOptions::default())
     }
 
     /// [`init_layout`](Self::init_layout) with a chosen data index
@@ -169,6 +203,38 @@ impl Repository {
         backend: Arc<dyn ObjectStore>,
         opts: &InitOptions,
         layout: crate::layout::LayoutKind,
+        index: crate::index::IndexKind,
+    ) -> Result<()> {
+        Self::init_with_index(backend, opts, layout, &SealOptions::default(), index)
+    }
+
+    /// Create a repository storing its objects as `seal` says: write the
+    /// unsealed config and (encrypted) the first key slot, then publish
+    /// generation 1.
+    pub fn init_sealed(
+        backend: Arc<dyn ObjectStore>,
+        opts: &InitOptions,
+        seal: &SealOptions,
+    ) -> Result<()> {
+        Self::init_with(backend, opts, crate::layout::LayoutKind::Containers, seal)
+    }
+
+    /// Create a repository of `layout` sealed as `seal` says.
+    pub fn init_with(
+        backend: Arc<dyn ObjectStore>,
+        opts: &InitOptions,
+        layout: crate::layout::LayoutKind,
+        seal: &SealOptions,
+    ) -> Result<()> {
+        Self::init_with_index(backend, opts, layout, seal, crate::index::IndexKind::Memory)
+    }
+
+    /// [`init_with`](Self::init_with) and a chosen data index (`init --index`).
+    pub fn init_with_index(
+        backend: Arc<dyn ObjectStore>,
+        opts: &InitOptions,
+        layout: crate::layout::LayoutKind,
+        seal: &SealOptions,
         index: crate::index::IndexKind,
     ) -> Result<()> {
         if !index.is_memory() && !layout.is_containers() {
@@ -205,33 +271,197 @@ impl Repository {
             layout,
             index,
         };
+        let repo_seal = RepoSeal {
+            version: crate::catalog::VERSION,
+            repo_id: config.repo_id.clone(),
+            encryption: if seal.encryption.is_some() {
+                Encryption::Xchacha20Poly1305
+            } else {
+                Encryption::None
+            },
+            compression: seal.compression,
+        };
+        // Slots left by an interrupted init belong to no repository.
+        for key in backend.list(KeyKind::KeySlot)? {
+            backend.delete(&key)?;
+        }
+        let sealer = match &seal.encryption {
+            None => Sealer::new(None, seal.compression),
+            Some((password, params)) => {
+                let master = MasterKey::generate();
+                let slot = KeySlot::wrap(&master, password, *params, &repo_seal.repo_id, 1)?;
+                backend.put_owned(&ObjectKey::KeySlot(1), slot.encode())?;
+                Sealer::new(Some(master.cipher()), seal.compression)
+            }
+        };
+        backend.put_owned(&ObjectKey::Config, repo_seal.encode())?;
         let mut manifest = Manifest::new(config);
         manifest.generation = Generation(1);
-        let objects = SealedStore::plain(backend);
+        let objects = SealedStore::new(backend, Arc::new(sealer));
         objects.put(&ObjectKey::Manifest(Generation(1)), manifest.encode())?;
         objects.barrier()?;
         lock.release()
     }
 
-    /// Open for reading. Takes no lock: readers never block writers.
+    /// Open for reading. Takes no lock: readers never block writers. An
+    /// encrypted repository needs [`open_with`](Self::open_with).
     pub fn open(backend: Arc<dyn ObjectStore>) -> Result<Self> {
+        Self::open_with(backend, &no_password)
+    }
+
+    /// The repository's unsealed config, read first: it says which format
+    /// version and sealing the other objects have. A repository without
+    /// one is of format version 1, named as such.
+    fn read_seal(backend: &dyn ObjectStore, generation: Generation) -> Result<RepoSeal> {
+        match backend.get(&ObjectKey::Config) {
+            Ok(b) => RepoSeal::decode(&b),
+            Err(Error::MissingObject(_)) => {
+                let m = backend.get(&ObjectKey::Manifest(generation))?;
+                match m.get(..12) {
+                    Some(h) if h[..8] == *b"TSRAMANI" => Err(Error::UnsupportedVersion {
+                        object: Box::new(
+                            format!("repository at {}", backend.location())
+                                .as_str()
+                                .into(),
+                        ),
+                        found: u32::from_le_bytes(h[8..12].try_into().unwrap()),
+                        supported: crate::catalog::VERSION,
+                    }),
+                    _ => Err(Error::missing(ObjectRef::Object(ObjectKey::Config))),
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Open the master key with a password from `password`: the first key
+    /// slot it opens. Returns the key and that slot's id.
+    fn unlock(
+        backend: &dyn ObjectStore,
+        seal: &RepoSeal,
+        password: PasswordSource,
+    ) -> Result<(MasterKey, u64)> {
+        let slots = Self::read_slots(backend)?;
+        if slots.is_empty() {
+            return Err(Error::Key(format!(
+                "the repository at {} is encrypted but has no key slots (keys/ is empty): it cannot be opened",
+                backend.location()
+            )));
+        }
+        let password = password()?;
+        for slot in &slots {
+            if let Some(key) = slot.unwrap(&password, &seal.repo_id)? {
+                return Ok((key, slot.id));
+            }
+        }
+        Err(Error::Key(format!(
+            "wrong password: it opens none of the {} key slots of the repository at {}",
+            slots.len(),
+            backend.location()
+        )))
+    }
+
+    fn read_slots(backend: &dyn ObjectStore) -> Result<Vec<KeySlot>> {
+        let mut slots = Vec::new();
+        for key in backend.list(KeyKind::KeySlot)? {
+            if let ObjectKey::KeySlot(_) = key {
+                let b = backend.get(&key)?;
+                let slot = KeySlot::decode(&b, &key.name())?;
+                if ObjectKey::KeySlot(slot.id) != key {
+                    return Err(Error::corrupt(
+                        key.name().as_str(),
+                        format!("holds key slot {}", slot.id),
+                    ));
+                }
+                slots.push(slot);
+            }
+        }
+        slots.sort_by_key(|s| s.id);
+        Ok(slots)
+    }
+
+    /// Open for reading; `password` is asked for only if the repository is
+    /// encrypted.
+    pub fn open_with(backend: Arc<dyn ObjectStore>, password: PasswordSource) -> Result<Self> {
+        Self::open_inner(backend, password, None)
+    }
+
+    /// [`open_with`](Self::open_with); with `bad_segments`, an index
+    /// segment that cannot be read is recorded there and skipped (for
+    /// `check`, which then reports it and goes on) instead of failing.
+    pub(crate) fn open_inner(
+        backend: Arc<dyn ObjectStore>,
+        password: PasswordSource,
+        mut bad_segments: Option<&mut Vec<(ObjectKey, Error)>>,
+    ) -> Result<Self> {
         let generation = latest_generation(&*backend)?
             .ok_or_else(|| Error::NoRepository(backend.location().into()))?;
-        let objects = SealedStore::plain(backend);
-        let key = ObjectKey::Manifest(generation);
-        let name = ObjectRef::Object(key.clone());
-        let manifest = Manifest::decode(&objects.get(&key)?, name.clone())?;
+        let seal = Self::read_seal(&*backend, generation)?;
+        let (sealer, key) = match seal.encryption {
+            Encryption::None => (Sealer::new(None, seal.compression), None),
+            Encryption::Xchacha20Poly1305 => {
+                let (master, slot) = Self::unlock(&*backend, &seal, password)?;
+                (
+                    Sealer::new(Some(master.cipher()), seal.compression),
+                    Some((Arc::new(master), slot)),
+                )
+            }
+        };
+        let objects = SealedStore::new(backend, Arc::new(sealer));
+        let key_name = ObjectKey::Manifest(generation);
+        let name = ObjectRef::Object(key_name.clone());
+        let manifest = Manifest::decode(&objects.get(&key_name)?, name.clone())?;
         if manifest.generation != generation {
             return Err(Error::corrupt(
                 name,
                 format!("claims generation {}", manifest.generation),
             ));
         }
+        if manifest.config.repo_id != seal.repo_id {
+            return Err(Error::corrupt(
+                name,
+                format!(
+                    "belongs to repository {}, the config names {}",
+                    manifest.config.repo_id, seal.repo_id
+                ),
+            ));
+        }
+        let fingerprinter = match &key {
+            Some((master, _)) => {
+                Fingerprinter::keyed(manifest.config.hash, &master.fingerprint_key())
+            }
+            None => manifest.config.hash.into(),
+        };
         let mut index = match manifest.config.index {
             crate::index::IndexKind::Memory => Index::default(),
             crate::index::IndexKind::Disk => disk_index(crate::index::disk::DiskConfig::default())?,
         };
-        load_segments(&objects, &manifest, &mut index)?;
+        for seg in &manifest.index_segments {
+            let name = ObjectRef::Object(seg.clone());
+            let read = objects
+                .get(seg)
+                .map_err(|e| match e {
+                    Error::MissingObject(_) => e.about(name.clone()),
+                    e => e,
+                })
+                // The decoder names what it is given; the error names the key.
+                .and_then(|bytes| {
+                    decode_segment(&bytes, &name.to_string()).map_err(|e| e.about(name))
+                });
+            let entries = match (read, bad_segments.as_deref_mut()) {
+                (Ok(entries), _) => entries,
+                (Err(e), Some(bad)) => {
+                    bad.push((seg.clone(), e));
+                    continue;
+                }
+                (Err(e), None) => return Err(e),
+            };
+            for e in entries {
+                index.insert(e);
+            }
+        }
+        // On disk: the loaded entries become sorted runs before the first lookup.
+        index.flush();
         let metrics = Arc::new(Metrics::default());
         let store = ContainerStore::new(
             objects.clone(),
@@ -245,6 +475,9 @@ impl Repository {
             index,
             store,
             metrics,
+            fingerprinter,
+            seal,
+            key,
             mf_located: Default::default(),
         };
         if repo.manifest.config.layout == crate::layout::LayoutKind::Mfdedup {
@@ -254,13 +487,23 @@ impl Repository {
     }
 
     /// Open for writing: take the exclusive lock, load the newest generation,
-    /// and remove leftovers of interrupted mutations.
+    /// and remove leftovers of interrupted mutations. An encrypted
+    /// repository needs [`open_writer_with`](Self::open_writer_with).
     pub fn open_writer(backend: Arc<dyn ObjectStore>, command: &str) -> Result<Writer> {
+        Self::open_writer_with(backend, command, &no_password)
+    }
+
+    /// [`open_writer`](Self::open_writer) with a password source.
+    pub fn open_writer_with(
+        backend: Arc<dyn ObjectStore>,
+        command: &str,
+        password: PasswordSource,
+    ) -> Result<Writer> {
         if latest_generation(&*backend)?.is_none() {
             return Err(Error::NoRepository(backend.location().into()));
         }
         let lock = RepoLock::acquire(backend.clone(), command)?;
-        let repo = Self::open(backend)?;
+        let repo = Self::open_with(backend, password)?;
         let leftovers = repo.remove_leftovers()?;
         Ok(Writer {
             repo,
@@ -448,6 +691,23 @@ impl Repository {
     }
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
+    }
+    /// How this repository computes chunk fingerprints (keyed when
+    /// encrypted).
+    pub fn fingerprinter(&self) -> &Fingerprinter {
+        &self.fingerprinter
+    }
+    /// The unsealed config: format version, encryption, default compression.
+    pub fn seal_config(&self) -> &RepoSeal {
+        &self.seal
+    }
+    /// The key slots (`tessera key list`); empty when not encrypted.
+    pub fn key_slots(&self) -> Result<Vec<KeySlot>> {
+        Self::read_slots(&**self.objects.store())
+    }
+    /// The key slot whose password opened this handle.
+    pub fn key_slot_used(&self) -> Option<u64> {
+        self.key.as_ref().map(|(_, id)| *id)
     }
     pub fn index(&self) -> &Index {
         &self.index
@@ -788,6 +1048,74 @@ impl Writer {
     /// nothing to reclaim only records that the forgotten backups are done.
     pub fn gc_with(&mut self, plan: GcPlan) -> Result<GcReport> {
         crate::gc::gc_with(self, plan)
+    }
+
+    /// Compress the chunks of the following backups with `compression`
+    /// instead of the repository's default (`backup --compression`).
+    pub fn set_compression(&mut self, compression: Compression) {
+        self.repo.store = self.repo.store.with_compression(compression);
+    }
+
+    fn master(&self) -> Result<&Arc<MasterKey>> {
+        self.key
+            .as_ref()
+            .map(|(k, _)| k)
+            .ok_or_else(|| Error::Key("the repository is not encrypted: it has no keys".into()))
+    }
+
+    /// Add a key slot opened by `password`; returns its id.
+    pub fn add_key(&mut self, password: &Password, params: KdfParams) -> Result<u64> {
+        let master = self.master()?.clone();
+        let id = self.key_slots()?.iter().map(|s| s.id).max().unwrap_or(0) + 1;
+        let slot = KeySlot::wrap(&master, password, params, &self.seal.repo_id, id)?;
+        let store = self.objects.store();
+        if !store.put_if_absent(&ObjectKey::KeySlot(id), &slot.encode())? {
+            return Err(Error::Key(format!(
+                "key slot {id} appeared meanwhile; try again"
+            )));
+        }
+        store.barrier()?;
+        Ok(id)
+    }
+
+    /// Remove key slot `id`. The last slot, and the slot that opened this
+    /// handle, are refused (use [`change_password`](Self::change_password)
+    /// for the latter).
+    pub fn remove_key(&mut self, id: u64) -> Result<()> {
+        self.master()?;
+        let slots = self.key_slots()?;
+        if !slots.iter().any(|s| s.id == id) {
+            return Err(Error::Key(format!(
+                "no key slot {id} (see `tessera key list`)"
+            )));
+        }
+        if self.key_slot_used() == Some(id) {
+            return Err(Error::Key(format!(
+                "key slot {id} is the one this password opened: remove it with another password, or change it with `tessera key passwd`"
+            )));
+        }
+        if slots.len() == 1 {
+            return Err(Error::Key("refusing to remove the last key slot".into()));
+        }
+        let store = self.objects.store();
+        store.delete(&ObjectKey::KeySlot(id))?;
+        store.barrier()
+    }
+
+    /// Replace the slot that opened this handle by one opened by
+    /// `password`; returns the new slot's id.
+    pub fn change_password(&mut self, password: &Password, params: KdfParams) -> Result<u64> {
+        let old = self
+            .key_slot_used()
+            .ok_or_else(|| Error::Key("the repository is not encrypted: it has no keys".into()))?;
+        let id = self.add_key(password, params)?;
+        if let Some((_, used)) = &mut self.repo.key {
+            *used = id;
+        }
+        let store = self.objects.store();
+        store.delete(&ObjectKey::KeySlot(old))?;
+        store.barrier()?;
+        Ok(id)
     }
 
     /// Leftovers removed when this writer opened the repository.

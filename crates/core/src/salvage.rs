@@ -93,9 +93,9 @@ impl<'a> TolerantStream<'a> {
         }
         let (object, metas) = self.salvaged.get(&id)?.as_ref()?;
         let m = metas.iter().find(|m| m.fp == *fp)?;
-        let bytes = chunk_bytes(object, m);
-        (bytes.len() as u64 == size && self.repo.manifest.config.hash.hash(bytes) == *fp)
-            .then(|| bytes.to_vec())
+        let bytes = chunk_bytes(object, m, self.repo.store.sealer())?;
+        (bytes.len() as u64 == size && self.repo.fingerprinter().hash(&bytes) == *fp)
+            .then_some(bytes)
     }
 }
 
@@ -128,11 +128,14 @@ impl Read for TolerantStream<'_> {
     }
 }
 
-/// Bytes of a chunk inside a raw container object (empty if the metadata
-/// points outside it).
-pub(crate) fn chunk_bytes<'o>(object: &'o [u8], m: &ChunkMeta) -> &'o [u8] {
-    let start = format::HEADER_LEN + m.offset as usize;
-    object.get(start..start + m.len as usize).unwrap_or(&[])
+/// Plain bytes of a chunk inside a raw container object, opened on its own
+/// (`None` if it does not open: damaged, or its entry points outside).
+pub(crate) fn chunk_bytes(
+    object: &[u8],
+    m: &ChunkMeta,
+    sealer: &crate::seal::Sealer,
+) -> Option<Vec<u8>> {
+    crate::container::open_chunk(object, m, sealer)
 }
 
 /// Paths of the tar entries whose headers or data overlap one of `ranges`.
@@ -239,7 +242,7 @@ impl Repository {
         // `ContainerStore::read`, which refuses the damaged data section;
         // counted as a container read all the same.
         let object = self.store.objects().get_container(id, Vec::new()).ok()?;
-        let (h, metas) = format::decode_salvage(id, &object).ok()?;
+        let (h, metas) = format::decode_salvage(id, &object, self.store.sealer()).ok()?;
         self.metrics
             .container_read(h.kind == ChunkKind::Recipe, h.logical_len);
         Some((object, h, metas))

@@ -53,6 +53,13 @@ pub struct BenchOptions {
     pub runs: usize,
     /// The restore cache.
     pub cache: CacheSpec,
+    /// Compression of the benchmark repository.
+    pub compression: tessera_core::Compression,
+    /// Whether the benchmark repository is encrypted.
+    pub encrypted: bool,
+    /// Fresh pieces of the stream are text-like words (compressible about
+    /// 3:1 by zstd) instead of random bytes.
+    pub compressible: bool,
 }
 
 impl BenchOptions {
@@ -65,6 +72,9 @@ impl BenchOptions {
             seed: 42,
             runs: 3,
             cache: CacheSpec::default(),
+            compression: tessera_core::Compression::Off,
+            encrypted: false,
+            compressible: false,
         }
     }
 }
@@ -81,6 +91,13 @@ pub struct BenchReport {
     pub duplicate_fraction: f64,
     /// The restore cache.
     pub cache: CacheSpec,
+    /// Compression and encryption of the repository, and whether the
+    /// stream's fresh bytes were text-like.
+    pub compression: tessera_core::Compression,
+    pub encrypted: bool,
+    pub compressible: bool,
+    /// Bytes the repository stores (every object) after the backup.
+    pub stored_bytes: u64,
     /// Every run's figures, in order.
     pub runs: Vec<RunFigures>,
     pub chunking_mb_s: f64,
@@ -128,6 +145,11 @@ fn median(mut values: Vec<f64>) -> f64 {
 /// Fill `out` with `size` bytes: fresh pieces, or (probability 1/2) copies of
 /// an earlier fresh piece.
 pub fn generate_stream(size: usize, seed: u64) -> Vec<u8> {
+    generate_stream_of(size, seed, false)
+}
+
+/// [`generate_stream`]; `compressible` fills fresh pieces with words.
+pub fn generate_stream_of(size: usize, seed: u64, compressible: bool) -> Vec<u8> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut out = vec![0u8; size];
     let mut fresh: Vec<usize> = Vec::new();
@@ -138,7 +160,11 @@ pub fn generate_stream(size: usize, seed: u64) -> Vec<u8> {
             let src = fresh[rng.random_range(0..fresh.len())];
             out.copy_within(src..src + n, pos);
         } else {
-            rng.fill_bytes(&mut out[pos..pos + n]);
+            if compressible {
+                fill_words(&mut rng, &mut out[pos..pos + n]);
+            } else {
+                rng.fill_bytes(&mut out[pos..pos + n]);
+            }
             if n == PIECE {
                 fresh.push(pos);
             }
@@ -146,6 +172,35 @@ pub fn generate_stream(size: usize, seed: u64) -> Vec<u8> {
         pos += n;
     }
     out
+}
+
+/// Text-like bytes: words of a small vocabulary in random order.
+fn fill_words(rng: &mut ChaCha8Rng, out: &mut [u8]) {
+    const WORDS: [&str; 16] = [
+        "the ",
+        "backup ",
+        "of ",
+        "chunk ",
+        "container ",
+        "and ",
+        "recipe ",
+        "index ",
+        "to ",
+        "restore ",
+        "a ",
+        "segment ",
+        "fingerprint ",
+        "in ",
+        "manifest ",
+        "\n",
+    ];
+    let mut at = 0;
+    while at < out.len() {
+        let w = WORDS[rng.random_range(0..WORDS.len())].as_bytes();
+        let n = w.len().min(out.len() - at);
+        out[at..at + n].copy_from_slice(&w[..n]);
+        at += n;
+    }
 }
 
 /// Flush `path` (a file, or every file under a directory) and drop it from
@@ -181,7 +236,7 @@ pub fn run(opts: &BenchOptions, step: &mut dyn FnMut(&str)) -> Result<BenchRepor
     clear_work_dir(&opts.dir)?;
 
     step("generating the stream");
-    let stream = generate_stream(size, opts.seed);
+    let stream = generate_stream_of(size, opts.seed, opts.compressible);
     let stream_path = opts.dir.join("stream.bin");
     // Flushed before anything is timed: the backup must not compete with
     // the write-back of its own input.
@@ -230,6 +285,7 @@ struct LastRun {
     backup: BackupReport,
     restore: RestoreReport,
     cold: bool,
+    stored_bytes: u64,
 }
 
 /// One run of every measurement, in order.
@@ -267,7 +323,11 @@ fn run_once(
 
     step("restore (cold)");
     cold &= evict(&repo_dir)?;
-    let repo = Repository::open(backend)?;
+    let stored_bytes = tessera_core::backend::list_all(&*backend)?
+        .iter()
+        .map(|k| backend.size(k))
+        .sum::<tessera_core::Result<u64>>()?;
+    let repo = Repository::open_with(backend, &|| Ok(crate::runner::lab_password()))?;
     let entry = repo.resolve("latest")?.clone();
     let restore = repo.restore_to(
         &entry,
@@ -296,6 +356,7 @@ fn run_once(
         backup,
         restore,
         cold,
+        stored_bytes,
     };
     Ok((figures, last))
 }
@@ -318,15 +379,27 @@ fn backup_into_fresh_repo(
             .to_str()
             .with_context(|| format!("{} is not a UTF-8 path", repo_dir.display()))?,
     )?;
-    Repository::init(
+    let seal = tessera_core::SealOptions {
+        compression: opts.compression,
+        encryption: opts.encrypted.then(|| {
+            (
+                crate::runner::lab_password(),
+                tessera_core::KdfParams::INSECURE_FAST,
+            )
+        }),
+    };
+    Repository::init_sealed(
         backend.clone(),
         &InitOptions {
             hash: opts.hash,
             chunker: opts.chunker,
             ..InitOptions::default()
         },
+        &seal,
     )?;
-    let mut repo = Repository::open_writer(backend.clone(), "tessera lab bench")?;
+    let mut repo = Repository::open_writer_with(backend.clone(), "tessera lab bench", &|| {
+        Ok(crate::runner::lab_password())
+    })?;
     let mut f = File::open(stream_path)?;
     let backup = repo.backup_reader(
         &BackupOptions::new("stream.bin", SourceKind::Stream),
@@ -360,6 +433,7 @@ fn report(opts: &BenchOptions, runs: Vec<RunFigures>, last: LastRun) -> BenchRep
         backup,
         restore,
         cold,
+        stored_bytes,
     } = last;
     let size = opts.size;
     let med = |f: fn(&RunFigures) -> f64| median(runs.iter().map(f).collect());
@@ -370,6 +444,10 @@ fn report(opts: &BenchOptions, runs: Vec<RunFigures>, last: LastRun) -> BenchRep
         chunks: chunks as u64,
         duplicate_fraction: backup.duplicate_bytes as f64 / size as f64,
         cache: opts.cache,
+        compression: opts.compression,
+        encrypted: opts.encrypted,
+        compressible: opts.compressible,
+        stored_bytes,
         chunking_mb_s: med(|r| r.chunking_mb_s),
         hashing_mb_s: med(|r| r.hashing_mb_s),
         chunk_then_hash_mb_s: med(|r| r.chunk_then_hash_mb_s),

@@ -40,6 +40,8 @@ pub fn experiment(approaches: Vec<Approach>, file: &Path) -> Experiment {
         container_size: 1 << 20,
         backend: BackendKind::Memory,
         index: Default::default(),
+        compression: tessera_core::Compression::Off,
+        encrypted: false,
         approaches,
         retention: Some(Retention {
             retain: 8,

@@ -69,6 +69,12 @@ pub struct Experiment {
     /// Backups ingested together, round-robin into shared containers (the
     /// GCCDF artifact's baseline ingest); 1 = one backup at a time.
     pub interleave: usize,
+    /// Default compression of the repositories (`[repo] compression`;
+    /// off unless given, so layout results stay comparable).
+    pub compression: tessera_core::Compression,
+    /// Whether the repositories are encrypted (`[repo] encrypted`; a fixed
+    /// lab password with the cheapest key derivation).
+    pub encrypted: bool,
 }
 
 #[derive(Deserialize)]
@@ -105,6 +111,8 @@ struct RepoDef {
     container_size: Spanned<ByteSize>,
     backend: Option<BackendKind>,
     index: Option<tessera_core::index::IndexKind>,
+    compression: Option<Spanned<String>>,
+    encrypted: bool,
 }
 
 impl Default for RepoDef {
@@ -115,6 +123,8 @@ impl Default for RepoDef {
             container_size: Spanned::new(0..0, ByteSize(4 << 20)),
             backend: None,
             index: None,
+            compression: None,
+            encrypted: false,
         }
     }
 }
@@ -270,7 +280,13 @@ impl Experiment {
                 .map(|s| s.to_string_lossy().to_string())
                 .unwrap_or_else(|| "experiment".into())
         });
+        let compression = match &r.compression {
+            None => tessera_core::Compression::Off,
+            Some(c) => c.get_ref().parse().map_err(|e| err(c.span(), e))?,
+        };
         Ok(Experiment {
+            compression,
+            encrypted: r.encrypted,
             name,
             file: file.to_path_buf(),
             mode,

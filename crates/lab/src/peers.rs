@@ -372,7 +372,18 @@ impl Commands<'_> {
 
     fn init(&self) -> Command {
         match self.tool {
-            Tool::Tessera => self.cmd(&[&"init", &"--repo", &self.repo]),
+            // Encrypted as restic and borg are; compressed (auto, the
+            // default) only when they are.
+            Tool::Tessera => {
+                let compression = if self.opts.compression { "auto" } else { "off" };
+                self.cmd(&[
+                    &"init",
+                    &"--repo",
+                    &self.repo,
+                    &"--compression",
+                    &compression,
+                ])
+            }
             Tool::Restic => self.cmd(&[&"init", &"--repository-version", &"2"]),
             Tool::Borg => self.cmd(&[&"init", &"--encryption", &"repokey-blake2", &self.repo]),
         }

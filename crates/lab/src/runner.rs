@@ -541,7 +541,13 @@ fn open_repo(exp: &Experiment, a: &Approach, work: &Path) -> Result<(Writer, Cou
         }
     };
     let counted = Arc::new(CountingStore::new(backend::create(&location)?));
-    Repository::init_indexed(
+    let seal = tessera_core::SealOptions {
+        compression: exp.compression,
+        encryption: exp
+            .encrypted
+            .then(|| (lab_password(), tessera_core::KdfParams::INSECURE_FAST)),
+    };
+    Repository::init_with_index(
         counted.clone(),
         &InitOptions {
             hash: exp.hash,
@@ -550,9 +556,11 @@ fn open_repo(exp: &Experiment, a: &Approach, work: &Path) -> Result<(Writer, Cou
             trace: exp.mode == Mode::Trace,
         },
         a.layout,
+        &seal,
         exp.index,
     )?;
-    let repo = Repository::open_writer(counted.clone(), "tessera lab run")?;
+    let repo =
+        Repository::open_writer_with(counted.clone(), "tessera lab run", &|| Ok(lab_password()))?;
     Ok((repo, counted))
 }
 
@@ -911,4 +919,10 @@ fn ratio(a: u64, b: u64) -> f64 {
     } else {
         a as f64 / b as f64
     }
+}
+
+/// The password of the lab's encrypted repositories (throwaway data: the
+/// point is the cost of sealing, not of guessing).
+pub fn lab_password() -> tessera_core::Password {
+    tessera_core::Password::new("tessera lab")
 }

@@ -100,7 +100,7 @@ fn files_from(files: &[PathBuf]) -> Result<Vec<PathBuf>> {
 pub fn backup(
     repo: &RepoArg,
     source: Source,
-    (rewrite, segment_bytes): (RewriteSpec, u64),
+    (rewrite, segment_bytes, compression): (RewriteSpec, u64, Option<tessera_core::Compression>),
     select: &SelectArgs,
     record: &RecordArgs,
     (chain, arrange): (Option<String>, bool),
@@ -137,6 +137,9 @@ pub fn backup(
     }
     let backend = open_backend(repo)?;
     let mut r = super::open_writer(repo, backend.clone(), "tessera backup")?;
+    if let Some(c) = compression {
+        r.set_compression(c);
+    }
     r.set_files_cache(
         tessera_core::ingest::FilesCacheOptions::default_dir()
             .map(|dir| tessera_core::ingest::FilesCacheOptions { dir, force_read }),

@@ -13,11 +13,15 @@ pub fn run(
     size: ByteSize,
     runs: u32,
     cache: CacheSpec,
+    (compression, encrypted, compressible): (tessera_core::Compression, bool, bool),
     json: bool,
 ) -> Result<ExitCode> {
     let mut opts = BenchOptions::new(dir.to_path_buf(), size.bytes());
     opts.runs = runs as usize;
     opts.cache = cache;
+    opts.compression = compression;
+    opts.encrypted = encrypted;
+    opts.compressible = compressible;
     let r = bench::run(&opts, &mut |s| {
         if !json {
             eprintln!("bench: {s}…");
@@ -38,13 +42,25 @@ pub fn run(
         format!("runs {lo:.digits$}–{hi:.digits$}")
     };
     println!(
-        "stream {} ({} chunks, {}, {}), {:.0} % duplicate; median of {} run(s)",
+        "stream {} ({} chunks, {}, {}), {:.0} % duplicate{}; median of {} run(s)",
         ui::bytes(r.stream_bytes),
         r.chunks,
         r.chunker,
         r.hash,
         r.duplicate_fraction * 100.0,
+        if r.compressible { ", text-like" } else { "" },
         r.runs.len()
+    );
+    println!(
+        "  compression {}, encryption {}: repository {} ({:.1} % of the stream)",
+        r.compression,
+        if r.encrypted {
+            "xchacha20-poly1305"
+        } else {
+            "none"
+        },
+        ui::bytes(r.stored_bytes),
+        100.0 * r.stored_bytes as f64 / r.stream_bytes.max(1) as f64
     );
     let line = |name: &str, value: f64, f: fn(&RunFigures) -> f64, extra: String| {
         let runs = range(f, 0);

@@ -6,7 +6,7 @@ use crate::ui;
 use anyhow::Result;
 use serde::Serialize;
 use std::process::ExitCode;
-use tessera_core::check::{check_backend, CheckOptions, CheckReport, ReadData};
+use tessera_core::check::{check_backend_with, CheckOptions, CheckReport, ReadData};
 
 #[derive(Serialize)]
 struct Report {
@@ -31,7 +31,9 @@ pub fn check(
         removed = w.leftovers().objects.clone();
         w.close()?;
     }
-    let check = check_backend(backend, &CheckOptions { read_data })?;
+    let check = check_backend_with(backend, &CheckOptions { read_data }, &|| {
+        super::key::password(repo).map_err(|e| tessera_core::Error::Key(ui::one_line(&e)))
+    })?;
     let ok = check.ok();
     if json {
         ui::print_json(&Report {

@@ -9,34 +9,67 @@ use serde::Serialize;
 use std::process::ExitCode;
 use tessera_core::backend;
 use tessera_core::lock;
-use tessera_core::{InitOptions, Repository};
+use tessera_core::{Compression, Encryption, InitOptions, KdfParams, Repository, SealOptions};
 
 pub fn init(
     repo: &RepoArg,
     opts: &InitOptions,
     layout: tessera_core::layout::LayoutKind,
     index: tessera_core::index::IndexKind,
+    (encryption, compression, kdf): (Encryption, Compression, KdfParams),
     json: bool,
 ) -> Result<ExitCode> {
     let path = std::path::Path::new(&repo.repo);
     if path.exists() && !path.is_dir() {
         anyhow::bail!("{} exists and is not a directory", repo.repo);
     }
+    let seal = SealOptions {
+        compression,
+        encryption: match encryption {
+            Encryption::None => None,
+            _ => Some((super::key::new_password(repo, None, true)?, kdf)),
+        },
+    };
+    let password = seal.encryption.as_ref().map(|(p, _)| p.clone());
     let backend = backend::create(&repo.repo)?;
-    Repository::init_indexed(backend.clone(), opts, layout, index)?;
-    let r = Repository::open(backend)?;
+    Repository::init_with_index(backend.clone(), opts, layout, &seal, index)?;
+    let r = Repository::open_with(backend, &|| {
+        password
+            .clone()
+            .ok_or_else(|| tessera_core::Error::Key("no password".into()))
+    })?;
+    if !encryption.is_encrypted() {
+        eprintln!(
+            "WARNING: the repository at {} is NOT encrypted: anyone who can read its files can read every backup",
+            repo.repo
+        );
+    }
     if json {
-        ui::print_json(&r.config())?;
+        #[derive(serde::Serialize)]
+        struct Created<'a> {
+            #[serde(flatten)]
+            config: &'a tessera_core::catalog::RepoConfig,
+            encryption: Encryption,
+            compression: Compression,
+        }
+        ui::print_json(&Created {
+            config: r.config(),
+            encryption,
+            compression,
+        })?;
     } else {
         let c = r.config();
         println!(
-            "created repository {} at {}\n  fingerprints {}, chunker {}, containers {}{}",
+            "created repository {} at {}\n  fingerprints {}{}, chunker {}, containers {}{}\n  encryption {}, compression {}",
             &c.repo_id[..8],
             repo.repo,
             c.hash.name(),
+            if encryption.is_encrypted() { " (keyed)" } else { "" },
             c.chunker.describe(),
             ui::bytes(c.container_size as u64),
-            if c.trace { ", trace mode" } else { "" }
+            if c.trace { ", trace mode" } else { "" },
+            encryption,
+            compression
         );
         if !c.layout.is_containers() {
             println!("  layout {}", c.layout);
@@ -50,7 +83,7 @@ pub fn init(
 
 /// `tessera arrange`: catch up arranging on the mfdedup layout.
 pub fn arrange(repo: &RepoArg, max: Option<usize>, json: bool) -> Result<ExitCode> {
-    let mut r = Repository::open_writer(open_backend(repo)?, "tessera arrange")?;
+    let mut r = super::open_writer(repo, open_backend(repo)?, "tessera arrange")?;
     let reports = r.arrange(max.map(|m| m as u32))?;
     r.close()?;
     if json {
@@ -115,7 +148,7 @@ struct ForgetReport {
 }
 
 pub fn forget(repo: &RepoArg, specs: &[String], json: bool) -> Result<ExitCode> {
-    if !Repository::open(open_backend(repo)?)?
+    if !super::open_repo(repo, open_backend(repo)?)?
         .config()
         .layout
         .is_containers()

@@ -5,6 +5,7 @@ mod bench;
 mod check;
 mod gc;
 mod inspect;
+mod key;
 mod lab;
 mod manage;
 mod mount;
@@ -27,6 +28,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             chunker,
             container_size,
             trace,
+            encryption,
+            compression,
+            kdf,
             layout,
             index,
             json,
@@ -37,7 +41,14 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 container_size,
                 trace,
             };
-            manage::init(&repo, &opts, layout, index, json.json)
+            manage::init(
+                &repo,
+                &opts,
+                layout,
+                index,
+                (encryption, compression, kdf),
+                json.json,
+            )
         }
         Command::Backup {
             repo,
@@ -51,6 +62,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             source,
             no_arrange,
             force_read,
+            compression,
             json,
         } => backup::backup(
             &repo,
@@ -59,7 +71,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 stdin_name,
                 trace_file,
             },
-            (rewrite, segment_size),
+            (rewrite, segment_size, compression),
             &select,
             &record,
             (source, !no_arrange),
@@ -149,6 +161,11 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             };
             check::check(&repo, read_data, repair_leftovers, json.json)
         }
+        Command::Key {
+            repo,
+            command,
+            json,
+        } => key::run(&repo, command, json),
         Command::Diff {
             repo,
             from,
@@ -203,11 +220,11 @@ pub type Counted = Arc<CountingStore<Arc<dyn ObjectStore>>>;
 /// Open the repository for writing; a stale lock of a crashed writer is
 /// broken on the way, and said so in one line on stderr.
 pub fn open_writer(
-    _repo: &RepoArg,
+    repo: &RepoArg,
     backend: Arc<dyn ObjectStore>,
     command: &str,
 ) -> Result<tessera_core::repo::Writer> {
-    let w = tessera_core::Repository::open_writer(backend, command)?;
+    let w = key::open_writer(repo, backend, command)?;
     if let Some(b) = w.broken_lock() {
         eprintln!("note: {}", b.notice());
     }
@@ -216,10 +233,10 @@ pub fn open_writer(
 
 /// Open the repository for reading (the one place commands do).
 pub fn open_repo(
-    _repo: &RepoArg,
+    repo: &RepoArg,
     backend: Arc<dyn ObjectStore>,
 ) -> Result<tessera_core::Repository> {
-    Ok(tessera_core::Repository::open(backend)?)
+    key::open(repo, backend)
 }
 
 /// The store of an existing repository.

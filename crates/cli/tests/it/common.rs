@@ -6,7 +6,12 @@ use std::path::Path;
 /// `tessera` on the repository `repo`, without `RUST_BACKTRACE`.
 pub fn tessera(repo: &Path) -> Command {
     let mut c = Command::cargo_bin("tessera").unwrap();
-    c.env("TESSERA_REPO", repo).env_remove("RUST_BACKTRACE");
+    // Encrypted by default: a test password, and the cheapest key
+    // derivation (the default costs seconds in a debug build).
+    c.env("TESSERA_REPO", repo)
+        .env("TESSERA_PASSWORD", "test password")
+        .env("TESSERA_KDF", "m=8,t=1,p=1")
+        .env_remove("RUST_BACKTRACE");
     // The files cache of directory backups: not in the user's cache dir.
     c.env(
         "TESSERA_CACHE_DIR",

@@ -13,4 +13,5 @@ mod lab;
 mod mfdedup;
 mod mount;
 mod rewrite;
+mod seal;
 mod snapshots;

@@ -2,7 +2,9 @@
 //!
 //! A repository holds four kinds of objects, each under its own prefix with
 //! a 16-hex-digit number: `manifests/<generation>`, `containers/<id>`,
-//! `index/<id>`, plus the single `lock`. Names found by listing that do not
+//! `index/<id>`, plus the single `lock`; and, unsealed because they are
+//! read before any key, the single `config` and the key slots `keys/<id>`.
+//! Names found by listing that do not
 //! parse as one of these (a crash's or an operator's litter under a known
 //! prefix) are carried as [`ObjectKey::Stray`], so they can still be reported
 //! and deleted.
@@ -19,6 +21,10 @@ pub enum KeyKind {
     Container,
     IndexSegment,
     Lock,
+    /// The repository's unsealed config (format version, encryption).
+    Config,
+    /// Key slots: the master key wrapped under one password each.
+    KeySlot,
     /// MFDedup volume headers (`volumes/<id>`).
     Volume,
     /// MFDedup NDF fingerprint tables, one per version (`ndf/<id>`).
@@ -26,14 +32,21 @@ pub enum KeyKind {
 }
 
 impl KeyKind {
-    pub const ALL: [KeyKind; 6] = [
+    pub const ALL: [KeyKind; 8] = [
         KeyKind::Manifest,
         KeyKind::Container,
         KeyKind::IndexSegment,
         KeyKind::Lock,
+        KeyKind::Config,
+        KeyKind::KeySlot,
         KeyKind::Volume,
         KeyKind::NdfTable,
     ];
+
+    /// Kinds whose one object's whole name is the prefix.
+    pub fn is_single(self) -> bool {
+        matches!(self, KeyKind::Lock | KeyKind::Config)
+    }
 
     /// What every name of this kind starts with (the whole name for the lock).
     pub fn prefix(self) -> &'static str {
@@ -42,6 +55,8 @@ impl KeyKind {
             KeyKind::Container => "containers/",
             KeyKind::IndexSegment => "index/",
             KeyKind::Lock => "lock",
+            KeyKind::Config => "config",
+            KeyKind::KeySlot => "keys/",
             KeyKind::Volume => "volumes/",
             KeyKind::NdfTable => "ndf/",
         }
@@ -51,9 +66,10 @@ impl KeyKind {
     pub fn of_name(name: &str) -> Option<KeyKind> {
         match name {
             "lock" => Some(KeyKind::Lock),
+            "config" => Some(KeyKind::Config),
             _ => KeyKind::ALL
                 .into_iter()
-                .find(|k| *k != KeyKind::Lock && name.starts_with(k.prefix())),
+                .find(|k| !k.is_single() && name.starts_with(k.prefix())),
         }
     }
 }
@@ -65,6 +81,8 @@ pub enum ObjectKey {
     Container(ContainerId),
     IndexSegment(u64),
     Lock,
+    Config,
+    KeySlot(u64),
     /// An MFDedup volume header (the categories of one volume and their sizes).
     Volume(u64),
     /// An MFDedup NDF table: the distinct data fingerprints of one version.
@@ -94,6 +112,8 @@ impl ObjectKey {
             }
             Some(KeyKind::IndexSegment) => numbered("index/").map(ObjectKey::IndexSegment),
             Some(KeyKind::Lock) => Some(ObjectKey::Lock),
+            Some(KeyKind::Config) => Some(ObjectKey::Config),
+            Some(KeyKind::KeySlot) => numbered("keys/").map(ObjectKey::KeySlot),
             Some(KeyKind::Volume) => numbered("volumes/").map(ObjectKey::Volume),
             Some(KeyKind::NdfTable) => numbered("ndf/").map(ObjectKey::NdfTable),
             None => None,
@@ -118,6 +138,8 @@ impl ObjectKey {
             ObjectKey::Container(_) => Some(KeyKind::Container),
             ObjectKey::IndexSegment(_) => Some(KeyKind::IndexSegment),
             ObjectKey::Lock => Some(KeyKind::Lock),
+            ObjectKey::Config => Some(KeyKind::Config),
+            ObjectKey::KeySlot(_) => Some(KeyKind::KeySlot),
             ObjectKey::Volume(_) => Some(KeyKind::Volume),
             ObjectKey::NdfTable(_) => Some(KeyKind::NdfTable),
             ObjectKey::Stray(name) => KeyKind::of_name(name),
@@ -152,6 +174,8 @@ impl fmt::Display for ObjectKey {
             ObjectKey::Container(id) => write!(f, "containers/{id:016x}"),
             ObjectKey::IndexSegment(id) => write!(f, "index/{id:016x}"),
             ObjectKey::Lock => f.write_str("lock"),
+            ObjectKey::Config => f.write_str("config"),
+            ObjectKey::KeySlot(id) => write!(f, "keys/{id:016x}"),
             ObjectKey::Volume(id) => write!(f, "volumes/{id:016x}"),
             ObjectKey::NdfTable(id) => write!(f, "ndf/{id:016x}"),
             ObjectKey::Stray(name) => f.write_str(name),
@@ -221,6 +245,8 @@ mod tests {
             ObjectKey::Container(ContainerId(0xa1)),
             ObjectKey::IndexSegment(u64::MAX),
             ObjectKey::Lock,
+            ObjectKey::Config,
+            ObjectKey::KeySlot(2),
             ObjectKey::Volume(7),
             ObjectKey::NdfTable(8),
         ] {

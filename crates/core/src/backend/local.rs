@@ -499,11 +499,11 @@ impl ObjectStore for LocalStore {
         // Only the directory named by the prefix's complete components can
         // hold matching keys; walk that one.
         let prefix = kind.prefix();
-        if kind == KeyKind::Lock {
+        if kind.is_single() {
             // One name at the root: no walk of the whole tree.
             let lock = self.root.join(prefix);
             return Ok(if lock.is_file() {
-                vec![ObjectKey::Lock]
+                vec![ObjectKey::parse(prefix)]
             } else {
                 Vec::new()
             });

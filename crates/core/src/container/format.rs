@@ -1,25 +1,32 @@
-//! The container object format (version 1). See `docs/FORMAT.md`.
+//! The container object format (repository format version 2). See
+//! `docs/FORMAT.md`.
 //!
 //! ```text
 //! +----------------------+ 0
 //! | header (128 bytes)   |
 //! +----------------------+ 128
-//! | data section         |  chunk bytes back to back (empty in trace mode)
+//! | data section         |  stored chunks back to back (empty in trace mode)
 //! +----------------------+ 128 + data_len
-//! | metadata section     |  chunk_count entries of 48 bytes
+//! | metadata section     |  chunk_count entries of 48 bytes (sealed when encrypted)
 //! +----------------------+ 128 + data_len + meta_len  (= object size)
 //! ```
 //!
+//! Each chunk is stored as the [`Sealer`] made it: raw or zstd-compressed,
+//! and sealed on its own when the repository is encrypted. Its entry
+//! records both lengths: the stored bytes (what the data section holds and
+//! GC copies as they are) and the logical ones (what every metric counts).
+//!
 //! Invariants, all checked by [`decode_header`] / [`decode_meta`] / [`decode`]:
 //! - the header checksum covers header bytes 0..112;
-//! - `meta_len == chunk_count * META_ENTRY_LEN`, and the object is exactly
-//!   `HEADER_LEN + data_len + meta_len` bytes long;
-//! - in data mode the chunks tile the data section: entry i starts where entry
-//!   i−1 ends, the first at 0, and `data_len == logical_len`; in trace mode
-//!   `data_len == 0` and offsets are still the logical positions;
-//! - the metadata checksum covers the metadata section and the data checksum
-//!   the data section (XXH3-128: it guards against corruption; identity is the
-//!   fingerprints' job).
+//! - `meta_len == chunk_count * META_ENTRY_LEN` (plus the sealing overhead
+//!   when sealed), and the object is exactly `HEADER_LEN + data_len +
+//!   meta_len` bytes long;
+//! - the stored chunks tile the data section (entry i starts where entry
+//!   i−1 ends, the first at 0, `data_len` is their sum) and the logical
+//!   lengths add up to `logical_len`; in trace mode nothing is stored;
+//! - the metadata checksum covers the (sealed) metadata section and the data
+//!   checksum the data section (XXH3-128: it guards against corruption;
+//!   authenticity is the sealer's job, identity the fingerprints').
 //!
 //! The metadata sits after the data so a writer can stream chunks out, but the
 //! header records where it is, so the metadata can be read alone with two
@@ -27,9 +34,11 @@
 
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, HashAlgo, FP_LEN};
+use crate::seal::{Codec, Sealer};
 
 pub const MAGIC: [u8; 8] = *b"TSRACONT";
-pub const VERSION: u32 = 1;
+/// The repository format version: one number for every object kind.
+pub const VERSION: u32 = crate::catalog::VERSION;
 pub const HEADER_LEN: usize = 128;
 pub const META_ENTRY_LEN: usize = 48;
 
@@ -108,9 +117,33 @@ impl ChunkKind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChunkMeta {
     pub fp: Fingerprint,
+    /// Logical offset: the sum of the logical lengths before it (not
+    /// stored; derived when decoding).
     pub offset: u32,
+    /// Logical length: the chunk's plain bytes.
     pub len: u32,
     pub kind: ChunkKind,
+    /// Where its stored bytes start in the data section.
+    pub stored_offset: u32,
+    /// Bytes stored (compressed and/or sealed; 0 in trace mode).
+    pub stored_len: u32,
+    pub codec: Codec,
+}
+
+impl ChunkMeta {
+    /// A chunk as a builder appends it; the stored fields are filled in by
+    /// the container codec.
+    pub fn plain(fp: Fingerprint, offset: u32, len: u32, kind: ChunkKind) -> Self {
+        ChunkMeta {
+            fp,
+            offset,
+            len,
+            kind,
+            stored_offset: offset,
+            stored_len: len,
+            codec: Codec::Raw,
+        }
+    }
 }
 
 /// The fixed-size header.
@@ -120,9 +153,11 @@ pub struct Header {
     pub algo: HashAlgo,
     /// True when the data section is absent (trace mode).
     pub trace: bool,
+    /// True when chunks and metadata are encrypted.
+    pub sealed: bool,
     pub id: ContainerId,
     pub chunk_count: u32,
-    /// Bytes physically present in the data section.
+    /// Bytes physically present in the data section (stored chunks).
     pub data_len: u64,
     /// Sum of the chunk lengths: the container's size for every metric.
     pub logical_len: u64,
@@ -156,6 +191,7 @@ pub fn encode_header(h: &Header) -> [u8; HEADER_LEN] {
     b[12] = h.kind.code();
     b[13] = h.algo.code();
     b[14] = h.trace as u8;
+    b[15] = h.sealed as u8;
     b[16..24].copy_from_slice(&h.id.0.to_le_bytes());
     b[24..28].copy_from_slice(&h.chunk_count.to_le_bytes());
     b[32..40].copy_from_slice(&h.data_len.to_le_bytes());
@@ -210,6 +246,7 @@ pub fn decode_header(id: ContainerId, b: &[u8]) -> Result<Header> {
         kind,
         algo,
         trace: b[14] != 0,
+        sealed: b[15] != 0,
         id: ContainerId(u64_at(b, 16)),
         chunk_count: u32_at(b, 24),
         data_len: u64_at(b, 32),
@@ -225,9 +262,10 @@ pub fn decode_header(id: ContainerId, b: &[u8]) -> Result<Header> {
         ));
     }
     if u64_at(b, 48) != h.meta_offset()
-        || h.meta_len != h.chunk_count as u64 * META_ENTRY_LEN as u64
-        || (!h.trace && h.data_len != h.logical_len)
+        || h.meta_len != meta_len(h.chunk_count, h.sealed)
         || (h.trace && h.data_len != 0)
+        || b[14] > 1
+        || b[15] > 1
     {
         return Err(Error::corrupt(
             name,
@@ -237,19 +275,41 @@ pub fn decode_header(id: ContainerId, b: &[u8]) -> Result<Header> {
     Ok(h)
 }
 
+/// The metadata section's length for `count` chunks.
+pub fn meta_len(count: u32, sealed: bool) -> u64 {
+    count as u64 * META_ENTRY_LEN as u64
+        + if sealed {
+            crate::seal::aead::OVERHEAD as u64
+        } else {
+            0
+        }
+}
+
 pub fn encode_meta(entries: &[ChunkMeta], out: &mut Vec<u8>) {
     out.reserve(entries.len() * META_ENTRY_LEN);
     for e in entries {
         out.extend_from_slice(&e.fp.0);
-        out.extend_from_slice(&e.offset.to_le_bytes());
+        out.extend_from_slice(&e.stored_offset.to_le_bytes());
+        out.extend_from_slice(&e.stored_len.to_le_bytes());
         out.extend_from_slice(&e.len.to_le_bytes());
         out.push(e.kind.code());
-        out.extend_from_slice(&[0u8; 7]);
+        out.push(e.codec.code());
+        out.extend_from_slice(&[0u8; 2]);
     }
 }
 
-/// Parse and verify the metadata section against its header.
-pub fn decode_meta(h: &Header, b: &[u8]) -> Result<Vec<ChunkMeta>> {
+/// What the metadata section's seal is bound to: the container's name and
+/// its header up to the checksums (so neither can be changed or swapped).
+fn meta_ad(h: &Header) -> Vec<u8> {
+    let mut ad = crate::backend::ObjectKey::Container(h.id)
+        .name()
+        .into_bytes();
+    ad.extend_from_slice(&encode_header(h)[..64]);
+    ad
+}
+
+/// Parse and verify the (sealed) metadata section against its header.
+pub fn decode_meta(h: &Header, b: &[u8], sealer: &Sealer) -> Result<Vec<ChunkMeta>> {
     let name = object_name(h.id);
     if b.len() as u64 != h.meta_len {
         return Err(Error::corrupt(name, "truncated metadata section"));
@@ -257,29 +317,46 @@ pub fn decode_meta(h: &Header, b: &[u8]) -> Result<Vec<ChunkMeta>> {
     if checksum(b) != h.meta_sum {
         return Err(Error::corrupt(name, "metadata checksum mismatch"));
     }
+    check_sealing(h, sealer)?;
+    let b = sealer
+        .unseal_meta(&meta_ad(h), b)
+        .map_err(|why| Error::corrupt(&name, why))?;
+    let overhead = sealer.overhead() as u32;
     let mut out = Vec::with_capacity(h.chunk_count as usize);
-    let mut expect_offset: u64 = 0;
+    let (mut logical, mut stored): (u64, u64) = (0, 0);
     for e in b.chunks_exact(META_ENTRY_LEN) {
         let fp = Fingerprint(e[..FP_LEN].try_into().unwrap());
-        let offset = u32_at(e, 32);
-        let len = u32_at(e, 36);
-        let kind = ChunkKind::from_code(e[40])
-            .ok_or_else(|| Error::corrupt(&name, format!("unknown chunk kind {}", e[40])))?;
-        if offset as u64 != expect_offset || kind != h.kind {
+        let stored_offset = u32_at(e, 32);
+        let stored_len = u32_at(e, 36);
+        let len = u32_at(e, 40);
+        let kind = ChunkKind::from_code(e[44])
+            .ok_or_else(|| Error::corrupt(&name, format!("unknown chunk kind {}", e[44])))?;
+        let codec = Codec::from_code(e[45])
+            .ok_or_else(|| Error::corrupt(&name, format!("unknown chunk codec {}", e[45])))?;
+        let plausible = match (h.trace, codec) {
+            (true, _) => stored_len == 0 && codec == Codec::Raw,
+            (false, Codec::Raw) => stored_len as u64 == len as u64 + overhead as u64,
+            (false, Codec::Zstd) => stored_len > overhead,
+        };
+        if stored_offset as u64 != stored || kind != h.kind || e[46..48] != [0, 0] || !plausible {
             return Err(Error::corrupt(
                 name,
                 "metadata entries do not tile the container",
             ));
         }
-        expect_offset += len as u64;
         out.push(ChunkMeta {
             fp,
-            offset,
+            offset: logical as u32,
             len,
             kind,
+            stored_offset,
+            stored_len,
+            codec,
         });
+        logical += len as u64;
+        stored += stored_len as u64;
     }
-    if expect_offset != h.logical_len {
+    if logical != h.logical_len || stored != h.data_len {
         return Err(Error::corrupt(
             name,
             "chunk lengths do not add up to the container size",
@@ -288,8 +365,24 @@ pub fn decode_meta(h: &Header, b: &[u8]) -> Result<Vec<ChunkMeta>> {
     Ok(out)
 }
 
-/// Encode a whole container object from its chunks' metadata and data bytes
-/// (`data` is empty in trace mode).
+/// The header's sealing must be the repository's.
+fn check_sealing(h: &Header, sealer: &Sealer) -> Result<()> {
+    match (h.sealed, sealer.encrypted()) {
+        (true, false) => Err(Error::corrupt(
+            object_name(h.id),
+            "is encrypted, but the repository config says it is not",
+        )),
+        (false, true) => Err(Error::corrupt(
+            object_name(h.id),
+            "is not encrypted in an encrypted repository (planted or downgraded)",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Encode a whole container object from its chunks' metadata (stored
+/// fields filled in) and stored data section (`data` is empty in trace
+/// mode).
 pub fn encode(
     id: ContainerId,
     kind: ChunkKind,
@@ -297,16 +390,18 @@ pub fn encode(
     trace: bool,
     entries: &[ChunkMeta],
     data: &[u8],
+    sealer: &Sealer,
 ) -> Vec<u8> {
     let mut framed = Vec::with_capacity(HEADER_LEN + data.len() + entries.len() * META_ENTRY_LEN);
     framed.resize(HEADER_LEN, 0);
     framed.extend_from_slice(data);
-    encode_framed(id, kind, algo, trace, entries, framed)
+    encode_framed(id, kind, algo, trace, entries, framed, sealer)
 }
 
 /// Encode in place: `framed` is `HEADER_LEN` placeholder bytes followed by
-/// the data section. The metadata is appended and the header filled in, so
-/// the writer never copies a container's data a second time.
+/// the stored data section. The (sealed) metadata is appended and the
+/// header filled in, so the writer never copies a container's data a
+/// second time.
 pub fn encode_framed(
     id: ContainerId,
     kind: ChunkKind,
@@ -314,6 +409,7 @@ pub fn encode_framed(
     trace: bool,
     entries: &[ChunkMeta],
     mut framed: Vec<u8>,
+    sealer: &Sealer,
 ) -> Vec<u8> {
     assert!(
         framed.len() >= HEADER_LEN,
@@ -321,44 +417,56 @@ pub fn encode_framed(
     );
     let data_len = framed.len() - HEADER_LEN;
     let logical_len: u64 = entries.iter().map(|e| e.len as u64).sum();
-    debug_assert!(trace || data_len as u64 == logical_len);
+    debug_assert!(
+        trace || data_len as u64 == entries.iter().map(|e| e.stored_len as u64).sum::<u64>()
+    );
     let data_sum = checksum(&framed[HEADER_LEN..]);
-    encode_meta(entries, &mut framed);
-    let meta_start = HEADER_LEN + data_len;
-    let h = Header {
+    let sealed = sealer.encrypted();
+    let mut h = Header {
         kind,
         algo,
         trace,
+        sealed,
         id,
         chunk_count: entries.len() as u32,
         data_len: data_len as u64,
         logical_len,
-        meta_len: (framed.len() - meta_start) as u64,
+        meta_len: meta_len(entries.len() as u32, sealed),
         data_sum,
-        meta_sum: checksum(&framed[meta_start..]),
+        meta_sum: [0; 16],
     };
+    let meta_start = HEADER_LEN + data_len;
+    encode_meta(entries, &mut framed);
+    sealer.seal_meta(&meta_ad(&h), &mut framed, meta_start);
+    debug_assert_eq!((framed.len() - meta_start) as u64, h.meta_len);
+    h.meta_sum = checksum(&framed[meta_start..]);
     framed[..HEADER_LEN].copy_from_slice(&encode_header(&h));
     framed
 }
 
 /// Verify a whole container object. Returns the header, the metadata and
 /// the range of the data section within `object`.
-pub fn decode(id: ContainerId, object: &[u8]) -> Result<(Header, Vec<ChunkMeta>)> {
+pub fn decode(id: ContainerId, object: &[u8], sealer: &Sealer) -> Result<(Header, Vec<ChunkMeta>)> {
     let h = decode_sized_header(id, object)?;
     let data = &object[HEADER_LEN..HEADER_LEN + h.data_len as usize];
     if checksum(data) != h.data_sum {
         return Err(Error::corrupt(object_name(id), "data checksum mismatch"));
     }
-    let meta = decode_meta(&h, &object[h.meta_offset() as usize..])?;
+    let meta = decode_meta(&h, &object[h.meta_offset() as usize..], sealer)?;
     Ok((h, meta))
 }
 
 /// Like [`decode`] but without the data checksum: for salvaging the intact
-/// chunks of a damaged container (each must then be checked against its
-/// fingerprint by the caller). Header, length and metadata are still verified.
-pub fn decode_salvage(id: ContainerId, object: &[u8]) -> Result<(Header, Vec<ChunkMeta>)> {
+/// chunks of a damaged container (each must then be opened and checked
+/// against its fingerprint by the caller). Header, length and metadata are
+/// still verified.
+pub fn decode_salvage(
+    id: ContainerId,
+    object: &[u8],
+    sealer: &Sealer,
+) -> Result<(Header, Vec<ChunkMeta>)> {
     let h = decode_sized_header(id, object)?;
-    let meta = decode_meta(&h, &object[h.meta_offset() as usize..])?;
+    let meta = decode_meta(&h, &object[h.meta_offset() as usize..], sealer)?;
     Ok((h, meta))
 }
 
@@ -381,103 +489,169 @@ fn decode_sized_header(id: ContainerId, object: &[u8]) -> Result<Header> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::seal::{keys::MasterKey, Compression};
 
     const ID: ContainerId = ContainerId(3);
 
-    /// A data container `ID` of `sample(false)`, encoded.
-    fn sample_object() -> (Vec<ChunkMeta>, Vec<u8>) {
-        let (entries, data) = sample(false);
-        let kind = ChunkKind::Data;
-        let obj = encode(ID, kind, HashAlgo::Blake3, false, &entries, &data);
-        (entries, obj)
+    fn sealers() -> Vec<Sealer> {
+        let key = MasterKey::from_bytes([5; 32]);
+        vec![
+            Sealer::identity(),
+            Sealer::new(None, Compression::Auto),
+            Sealer::new(Some(key.cipher()), Compression::Off),
+            Sealer::new(Some(key.cipher()), Compression::Max),
+        ]
     }
 
-    fn sample(trace: bool) -> (Vec<ChunkMeta>, Vec<u8>) {
+    /// Five chunks sealed by `sealer`: their entries and the data section.
+    fn sample(trace: bool, sealer: &Sealer) -> (Vec<ChunkMeta>, Vec<u8>) {
         let mut entries = Vec::new();
         let mut data = Vec::new();
+        let mut logical = 0;
         for i in 0..5u32 {
             let bytes = vec![i as u8; 100 + i as usize];
-            entries.push(ChunkMeta {
-                fp: HashAlgo::Blake3.hash(&bytes),
-                offset: data.len() as u32,
-                len: bytes.len() as u32,
-                kind: ChunkKind::Data,
-            });
-            data.extend_from_slice(&bytes);
-        }
-        if trace {
-            data.clear();
+            let fp = HashAlgo::Blake3.hash(&bytes);
+            let mut m = ChunkMeta::plain(fp, logical, bytes.len() as u32, ChunkKind::Data);
+            logical += m.len;
+            m.stored_offset = data.len() as u32;
+            if trace {
+                m.stored_offset = 0;
+                m.stored_len = 0;
+            } else {
+                m.codec = sealer.seal_chunk(
+                    ChunkKind::Data,
+                    &fp,
+                    &bytes,
+                    sealer.compression(),
+                    &mut data,
+                );
+                m.stored_len = data.len() as u32 - m.stored_offset;
+            }
+            entries.push(m);
         }
         (entries, data)
     }
 
+    /// A data container `ID` of `sample(false)`, encoded.
+    fn sample_object(sealer: &Sealer) -> (Vec<ChunkMeta>, Vec<u8>) {
+        let (entries, data) = sample(false, sealer);
+        let kind = ChunkKind::Data;
+        let obj = encode(ID, kind, HashAlgo::Blake3, false, &entries, &data, sealer);
+        (entries, obj)
+    }
+
     #[test]
     fn round_trip_data_and_trace() {
-        for trace in [false, true] {
-            let (entries, data) = sample(trace);
-            let obj = encode(
-                ContainerId(7),
-                ChunkKind::Data,
-                HashAlgo::Blake3,
-                trace,
-                &entries,
-                &data,
-            );
-            let (h, meta) = decode(ContainerId(7), &obj).unwrap();
-            assert_eq!(meta, entries);
-            assert_eq!(h.logical_len, 510);
-            assert_eq!(h.trace, trace);
-            assert_eq!(obj.len() as u64, h.object_len());
-            // Metadata alone: header + metadata section only.
-            let h2 = decode_header(ContainerId(7), &obj[..HEADER_LEN]).unwrap();
-            assert_eq!(
-                decode_meta(&h2, &obj[h2.meta_offset() as usize..]).unwrap(),
-                entries
-            );
+        for sealer in sealers() {
+            for trace in [false, true] {
+                let (entries, data) = sample(trace, &sealer);
+                let obj = encode(
+                    ContainerId(7),
+                    ChunkKind::Data,
+                    HashAlgo::Blake3,
+                    trace,
+                    &entries,
+                    &data,
+                    &sealer,
+                );
+                let (h, meta) = decode(ContainerId(7), &obj, &sealer).unwrap();
+                assert_eq!(meta, entries);
+                assert_eq!(h.logical_len, 510);
+                assert_eq!(h.trace, trace);
+                assert_eq!(h.sealed, sealer.encrypted());
+                assert_eq!(obj.len() as u64, h.object_len());
+                if sealer.compression() == Compression::Off && !sealer.encrypted() && !trace {
+                    assert_eq!(h.data_len, 510, "raw chunks are stored as they are");
+                }
+                // Metadata alone: header + metadata section only.
+                let h2 = decode_header(ContainerId(7), &obj[..HEADER_LEN]).unwrap();
+                assert_eq!(
+                    decode_meta(&h2, &obj[h2.meta_offset() as usize..], &sealer).unwrap(),
+                    entries
+                );
+                // Each chunk opens from its stored bytes.
+                for m in meta.iter().filter(|_| !trace) {
+                    let at = HEADER_LEN + m.stored_offset as usize;
+                    let mut plain = vec![0u8; m.len as usize];
+                    sealer
+                        .unseal_chunk(
+                            m.kind,
+                            &m.fp,
+                            m.codec,
+                            &obj[at..at + m.stored_len as usize],
+                            &mut plain,
+                        )
+                        .unwrap();
+                    assert_eq!(HashAlgo::Blake3.hash(&plain), m.fp);
+                }
+            }
         }
     }
 
     #[test]
     fn every_flipped_byte_is_detected() {
-        let (_, obj) = sample_object();
-        for i in 0..obj.len() {
-            let mut bad = obj.clone();
-            bad[i] ^= 0x40;
-            let err = decode(ID, &bad).expect_err(&format!("flip at {i} undetected"));
-            assert!(
-                err.to_string().contains("container 0000000000000003"),
-                "{err}"
-            );
+        for sealer in sealers() {
+            let (_, obj) = sample_object(&sealer);
+            for i in 0..obj.len() {
+                let mut bad = obj.clone();
+                bad[i] ^= 0x40;
+                let err = decode(ID, &bad, &sealer).expect_err(&format!("flip at {i} undetected"));
+                assert!(
+                    err.to_string().contains("container 0000000000000003"),
+                    "{err}"
+                );
+            }
         }
+    }
+
+    /// A sealed container's metadata is bound to its name and header: with
+    /// every checksum recomputed (what a deliberate forger would do), a
+    /// changed header or another container's name is still refused.
+    #[test]
+    fn sealed_metadata_is_bound_to_its_container() {
+        let sealer = &sealers()[3];
+        let (_, obj) = sample_object(sealer);
+        let mut h = decode_header(ID, &obj).unwrap();
+        h.id = ContainerId(4);
+        let mut moved = obj.clone();
+        moved[..HEADER_LEN].copy_from_slice(&encode_header(&h));
+        let err = decode(ContainerId(4), &moved, sealer)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("does not authenticate"), "{err}");
+        // Another repository's key.
+        let other = Sealer::new(
+            Some(MasterKey::from_bytes([6; 32]).cipher()),
+            Compression::Off,
+        );
+        assert!(decode(ID, &obj, &other).is_err());
+        // Mixed modes.
+        assert!(decode(ID, &obj, &Sealer::identity()).is_err());
+        let (_, plain) = sample_object(&Sealer::identity());
+        assert!(decode(ID, &plain, sealer).is_err());
     }
 
     #[test]
     fn truncation_and_wrong_id_are_detected() {
-        let (_, obj) = sample_object();
-        for len in [0, 10, HEADER_LEN, obj.len() - 1] {
-            assert!(decode(ID, &obj[..len]).is_err());
+        for sealer in sealers() {
+            let (_, obj) = sample_object(&sealer);
+            for len in [0, 10, HEADER_LEN, obj.len() - 1] {
+                assert!(decode(ID, &obj[..len], &sealer).is_err());
+            }
+            assert!(decode(ContainerId(4), &obj, &sealer)
+                .unwrap_err()
+                .to_string()
+                .contains("header names"));
         }
-        assert!(decode(ContainerId(4), &obj)
-            .unwrap_err()
-            .to_string()
-            .contains("header names"));
     }
 
     #[test]
-    fn future_version_is_reported_as_such() {
-        let (entries, data) = sample(false);
-        let mut obj = encode(
-            ID,
-            ChunkKind::Data,
-            HashAlgo::Blake3,
-            false,
-            &entries,
-            &data,
-        );
-        obj[8..12].copy_from_slice(&2u32.to_le_bytes());
-        let err = decode(ID, &obj).unwrap_err();
+    fn other_version_is_reported_as_such() {
+        let (_, mut obj) = sample_object(&Sealer::identity());
+        obj[8..12].copy_from_slice(&1u32.to_le_bytes());
+        let err = decode(ID, &obj, &Sealer::identity()).unwrap_err();
         assert!(
-            matches!(err, Error::UnsupportedVersion { found: 2, .. }),
+            matches!(err, Error::UnsupportedVersion { found: 1, .. }),
             "{err}"
         );
     }

@@ -13,27 +13,53 @@ use crate::backend::ObjectBytes;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FpMap, HashAlgo};
 use crate::metrics::Metrics;
-use crate::seal::SealedStore;
+use crate::seal::{Codec, Compression, SealedStore, Sealer};
 pub use format::{ChunkKind, ChunkMeta, ContainerId, Header, PerKind};
 use std::sync::Arc;
 pub use writer::{ContainerWriter, IdAllocator};
 
-/// Accumulates the chunks of one open container.
+/// Accumulates the chunks of one open container, stored as they will be
+/// written: each chunk compressed and sealed as it is pushed, so a full
+/// container is framed without another pass over its data. Capacity counts
+/// logical bytes, so where containers close does not depend on how well
+/// chunks compress.
 pub struct ContainerBuilder {
     kind: ChunkKind,
     capacity: u64,
     trace: bool,
+    sealer: Arc<Sealer>,
+    compression: Compression,
     entries: Vec<ChunkMeta>,
     data: Vec<u8>,
     logical: u64,
 }
 
 impl ContainerBuilder {
+    /// A builder storing chunks as they are (no compression, no sealing).
     pub fn new(kind: ChunkKind, capacity: u64, trace: bool) -> Self {
+        Self::sealing(
+            kind,
+            capacity,
+            trace,
+            Arc::new(Sealer::identity()),
+            Compression::Off,
+        )
+    }
+
+    /// A builder storing chunks through `sealer` with `compression`.
+    pub fn sealing(
+        kind: ChunkKind,
+        capacity: u64,
+        trace: bool,
+        sealer: Arc<Sealer>,
+        compression: Compression,
+    ) -> Self {
         ContainerBuilder {
             kind,
             capacity,
             trace,
+            sealer,
+            compression,
             entries: Vec::new(),
             data: Vec::new(),
             logical: 0,
@@ -44,8 +70,8 @@ impl ContainerBuilder {
     pub fn fits(&self, len: u64) -> bool {
         self.entries.is_empty() || self.logical + len <= self.capacity
     }
-    /// Append a chunk. `bytes` is ignored in trace mode (pass `&[]`).
-    pub fn push(&mut self, fp: Fingerprint, len: u32, bytes: &[u8]) {
+
+    fn open_buffer(&mut self) {
         if self.data.is_empty() {
             // Header space first, so the container is encoded in place.
             let data = if self.trace {
@@ -59,17 +85,54 @@ impl ContainerBuilder {
             self.data.reserve(want);
             self.data.resize(format::HEADER_LEN, 0);
         }
+    }
+
+    /// Append a chunk. `bytes` is ignored in trace mode (pass `&[]`).
+    pub fn push(&mut self, fp: Fingerprint, len: u32, bytes: &[u8]) {
+        self.open_buffer();
+        let stored_offset = (self.data.len() - format::HEADER_LEN) as u32;
+        let mut codec = Codec::Raw;
         if !self.trace {
             debug_assert_eq!(bytes.len(), len as usize);
-            self.data.extend_from_slice(bytes);
+            if self.compression == Compression::Off && !self.sealer.encrypted() {
+                self.data.extend_from_slice(bytes);
+            } else {
+                codec =
+                    self.sealer
+                        .seal_chunk(self.kind, &fp, bytes, self.compression, &mut self.data);
+            }
         }
         self.entries.push(ChunkMeta {
             fp,
             offset: self.logical as u32,
             len,
             kind: self.kind,
+            stored_offset,
+            stored_len: (self.data.len() - format::HEADER_LEN) as u32 - stored_offset,
+            codec,
         });
         self.logical += len as u64;
+    }
+
+    /// Append a chunk's stored bytes as another container held them (GC's
+    /// copy-forward: no decompression, no re-encryption). `m` is its entry
+    /// there.
+    pub fn push_stored(&mut self, m: &ChunkMeta, stored: &[u8]) {
+        self.open_buffer();
+        let stored_offset = (self.data.len() - format::HEADER_LEN) as u32;
+        if !self.trace {
+            debug_assert_eq!(stored.len(), m.stored_len as usize);
+            self.data.extend_from_slice(stored);
+        }
+        self.entries.push(ChunkMeta {
+            offset: self.logical as u32,
+            kind: self.kind,
+            stored_offset,
+            stored_len: if self.trace { 0 } else { m.stored_len },
+            codec: if self.trace { Codec::Raw } else { m.codec },
+            ..*m
+        });
+        self.logical += m.len as u64;
     }
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
@@ -82,7 +145,7 @@ impl ContainerBuilder {
     }
     /// Take the accumulated chunks, leaving the builder empty for the next
     /// container. The buffer is framed: `HEADER_LEN` placeholder bytes, then
-    /// the data section (see [`format::encode_framed`]).
+    /// the stored data section (see [`format::encode_framed`]).
     pub fn take(&mut self) -> (Vec<ChunkMeta>, Vec<u8>) {
         self.logical = 0;
         let mut framed = std::mem::take(&mut self.data);
@@ -103,15 +166,23 @@ impl ContainerBuilder {
 }
 
 /// A container read back from storage: verified header, metadata and data.
+/// When its chunks are stored as they are, their bytes are read out of the
+/// object; otherwise every chunk was opened, when it was read, into a plain
+/// buffer that replaces the object (`opened`).
 pub struct Container {
     pub header: Header,
     pub meta: Vec<ChunkMeta>,
     object: ObjectBytes,
+    /// `object` holds the opened chunks at their logical offsets.
+    opened: bool,
+    /// Read with [`ContainerStore::read_stored`], chunks not stored plain:
+    /// only their stored bytes are at hand.
+    stored_only: bool,
     by_fp: FpMap<u32>,
 }
 
 impl Container {
-    fn new(header: Header, meta: Vec<ChunkMeta>, object: ObjectBytes) -> Self {
+    fn new(header: Header, meta: Vec<ChunkMeta>, object: ObjectBytes, opened: bool) -> Self {
         let mut by_fp = FpMap::with_capacity_and_hasher(meta.len(), Default::default());
         for (i, m) in meta.iter().enumerate() {
             by_fp.entry(m.fp).or_insert(i as u32);
@@ -120,6 +191,8 @@ impl Container {
             header,
             meta,
             object,
+            opened,
+            stored_only: false,
             by_fp,
         }
     }
@@ -130,13 +203,29 @@ impl Container {
     pub fn find(&self, fp: &Fingerprint) -> Option<&ChunkMeta> {
         self.by_fp.get(fp).map(|&i| &self.meta[i as usize])
     }
-    /// Bytes of a chunk of this container (empty in trace mode).
+    /// Plain bytes of a chunk of this container (empty in trace mode, and
+    /// for a container read with [`ContainerStore::read_stored`]).
     pub fn bytes(&self, m: &ChunkMeta) -> &[u8] {
-        if self.header.trace {
+        if self.header.trace || self.stored_only {
             return &[];
         }
-        let start = format::HEADER_LEN + m.offset as usize;
+        if self.opened {
+            return self
+                .object
+                .get(m.offset as usize..m.offset as usize + m.len as usize)
+                .unwrap_or(&[]);
+        }
+        let start = format::HEADER_LEN + m.stored_offset as usize;
         &self.object[start..start + m.len as usize]
+    }
+    /// Stored bytes of a chunk (compressed and/or sealed), as GC copies them
+    /// (a container read with [`ContainerStore::read_stored`]).
+    pub fn stored(&self, m: &ChunkMeta) -> &[u8] {
+        if self.opened {
+            return &[];
+        }
+        let start = format::HEADER_LEN + m.stored_offset as usize;
+        &self.object[start..start + m.stored_len as usize]
     }
     /// Bytes of the chunk with this fingerprint.
     pub fn chunk(&self, fp: &Fingerprint) -> Option<&[u8]> {
@@ -149,6 +238,64 @@ impl Container {
     }
 }
 
+thread_local! {
+    /// The buffer a sealed container's object was read into, kept for the
+    /// next container this thread opens.
+    static OPEN_BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Whether a container's chunks can be read straight out of its object.
+fn stored_plain(meta: &[ChunkMeta], sealer: &Sealer) -> bool {
+    !sealer.encrypted() && meta.iter().all(|m| m.codec == Codec::Raw)
+}
+
+/// Open every chunk of a container into `plain` (logical offsets; resized
+/// to `logical_len`). A chunk that does not open is a corruption of the
+/// container naming it.
+pub fn open_chunks(
+    id: ContainerId,
+    object: &[u8],
+    meta: &[ChunkMeta],
+    sealer: &Sealer,
+    logical_len: u64,
+    mut plain: Vec<u8>,
+) -> Result<Vec<u8>> {
+    plain.clear();
+    plain.resize(logical_len as usize, 0);
+    for m in meta {
+        let stored = chunk_stored(object, m);
+        let out = &mut plain[m.offset as usize..m.offset as usize + m.len as usize];
+        sealer
+            .unseal_chunk(m.kind, &m.fp, m.codec, stored, out)
+            .map_err(|why| {
+                Error::corrupt(
+                    format::object_name(id),
+                    format!("chunk {}: {why}", m.fp.to_hex()),
+                )
+            })?;
+    }
+    Ok(plain)
+}
+
+/// Stored bytes of a chunk in a raw container object (empty if its entry
+/// points outside it).
+pub fn chunk_stored<'o>(object: &'o [u8], m: &ChunkMeta) -> &'o [u8] {
+    let start = format::HEADER_LEN + m.stored_offset as usize;
+    object
+        .get(start..start + m.stored_len as usize)
+        .unwrap_or(&[])
+}
+
+/// One chunk of a raw container object opened on its own (salvage: the
+/// others may be damaged); `None` if it does not open.
+pub fn open_chunk(object: &[u8], m: &ChunkMeta, sealer: &Sealer) -> Option<Vec<u8>> {
+    let mut out = vec![0u8; m.len as usize];
+    sealer
+        .unseal_chunk(m.kind, &m.fp, m.codec, chunk_stored(object, m), &mut out)
+        .ok()?;
+    Some(out)
+}
+
 /// Puts and gets containers through the sealing layer; verifies and counts.
 #[derive(Clone)]
 pub struct ContainerStore {
@@ -156,16 +303,49 @@ pub struct ContainerStore {
     algo: HashAlgo,
     trace: bool,
     metrics: Arc<Metrics>,
+    /// How new chunks are compressed (the repository's default, or a
+    /// backup's `--compression`).
+    compression: Compression,
 }
 
 impl ContainerStore {
     pub fn new(objects: SealedStore, algo: HashAlgo, trace: bool, metrics: Arc<Metrics>) -> Self {
+        let compression = objects.sealer().compression();
         ContainerStore {
             objects,
             algo,
             trace,
             metrics,
+            compression,
         }
+    }
+
+    /// The same store compressing new chunks with `compression`.
+    pub fn with_compression(&self, compression: Compression) -> Self {
+        ContainerStore {
+            compression,
+            ..self.clone()
+        }
+    }
+
+    pub fn compression(&self) -> Compression {
+        self.compression
+    }
+
+    pub fn sealer(&self) -> &Arc<Sealer> {
+        self.objects.sealer()
+    }
+
+    /// An empty builder of `kind` containers storing chunks as this store
+    /// seals them.
+    pub fn builder(&self, kind: ChunkKind, capacity: u64, trace: bool) -> ContainerBuilder {
+        ContainerBuilder::sealing(
+            kind,
+            capacity,
+            trace,
+            self.sealer().clone(),
+            self.compression,
+        )
     }
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
@@ -174,9 +354,11 @@ impl ContainerStore {
         &self.objects
     }
 
-    /// Write one container. Recipe containers always hold their bytes (recipes
-    /// are metadata); data containers hold none in trace mode. Returns the
-    /// object size in bytes.
+    /// Write one container of the chunks `entries` (fingerprint and
+    /// length; their other fields are recomputed) whose plain bytes are
+    /// `data` back to back. Recipe containers always hold their bytes
+    /// (recipes are metadata); data containers hold none in trace mode.
+    /// Returns the object size in bytes.
     pub fn write(
         &self,
         id: ContainerId,
@@ -184,10 +366,22 @@ impl ContainerStore {
         entries: &[ChunkMeta],
         data: &[u8],
     ) -> Result<u64> {
-        let mut framed = Vec::with_capacity(format::HEADER_LEN + data.len());
-        framed.resize(format::HEADER_LEN, 0);
-        framed.extend_from_slice(data);
-        self.write_framed(id, kind, entries, framed).map(|(n, _)| n)
+        let trace = self.trace && kind == ChunkKind::Data;
+        let total: u64 = entries.iter().map(|e| e.len as u64).sum();
+        let mut b = self.builder(kind, total.max(1), trace);
+        let mut at = 0usize;
+        for e in entries {
+            let bytes = if trace {
+                &[][..]
+            } else {
+                &data[at..at + e.len as usize]
+            };
+            b.push(e.fp, e.len, bytes);
+            at += e.len as usize;
+        }
+        let (entries, framed) = b.take();
+        self.write_framed(id, kind, &entries, framed)
+            .map(|(n, _)| n)
     }
 
     /// [`write`](Self::write) from a framed buffer (header space + data, as
@@ -201,7 +395,8 @@ impl ContainerStore {
         framed: Vec<u8>,
     ) -> Result<(u64, Vec<u8>)> {
         let trace = self.trace && kind == ChunkKind::Data;
-        let object = format::encode_framed(id, kind, self.algo, trace, entries, framed);
+        let object =
+            format::encode_framed(id, kind, self.algo, trace, entries, framed, self.sealer());
         self.objects.put_container(id, &object)?;
         let logical: u64 = entries.iter().map(|e| e.len as u64).sum();
         self.metrics
@@ -218,11 +413,41 @@ impl ContainerStore {
     /// a restore reuses the memory of the containers it evicts.
     pub fn read_into(&self, id: ContainerId, reuse: Vec<u8>) -> Result<Container> {
         let object = self.objects.get_container(id, reuse)?;
-        let (header, meta) = format::decode(id, &object)?;
+        let (header, meta) = format::decode(id, &object, self.sealer())?;
+        self.check_algo(&header)?;
+        let opened = !header.trace && !stored_plain(&meta, self.sealer());
+        let object = if opened {
+            // The plain bytes replace the object; the two buffers take
+            // turns (this thread keeps the other one), so a restore opens
+            // containers without allocating.
+            let spare = OPEN_BUFFER.with(|b| std::mem::take(&mut *b.borrow_mut()));
+            let sealer = self.sealer();
+            let plain = open_chunks(id, &object, &meta, sealer, header.logical_len, spare)?;
+            let old = object.into_buffer();
+            OPEN_BUFFER.with(|b| *b.borrow_mut() = old);
+            plain.into()
+        } else {
+            object
+        };
+        self.metrics
+            .container_read(header.kind == ChunkKind::Recipe, header.logical_len);
+        Ok(Container::new(header, meta, object, opened))
+    }
+
+    /// Read and verify a whole container without opening its chunks: for
+    /// GC's copy-forward, which moves stored bytes as they are
+    /// ([`Container::stored`]; [`Container::bytes`] is empty unless the
+    /// chunks are stored plain).
+    pub fn read_stored(&self, id: ContainerId) -> Result<Container> {
+        let object = self.objects.get_container(id, Vec::new())?;
+        let (header, meta) = format::decode(id, &object, self.sealer())?;
         self.check_algo(&header)?;
         self.metrics
             .container_read(header.kind == ChunkKind::Recipe, header.logical_len);
-        Ok(Container::new(header, meta, object))
+        let stored_only = !stored_plain(&meta, self.sealer());
+        let mut c = Container::new(header, meta, object, false);
+        c.stored_only = stored_only;
+        Ok(c)
     }
 
     /// Read only the header and metadata section (two ranged reads). Not
@@ -236,7 +461,7 @@ impl ContainerStore {
         let meta = self
             .objects
             .get_container_range(id, header.meta_offset(), header.meta_len)?;
-        let meta = format::decode_meta(&header, &meta)?;
+        let meta = format::decode_meta(&header, &meta, self.sealer())?;
         Ok((header, meta))
     }
 

@@ -2,7 +2,7 @@
 //! through it, so ids, sealing and the catalog's container list are decided
 //! in one place.
 
-use super::{ChunkKind, ContainerBuilder, ContainerId, ContainerStore};
+use super::{ChunkKind, ChunkMeta, ContainerBuilder, ContainerId, ContainerStore};
 use crate::catalog::ContainerEntry;
 use crate::error::Result;
 use crate::fingerprint::Fingerprint;
@@ -53,9 +53,9 @@ impl ContainerWriter {
         debug_assert!(capacity > 0);
         let trace = trace && kind == ChunkKind::Data;
         ContainerWriter {
+            builder: store.builder(kind, capacity, trace),
             store,
             kind,
-            builder: ContainerBuilder::new(kind, capacity, trace),
             id: ContainerId(0),
             written: Vec::new(),
             write_seconds: 0.0,
@@ -84,6 +84,23 @@ impl ContainerWriter {
     ) -> Result<ContainerId> {
         self.seal_if_full(len)?;
         Ok(self.append(ids, fp, len, bytes))
+    }
+
+    /// [`push`](Self::push) of a chunk's stored bytes as another container
+    /// held them (GC's copy-forward: compressed and sealed bytes move as
+    /// they are). `m` is the chunk's entry there.
+    pub fn push_stored(
+        &mut self,
+        ids: &mut IdAllocator,
+        m: &ChunkMeta,
+        stored: &[u8],
+    ) -> Result<ContainerId> {
+        self.seal_if_full(m.len)?;
+        if self.builder.is_empty() {
+            self.id = ids.allocate();
+        }
+        self.builder.push_stored(m, stored);
+        Ok(self.id)
     }
 
     /// [`push`](Self::push) once [`seal_if_full`](Self::seal_if_full) made

@@ -20,7 +20,7 @@ use super::mark::{FpFilter, Mark};
 use super::select::Selection;
 use super::{GcOptions, GcStrategy};
 use crate::catalog::ContainerEntry;
-use crate::container::{ChunkKind, ContainerId, ContainerWriter, IdAllocator};
+use crate::container::{ChunkKind, ChunkMeta, ContainerId, ContainerWriter, IdAllocator};
 use crate::error::Result;
 use crate::fingerprint::{Fingerprint, FpMap, FpSet};
 use crate::index::{sort_entries, CopyNo, CopySet, IndexEntry};
@@ -80,6 +80,11 @@ pub struct Packer {
     pub moved: Vec<IndexEntry>,
     /// Paces the containers written.
     pub write_throttle: Throttle,
+    /// The open container and the chunks written into it so far: live
+    /// copies of one chunk that lay in different old containers meet here
+    /// and share one stored copy (writing it twice would leave a redundant
+    /// duplicate that the next GC must clean up).
+    open: Option<(ContainerId, FpSet)>,
 }
 
 impl Packer {
@@ -96,26 +101,40 @@ impl Packer {
             ids: IdAllocator::new(next_id),
             moved: Vec::new(),
             write_throttle: Throttle::new(None),
+            open: None,
         }
     }
 
-    /// Write a chunk once for its moved copies `copies` (one, unless
-    /// several live copies sat in one container); redirect each.
-    pub fn push(
+    /// Move a chunk's stored bytes (`m` is its entry in its old container)
+    /// as they are, with no decompression and no re-encryption, once for its
+    /// moved copies `copies` (one, unless several live copies sat in one
+    /// container); redirect each.
+    pub fn push_stored(
         &mut self,
-        fp: Fingerprint,
+        m: &ChunkMeta,
         copies: &[CopyNo],
-        len: u32,
-        bytes: &[u8],
+        stored: &[u8],
     ) -> Result<ContainerId> {
-        let written = self.writer.written().len();
-        let container = self.writer.push(&mut self.ids, fp, len, bytes)?;
-        if self.writer.written().len() > written {
-            let n = self.writer.written().last().map_or(0, |c| c.logical_bytes);
-            self.write_throttle.consume(n);
-        }
+        let container = match &self.open {
+            Some((id, fps)) if fps.contains(&m.fp) => *id,
+            _ => {
+                let written = self.writer.written().len();
+                let container = self.writer.push_stored(&mut self.ids, m, stored)?;
+                if self.writer.written().len() > written {
+                    let n = self.writer.written().last().map_or(0, |c| c.logical_bytes);
+                    self.write_throttle.consume(n);
+                }
+                match &mut self.open {
+                    Some((id, fps)) if *id == container => {
+                        fps.insert(m.fp);
+                    }
+                    open => *open = Some((container, FpSet::from_iter([m.fp]))),
+                }
+                container
+            }
+        };
         self.moved.extend(copies.iter().map(|&copy| IndexEntry {
-            fp,
+            fp: m.fp,
             container,
             kind: self.kind,
             copy,
@@ -125,6 +144,7 @@ impl Packer {
 
     /// Write the open container, if any.
     pub fn seal(&mut self) -> Result<()> {
+        self.open = None;
         self.writer.seal().map(drop)
     }
 
@@ -197,14 +217,14 @@ pub fn copy_forward(
     let mut copies = Vec::new();
     for &id in ids {
         let t = Instant::now();
-        let c = repo.store.read(id)?;
+        let c = repo.store.read_stored(id)?;
         stats.read_seconds += t.elapsed().as_secs_f64();
         stats.read_throttle.consume(c.header.logical_len);
         let mut cached = 0;
         for m in &c.meta {
             take_live_copies(repo, mark, kind, &m.fp, id, placed, &mut copies);
             if !copies.is_empty() {
-                packer.push(m.fp, &copies, m.len, c.bytes(m))?;
+                packer.push_stored(m, &copies, c.stored(m))?;
                 cached += m.len as u64;
                 stats.moved_chunks += 1;
             }
@@ -331,7 +351,7 @@ pub fn copy_backward(
             }
         }
         let t = Instant::now();
-        let c = repo.store.read(id)?;
+        let c = repo.store.read_stored(id)?;
         stats.read_seconds += t.elapsed().as_secs_f64();
         stats.read_throttle.consume(c.header.logical_len);
         let mut cached = 0;
@@ -341,7 +361,7 @@ pub fn copy_backward(
                 continue;
             }
             if kept.insert(&mark.valid, &m.fp) {
-                let to = packer.push(m.fp, &here, m.len, c.bytes(m))?;
+                let to = packer.push_stored(m, &here, c.stored(m))?;
                 if several(&m.fp) {
                     kept_at.insert(m.fp, to);
                 }
@@ -395,12 +415,7 @@ pub fn gccdf_sweep(
         stats.analyze_seconds += t.elapsed().as_secs_f64();
         for i in order {
             let i = i as usize;
-            packer.push(
-                cache.fps[i],
-                &cache.copies[i],
-                cache.lens[i],
-                cache.bytes(i),
-            )?;
+            packer.push_stored(&cache.metas[i], &cache.copies[i], cache.stored(i))?;
             stats.moved_chunks += 1;
         }
         packer.seal()?;

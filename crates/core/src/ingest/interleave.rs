@@ -61,6 +61,7 @@ pub(crate) fn backup_interleaved(
     let mut names = Vec::with_capacity(group.len());
     let mut dealt = Vec::with_capacity(group.len());
     let chunker = cfg.chunker.build();
+    let fingerprinter = repo.fingerprinter().clone();
     for (opts, input) in group {
         if opts.rewrite != RewriteSpec::None {
             return Err(Error::invalid(format!(
@@ -88,7 +89,7 @@ pub(crate) fn backup_interleaved(
                 let chunks = chunk_all(&*chunker, &b)
                     .into_iter()
                     .map(|n| {
-                        let c = (cfg.hash.hash(&b[at..at + n]), n as u32, at);
+                        let c = (fingerprinter.hash(&b[at..at + n]), n as u32, at);
                         at += n;
                         c
                     })
@@ -100,7 +101,7 @@ pub(crate) fn backup_interleaved(
         dealt.push(Dealt {
             chunks,
             bytes,
-            recipe: RecipeBuilder::new(cfg.hash),
+            recipe: RecipeBuilder::new(fingerprinter.clone()),
             counts: Counts::default(),
             cursor: DataCursor::default(),
         });

@@ -271,7 +271,8 @@ impl Writer {
         if trail {
             sink.trail = Some(Vec::new());
         }
-        let mut ingest = Ingest::start(sink, cfg.chunker.build(), cfg.hash, cfg.trace);
+        let fingerprinter = self.fingerprinter().clone();
+        let mut ingest = Ingest::start(sink, cfg.chunker.build(), fingerprinter, cfg.trace);
         let fed = feed(&mut ingest);
         let (mut sink, recipe, worker, upstream_root) = ingest.stop(fed.is_ok());
         let member = worker.and(fed).and_then(|()| {

@@ -6,7 +6,7 @@
 use super::sink::Sink;
 use crate::chunking::Chunker;
 use crate::error::{Error, Result};
-use crate::fingerprint::{Fingerprint, HashAlgo};
+use crate::fingerprint::{Fingerprint, Fingerprinter};
 use crate::index::DedupIndex;
 use crate::layout::{ContainerLayout, Layout};
 use crate::recipe::{RecipeBuilder, RecipeEntry, RecipeSink};
@@ -81,7 +81,7 @@ fn worker<L: Layout>(
     trace_spent: SyncSender<(Vec<(Fingerprint, u32)>, RecipeEvents)>,
     mut sink: Sink<L>,
     mut recipe: RecipeBuilder,
-    algo: HashAlgo,
+    algo: Fingerprinter,
     recipe_upstream: bool,
 ) -> WorkerResult<L> {
     let run = || -> Result<()> {
@@ -189,13 +189,14 @@ impl<L: Layout> Ingest<L> {
     pub(super) fn start(
         sink: Sink<L>,
         chunker: Box<dyn Chunker>,
-        algo: HashAlgo,
+        algo: Fingerprinter,
         trace: bool,
     ) -> Self {
         let (tx, rx) = sync_channel(1);
         let (spent_tx, spent) = sync_channel(2);
         let (trace_spent_tx, trace_spent) = sync_channel(2);
-        let recipe = RecipeBuilder::new(algo);
+        let recipe = RecipeBuilder::new(algo.clone());
+        let upstream_algo = algo.clone();
         // With rewriting, recipe entries follow the segment's decisions, so
         // the worker builds the recipe; in data mode it has the fingerprints.
         // Without rewriting a recipe names each chunk's newest copy, which
@@ -218,7 +219,7 @@ impl<L: Layout> Ingest<L> {
             chunk_count: 0,
             trace_buf: Vec::new(),
             trace_spent,
-            recipe: upstream.then(|| RecipeBuilder::new(algo)),
+            recipe: upstream.then(|| RecipeBuilder::new(upstream_algo)),
             events: RecipeEvents::default(),
             root: None,
             tx: Some(tx),

@@ -21,7 +21,7 @@
 //! held a u32 length anyway, and an entry of copy 0 encodes exactly as before.
 
 use crate::error::{Error, Result};
-use crate::fingerprint::{Fingerprint, HashAlgo, FP_LEN};
+use crate::fingerprint::{Fingerprint, Fingerprinter, FP_LEN};
 pub use crate::index::CopyNo;
 
 pub(crate) mod reader;
@@ -147,7 +147,7 @@ pub trait RecipeSink {
 
 /// Builds the Merkle tree of one backup while its data chunks stream in.
 pub struct RecipeBuilder {
-    algo: HashAlgo,
+    algo: Fingerprinter,
     /// `levels[k]` holds the pending entries of the level-(k+1) chunk.
     levels: Vec<Vec<RecipeEntry>>,
     /// Chunks emitted so far at each level.
@@ -164,7 +164,8 @@ fn is_boundary(fp: &Fingerprint, count: usize) -> bool {
 }
 
 impl RecipeBuilder {
-    pub fn new(algo: HashAlgo) -> Self {
+    pub fn new(algo: impl Into<Fingerprinter>) -> Self {
+        let algo = algo.into();
         RecipeBuilder {
             algo,
             levels: vec![Vec::new()],
@@ -318,6 +319,7 @@ pub(crate) fn check_child(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::HashAlgo;
     use std::collections::HashMap;
 
     #[derive(Default)]

@@ -13,7 +13,7 @@ use super::{check_child, decode, RecipeChunk, RecipeWalker};
 use crate::cache::LruCache;
 use crate::container::{format::object_name, ChunkKind, ContainerId, ContainerStore};
 use crate::error::{Error, ObjectRef, Result};
-use crate::fingerprint::{Fingerprint, FpMap, HashAlgo};
+use crate::fingerprint::{Fingerprint, Fingerprinter, FpMap};
 use crate::index::Index;
 use crate::repo::Repository;
 use std::sync::Arc;
@@ -22,7 +22,7 @@ use std::sync::Arc;
 pub struct RecipeReader<'a> {
     index: &'a Index,
     store: &'a ContainerStore,
-    hash: HashAlgo,
+    hash: Fingerprinter,
     cache: LruCache,
     /// Decoded chunks and their containers, when kept (full walks).
     memo: Option<FpMap<(Arc<RecipeChunk>, ContainerId)>>,
@@ -83,13 +83,13 @@ impl<'a> RecipeReader<'a> {
     pub fn new(
         index: &'a Index,
         store: &'a ContainerStore,
-        hash: HashAlgo,
+        hash: impl Into<Fingerprinter>,
         containers: usize,
     ) -> Self {
         RecipeReader {
             index,
             store,
-            hash,
+            hash: hash.into(),
             cache: LruCache::new(containers),
             memo: None,
             memo_bytes: 0,
@@ -219,7 +219,7 @@ pub(crate) fn recipe_reader(repo: &Repository, containers: usize) -> RecipeReade
     RecipeReader::new(
         &repo.index,
         &repo.store,
-        repo.manifest.config.hash,
+        repo.fingerprinter().clone(),
         containers,
     )
 }

@@ -53,8 +53,8 @@ pub(crate) fn read_range(
             Err(err) => {
                 let salvaged = repo.salvage_object(id).and_then(|(object, _, metas)| {
                     let m = metas.iter().find(|m| m.fp == e.fp)?;
-                    let bytes = crate::salvage::chunk_bytes(&object, m);
-                    (bytes.len() as u64 == e.size && repo.manifest.config.hash.hash(bytes) == e.fp)
+                    let bytes = crate::salvage::chunk_bytes(&object, m, repo.store.sealer())?;
+                    (bytes.len() as u64 == e.size && repo.fingerprinter().hash(&bytes) == e.fp)
                         .then(|| bytes[from..to].to_vec())
                 });
                 match salvaged {

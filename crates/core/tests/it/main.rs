@@ -16,4 +16,5 @@ mod repository;
 mod restore_cache;
 mod restore_pipeline;
 mod rewrite;
+mod seal;
 mod tree;

@@ -3,7 +3,7 @@
 //! from the RRT.
 
 use crate::catalog::BackupId;
-use crate::container::{ChunkKind, ContainerId};
+use crate::container::{ChunkKind, ChunkMeta, ContainerId};
 use crate::error::Result;
 use crate::fingerprint::Fingerprint;
 use crate::gc::mark::Mark;
@@ -13,13 +13,17 @@ use crate::repo::Repository;
 use std::time::Instant;
 
 /// The valid chunks of one segment, in their old order. Data mode copies the
-/// bytes out so the containers can be dropped; trace mode keeps metadata.
+/// stored bytes out (compressed and sealed as they are: the sweep writes
+/// them unchanged) so the containers can be dropped; trace mode keeps
+/// metadata.
 #[derive(Default)]
 pub struct GcCache {
     pub fps: Vec<Fingerprint>,
     /// The live copies each cached chunk stands for (one, almost always).
     pub copies: Vec<Vec<CopyNo>>,
     pub lens: Vec<u32>,
+    /// Each chunk's entry in the container it came from.
+    pub metas: Vec<ChunkMeta>,
     starts: Vec<usize>,
     data: Vec<u8>,
     /// Logical bytes of the cached chunks (equal in data and trace mode).
@@ -33,11 +37,12 @@ impl GcCache {
     pub fn is_empty(&self) -> bool {
         self.fps.is_empty()
     }
-    pub fn bytes(&self, i: usize) -> &[u8] {
+    /// Stored bytes of chunk `i`.
+    pub fn stored(&self, i: usize) -> &[u8] {
         if self.data.is_empty() {
             return &[];
         }
-        &self.data[self.starts[i]..self.starts[i] + self.lens[i] as usize]
+        &self.data[self.starts[i]..self.starts[i] + self.metas[i].stored_len as usize]
     }
 }
 
@@ -54,15 +59,16 @@ pub fn load_segment(
     let mut copies = Vec::new();
     for &id in segment {
         let t = Instant::now();
-        let c = repo.store.read(id)?;
+        let c = repo.store.read_stored(id)?;
         secs += t.elapsed().as_secs_f64();
         for m in &c.meta {
             take_live_copies(repo, mark, ChunkKind::Data, &m.fp, id, placed, &mut copies);
             if !copies.is_empty() {
                 cache.copies.push(std::mem::take(&mut copies));
-                let b = c.bytes(m);
+                let b = c.stored(m);
                 cache.starts.push(cache.data.len());
                 cache.data.extend_from_slice(b);
+                cache.metas.push(*m);
                 cache.fps.push(m.fp);
                 cache.lens.push(m.len);
                 cache.logical += m.len as u64;

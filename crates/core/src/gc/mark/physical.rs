@@ -458,7 +458,7 @@ impl PhysicalMark {
                 union(o[k].entry(root).or_default(), &[b.id]);
             }
         }
-        let hash = repo.manifest.config.hash;
+        let hash = repo.fingerprinter();
         let mut missing_data = Vec::new();
         // A container holding chunks of several levels may still be cached
         // when the next level comes to it (§3.3); as many as the logical
@@ -679,12 +679,12 @@ mod tests {
         next.next_container_id = id.next();
         let (mut meta, mut bytes) = (Vec::new(), Vec::new());
         for (fp, b) in chunks {
-            meta.push(ChunkMeta {
-                fp: *fp,
-                offset: bytes.len() as u32,
-                len: b.len() as u32,
+            meta.push(ChunkMeta::plain(
+                *fp,
+                bytes.len() as u32,
+                b.len() as u32,
                 kind,
-            });
+            ));
             bytes.extend_from_slice(b);
         }
         let obj = repo.store.write(id, kind, &meta, &bytes).unwrap();

@@ -218,7 +218,18 @@ pub fn restore_to(
     let mut r = restore_to_file(repo, backup, &tmp, opts, progress)?;
     tmp.rewind()
         .ctx(|| "cannot read the temporary file".into())?;
-    std::io::copy(&mut tmp, out).ctx(|| "cannot write restored data".into())?;
+    // A directory backup's stream (contents, then metadata) becomes its tar
+    // stream, as on the container layout.
+    match crate::restore::range::tree_records(repo, backup)? {
+        Some((records, content)) => {
+            let mut tar = crate::archive::assemble::TarAssembler::new(&mut *out, records, content)?;
+            std::io::copy(&mut tmp, &mut tar).ctx(|| "cannot write restored data".into())?;
+            tar.finish()?;
+        }
+        None => {
+            std::io::copy(&mut tmp, out).ctx(|| "cannot write restored data".into())?;
+        }
+    }
     out.flush().ctx(|| "cannot write restored data".into())?;
     if let Some(m) = &mut r.mfdedup {
         m.buffered = true;

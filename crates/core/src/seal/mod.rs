@@ -1,0 +1,541 @@
+//! The sealing layer: between the engine's objects and the object store.
+//!
+//! Every object the engine reads or writes passes through a [`SealedStore`],
+//! whose [`Sealer`] compresses ([`zstd`]) and, in an encrypted repository,
+//! encrypts ([`aead`]) it:
+//!
+//! - **Whole objects** (manifest generations, index segments) are framed
+//!   `mode u8 | …`: mode 0 is `0 | codec u8 | plain_len u64 | body`; mode 1
+//!   is `1 | nonce | AEAD(codec | plain_len | body) | tag` with the object's
+//!   name (hence its kind and number) as associated data, so a sealed object
+//!   cannot be swapped for another or replayed under another generation's
+//!   name. Compression runs before encryption.
+//! - **Containers** are not sealed whole: a restore reads one container's
+//!   chunks and GC copies live chunks into a new container, and neither
+//!   should decrypt and re-encrypt. Each chunk is compressed and sealed on
+//!   its own ([`Sealer::seal_chunk`]) with its kind, codec and fingerprint
+//!   as associated data (not the container id, so copy-forward moves sealed
+//!   bytes as they are); the container's metadata section is sealed whole
+//!   with the container's name and header as associated data (see
+//!   `container::format`).
+//! - **Unsealed**: the lock (read by `tessera unlock` and a refused writer
+//!   before any key; it holds nothing secret), the repository's
+//!   [`config`](RepoSeal) (format version, encryption, default compression:
+//!   read first, before any key) and the [key slots](keys::KeySlot).
+//!
+//! Trace mode is unaffected: data containers hold no bytes to seal.
+
+pub mod aead;
+pub mod keys;
+pub mod zstd;
+
+use crate::backend::{KeyKind, ObjectBytes, ObjectKey, ObjectStore};
+use crate::container::{ChunkKind, ContainerId};
+use crate::error::{Error, ObjectRef, Result};
+use crate::fingerprint::Fingerprint;
+use aead::Cipher;
+use serde::{Deserialize, Serialize};
+use std::cell::RefCell;
+use std::sync::Arc;
+pub use zstd::{Codec, Compression};
+
+/// Whether stored objects are encrypted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Encryption {
+    #[default]
+    None,
+    /// XChaCha20-Poly1305 under a random master key (Argon2id key slots).
+    Xchacha20Poly1305,
+}
+
+impl Encryption {
+    pub fn is_encrypted(self) -> bool {
+        self != Encryption::None
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Encryption::None => "none",
+            Encryption::Xchacha20Poly1305 => "xchacha20-poly1305",
+        }
+    }
+}
+
+impl std::fmt::Display for Encryption {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Encryption {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "none" | "off" => Ok(Encryption::None),
+            "xchacha20-poly1305" | "xchacha20" | "on" | "default" => {
+                Ok(Encryption::Xchacha20Poly1305)
+            }
+            _ => Err(format!(
+                "unknown encryption '{s}' (expected xchacha20-poly1305 or none)"
+            )),
+        }
+    }
+}
+
+/// The repository's unsealed `config` object: what must be known before
+/// any other object can be read.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RepoSeal {
+    /// The repository format version (`catalog::VERSION`).
+    pub version: u32,
+    pub repo_id: String,
+    pub encryption: Encryption,
+    /// Default compression of new chunks (`--compression` overrides it per
+    /// backup); metadata objects are compressed unless this is `off`.
+    pub compression: Compression,
+}
+
+impl RepoSeal {
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec_pretty(self).expect("config serializes")
+    }
+    pub fn decode(b: &[u8]) -> Result<RepoSeal> {
+        // The version first, so a future config with other fields still
+        // reports its version rather than a parse error.
+        #[derive(Deserialize)]
+        struct Versioned {
+            version: u32,
+        }
+        let name = || ObjectRef::Object(ObjectKey::Config);
+        let v: Versioned = serde_json::from_slice(b)
+            .map_err(|e| Error::corrupt(name(), format!("unreadable: {e}")))?;
+        if v.version != crate::catalog::VERSION {
+            return Err(Error::UnsupportedVersion {
+                object: name().into(),
+                found: v.version,
+                supported: crate::catalog::VERSION,
+            });
+        }
+        serde_json::from_slice(b).map_err(|e| Error::corrupt(name(), format!("unreadable: {e}")))
+    }
+}
+
+/// Turns plain object bytes into stored bytes and back: compression, then
+/// (when keyed) authenticated encryption.
+#[derive(Clone, Default)]
+pub struct Sealer {
+    cipher: Option<Cipher>,
+    /// The repository's default compression.
+    compression: Compression,
+}
+
+const AD_OBJECT: &[u8] = b"tessera object\0";
+const AD_CHUNK: &[u8] = b"tessera chunk\0";
+const AD_META: &[u8] = b"tessera container metadata\0";
+/// `mode | codec | plain_len`.
+const FRAME_LEN: usize = 10;
+const MODE_PLAIN: u8 = 0;
+const MODE_SEALED: u8 = 1;
+
+thread_local! {
+    /// Decrypted compressed chunks, before decompression.
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Sealer {
+    /// No encryption, no compression.
+    pub fn identity() -> Self {
+        Sealer::default()
+    }
+
+    pub fn new(cipher: Option<Cipher>, compression: Compression) -> Self {
+        Sealer {
+            cipher,
+            compression,
+        }
+    }
+
+    /// Short name for reports (`zstd:auto+xchacha20-poly1305`).
+    pub fn name(&self) -> String {
+        format!(
+            "compression {} + encryption {}",
+            self.compression,
+            if self.cipher.is_some() {
+                Encryption::Xchacha20Poly1305
+            } else {
+                Encryption::None
+            }
+        )
+    }
+
+    pub fn encrypted(&self) -> bool {
+        self.cipher.is_some()
+    }
+
+    pub fn compression(&self) -> Compression {
+        self.compression
+    }
+
+    /// Bytes sealing adds to each chunk and metadata section.
+    pub fn overhead(&self) -> usize {
+        if self.encrypted() {
+            aead::OVERHEAD
+        } else {
+            0
+        }
+    }
+
+    /// Seal a whole object stored under `key`.
+    pub fn seal(&self, key: &ObjectKey, plain: Vec<u8>) -> Result<Vec<u8>> {
+        let mut out = Vec::with_capacity(plain.len() / 2 + FRAME_LEN + aead::OVERHEAD);
+        out.push(if self.encrypted() {
+            MODE_SEALED
+        } else {
+            MODE_PLAIN
+        });
+        let start = out.len();
+        out.push(0);
+        out.extend_from_slice(&(plain.len() as u64).to_le_bytes());
+        let codec = self
+            .compression
+            .for_metadata()
+            .compress_into(&plain, &mut out);
+        out[start] = codec.code();
+        if let Some(c) = &self.cipher {
+            c.seal_tail(&object_ad(key), &mut out, start);
+        }
+        Ok(out)
+    }
+
+    /// Open a whole object read from `key`; a tampered, truncated, moved or
+    /// foreign object is `Error::Corrupt` naming it.
+    pub fn unseal(&self, key: &ObjectKey, sealed: ObjectBytes) -> Result<ObjectBytes> {
+        let bad = |why: String| Error::corrupt(ObjectRef::Object(key.clone()), why);
+        let (&mode, rest) = sealed
+            .split_first()
+            .ok_or_else(|| bad("empty object".into()))?;
+        let opened;
+        let framed: &[u8] = match (mode, &self.cipher) {
+            (MODE_PLAIN, None) => rest,
+            (MODE_SEALED, Some(c)) => {
+                opened = c.open(&object_ad(key), rest).map_err(|_| {
+                    bad("does not authenticate (tampered, truncated, moved from another name, or sealed with another key)".into())
+                })?;
+                &opened
+            }
+            (MODE_SEALED, None) => {
+                return Err(bad(
+                    "is encrypted, but the repository config says it is not".into(),
+                ))
+            }
+            (MODE_PLAIN, Some(_)) => {
+                return Err(bad(
+                    "is not encrypted in an encrypted repository (planted or downgraded)".into(),
+                ))
+            }
+            (m, _) => return Err(bad(format!("unknown sealing mode {m}"))),
+        };
+        if framed.len() < FRAME_LEN - 1 {
+            return Err(bad("truncated object frame".into()));
+        }
+        let len = u64::from_le_bytes(framed[1..9].try_into().unwrap());
+        let body = &framed[9..];
+        match Codec::from_code(framed[0]) {
+            Some(Codec::Raw) if body.len() as u64 == len => Ok(body.to_vec().into()),
+            Some(Codec::Raw) => Err(bad(format!(
+                "object is {} bytes, its frame says {len}",
+                body.len()
+            ))),
+            Some(Codec::Zstd) => {
+                if len > 1 << 34 {
+                    return Err(bad(format!("implausible object size {len}")));
+                }
+                let mut out = vec![0u8; len as usize];
+                zstd::decompress_exact(body, &mut out).map_err(bad)?;
+                Ok(out.into())
+            }
+            None => Err(bad(format!("unknown codec {}", framed[0]))),
+        }
+    }
+
+    /// Append one chunk, compressed with `compression` when that pays and
+    /// sealed, to `out`. Returns the codec to record in its entry.
+    pub fn seal_chunk(
+        &self,
+        kind: ChunkKind,
+        fp: &Fingerprint,
+        plain: &[u8],
+        compression: Compression,
+        out: &mut Vec<u8>,
+    ) -> Codec {
+        let start = out.len();
+        let codec = compression.compress_into(plain, out);
+        if let Some(c) = &self.cipher {
+            c.seal_tail(&chunk_ad(kind, codec, fp), out, start);
+        }
+        codec
+    }
+
+    /// Open one stored chunk into `out` (exactly its plain length). `Err`
+    /// says why, for the caller to name the container and chunk.
+    pub fn unseal_chunk(
+        &self,
+        kind: ChunkKind,
+        fp: &Fingerprint,
+        codec: Codec,
+        stored: &[u8],
+        out: &mut [u8],
+    ) -> std::result::Result<(), String> {
+        const UNAUTHENTIC: &str =
+            "does not authenticate (tampered, moved, or sealed with another key)";
+        match (&self.cipher, codec) {
+            (None, Codec::Raw) if stored.len() == out.len() => {
+                out.copy_from_slice(stored);
+                Ok(())
+            }
+            (None, Codec::Raw) => Err("stored length differs from its length".into()),
+            (None, Codec::Zstd) => zstd::decompress_exact(stored, out),
+            (Some(c), Codec::Raw) => c
+                .open_into(&chunk_ad(kind, codec, fp), stored, out)
+                .map_err(|_| UNAUTHENTIC.into()),
+            (Some(c), Codec::Zstd) => SCRATCH.with(|s| {
+                let mut s = s.borrow_mut();
+                let n = stored
+                    .len()
+                    .checked_sub(aead::OVERHEAD)
+                    .ok_or(UNAUTHENTIC)?;
+                s.clear();
+                s.resize(n, 0);
+                c.open_into(&chunk_ad(kind, codec, fp), stored, &mut s)
+                    .map_err(|_| UNAUTHENTIC)?;
+                zstd::decompress_exact(&s, out)
+            }),
+        }
+    }
+
+    /// Seal a container's metadata section; `ad` names the container and
+    /// carries its header (see `container::format`).
+    pub fn seal_meta(&self, ad: &[u8], out: &mut Vec<u8>, start: usize) {
+        if let Some(c) = &self.cipher {
+            let mut full = AD_META.to_vec();
+            full.extend_from_slice(ad);
+            c.seal_tail(&full, out, start);
+        }
+    }
+
+    /// Open a container's metadata section.
+    pub fn unseal_meta<'a>(
+        &self,
+        ad: &[u8],
+        sealed: &'a [u8],
+    ) -> std::result::Result<std::borrow::Cow<'a, [u8]>, String> {
+        match &self.cipher {
+            None => Ok(sealed.into()),
+            Some(c) => {
+                let mut full = AD_META.to_vec();
+                full.extend_from_slice(ad);
+                c.open(&full, sealed)
+                    .map(Into::into)
+                    .map_err(|_| "metadata does not authenticate (tampered, moved from another container, or sealed with another key)".into())
+            }
+        }
+    }
+}
+
+fn object_ad(key: &ObjectKey) -> Vec<u8> {
+    let mut ad = AD_OBJECT.to_vec();
+    ad.extend_from_slice(key.name().as_bytes());
+    ad
+}
+
+fn chunk_ad(kind: ChunkKind, codec: Codec, fp: &Fingerprint) -> [u8; AD_CHUNK.len() + 34] {
+    let mut ad = [0u8; AD_CHUNK.len() + 34];
+    ad[..AD_CHUNK.len()].copy_from_slice(AD_CHUNK);
+    ad[AD_CHUNK.len()] = (kind == ChunkKind::Recipe) as u8;
+    ad[AD_CHUNK.len() + 1] = codec.code();
+    ad[AD_CHUNK.len() + 2..].copy_from_slice(&fp.0);
+    ad
+}
+
+/// An object store seen through a sealer: the only way the engine reads and
+/// writes objects (the lock, config and key slots excepted, see the module
+/// doc).
+#[derive(Clone)]
+pub struct SealedStore {
+    store: Arc<dyn ObjectStore>,
+    sealer: Arc<Sealer>,
+}
+
+impl SealedStore {
+    pub fn new(store: Arc<dyn ObjectStore>, sealer: Arc<Sealer>) -> Self {
+        SealedStore { store, sealer }
+    }
+
+    /// Through the identity sealer (no compression, no encryption).
+    pub fn plain(store: Arc<dyn ObjectStore>) -> Self {
+        Self::new(store, Arc::new(Sealer::identity()))
+    }
+
+    /// The store underneath (for the lock, and for listing and deleting,
+    /// which see names only).
+    pub fn store(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
+    }
+
+    pub fn sealer(&self) -> &Arc<Sealer> {
+        &self.sealer
+    }
+
+    /// Seal and put a whole object (a manifest generation, an index segment).
+    pub fn put(&self, key: &ObjectKey, plain: Vec<u8>) -> Result<()> {
+        let sealed = self.sealer.seal(key, plain)?;
+        self.store.put_owned(key, sealed)
+    }
+
+    /// Get and open a whole object.
+    pub fn get(&self, key: &ObjectKey) -> Result<ObjectBytes> {
+        let sealed = self.store.get_whole(key, Vec::new())?;
+        self.sealer.unseal(key, sealed)
+    }
+
+    /// Put a container object, framed by the container codec (whose chunks
+    /// and metadata are sealed piecewise, see the module doc).
+    pub fn put_container(&self, id: ContainerId, object: &[u8]) -> Result<()> {
+        self.store
+            .put(&ObjectKey::Container(id), object)
+            .map_err(|e| e.about(ObjectRef::Object(ObjectKey::Container(id))))
+    }
+
+    /// Read a whole container object into `reuse` (or however the store
+    /// serves it cheapest). Errors name the container.
+    pub fn get_container(&self, id: ContainerId, reuse: Vec<u8>) -> Result<ObjectBytes> {
+        self.store
+            .get_whole(&ObjectKey::Container(id), reuse)
+            .map_err(|e| e.about(ObjectRef::Object(ObjectKey::Container(id))))
+    }
+
+    /// Read `len` bytes at `offset` of a container object. Errors name the
+    /// container.
+    pub fn get_container_range(&self, id: ContainerId, offset: u64, len: u64) -> Result<Vec<u8>> {
+        self.store
+            .get_range(&ObjectKey::Container(id), offset, len)
+            .map_err(|e| e.about(ObjectRef::Object(ObjectKey::Container(id))))
+    }
+
+    pub fn list(&self, kind: KeyKind) -> Result<Vec<ObjectKey>> {
+        self.store.list(kind)
+    }
+
+    pub fn delete(&self, key: &ObjectKey) -> Result<()> {
+        self.store.delete(key)
+    }
+
+    pub fn barrier(&self) -> Result<()> {
+        self.store.barrier()
+    }
+
+    pub fn location(&self) -> String {
+        self.store.location()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{Generation, MemoryStore};
+
+    fn sealers() -> Vec<Sealer> {
+        let key = keys::MasterKey::from_bytes([9; 32]);
+        let mut out = Vec::new();
+        for c in Compression::NAMED {
+            out.push(Sealer::new(None, c));
+            out.push(Sealer::new(Some(key.cipher()), c));
+        }
+        out
+    }
+
+    #[test]
+    fn whole_objects_round_trip_and_name_objects_in_errors() {
+        let plain: Vec<u8> = (0..20_000u32)
+            .flat_map(|i| (i % 100).to_le_bytes())
+            .collect();
+        for s in sealers() {
+            let mem = Arc::new(MemoryStore::new());
+            let store = SealedStore::new(mem.clone(), Arc::new(s.clone()));
+            let key = ObjectKey::IndexSegment(7);
+            store.put(&key, plain.clone()).unwrap();
+            assert_eq!(&*store.get(&key).unwrap(), &plain[..], "{}", s.name());
+            let stored = mem.get(&key).unwrap();
+            if s.compression() != Compression::Off {
+                assert!(stored.len() < plain.len() / 4, "{}", s.name());
+            }
+            // Moved under another name: refused when encrypted.
+            let other = ObjectKey::IndexSegment(8);
+            mem.put(&other, &stored).unwrap();
+            assert_eq!(store.get(&other).is_err(), s.encrypted());
+            // Every flipped byte of an encrypted object is refused.
+            if s.encrypted() {
+                for i in (0..stored.len()).step_by(7) {
+                    let mut bad = stored.clone();
+                    bad[i] ^= 4;
+                    mem.put(&key, &bad).unwrap();
+                    let err = store.get(&key).err().unwrap();
+                    assert!(
+                        err.to_string()
+                            .contains("index segment index/0000000000000007"),
+                        "{err}"
+                    );
+                }
+                mem.put(&key, &stored[..stored.len() - 1]).unwrap();
+                assert!(store.get(&key).is_err());
+            }
+        }
+        let missing = ObjectKey::Manifest(Generation(3));
+        let s = SealedStore::plain(Arc::new(MemoryStore::new()));
+        let err = s.get(&missing).err().unwrap();
+        assert!(matches!(err, Error::MissingObject(_)));
+        assert_eq!(err.to_string(), "missing object manifests/0000000000000003");
+        let err = s.get_container_range(ContainerId(9), 0, 1).unwrap_err();
+        assert_eq!(err.to_string(), "missing object container 0000000000000009");
+    }
+
+    #[test]
+    fn chunks_round_trip_and_bind_kind_and_fingerprint() {
+        let plain =
+            b"abcabcabcabcabcabcabcabcabcabcabcabcabcabcabcabcabcabcabcabcabcabcabcabc".repeat(50);
+        let fp = crate::HashAlgo::Blake3.hash(&plain);
+        for s in sealers() {
+            for c in Compression::NAMED {
+                let mut out = b"x".to_vec();
+                let codec = s.seal_chunk(ChunkKind::Data, &fp, &plain, c, &mut out);
+                let mut back = vec![0u8; plain.len()];
+                s.unseal_chunk(ChunkKind::Data, &fp, codec, &out[1..], &mut back)
+                    .unwrap();
+                assert_eq!(back, plain);
+                if s.encrypted() {
+                    assert!(s
+                        .unseal_chunk(ChunkKind::Recipe, &fp, codec, &out[1..], &mut back)
+                        .is_err());
+                    let other = crate::HashAlgo::Blake3.hash(b"other");
+                    assert!(s
+                        .unseal_chunk(ChunkKind::Data, &other, codec, &out[1..], &mut back)
+                        .is_err());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn mixed_modes_are_refused() {
+        let key = keys::MasterKey::from_bytes([9; 32]);
+        let enc = Sealer::new(Some(key.cipher()), Compression::Auto);
+        let plain = Sealer::identity();
+        let k = ObjectKey::Manifest(Generation(2));
+        let sealed = enc.seal(&k, b"manifest".to_vec()).unwrap();
+        let err = plain.unseal(&k, sealed.into()).err().unwrap().to_string();
+        assert!(err.contains("is encrypted"), "{err}");
+        let unsealed = plain.seal(&k, b"manifest".to_vec()).unwrap();
+        let err = enc.unseal(&k, unsealed.into()).err().unwrap().to_string();
+        assert!(err.contains("not encrypted"), "{err}");
+    }
+}
