@@ -152,6 +152,9 @@ pub enum Command {
         /// Layout: containers (fixed-size containers in stream order) or mfdedup (lifecycle categories and volumes, NDF + AVAR)
         #[arg(long, default_value = "containers", value_parser = Checked(plain::<LayoutKind>))]
         layout: LayoutKind,
+        /// Data index: memory (every entry in RAM) or disk (sorted runs on local disk under $TESSERA_INDEX_DIR or the cache directory, with a Bloom filter and a locality cache in RAM: a few bytes of RAM per chunk)
+        #[arg(long, default_value = "memory", value_parser = Checked(plain::<tessera_core::index::IndexKind>))]
+        index: tessera_core::index::IndexKind,
         #[command(flatten)]
         json: JsonArg,
     },

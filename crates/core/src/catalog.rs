@@ -49,6 +49,10 @@ pub struct RepoConfig {
     /// How chunks are laid out (`init --layout`); containers unless chosen.
     #[serde(default, skip_serializing_if = "LayoutKind::is_containers")]
     pub layout: LayoutKind,
+    /// Where the data index lives while the repository is open (`init
+    /// --index`); memory unless chosen.
+    #[serde(default, skip_serializing_if = "crate::index::IndexKind::is_memory")]
+    pub index: crate::index::IndexKind,
 }
 
 pub use crate::layout::LayoutKind;
@@ -439,6 +443,7 @@ mod tests {
             trace: false,
             created: 1,
             layout: LayoutKind::Containers,
+            index: Default::default(),
         });
         m.generation = Generation(3);
         m.next_container_id = ContainerId(3);

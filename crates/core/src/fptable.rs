@@ -2,20 +2,28 @@
 //! index's hot path (one probe per chunk reference, 10^8 of them in a scale
 //! run).
 //!
-//! * Keys and values live in two separate arrays: a membership test (all a
-//!   backup without rewriting needs) touches only the 32-byte key, which is
-//!   32-byte aligned and so never straddles a cache line.
-//! * Linear probing from a home slot taken from the high bits of a
-//!   multiplicative hash, so [`FpTable::prefetch`] can fetch the line a
-//!   later lookup will need, and a lookup that hits its home slot costs one
-//!   cache line. Deletion shifts the following entries back (no tombstones).
-//! * The all-zero fingerprint marks an empty slot; a real all-zero
+//! * Entries live once, in insertion order, in two dense arrays (keys and
+//!   values): the order is the *insertion log* a repeated stream is checked
+//!   against sequentially ([`FpTable::contains_seq`]), so the log costs no
+//!   second copy of the keys. The arrays grow by an eighth at a time (a large
+//!   reallocation remaps pages instead of copying), so little is allocated
+//!   beyond the entries.
+//! * The hash table holds 8-byte slots: a 32-bit tag of the key's hash and
+//!   the entry's position. A probe compares tags and reads the key only on
+//!   a tag match, so a miss (a new chunk) costs one cache line. Linear
+//!   probing from a home slot taken from the high bits of a multiplicative
+//!   hash, so [`FpTable::prefetch`] can fetch the line a later lookup will
+//!   need. Deletion shifts the following slots back (no tombstones in the
+//!   table) and zeroes the entry's key; the arrays are compacted when half
+//!   their entries are dead.
+//! * The all-zero fingerprint marks a dead entry; a real all-zero
 //!   fingerprint (possible in traces) is kept beside the table.
-//! * Large arrays are anonymous mappings advised to use transparent huge
-//!   pages: the table is far larger than the TLB's reach, and a 4 KiB page
-//!   walk per random probe costs as much as the probe.
+//! * A large slot array is an anonymous mapping advised to use transparent
+//!   huge pages: the table is far larger than the TLB's reach, and a 4 KiB
+//!   page walk per random probe costs as much as the probe.
 //!
-//! Lookups compare the full 32 bytes: deduplication stays exact.
+//! Lookups compare the full 32 bytes: deduplication stays exact. An entry
+//! costs 40 bytes plus 8 / load factor (at most 3/4): 51–61 bytes.
 
 use crate::fingerprint::Fingerprint;
 use std::ptr::NonNull;
@@ -154,44 +162,35 @@ impl<T: Copy> Drop for ZeroBuf<T> {
     }
 }
 
-/// The allocated arrays, indexed by slot.
-struct Arrays {
-    keys: ZeroBuf<Key>,
-    vals: ZeroBuf<u64>,
-    /// With a log: each entry's position in it.
-    pos: Option<ZeroBuf<u32>>,
-}
-
-/// Keys in insertion order (removed ones zeroed), for [`FpTable::contains_seq`].
-#[derive(Default)]
-struct Log {
-    keys: Vec<Key>,
-    dead: usize,
-}
+/// An empty slot.
+const FREE: u64 = 0;
 
 /// Fingerprint → u64 (see the module documentation).
 #[derive(Default)]
 pub struct FpTable {
-    /// `None` until the first insertion.
-    slots: Option<Arrays>,
-    /// 64 − log2(capacity).
+    /// Keys in insertion order; removed ones zeroed.
+    keys: Vec<Key>,
+    vals: Vec<u64>,
+    /// tag << 32 | (position + 1); `None` until the first insertion.
+    slots: Option<ZeroBuf<u64>>,
+    /// 64 − log2(slot count).
     shift: u32,
-    /// Entries in the arrays (the zero fingerprint's excluded).
+    /// Live entries in the arrays (the zero fingerprint's excluded).
     len: usize,
     /// The all-zero fingerprint's value.
     zero: Option<u64>,
-    log: Option<Log>,
+}
+
+#[inline(always)]
+fn tag_of(h: u64) -> u64 {
+    h & 0xffff_ffff
 }
 
 impl FpTable {
-    /// A table that also logs its keys in insertion order, so a stream that
-    /// repeats an earlier one is checked sequentially by
-    /// [`contains_seq`](Self::contains_seq) instead of by random probes.
+    /// The same as `default()`: every table keeps its insertion order (kept
+    /// for the index's callers, which name the order they rely on).
     pub fn with_log() -> Self {
-        FpTable {
-            log: Some(Log::default()),
-            ..FpTable::default()
-        }
+        FpTable::default()
     }
 
     pub fn len(&self) -> usize {
@@ -204,40 +203,31 @@ impl FpTable {
 
     /// Allocated slots.
     pub fn capacity(&self) -> usize {
-        self.slots.as_ref().map_or(0, |a| a.keys.len)
+        self.slots.as_ref().map_or(0, |s| s.len)
     }
 
-    /// Bytes of the allocated arrays and the log.
+    /// Bytes of the slot array and the entry arrays.
     pub fn memory_bytes(&self) -> usize {
-        let per_slot = std::mem::size_of::<Key>()
-            + std::mem::size_of::<u64>()
-            + if self.log.is_some() { 4 } else { 0 };
-        self.capacity() * per_slot
-            + self
-                .log
-                .as_ref()
-                .map_or(0, |l| l.keys.capacity() * std::mem::size_of::<Key>())
+        self.capacity() * std::mem::size_of::<u64>()
+            + self.keys.capacity() * std::mem::size_of::<Key>()
+            + self.vals.capacity() * std::mem::size_of::<u64>()
     }
 
     #[inline]
-    fn home(&self, k: &Key) -> usize {
-        (hash(k) >> self.shift) as usize
+    fn home(&self, h: u64) -> usize {
+        (h >> self.shift) as usize
     }
 
     /// Hint that `fp` will be looked up soon: start loading its home slot.
     #[inline]
     pub fn prefetch(&self, fp: &Fingerprint) {
         #[cfg(target_arch = "x86_64")]
-        if let Some(a) = &self.slots {
-            let i = self.home(&key_of(fp));
-            // SAFETY: i < capacity; prefetching never faults (the line
-            // after the last slot may lie past the array: harmless).
+        if let Some(s) = &self.slots {
+            let i = self.home(hash(&key_of(fp)));
+            // SAFETY: i < capacity; prefetching never faults.
             unsafe {
                 use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-                let p = a.keys.ptr.as_ptr().add(i).cast::<i8>();
-                _mm_prefetch::<_MM_HINT_T0>(p);
-                // A probe often runs on into the next line.
-                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
+                _mm_prefetch::<_MM_HINT_T0>(s.ptr.as_ptr().add(i).cast::<i8>());
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -248,7 +238,7 @@ impl FpTable {
     #[inline]
     pub fn prefetch_log(&self, at: usize) {
         #[cfg(target_arch = "x86_64")]
-        if let Some(k) = self.log.as_ref().and_then(|l| l.keys.get(at)) {
+        if let Some(k) = self.keys.get(at) {
             // SAFETY: prefetching a valid address never faults.
             unsafe {
                 use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
@@ -264,29 +254,47 @@ impl FpTable {
     #[inline]
     pub fn logged_at(&self, at: usize, fp: &Fingerprint) -> bool {
         let k = key_of(fp);
-        !vacant(&k)
-            && self
-                .log
-                .as_ref()
-                .is_some_and(|l| l.keys.get(at).is_some_and(|x| same(x, &k)))
+        !vacant(&k) && self.keys.get(at).is_some_and(|x| same(x, &k))
     }
 
-    /// Slot holding `k` (Ok) or the empty slot ending its probe (Err).
-    /// `k` is not zero.
+    /// The value of `fp` if the log has it at position `at` (no probe).
     #[inline]
-    fn find(&self, keys: &[Key], k: &Key) -> Result<usize, usize> {
-        let mask = keys.len() - 1;
-        let mut i = self.home(k);
+    pub fn value_logged_at(&self, at: usize, fp: &Fingerprint) -> Option<u64> {
+        let k = key_of(fp);
+        if vacant(&k) || !self.keys.get(at).is_some_and(|x| same(x, &k)) {
+            return None;
+        }
+        Some(self.vals[at])
+    }
+
+    /// Slot holding `k` (Ok) or the free slot ending its probe (Err).
+    /// `k` is not zero and the slots exist.
+    #[inline]
+    fn find(&self, slots: &[u64], k: &Key) -> Result<usize, usize> {
+        let mask = slots.len() - 1;
+        let h = hash(k);
+        let tag = tag_of(h);
+        let mut i = self.home(h);
         loop {
-            let s = &keys[i];
-            if same(s, k) {
-                return Ok(i);
-            }
-            if vacant(s) {
+            let s = slots[i];
+            if s == FREE {
                 return Err(i);
+            }
+            if s >> 32 == tag {
+                let at = (s as u32 - 1) as usize;
+                // SAFETY-free: positions in slots are always < keys.len().
+                if same(&self.keys[at], k) {
+                    return Ok(i);
+                }
             }
             i = (i + 1) & mask;
         }
+    }
+
+    /// The position in the entry arrays of the entry in slot `i`.
+    #[inline(always)]
+    fn at(slots: &[u64], i: usize) -> usize {
+        (slots[i] as u32 - 1) as usize
     }
 
     #[inline]
@@ -295,10 +303,8 @@ impl FpTable {
         if vacant(&k) {
             return self.zero;
         }
-        let a = self.slots.as_ref()?;
-        self.find(a.keys.as_slice(), &k)
-            .ok()
-            .map(|i| a.vals.as_slice()[i])
+        let s = self.slots.as_ref()?.as_slice();
+        self.find(s, &k).ok().map(|i| self.vals[Self::at(s, i)])
     }
 
     #[inline]
@@ -309,14 +315,14 @@ impl FpTable {
         }
         match &self.slots {
             None => false,
-            Some(a) => self.find(a.keys.as_slice(), &k).is_ok(),
+            Some(s) => self.find(s.as_slice(), &k).is_ok(),
         }
     }
 
     /// [`contains`](Self::contains) for one key of a stream: `cursor` is
     /// where the log is expected to hold the key (the position after the
     /// stream's previous hit). A logged entry is always present in the table
-    /// (removal clears it), so a match there answers without probing; a
+    /// (removal zeroes it), so a match there answers without probing; a
     /// hit elsewhere moves the cursor after it.
     #[inline]
     pub fn contains_seq(&self, cursor: &mut usize, fp: &Fingerprint) -> bool {
@@ -324,20 +330,17 @@ impl FpTable {
         if vacant(&k) {
             return self.zero.is_some();
         }
-        let Some(a) = &self.slots else {
+        if self.keys.get(*cursor).is_some_and(|x| same(x, &k)) {
+            *cursor += 1;
+            return true;
+        }
+        let Some(s) = &self.slots else {
             return false;
         };
-        if let Some(l) = &self.log {
-            if l.keys.get(*cursor).is_some_and(|x| same(x, &k)) {
-                *cursor += 1;
-                return true;
-            }
-        }
-        match self.find(a.keys.as_slice(), &k) {
+        let s = s.as_slice();
+        match self.find(s, &k) {
             Ok(i) => {
-                if let Some(pos) = &a.pos {
-                    *cursor = pos.as_slice()[i] as usize + 1;
-                }
+                *cursor = Self::at(s, i) + 1;
                 true
             }
             Err(_) => false,
@@ -354,29 +357,34 @@ impl FpTable {
         if (self.len + 1) * 4 > self.capacity() * 3 {
             self.grow();
         }
-        if self
-            .log
-            .as_ref()
-            .is_some_and(|l| l.keys.len() >= u32::MAX as usize)
-        {
-            // Positions no longer fit: stop logging (lookups just probe).
-            self.log = None;
-            if let Some(a) = &mut self.slots {
-                a.pos = None;
-            }
-        }
-        let a = self.slots.as_ref().expect("grown");
-        let r = self.find(a.keys.as_slice(), &k);
-        let a = self.slots.as_mut().expect("grown");
+        let r = self.find(self.slots.as_ref().expect("grown").as_slice(), &k);
         match r {
-            Ok(i) => Some(std::mem::replace(&mut a.vals.as_mut_slice()[i], v)),
+            Ok(i) => {
+                let at = Self::at(self.slots.as_ref().expect("grown").as_slice(), i);
+                Some(std::mem::replace(&mut self.vals[at], v))
+            }
             Err(i) => {
-                a.keys.as_mut_slice()[i] = k;
-                a.vals.as_mut_slice()[i] = v;
-                if let (Some(l), Some(pos)) = (&mut self.log, &mut a.pos) {
-                    pos.as_mut_slice()[i] = l.keys.len() as u32;
-                    l.keys.push(k);
+                if self.keys.len() >= u32::MAX as usize {
+                    // Positions must fit a slot; dead entries may free some.
+                    self.compact();
+                    assert!(
+                        self.keys.len() < u32::MAX as usize,
+                        "in-memory index full (2^32 entries): use the on-disk index"
+                    );
+                    return self.insert(fp, v);
                 }
+                if self.keys.len() == self.keys.capacity() {
+                    // An eighth at a time: a large Vec reallocates by
+                    // remapping, and the slack stays small.
+                    let more = (self.keys.len() / 8).max(256);
+                    self.keys.reserve_exact(more);
+                    self.vals.reserve_exact(more);
+                }
+                let at = self.keys.len();
+                self.keys.push(k);
+                self.vals.push(v);
+                let tag = tag_of(hash(&k));
+                self.slots.as_mut().expect("grown").as_mut_slice()[i] = tag << 32 | (at as u64 + 1);
                 self.len += 1;
                 None
             }
@@ -389,136 +397,99 @@ impl FpTable {
         if vacant(&k) {
             return self.zero.take();
         }
-        let a = self.slots.as_ref()?;
-        let mut hole = self.find(a.keys.as_slice(), &k).ok()?;
+        let mut hole = self.find(self.slots.as_ref()?.as_slice(), &k).ok()?;
         let shift = self.shift;
-        let a = self.slots.as_mut().expect("present");
-        let (keys, vals) = (a.keys.as_mut_slice(), a.vals.as_mut_slice());
-        let mut pos = a.pos.as_mut().map(|p| p.as_mut_slice());
-        if let (Some(l), Some(pos)) = (&mut self.log, &pos) {
-            l.keys[pos[hole] as usize] = EMPTY;
-            l.dead += 1;
-        }
-        let mask = keys.len() - 1;
-        let old = vals[hole];
-        // Backward-shift deletion: move back every later entry of the run
+        let keys = &mut self.keys;
+        let slots = self.slots.as_mut().expect("present").as_mut_slice();
+        let at = Self::at(slots, hole);
+        keys[at] = EMPTY;
+        let old = self.vals[at];
+        self.vals[at] = 0;
+        let mask = slots.len() - 1;
+        // Backward-shift deletion: move back every later slot of the run
         // whose home does not lie cyclically in (hole, j].
         let mut j = hole;
         loop {
             j = (j + 1) & mask;
-            if vacant(&keys[j]) {
+            if slots[j] == FREE {
                 break;
             }
-            let h = (hash(&keys[j]) >> shift) as usize;
+            let h = (hash(&keys[Self::at(slots, j)]) >> shift) as usize;
             let stays = if hole <= j {
                 hole < h && h <= j
             } else {
                 hole < h || h <= j
             };
             if !stays {
-                keys[hole] = keys[j];
-                vals[hole] = vals[j];
-                if let Some(p) = &mut pos {
-                    p[hole] = p[j];
-                }
+                slots[hole] = slots[j];
                 hole = j;
             }
         }
-        keys[hole] = EMPTY;
-        vals[hole] = 0;
-        if let Some(p) = &mut pos {
-            p[hole] = 0;
-        }
+        slots[hole] = FREE;
         self.len -= 1;
-        if self
-            .log
-            .as_ref()
-            .is_some_and(|l| l.dead > 1024 && l.dead * 2 > l.keys.len())
-        {
-            self.compact_log();
+        let dead = self.keys.len() - self.len;
+        if dead > 1024 && dead * 2 > self.keys.len() {
+            self.compact();
         }
         Some(old)
     }
 
-    /// Drop the removed keys from the log and renumber the positions.
-    fn compact_log(&mut self) {
-        let Some(mut l) = self.log.take() else {
-            return;
-        };
-        l.keys.retain(|k| *k != EMPTY);
-        l.keys.shrink_to_fit();
-        l.dead = 0;
-        if let Some(a) = &self.slots {
-            let mut fixed = Vec::with_capacity(l.keys.len());
-            for (n, k) in l.keys.iter().enumerate() {
-                let i = self.find(a.keys.as_slice(), k).expect("logged key present");
-                fixed.push((i, n as u32));
-            }
-            let a = self.slots.as_mut().expect("present");
-            if let Some(pos) = &mut a.pos {
-                let pos = pos.as_mut_slice();
-                for (i, n) in fixed {
-                    pos[i] = n;
-                }
+    /// Drop the dead entries from the arrays and rebuild the slots.
+    fn compact(&mut self) {
+        let mut n = 0;
+        for i in 0..self.keys.len() {
+            if !vacant(&self.keys[i]) {
+                self.keys[n] = self.keys[i];
+                self.vals[n] = self.vals[i];
+                n += 1;
             }
         }
-        self.log = Some(l);
+        self.keys.truncate(n);
+        self.vals.truncate(n);
+        self.keys.shrink_to_fit();
+        self.vals.shrink_to_fit();
+        let cap = self.capacity();
+        if cap > 0 {
+            self.rebuild(cap);
+        }
     }
 
-    /// Double the capacity (or allocate the first arrays).
+    /// Double the slots (or allocate the first ones).
     fn grow(&mut self) {
-        let cap = (self.capacity() * 2).max(MIN_CAPACITY);
-        let logged = self.log.is_some();
-        let mut next = Arrays {
-            keys: ZeroBuf::zeroed(cap),
-            vals: ZeroBuf::zeroed(cap),
-            pos: logged.then(|| ZeroBuf::zeroed(cap)),
-        };
+        self.rebuild((self.capacity() * 2).max(MIN_CAPACITY));
+    }
+
+    /// Fresh slots of `cap` entries for every live entry.
+    fn rebuild(&mut self, cap: usize) {
+        let mut next = ZeroBuf::<u64>::zeroed(cap);
         let shift = 64 - cap.trailing_zeros();
-        if let Some(old) = self.slots.take() {
-            // The home slot is monotonic in the hash, so walking the old
-            // slots in order fills the new ones nearly sequentially.
-            let (nk, nv) = (next.keys.as_mut_slice(), next.vals.as_mut_slice());
-            let mut np = next.pos.as_mut().map(|p| p.as_mut_slice());
-            let op = old.pos.as_ref().map(|p| p.as_slice());
-            let mask = cap - 1;
-            for (j, (k, &v)) in old
-                .keys
-                .as_slice()
-                .iter()
-                .zip(old.vals.as_slice())
-                .enumerate()
-            {
-                if vacant(k) {
-                    continue;
-                }
-                let mut i = (hash(k) >> shift) as usize;
-                while !vacant(&nk[i]) {
-                    i = (i + 1) & mask;
-                }
-                nk[i] = *k;
-                nv[i] = v;
-                if let (Some(np), Some(op)) = (&mut np, op) {
-                    np[i] = op[j];
-                }
+        let s = next.as_mut_slice();
+        let mask = cap - 1;
+        for (at, k) in self.keys.iter().enumerate() {
+            if vacant(k) {
+                continue;
             }
+            let h = hash(k);
+            let mut i = (h >> shift) as usize;
+            while s[i] != FREE {
+                i = (i + 1) & mask;
+            }
+            s[i] = tag_of(h) << 32 | (at as u64 + 1);
         }
         self.slots = Some(next);
         self.shift = shift;
     }
 
-    /// Every entry, in slot order (the zero fingerprint first).
+    /// Every entry, in insertion order (the zero fingerprint first).
     pub fn iter(&self) -> impl Iterator<Item = (Fingerprint, u64)> + '_ {
         let zero = self.zero.map(|v| (Fingerprint::default(), v));
-        let slots = self.slots.iter().flat_map(|a| {
-            a.keys
-                .as_slice()
-                .iter()
-                .zip(a.vals.as_slice())
-                .filter(|(k, _)| **k != EMPTY)
-                .map(|(k, &v)| (fp_of(k), v))
-        });
-        zero.into_iter().chain(slots)
+        let live = self
+            .keys
+            .iter()
+            .zip(&self.vals)
+            .filter(|(k, _)| !vacant(k))
+            .map(|(k, &v)| (fp_of(k), v));
+        zero.into_iter().chain(live)
     }
 }
 
@@ -602,13 +573,13 @@ mod tests {
         for i in (0..5000).filter(|i| i % 3 != 0) {
             t.remove(&fp(i));
         }
-        assert!(t.log.as_ref().unwrap().keys.len() < 5000, "compacted");
+        assert!(t.keys.len() < 5000, "compacted");
         let mut c = 0;
         for i in 0..5000 {
             assert!(!t.logged_at(c, &fp(i)) || i % 3 == 0);
             assert_eq!(t.contains_seq(&mut c, &fp(i)), i % 3 == 0);
         }
-        t.compact_log();
+        t.compact();
         t.grow();
         let mut c = 0;
         for i in 0..5000 {
@@ -636,6 +607,8 @@ mod tests {
         }
         assert_eq!(t.len(), n as usize);
         assert!(t.memory_bytes() >= n as usize * 40);
+        // One copy of each key, 8-byte slots, arrays grown by an eighth.
+        assert!(t.memory_bytes() <= n as usize * 64, "{}", t.memory_bytes());
         for i in (0..n).step_by(3) {
             assert!(t.remove(&fp(i)).is_some() || i < 100);
         }

@@ -18,6 +18,12 @@
 //! separate containers and must never deduplicate against each other.
 //! Recipe chunks have one copy (0).
 //!
+//! The data table is in memory ([`FpTable`], the default) or on disk
+//! ([`disk::DiskTable`], `init --index disk`: sorted runs, a Bloom filter
+//! summary and a locality-preserved cache of container lists); both give
+//! the same answer to every query. The copy lists and the recipe table stay
+//! in memory either way (few entries: only rewritten chunks, recipe chunks).
+//!
 //! Segment format: `b"TSRAINDX"` | version u32 | count u64 |
 //! count × (fingerprint\[32\], container u64, kind u8, zero u8, copy u16,
 //! 4 zero bytes) | XXH3-128 of all before.
@@ -28,6 +34,102 @@ use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FpMap, FpSet, FP_LEN};
 use crate::fptable::FpTable;
 use std::collections::HashSet;
+
+pub mod bloom;
+pub mod disk;
+
+use disk::{DiskConfig, DiskCursor, DiskTable};
+
+/// Where the data table lives, fixed at `init --index`.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum IndexKind {
+    /// Every entry in RAM ([`FpTable`]).
+    #[default]
+    Memory,
+    /// Sorted runs on local disk, a Bloom filter and a locality cache in
+    /// RAM ([`DiskTable`]).
+    Disk,
+}
+
+impl IndexKind {
+    pub fn is_memory(&self) -> bool {
+        *self == IndexKind::Memory
+    }
+}
+
+impl std::fmt::Display for IndexKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            IndexKind::Memory => "memory",
+            IndexKind::Disk => "disk",
+        })
+    }
+}
+
+impl std::str::FromStr for IndexKind {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "memory" => Ok(IndexKind::Memory),
+            "disk" => Ok(IndexKind::Disk),
+            _ => Err(format!("unknown index '{s}' (expected memory or disk)")),
+        }
+    }
+}
+
+/// The data table: in memory or on disk (one branch per call, predicted).
+enum DataTable {
+    Mem(FpTable),
+    Disk(Box<DiskTable>),
+}
+
+macro_rules! both {
+    ($t:expr, $x:ident => $e:expr) => {
+        match $t {
+            DataTable::Mem($x) => $e,
+            DataTable::Disk($x) => $e,
+        }
+    };
+}
+
+impl DataTable {
+    #[inline]
+    fn get(&self, fp: &Fingerprint) -> Option<u64> {
+        both!(self, t => t.get(fp))
+    }
+    #[inline]
+    fn contains(&self, fp: &Fingerprint) -> bool {
+        both!(self, t => t.contains(fp))
+    }
+    fn insert(&mut self, fp: Fingerprint, v: u64) -> Option<u64> {
+        both!(self, t => t.insert(fp, v))
+    }
+    fn remove(&mut self, fp: &Fingerprint) -> Option<u64> {
+        both!(self, t => t.remove(fp))
+    }
+    fn len(&self) -> usize {
+        both!(self, t => t.len())
+    }
+    fn is_empty(&self) -> bool {
+        both!(self, t => t.is_empty())
+    }
+    fn memory_bytes(&self) -> usize {
+        both!(self, t => t.memory_bytes())
+    }
+    #[inline]
+    fn prefetch(&self, fp: &Fingerprint) {
+        both!(self, t => t.prefetch(fp))
+    }
+    fn iter(&self) -> Box<dyn Iterator<Item = (Fingerprint, u64)> + '_> {
+        match self {
+            DataTable::Mem(t) => Box::new(t.iter()),
+            DataTable::Disk(t) => Box::new(t.iter()),
+        }
+    }
+}
 
 const MAGIC: [u8; 8] = *b"TSRAINDX";
 const VERSION: u32 = 1;
@@ -149,7 +251,7 @@ impl CopySet {
 pub struct Index {
     /// Data fingerprint → container of its newest copy (what dedup refers
     /// to); for most chunks the only copy, copy 0.
-    data: FpTable,
+    data: DataTable,
     recipe: FpTable,
     /// Every copy of a data chunk stored more than once, or whose only copy
     /// is not copy 0. May name containers GC deleted until GC's commit
@@ -161,7 +263,7 @@ impl Default for Index {
     fn default() -> Self {
         Index {
             // Logged: a backup mostly repeats an earlier stream in order.
-            data: FpTable::with_log(),
+            data: DataTable::Mem(FpTable::with_log()),
             recipe: FpTable::default(),
             copies: FpMap::default(),
         }
@@ -171,36 +273,92 @@ impl Default for Index {
 /// Where a stream of data lookups expects its next fingerprint in the
 /// index's insertion log (see [`Index::contains_data_seq`]).
 #[derive(Clone, Copy, Debug, Default)]
-pub struct DataCursor(usize);
+pub struct DataCursor {
+    log: usize,
+    disk: DiskCursor,
+}
 
 impl Index {
+    /// An empty index whose data table lives on disk, in a private
+    /// directory under `base` (removed when the index is dropped).
+    pub fn on_disk(base: &std::path::Path, cfg: DiskConfig) -> std::io::Result<Self> {
+        Ok(Index {
+            data: DataTable::Disk(Box::new(DiskTable::create(base, cfg)?)),
+            ..Index::default()
+        })
+    }
+    /// An empty index of `kind` (disk: files under `base`).
+    pub fn of_kind(kind: IndexKind, base: &std::path::Path) -> std::io::Result<Self> {
+        match kind {
+            IndexKind::Memory => Ok(Index::default()),
+            IndexKind::Disk => Index::on_disk(base, DiskConfig::default()),
+        }
+    }
+    pub fn kind(&self) -> IndexKind {
+        match self.data {
+            DataTable::Mem(_) => IndexKind::Memory,
+            DataTable::Disk(_) => IndexKind::Disk,
+        }
+    }
+    /// Where an on-disk index answered its lookups (`None` in memory).
+    pub fn disk_counts(&self) -> Option<disk::DiskCounts> {
+        match &self.data {
+            DataTable::Mem(_) => None,
+            DataTable::Disk(t) => Some(t.counts()),
+        }
+    }
+    /// Write pending on-disk changes as a run (no-op in memory). Loading
+    /// ends with it, so the first backup's lookups see sorted runs.
+    pub fn flush(&mut self) {
+        if let DataTable::Disk(t) = &mut self.data {
+            t.flush()
+        }
+    }
+
     /// Whether the index holds a data chunk, for consecutive chunks of one
     /// stream: when the chunk follows the previous hit in the order chunks
     /// were indexed (as most of a new version of a backup does), the answer
     /// comes from one sequential comparison instead of a random probe.
     /// Exact: the log only ever holds fingerprints the index holds.
     #[inline]
-    pub fn contains_data_seq(&self, cursor: &mut DataCursor, fp: &Fingerprint) -> bool {
-        self.data.contains_seq(&mut cursor.0, fp)
+    pub fn contains_data_seq(&mut self, cursor: &mut DataCursor, fp: &Fingerprint) -> bool {
+        match &mut self.data {
+            DataTable::Mem(t) => t.contains_seq(&mut cursor.log, fp),
+            DataTable::Disk(t) => t.contains_seq(&mut cursor.disk, fp),
+        }
     }
     /// Hint that the insertion-log entry `ahead` after `cursor` will be read
     /// soon (by [`prefetch_data_seq`](Self::prefetch_data_seq)).
     #[inline]
     pub fn prefetch_data_log(&self, cursor: DataCursor, ahead: usize) {
-        self.data.prefetch_log(cursor.0 + ahead)
+        if let DataTable::Mem(t) = &self.data {
+            t.prefetch_log(cursor.log + ahead)
+        }
     }
     /// [`prefetch`](Self::prefetch) a data fingerprint expected `ahead`
     /// lookups after `cursor`, unless the log predicts it there.
     #[inline]
     pub fn prefetch_data_seq(&self, cursor: DataCursor, ahead: usize, fp: &Fingerprint) {
-        if !self.data.logged_at(cursor.0 + ahead, fp) {
-            self.data.prefetch(fp)
+        match &self.data {
+            DataTable::Mem(t) => {
+                if !t.logged_at(cursor.log + ahead, fp) {
+                    t.prefetch(fp)
+                }
+            }
+            // Most lookups of a version series hit the cached container
+            // list at the cursor: hashing every chunk to prefetch its Bloom
+            // block costs more than the few new chunks' misses.
+            DataTable::Disk(_) => {}
         }
     }
     /// The container of a chunk's newest copy (what dedup refers to).
     #[inline]
     pub fn get(&self, kind: ChunkKind, fp: &Fingerprint) -> Option<ContainerId> {
-        self.map(kind).get(fp).map(ContainerId)
+        match kind {
+            ChunkKind::Data => self.data.get(fp),
+            ChunkKind::Recipe => self.recipe.get(fp),
+        }
+        .map(ContainerId)
     }
     /// The container of copy `copy` of a chunk.
     #[inline]
@@ -260,13 +418,19 @@ impl Index {
     /// [`get`](Self::get)).
     #[inline]
     pub fn contains(&self, kind: ChunkKind, fp: &Fingerprint) -> bool {
-        self.map(kind).contains(fp)
+        match kind {
+            ChunkKind::Data => self.data.contains(fp),
+            ChunkKind::Recipe => self.recipe.contains(fp),
+        }
     }
     /// Hint that `fp` will be looked up soon: start loading its table slot,
     /// so a batch of lookups overlaps its cache misses.
     #[inline]
     pub fn prefetch(&self, kind: ChunkKind, fp: &Fingerprint) {
-        self.map(kind).prefetch(fp)
+        match kind {
+            ChunkKind::Data => self.data.prefetch(fp),
+            ChunkKind::Recipe => self.recipe.prefetch(fp),
+        }
     }
     /// Add or move one copy.
     pub fn insert(&mut self, e: IndexEntry) {
@@ -360,13 +524,6 @@ impl Index {
             });
         }
     }
-    #[inline]
-    fn map(&self, kind: ChunkKind) -> &FpTable {
-        match kind {
-            ChunkKind::Data => &self.data,
-            ChunkKind::Recipe => &self.recipe,
-        }
-    }
     /// Every data fingerprint (each once, whatever its copies).
     pub fn data_fingerprints(&self) -> impl Iterator<Item = Fingerprint> + '_ {
         self.data.iter().map(|(fp, _)| fp)
@@ -435,7 +592,9 @@ pub trait DedupIndex: Default + Send + 'static {
     type Saved: Send;
 
     /// Whether a data chunk is held, for consecutive chunks of one stream.
-    fn contains_data_seq(&self, cursor: &mut Self::Cursor, fp: &Fingerprint) -> bool;
+    /// Takes the index mutably: an on-disk index loads container lists
+    /// into its cache (a backup owns its index).
+    fn contains_data_seq(&mut self, cursor: &mut Self::Cursor, fp: &Fingerprint) -> bool;
     /// Hint that the log entry `ahead` after `cursor` will be read soon.
     fn prefetch_data_log(&self, cursor: Self::Cursor, ahead: usize);
     /// Hint that `fp` is looked up `ahead` lookups after `cursor`.
@@ -488,7 +647,7 @@ impl DedupIndex for Index {
     type Saved = Vec<(CopyNo, ContainerId)>;
 
     #[inline]
-    fn contains_data_seq(&self, cursor: &mut DataCursor, fp: &Fingerprint) -> bool {
+    fn contains_data_seq(&mut self, cursor: &mut DataCursor, fp: &Fingerprint) -> bool {
         Index::contains_data_seq(self, cursor, fp)
     }
     #[inline]

@@ -247,6 +247,17 @@ impl Repository {
         Self::init_with(backend, opts, layout, &SealOptions::default())
     }
 
+    /// [`init_layout`](Self::init_layout) with a chosen data index
+    /// (`init --index`).
+    pub fn init_indexed(
+        backend: Arc<dyn ObjectStore>,
+        opts: &InitOptions,
+        layout: crate::layout::LayoutKind,
+        index: crate::index::IndexKind,
+    ) -> Result<()> {
+        Self::init_with_index(backend, opts, layout, &SealOptions::default(), index)
+    }
+
     /// Create a repository storing its objects as `seal` says: write the
     /// unsealed config and (encrypted) the first key slot, then publish
     /// generation 1.
@@ -265,6 +276,22 @@ impl Repository {
         layout: crate::layout::LayoutKind,
         seal: &SealOptions,
     ) -> Result<()> {
+        Self::init_with_index(backend, opts, layout, seal, crate::index::IndexKind::Memory)
+    }
+
+    /// [`init_with`](Self::init_with) and a chosen data index (`init --index`).
+    pub fn init_with_index(
+        backend: Arc<dyn ObjectStore>,
+        opts: &InitOptions,
+        layout: crate::layout::LayoutKind,
+        seal: &SealOptions,
+        index: crate::index::IndexKind,
+    ) -> Result<()> {
+        if !index.is_memory() && !layout.is_containers() {
+            return Err(Error::invalid(format!(
+                "--index {index} is not built for the {layout} layout yet (its NDF index is per version chain); use --index memory"
+            )));
+        }
         opts.chunker.validate().map_err(Error::invalid)?;
         if opts.container_size < 4096 {
             return Err(Error::invalid(format!(
@@ -292,6 +319,7 @@ impl Repository {
             trace: opts.trace,
             created: now(),
             layout,
+            index,
         };
         let repo_seal = RepoSeal {
             version: crate::catalog::VERSION,
@@ -522,7 +550,10 @@ impl Repository {
             }
             None => manifest.config.hash.into(),
         };
-        let mut index = Index::default();
+        let mut index = match manifest.config.index {
+            crate::index::IndexKind::Memory => Index::default(),
+            crate::index::IndexKind::Disk => disk_index(crate::index::disk::DiskConfig::default())?,
+        };
         // Entries naming a container the manifest does not list are
         // ignored: a segment merged from a concurrent writer may hold
         // entries of containers a GC reclaimed (docs/FORMAT.md).
@@ -554,6 +585,8 @@ impl Repository {
                 }
             }
         }
+        // On disk: the loaded entries become sorted runs before the first lookup.
+        index.flush();
         let metrics = Arc::new(Metrics::default());
         let store = ContainerStore::new(
             objects.clone(),
@@ -1286,6 +1319,18 @@ impl Writer {
     }
 
     /// Leftovers removed when this writer opened the repository.
+    /// Rebuild an on-disk index with other tuning (flush size, cache
+    /// size): for tests and benchmarks. Refused on a memory index.
+    pub fn tune_disk_index(&mut self, cfg: crate::index::disk::DiskConfig) -> Result<()> {
+        if self.repo.manifest.config.index != crate::index::IndexKind::Disk {
+            return Err(Error::invalid("the repository's index is not on disk"));
+        }
+        let mut index = disk_index(cfg)?;
+        load_segments(&self.repo.objects, &self.repo.manifest, &mut index)?;
+        self.repo.index = index;
+        Ok(())
+    }
+
     pub fn leftovers(&self) -> &Leftovers {
         &self.leftovers
     }
@@ -1517,6 +1562,49 @@ impl Writer {
 }
 
 /// Used by ingest to list the containers it wrote.
+/// An empty on-disk index under [`index_dir`].
+fn disk_index(cfg: crate::index::disk::DiskConfig) -> Result<Index> {
+    let base = index_dir();
+    Index::on_disk(&base, cfg).map_err(|e| {
+        Error::invalid(format!(
+            "cannot create the on-disk index under {} ({e}); set TESSERA_INDEX_DIR",
+            base.display()
+        ))
+    })
+}
+
+/// Insert the entries of every index segment the manifest lists, in order
+/// (a later entry for the same fingerprint, copy and kind wins).
+fn load_segments(objects: &SealedStore, manifest: &Manifest, index: &mut Index) -> Result<()> {
+    for seg in &manifest.index_segments {
+        let name = ObjectRef::Object(seg.clone());
+        let bytes = objects.get(seg).map_err(|e| match e {
+            Error::MissingObject(_) => e.about(name.clone()),
+            e => e,
+        })?;
+        // The decoder names what it is given; the error names the key.
+        let entries = decode_segment(&bytes, &name.to_string()).map_err(|e| e.about(name))?;
+        for e in entries {
+            index.insert(e);
+        }
+    }
+    // On disk: the loaded entries become sorted runs before the first lookup.
+    index.flush();
+    Ok(())
+}
+
+/// Where an on-disk index keeps its private files while a repository is
+/// open: `$TESSERA_INDEX_DIR`, else `index/` in the user's cache directory
+/// (`$TESSERA_CACHE_DIR`, `$XDG_CACHE_HOME/tessera`, `~/.cache/tessera`),
+/// else the temporary directory.
+pub fn index_dir() -> std::path::PathBuf {
+    std::env::var_os("TESSERA_INDEX_DIR")
+        .filter(|d| !d.is_empty())
+        .map(std::path::PathBuf::from)
+        .or_else(|| crate::ingest::FilesCacheOptions::default_dir().map(|d| d.join("index")))
+        .unwrap_or_else(std::env::temp_dir)
+}
+
 pub(crate) fn container_entry(
     id: ContainerId,
     kind: ChunkKind,

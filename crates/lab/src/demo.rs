@@ -39,6 +39,7 @@ pub fn experiment(approaches: Vec<Approach>, file: &Path) -> Experiment {
         hash: HashAlgo::Blake3,
         container_size: 1 << 20,
         backend: BackendKind::Memory,
+        index: Default::default(),
         compression: tessera_core::Compression::Off,
         encrypted: false,
         approaches,

@@ -63,6 +63,8 @@ pub struct Experiment {
     pub hash: HashAlgo,
     pub container_size: u32,
     pub backend: BackendKind,
+    /// The repositories' data index (`[repo] index = "disk"`); memory unless set.
+    pub index: tessera_core::index::IndexKind,
     pub approaches: Vec<Approach>,
     pub retention: Option<Retention>,
     pub restore: RestorePlan,
@@ -110,6 +112,7 @@ struct RepoDef {
     hash: Spanned<String>,
     container_size: Spanned<ByteSize>,
     backend: Option<BackendKind>,
+    index: Option<tessera_core::index::IndexKind>,
     compression: Option<Spanned<String>>,
     encrypted: bool,
 }
@@ -121,6 +124,7 @@ impl Default for RepoDef {
             hash: Spanned::new(0..0, "blake3".into()),
             container_size: Spanned::new(0..0, ByteSize(4 << 20)),
             backend: None,
+            index: None,
             compression: None,
             encrypted: false,
         }
@@ -293,6 +297,7 @@ impl Experiment {
             hash,
             container_size: cs as u32,
             backend: r.backend.unwrap_or(BackendKind::Memory),
+            index: r.index.unwrap_or_default(),
             approaches,
             retention,
             restore: RestorePlan {

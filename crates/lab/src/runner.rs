@@ -562,7 +562,7 @@ fn open_repo(exp: &Experiment, a: &Approach, work: &Path) -> Result<(Writer, Cou
             .encrypted
             .then(|| (lab_password(), tessera_core::KdfParams::INSECURE_FAST)),
     };
-    Repository::init_with(
+    Repository::init_with_index(
         counted.clone(),
         &InitOptions {
             hash: exp.hash,
@@ -572,6 +572,7 @@ fn open_repo(exp: &Experiment, a: &Approach, work: &Path) -> Result<(Writer, Cou
         },
         a.layout,
         &seal,
+        exp.index,
     )?;
     let mut repo =
         Repository::open_writer_with(counted.clone(), "tessera lab run", &|| Ok(lab_password()))?;

@@ -15,6 +15,7 @@ pub fn init(
     repo: &RepoArg,
     opts: &InitOptions,
     layout: tessera_core::layout::LayoutKind,
+    index: tessera_core::index::IndexKind,
     (encryption, compression, kdf): (Encryption, Compression, KdfParams),
     json: bool,
 ) -> Result<ExitCode> {
@@ -31,7 +32,7 @@ pub fn init(
     };
     let password = seal.encryption.as_ref().map(|(p, _)| p.clone());
     let backend = backend::create(&repo.repo)?;
-    Repository::init_with(backend.clone(), opts, layout, &seal)?;
+    Repository::init_with_index(backend.clone(), opts, layout, &seal, index)?;
     let r = Repository::open_with(backend, &|| {
         password
             .clone()
@@ -72,6 +73,9 @@ pub fn init(
         );
         if !c.layout.is_containers() {
             println!("  layout {}", c.layout);
+        }
+        if !c.index.is_memory() {
+            println!("  index {}", c.index);
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -32,6 +32,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             compression,
             kdf,
             layout,
+            index,
             json,
         } => {
             let opts = tessera_core::InitOptions {
@@ -44,6 +45,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 &repo,
                 &opts,
                 layout,
+                index,
                 (encryption, compression, kdf),
                 json.json,
             )

@@ -12,6 +12,7 @@ mod hostile;
 mod interleave;
 mod mfdedup;
 mod online;
+mod ondisk;
 mod repository;
 mod restore_cache;
 mod restore_pipeline;
