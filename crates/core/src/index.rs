@@ -203,7 +203,7 @@ impl Index {
 /// implement it too. Ingest is generic over it, so the per-chunk lookups
 /// stay monomorphized and inlined. A location is a container id here (a
 /// category id under MFDedup).
-pub trait DedupIndex: Default + Send + 'static {
+pub trait DedupIndex: Default + Send + Sync + 'static {
     /// Where a stream of data lookups expects its next fingerprint (a hint
     /// that lets most lookups of a repeated stream skip the table).
     type Cursor: Copy + Default + Send;

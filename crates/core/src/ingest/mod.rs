@@ -54,10 +54,12 @@ use std::io::{self, Read, Write};
 use std::time::Instant;
 
 pub(crate) mod interleave;
+mod parallel;
 mod pipeline;
 mod segment;
 mod sink;
 pub use interleave::GroupInput;
+pub use parallel::default_threads;
 pub use pipeline::Ingest;
 use sink::Sink;
 
@@ -177,7 +179,9 @@ impl Writer {
         let rw = Rewriter::new(&opts.rewrite, opts.segment_bytes, &self.manifest);
         let sink = Sink::new(self, layout, rw);
         let fingerprinter = self.fingerprinter().clone();
-        let mut ingest = Ingest::start(sink, cfg.chunker.build(), fingerprinter, cfg.trace);
+        let threads = self.threads;
+        let mut ingest =
+            Ingest::start(sink, cfg.chunker.build(), fingerprinter, cfg.trace, threads);
         let fed = feed(&mut ingest);
         let (mut sink, recipe, worker, upstream_root) = ingest.stop(fed.is_ok());
         let member = worker.and(fed).and_then(|()| {

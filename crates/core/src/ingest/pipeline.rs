@@ -3,12 +3,13 @@
 //! builds the recipe tree); the worker thread fingerprints and hands every
 //! chunk to the [`Sink`], in batches.
 
+use super::parallel::Workers;
 use super::sink::Sink;
 use crate::chunking::Chunker;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, Fingerprinter};
 use crate::index::DedupIndex;
-use crate::layout::{ContainerLayout, Layout};
+use crate::layout::{ChunkWriter, ContainerLayout, Layout};
 use crate::recipe::{RecipeBuilder, RecipeEntry, RecipeSink};
 use std::io::{self, Write};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
@@ -64,6 +65,7 @@ enum Batch {
 
 type WorkerResult<L> = (Sink<L>, RecipeBuilder, Result<()>);
 
+#[allow(clippy::too_many_arguments)]
 fn worker<L: Layout>(
     rx: Receiver<Batch>,
     spent: SyncSender<Vec<u8>>,
@@ -72,14 +74,32 @@ fn worker<L: Layout>(
     mut recipe: RecipeBuilder,
     algo: Fingerprinter,
     recipe_upstream: bool,
+    threads: usize,
 ) -> WorkerResult<L> {
+    let mut workers = Workers::new(threads);
     let run = || -> Result<()> {
         for batch in rx {
             match batch {
                 Batch::Data(buf, cuts) => {
-                    for &(s, n) in &cuts {
+                    // Fingerprints (and chunks sealed ahead) from the
+                    // workers; then dedup and placement here, in order.
+                    // With rewriting, chunks are stored segments later.
+                    let sealing = match sink.rw {
+                        None => sink.writer.chunk_sealing(),
+                        Some(_) => None,
+                    };
+                    let parts = workers.prepare(&buf, &cuts, &algo, &sink.index, sealing.as_ref());
+                    let presealed = sealing.and_then(|_| sink.writer.presealed());
+                    match presealed {
+                        Some(p) => p.install(parts),
+                        None => workers.give_back(parts),
+                    }
+                    for (&(s, n), &fp) in cuts.iter().zip(workers.fps()) {
                         let bytes = &buf[s..s + n];
-                        sink.data_chunk(&mut recipe, algo.hash(bytes), n as u32, bytes)?;
+                        sink.data_chunk(&mut recipe, fp, n as u32, bytes)?;
+                    }
+                    if let Some(p) = sink.writer.presealed() {
+                        workers.give_back(p.recycle());
                     }
                     // Hand the buffer back: no 5 MiB allocation per batch.
                     let _ = spent.try_send(buf);
@@ -156,6 +176,7 @@ impl<L: Layout> Ingest<L> {
         chunker: Box<dyn Chunker>,
         algo: Fingerprinter,
         trace: bool,
+        threads: usize,
     ) -> Self {
         let (tx, rx) = sync_channel(1);
         let (spent_tx, spent) = sync_channel(2);
@@ -167,7 +188,18 @@ impl<L: Layout> Ingest<L> {
         let upstream = trace && sink.rw.is_none();
         let handle = std::thread::Builder::new()
             .name("tessera-ingest".into())
-            .spawn(move || worker(rx, spent_tx, trace_spent_tx, sink, recipe, algo, upstream))
+            .spawn(move || {
+                worker(
+                    rx,
+                    spent_tx,
+                    trace_spent_tx,
+                    sink,
+                    recipe,
+                    algo,
+                    upstream,
+                    threads,
+                )
+            })
             .expect("spawn ingest worker");
         Ingest {
             chunker,

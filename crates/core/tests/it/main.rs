@@ -10,6 +10,7 @@ mod gc_physical;
 mod gc_rewrite;
 mod hostile;
 mod interleave;
+mod parallel;
 mod repository;
 mod restore_cache;
 mod restore_pipeline;
