@@ -132,7 +132,7 @@ fn run(
     let mut ids = Vec::new();
     for (i, v) in versions.iter().enumerate() {
         let mut opts = BackupOptions::new(format!("v{i}"), SourceKind::Stream);
-        opts.rewrite = rewrite.clone();
+        opts.rewrite = *rewrite;
         let r = w.backup_reader(&opts, &mut &v[..], &mut |_| {}).unwrap();
         ids.push(r.backup.id);
     }
