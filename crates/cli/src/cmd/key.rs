@@ -109,16 +109,20 @@ pub fn new_password(repo: &RepoArg, file: Option<&Path>, for_init: bool) -> Resu
 
 /// Open for reading, asking for the password only if needed.
 pub fn open(repo: &RepoArg, backend: Arc<dyn ObjectStore>) -> Result<Repository> {
-    Ok(Repository::open_with(backend, &|| {
+    let mut r = Repository::open_with(backend, &|| {
         password(repo).map_err(|e| tessera_core::Error::Key(ui::one_line(&e)))
-    })?)
+    })?;
+    r.set_threads(repo.threads);
+    Ok(r)
 }
 
 /// Open for writing, asking for the password only if needed.
 pub fn open_writer(repo: &RepoArg, backend: Arc<dyn ObjectStore>, command: &str) -> Result<Writer> {
-    Ok(Repository::open_writer_with(backend, command, &|| {
+    let mut w = Repository::open_writer_with(backend, command, &|| {
         password(repo).map_err(|e| tessera_core::Error::Key(ui::one_line(&e)))
-    })?)
+    })?;
+    w.set_threads(repo.threads);
+    Ok(w)
 }
 
 #[derive(Serialize)]
