@@ -18,6 +18,9 @@ use crate::fingerprint::{Fingerprint, Fingerprinter, FpSet};
 use crate::index::DedupIndex;
 use std::sync::Mutex;
 
+/// Runs a batch is split into per thread.
+const RUNS_PER_THREAD: usize = 4;
+
 /// Worker threads to use when asked for 0: the available cores.
 pub fn default_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -79,8 +82,10 @@ impl Workers {
         self.fps.resize(spans.len(), Fingerprint::default());
         let sealing = sealing.filter(|_| self.threads > 1);
         let total: usize = spans.iter().map(|s| s.1).sum();
-        let want = self.threads.min(spans.len()).max(1);
-        // Contiguous runs of about total/want bytes each.
+        // Contiguous runs of about total/want bytes each, several per
+        // thread: how well a run compresses varies, and threads that finish
+        // early take the next run.
+        let want = (self.threads * RUNS_PER_THREAD).min(spans.len()).max(1);
         let mut runs = Vec::with_capacity(want);
         let (mut rest_spans, mut rest_fps) = (spans, &mut self.fps[..]);
         let mut done = 0usize;
@@ -107,7 +112,7 @@ impl Workers {
                 break;
             }
         }
-        let runs_len = runs.len();
+        let helpers = self.threads.min(runs.len()) - 1;
         let work = |run: &mut Run| {
             let mut seen = FpSet::default();
             for (fp, &(s, n)) in run.fps.iter_mut().zip(run.spans) {
@@ -120,8 +125,8 @@ impl Workers {
                 }
             }
         };
-        if runs.len() == 1 {
-            work(&mut runs[0]);
+        if helpers == 0 {
+            runs.iter_mut().for_each(work);
         } else {
             // Every thread, this one included, takes runs until none is
             // left; a helper that cannot be started leaves its share here.
@@ -134,7 +139,7 @@ impl Workers {
                 }
             };
             std::thread::scope(|s| {
-                for _ in 1..runs_len {
+                for _ in 0..helpers {
                     let _ = std::thread::Builder::new()
                         .name("tessera-hash".into())
                         .spawn_scoped(s, drain);
