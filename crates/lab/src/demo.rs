@@ -41,6 +41,7 @@ pub fn experiment(approaches: Vec<Approach>, file: &Path) -> Experiment {
         backend: BackendKind::Memory,
         compression: tessera_core::Compression::Off,
         encrypted: false,
+        threads: 0,
         approaches,
         retention: Some(Retention {
             retain: 8,

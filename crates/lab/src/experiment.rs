@@ -73,6 +73,9 @@ pub struct Experiment {
     /// Whether the repositories are encrypted (`[repo] encrypted`; a fixed
     /// lab password with the cheapest key derivation).
     pub encrypted: bool,
+    /// Worker threads for backup and restore (`[repo] threads`; 0, the
+    /// default: every core). Layout results do not depend on it.
+    pub threads: usize,
 }
 
 #[derive(Deserialize)]
@@ -110,6 +113,7 @@ struct RepoDef {
     backend: Option<BackendKind>,
     compression: Option<Spanned<String>>,
     encrypted: bool,
+    threads: usize,
 }
 
 impl Default for RepoDef {
@@ -121,6 +125,7 @@ impl Default for RepoDef {
             backend: None,
             compression: None,
             encrypted: false,
+            threads: 0,
         }
     }
 }
@@ -283,6 +288,7 @@ impl Experiment {
         Ok(Experiment {
             compression,
             encrypted: r.encrypted,
+            threads: r.threads,
             name,
             file: file.to_path_buf(),
             mode,

@@ -531,8 +531,9 @@ fn open_repo(exp: &Experiment, a: &Approach, work: &Path) -> Result<(Writer, Cou
         },
         &seal,
     )?;
-    let repo =
+    let mut repo =
         Repository::open_writer_with(counted.clone(), "tessera lab run", &|| Ok(lab_password()))?;
+    repo.set_threads(exp.threads);
     Ok((repo, counted))
 }
 
