@@ -55,6 +55,11 @@ impl SealedPart {
             .push((fp, plain.len() as u32, codec, start as u32, stored as u32));
     }
 
+    /// Whether no chunk was sealed into this part.
+    pub fn is_empty(&self) -> bool {
+        self.chunks.is_empty()
+    }
+
     fn clear(&mut self) {
         self.bytes.clear();
         self.chunks.clear();

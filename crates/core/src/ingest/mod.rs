@@ -180,8 +180,13 @@ impl Writer {
         let sink = Sink::new(self, layout, rw);
         let fingerprinter = self.fingerprinter().clone();
         let threads = self.threads;
-        let mut ingest =
-            Ingest::start(sink, cfg.chunker.build(), fingerprinter, cfg.trace, threads);
+        let mut ingest = Ingest::start(
+            sink,
+            cfg.chunker.build().into(),
+            fingerprinter,
+            cfg.trace,
+            threads,
+        );
         let fed = feed(&mut ingest);
         let (mut sink, recipe, worker, upstream_root) = ingest.stop(fed.is_ok());
         let member = worker.and(fed).and_then(|()| {

@@ -13,6 +13,7 @@
 //! contiguous runs of about equal bytes): no pool whose idle workers spin,
 //! and memory is bounded by the batch.
 
+use crate::chunking::Chunker;
 use crate::container::{ChunkKind, ChunkSealing, SealedPart};
 use crate::fingerprint::{Fingerprint, Fingerprinter, FpSet};
 use crate::index::DedupIndex;
@@ -26,18 +27,34 @@ pub fn default_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// A piece of a batch for the workers: `len` bytes at `start`, either one
+/// chunk cut already or a whole section (a file's contents in a directory
+/// stream) that a worker cuts: sections are chunked independently, so
+/// several are cut at once.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Piece {
+    pub start: usize,
+    pub len: usize,
+    /// A section to cut (else one chunk).
+    pub section: bool,
+}
+
+/// A chunk of the batch: where its bytes are, and its fingerprint.
+pub(super) type Chunk = (usize, usize, Fingerprint);
+
 /// The batch step's state, reused across batches.
 pub(super) struct Workers {
     threads: usize,
-    fps: Vec<Fingerprint>,
+    /// Each run's chunks, in stream order (runs are contiguous).
+    chunks: Vec<Vec<Chunk>>,
     /// Spare parts (their buffers) for the next batch.
     spare: Vec<SealedPart>,
 }
 
-/// One worker's run of chunks.
+/// One worker's run of pieces.
 struct Run<'a> {
-    spans: &'a [(usize, usize)],
-    fps: &'a mut [Fingerprint],
+    pieces: &'a [Piece],
+    chunks: Vec<Chunk>,
     part: SealedPart,
 }
 
@@ -52,14 +69,14 @@ impl Workers {
         };
         Workers {
             threads,
-            fps: Vec::new(),
+            chunks: Vec::new(),
             spare: Vec::new(),
         }
     }
 
-    /// The fingerprints of the last batch, one per span.
-    pub(super) fn fps(&self) -> &[Fingerprint] {
-        &self.fps
+    /// The chunks of the last batch, in stream order.
+    pub(super) fn chunks(&self) -> impl Iterator<Item = &Chunk> {
+        self.chunks.iter().flatten()
     }
 
     /// Take back the parts the writer is done with.
@@ -67,61 +84,73 @@ impl Workers {
         self.spare.extend(parts);
     }
 
-    /// Fingerprint the chunks at `spans` of `buf` (then in [`fps`](Self::fps)),
+    /// Cut the sections among `pieces` of `buf` with `chunker` (to the end
+    /// of each), fingerprint every chunk (then in [`chunks`](Self::chunks)),
     /// and with `sealing`, seal the ones `index` does not hold. Returns the
     /// sealed parts, for the writer's [`Presealed`](crate::container::Presealed).
     pub(super) fn prepare<I: DedupIndex>(
         &mut self,
         buf: &[u8],
-        spans: &[(usize, usize)],
+        pieces: &[Piece],
+        chunker: &dyn Chunker,
         algo: &Fingerprinter,
         index: &I,
         sealing: Option<&ChunkSealing>,
     ) -> Vec<SealedPart> {
-        self.fps.clear();
-        self.fps.resize(spans.len(), Fingerprint::default());
         let sealing = sealing.filter(|_| self.threads > 1);
-        let total: usize = spans.iter().map(|s| s.1).sum();
+        let total: usize = pieces.iter().map(|p| p.len).sum();
         // Contiguous runs of about total/want bytes each, several per
         // thread: how well a run compresses varies, and threads that finish
         // early take the next run.
-        let want = (self.threads * RUNS_PER_THREAD).min(spans.len()).max(1);
+        let want = (self.threads * RUNS_PER_THREAD).min(pieces.len()).max(1);
+        let mut spare_chunks = std::mem::take(&mut self.chunks);
         let mut runs = Vec::with_capacity(want);
-        let (mut rest_spans, mut rest_fps) = (spans, &mut self.fps[..]);
+        let mut rest = pieces;
         let mut done = 0usize;
         for k in 1..=want {
             let goal = total * k / want;
             let mut n = 0;
-            while n < rest_spans.len() && (done < goal || n == 0) {
-                done += rest_spans[n].1;
+            while n < rest.len() && (done < goal || n == 0) {
+                done += rest[n].len;
                 n += 1;
             }
             if k == want {
-                n = rest_spans.len();
+                n = rest.len();
             }
-            let (a, b) = rest_spans.split_at(n);
-            let (fa, fb) = std::mem::take(&mut rest_fps).split_at_mut(n);
-            rest_spans = b;
-            rest_fps = fb;
+            let (a, b) = rest.split_at(n);
+            rest = b;
+            let mut chunks = spare_chunks.pop().unwrap_or_default();
+            chunks.clear();
             runs.push(Run {
-                spans: a,
-                fps: fa,
+                pieces: a,
+                chunks,
                 part: self.spare.pop().unwrap_or_default(),
             });
-            if rest_spans.is_empty() {
+            if rest.is_empty() {
                 break;
             }
         }
         let helpers = self.threads.min(runs.len()) - 1;
         let work = |run: &mut Run| {
             let mut seen = FpSet::default();
-            for (fp, &(s, n)) in run.fps.iter_mut().zip(run.spans) {
-                let bytes = &buf[s..s + n];
-                *fp = algo.hash(bytes);
-                if let Some(sealing) = sealing {
-                    if !index.contains(ChunkKind::Data, fp) && seen.insert(*fp) {
-                        run.part.push(sealing, *fp, bytes);
+            for p in run.pieces {
+                let mut at = p.start;
+                let end = p.start + p.len;
+                while at < end {
+                    let n = if p.section {
+                        chunker.cut(&buf[at..end], true)
+                    } else {
+                        p.len
+                    };
+                    let bytes = &buf[at..at + n];
+                    let fp = algo.hash(bytes);
+                    run.chunks.push((at, n, fp));
+                    if let Some(sealing) = sealing {
+                        if !index.contains(ChunkKind::Data, &fp) && seen.insert(fp) {
+                            run.part.push(sealing, fp, bytes);
+                        }
                     }
+                    at += n;
                 }
             }
         };
@@ -147,6 +176,83 @@ impl Workers {
                 drain();
             });
         }
-        runs.into_iter().map(|r| r.part).collect()
+        let mut parts = Vec::with_capacity(runs.len());
+        for r in runs {
+            self.chunks.push(r.chunks);
+            parts.push(r.part);
+        }
+        parts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chunking::ChunkerConfig;
+    use crate::fingerprint::HashAlgo;
+    use crate::index::Index;
+
+    fn noise(n: usize, mut x: u64) -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    }
+
+    /// Sections cut by the workers give exactly the chunks a sequential cut
+    /// of each section gives, in order, whatever the thread count; single
+    /// chunks pass through as they are.
+    #[test]
+    fn sections_cut_in_parallel_as_sequentially() {
+        let chunker = ChunkerConfig::Fastcdc {
+            min: 256,
+            avg: 1024,
+            max: 4096,
+        }
+        .build();
+        let algo = Fingerprinter::from(HashAlgo::Blake3);
+        let buf = noise(300_000, 9);
+        // Sections of many sizes (0-byte files have no piece), and a few
+        // pre-cut chunks between them.
+        let mut pieces = Vec::new();
+        let mut at = 0;
+        let mut k = 1usize;
+        while at < buf.len() {
+            let len = ((k * 7919) % 20_000 + 1).min(buf.len() - at);
+            pieces.push(Piece {
+                start: at,
+                len,
+                section: k % 5 != 0 || len > 4096,
+            });
+            at += len;
+            k += 1;
+        }
+        let mut want = Vec::new();
+        for p in &pieces {
+            let mut s = p.start;
+            while s < p.start + p.len {
+                let n = if p.section {
+                    chunker.cut(&buf[s..p.start + p.len], true)
+                } else {
+                    p.len
+                };
+                want.push((s, n, algo.hash(&buf[s..s + n])));
+                s += n;
+            }
+        }
+        for threads in [1, 2, 3, 8] {
+            let mut w = Workers::new(threads);
+            let parts = w.prepare(&buf, &pieces, &*chunker, &algo, &Index::default(), None);
+            assert!(
+                parts.iter().all(|p| p.is_empty()),
+                "nothing sealed without sealing"
+            );
+            let got: Vec<Chunk> = w.chunks().copied().collect();
+            assert_eq!(got, want, "{threads} threads");
+        }
     }
 }

@@ -3,7 +3,7 @@
 //! builds the recipe tree); the worker thread fingerprints and hands every
 //! chunk to the [`Sink`], in batches.
 
-use super::parallel::Workers;
+use super::parallel::{Piece, Workers};
 use super::sink::Sink;
 use crate::chunking::Chunker;
 use crate::error::{Error, Result};
@@ -13,6 +13,7 @@ use crate::layout::{ChunkWriter, ContainerLayout, Layout};
 use crate::recipe::{RecipeBuilder, RecipeEntry, RecipeSink};
 use std::io::{self, Write};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 /// Bytes the chunking stage accumulates before handing a batch to the worker.
@@ -75,8 +76,10 @@ fn worker<L: Layout>(
     algo: Fingerprinter,
     recipe_upstream: bool,
     threads: usize,
+    chunker: Arc<dyn Chunker>,
 ) -> WorkerResult<L> {
     let mut workers = Workers::new(threads);
+    let mut pieces = Vec::new();
     let run = || -> Result<()> {
         for batch in rx {
             match batch {
@@ -88,13 +91,26 @@ fn worker<L: Layout>(
                         None => sink.writer.chunk_sealing(),
                         Some(_) => None,
                     };
-                    let parts = workers.prepare(&buf, &cuts, &algo, &sink.index, sealing.as_ref());
+                    pieces.clear();
+                    pieces.extend(cuts.iter().map(|&(start, len)| Piece {
+                        start,
+                        len,
+                        section: false,
+                    }));
+                    let parts = workers.prepare(
+                        &buf,
+                        &pieces,
+                        &*chunker,
+                        &algo,
+                        &sink.index,
+                        sealing.as_ref(),
+                    );
                     let presealed = sealing.and_then(|_| sink.writer.presealed());
                     match presealed {
                         Some(p) => p.install(parts),
                         None => workers.give_back(parts),
                     }
-                    for (&(s, n), &fp) in cuts.iter().zip(workers.fps()) {
+                    for &(s, n, fp) in workers.chunks() {
                         let bytes = &buf[s..s + n];
                         sink.data_chunk(&mut recipe, fp, n as u32, bytes)?;
                     }
@@ -153,7 +169,7 @@ fn worker<L: Layout>(
 /// A running backup. Feed it bytes through [`Write`] (data mode) or
 /// fingerprints through [`Ingest::push_trace`] (trace mode).
 pub struct Ingest<L: Layout = ContainerLayout> {
-    chunker: Box<dyn Chunker>,
+    chunker: Arc<dyn Chunker>,
     trace: bool,
     buf: Vec<u8>,
     trace_buf: Vec<(Fingerprint, u32)>,
@@ -173,11 +189,12 @@ pub struct Ingest<L: Layout = ContainerLayout> {
 impl<L: Layout> Ingest<L> {
     pub(super) fn start(
         sink: Sink<L>,
-        chunker: Box<dyn Chunker>,
+        chunker: Arc<dyn Chunker>,
         algo: Fingerprinter,
         trace: bool,
         threads: usize,
     ) -> Self {
+        let worker_chunker = chunker.clone();
         let (tx, rx) = sync_channel(1);
         let (spent_tx, spent) = sync_channel(2);
         let (trace_spent_tx, trace_spent) = sync_channel(2);
@@ -198,6 +215,7 @@ impl<L: Layout> Ingest<L> {
                     algo,
                     upstream,
                     threads,
+                    worker_chunker,
                 )
             })
             .expect("spawn ingest worker");
