@@ -226,7 +226,7 @@ mod tests {
             pieces.push(Piece {
                 start: at,
                 len,
-                section: k % 5 != 0 || len > 4096,
+                section: !k.is_multiple_of(5) || len > 4096,
             });
             at += len;
             k += 1;
