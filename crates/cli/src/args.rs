@@ -7,7 +7,9 @@ use std::str::FromStr;
 use tessera_core::check::ReadData;
 use tessera_core::chunking::ChunkerConfig;
 use tessera_core::gc::{GcOptions, GcStrategy, MarkSpec, VcSpec};
+use tessera_core::layout::LayoutKind;
 use tessera_core::restore::CacheSpec;
+use tessera_core::retention::GroupBy;
 use tessera_core::rewrite::RewriteSpec;
 use tessera_core::units::ByteSize;
 use tessera_core::{Compression, Encryption, HashAlgo, KdfParams};
@@ -26,6 +28,66 @@ use tessera_lab::synth::SynthConfig;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Print only errors and warnings (no summaries, no progress)
+    #[arg(long, short = 'q', global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+    /// Print more detail (every path left out of a backup, every file restored)
+    #[arg(long, short = 'v', global = true)]
+    pub verbose: bool,
+}
+
+/// Which backups a command applies to: all given criteria must hold.
+#[derive(Args, Clone, Default)]
+pub struct FilterArgs {
+    /// Only backups of this host (repeat for several hosts)
+    #[arg(long, value_name = "HOST")]
+    pub host: Vec<String>,
+    /// Only backups with these tags (a comma list: all of them; repeat for alternatives)
+    #[arg(long, value_name = "TAG[,TAG]")]
+    pub tag: Vec<String>,
+    /// Only backups that include this path (repeat: all of them)
+    #[arg(long, value_name = "PATH")]
+    pub path: Vec<PathBuf>,
+}
+
+/// What a directory backup leaves out, and where its list of paths comes from.
+#[derive(Args, Clone, Default)]
+pub struct SelectArgs {
+    /// Leave out paths matching a gitignore-style PATTERN (repeatable; see the README)
+    #[arg(long, short = 'e', value_name = "PATTERN")]
+    pub exclude: Vec<String>,
+    /// Like --exclude, ignoring case
+    #[arg(long, value_name = "PATTERN")]
+    pub iexclude: Vec<String>,
+    /// Read exclude patterns from FILE, one a line (# comments)
+    #[arg(long, value_name = "FILE")]
+    pub exclude_file: Vec<PathBuf>,
+    /// Like --exclude-file, ignoring case
+    #[arg(long, value_name = "FILE")]
+    pub iexclude_file: Vec<PathBuf>,
+    /// Leave out directories holding a CACHEDIR.TAG (with its signature)
+    #[arg(long)]
+    pub exclude_caches: bool,
+    /// Leave out directories holding an entry named NAME (repeatable)
+    #[arg(long, value_name = "NAME")]
+    pub exclude_if_present: Vec<String>,
+    /// Do not cross file system boundaries (mount points are stored, empty)
+    #[arg(long, short = 'x')]
+    pub one_file_system: bool,
+    /// Read the paths to back up from FILE, one a line (# comments; - for stdin)
+    #[arg(long, value_name = "FILE")]
+    pub files_from: Vec<PathBuf>,
+}
+
+/// What a backup records to be found by: tags and host.
+#[derive(Args, Clone, Default)]
+pub struct RecordArgs {
+    /// Tag the backup (repeatable, or a comma list)
+    #[arg(long, value_name = "TAG[,TAG]")]
+    pub tag: Vec<String>,
+    /// Host name to record (default: this machine's)
+    #[arg(long, value_name = "HOST")]
+    pub host: Option<String>,
 }
 
 /// Where the repository is.
@@ -96,6 +158,9 @@ pub enum Command {
         /// Argon2id cost of the first key slot: m=KiB,t=PASSES,p=LANES
         #[arg(long, env = "TESSERA_KDF", default_value = "m=65536,t=3,p=1", value_name = "PARAMS", value_parser = Checked(prefixed::<KdfParams>))]
         kdf: KdfParams,
+        /// Layout: containers (fixed-size containers in stream order) or mfdedup (lifecycle categories and volumes, NDF + AVAR)
+        #[arg(long, default_value = "containers", value_parser = Checked(plain::<LayoutKind>))]
+        layout: LayoutKind,
         #[command(flatten)]
         json: JsonArg,
     },
@@ -103,14 +168,14 @@ pub enum Command {
     Backup {
         #[command(flatten)]
         repo: RepoArg,
-        /// Directory or file to back up (omit with --stdin-name)
-        #[arg(value_name = "PATH", required_unless_present_any = ["stdin_name", "trace_file"])]
-        path: Option<PathBuf>,
+        /// Directories or files to back up (omit with --stdin-name, --trace-file or --files-from)
+        #[arg(value_name = "PATH", required_unless_present_any = ["stdin_name", "trace_file", "files_from"])]
+        paths: Vec<PathBuf>,
         /// Back up standard input as a stream with this name
-        #[arg(long, value_name = "NAME", conflicts_with_all = ["path", "trace_file"])]
+        #[arg(long, value_name = "NAME", conflicts_with_all = ["paths", "trace_file", "files_from"])]
         stdin_name: Option<String>,
         /// Ingest a fingerprint trace (`<hex> <size>` per line) into a trace-mode repository
-        #[arg(long, value_name = "FILE", conflicts_with = "path")]
+        #[arg(long, value_name = "FILE", conflicts_with_all = ["paths", "files_from"])]
         trace_file: Option<PathBuf>,
         /// Rewrite policy against fragmentation: none, capping:T, smr:T, ned:T, har, har:U or har:U:L (T: containers kept per segment, or for NED the utilization below which a container's duplicates are rewritten; U: sparse below this utilization, default 0.5; L: sparse list capped at this share of the bytes referenced, default 0.05)
         #[arg(long, value_name = "SPEC", default_value = "none", value_parser = Checked(prefixed::<RewriteSpec>))]
@@ -121,6 +186,29 @@ pub enum Command {
         /// Compression of this backup's chunks (default: the repository's, chosen at init): off, auto, fastest, better, max or zstd:1..22
         #[arg(long, value_name = "LEVEL", value_parser = Checked(prefixed::<Compression>))]
         compression: Option<Compression>,
+        /// Read every file of a directory, trusting nothing in the files cache (which otherwise skips files whose size, times and inode are unchanged; it lives in $TESSERA_CACHE_DIR, $XDG_CACHE_HOME/tessera or ~/.cache/tessera)
+        #[arg(long)]
+        force_read: bool,
+        #[command(flatten)]
+        select: SelectArgs,
+        #[command(flatten)]
+        record: RecordArgs,
+        /// The version chain this backup continues (default: the backup's name: its absolute path or the stdin name); the mfdedup layout deduplicates against the chain's previous version only
+        #[arg(long, value_name = "NAME")]
+        source: Option<String>,
+        /// mfdedup layout: skip arranging after the backup (catch up later with `tessera arrange`)
+        #[arg(long)]
+        no_arrange: bool,
+        #[command(flatten)]
+        json: JsonArg,
+    },
+    /// mfdedup layout: arrange the chains that fell behind (AVAR), archiving what the newest versions no longer reference into volumes
+    Arrange {
+        #[command(flatten)]
+        repo: RepoArg,
+        /// Arrange at most N versions of each chain
+        #[arg(long, value_name = "N", value_parser = Checked(whole))]
+        max: Option<usize>,
         #[command(flatten)]
         json: JsonArg,
     },
@@ -129,6 +217,8 @@ pub enum Command {
     Snapshots {
         #[command(flatten)]
         repo: RepoArg,
+        #[command(flatten)]
+        filter: FilterArgs,
         #[command(flatten)]
         json: JsonArg,
     },
@@ -172,6 +262,8 @@ pub enum Command {
         #[arg(long, value_name = "PATH", conflicts_with_all = ["stdout", "skip_damaged"])]
         include: Vec<String>,
         #[command(flatten)]
+        filter: FilterArgs,
+        #[command(flatten)]
         json: JsonArg,
     },
     /// Remove backups from the catalog (space is reclaimed by garbage collection)
@@ -193,6 +285,20 @@ pub enum Command {
         /// Policy: keep the newest backup of each of the N newest months
         #[arg(long, value_name = "N", value_parser = Checked(whole))]
         keep_monthly: Option<usize>,
+        /// Policy: keep the newest backup of each of the N newest years
+        #[arg(long, value_name = "N", value_parser = Checked(whole))]
+        keep_yearly: Option<usize>,
+        /// Policy: keep every backup taken within DURATION of the group's newest (e.g. 7d, 2weeks, 1y)
+        #[arg(long, value_name = "DURATION", value_parser = Checked(duration))]
+        keep_within: Option<u64>,
+        /// Policy: keep every backup with these tags (a comma list: all of them; repeatable)
+        #[arg(long, value_name = "TAG[,TAG]")]
+        keep_tag: Vec<String>,
+        /// Apply the policy to each group of backups sharing these (host, paths, tags; comma list, or none)
+        #[arg(long, value_name = "LIST", default_value = "host,paths", value_parser = Checked(plain::<GroupBy>))]
+        group_by: GroupBy,
+        #[command(flatten)]
+        filter: FilterArgs,
         /// Show what would be forgotten without changing the repository
         #[arg(long)]
         dry_run: bool,
@@ -248,6 +354,64 @@ pub enum Command {
         #[arg(long, global = true)]
         json: bool,
     },
+    /// Show what changed between two backups: added, removed and changed entries and bytes
+    Diff {
+        #[command(flatten)]
+        repo: RepoArg,
+        /// The older backup (id, `latest`, or a root prefix)
+        from: String,
+        /// The newer backup
+        to: String,
+        #[command(flatten)]
+        json: JsonArg,
+    },
+    /// Find entries matching a gitignore-style pattern in backups (newest first; status 1 if none)
+    Find {
+        #[command(flatten)]
+        repo: RepoArg,
+        /// Pattern, as for --exclude (`*.conf`, `etc/**/passwd`); several: any of them
+        #[arg(value_name = "PATTERN", required = true)]
+        patterns: Vec<String>,
+        /// Search only this backup (repeatable; default: all that match the filters)
+        #[arg(long, short = 's', value_name = "SNAPSHOT")]
+        snapshot: Vec<String>,
+        /// Match ignoring case
+        #[arg(long, short = 'i')]
+        ignore_case: bool,
+        #[command(flatten)]
+        filter: FilterArgs,
+        #[command(flatten)]
+        json: JsonArg,
+    },
+    /// Write a file of a backup to standard output (a directory as a tar stream)
+    Dump {
+        #[command(flatten)]
+        repo: RepoArg,
+        /// Backup id, `latest`, or a prefix of its root fingerprint
+        snapshot: String,
+        /// Path as `tessera ls` prints it (`/` for the whole backup)
+        #[arg(value_name = "PATH")]
+        entry: String,
+        #[command(flatten)]
+        filter: FilterArgs,
+    },
+    /// Browse backups as a read-only file system (FUSE): ids/, hosts/, tags/, latest
+    Mount {
+        #[command(flatten)]
+        repo: RepoArg,
+        /// An existing directory; unmount with `fusermount3 -u DIR`
+        #[arg(value_name = "DIR")]
+        mountpoint: PathBuf,
+        #[command(flatten)]
+        filter: FilterArgs,
+    },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
+    Completion {
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff; view with `tessera man | man -l -`)
+    Man,
     /// The lab: demo and benchmarks
     Lab {
         #[command(subcommand)]
@@ -464,8 +628,8 @@ pub struct GcArgs {
     /// Clean only containers whose liveness (live bytes / bytes) is below X; 1 cleans every container holding garbage
     #[arg(long, default_value = "1", value_name = "X", value_parser = Checked(liveness_threshold))]
     pub liveness_threshold: f64,
-    /// GCCDF: split a cluster by a backup only if at least N of its chunks are referenced by it
-    #[arg(long, default_value = "200", value_name = "N", value_parser = Checked(whole))]
+    /// GCCDF: split a cluster by a backup only if at least N of its chunks are referenced by it (0 = 200/512 of the chunks per container, the paper's ratio)
+    #[arg(long, default_value = "0", value_name = "N", value_parser = Checked(whole))]
     pub split_threshold: usize,
     /// False-positive rate of the valid-chunk table's Bloom filter (0 = exact set; false positives only keep garbage)
     #[arg(long, default_value = "0", value_name = "P", value_parser = Checked(vc_fp_rate))]
@@ -584,6 +748,13 @@ fn segment_size(flag: &str, v: &str) -> Result<u64, String> {
         Ok(n) => Ok(n as u64),
         Err(e) => Err(format!("--{flag}: {e}")),
     }
+}
+
+/// A duration (`7d`, `36h`, `2weeks`, `1y`) in seconds.
+fn duration(flag: &str, v: &str) -> Result<u64, String> {
+    humantime::parse_duration(v.trim())
+        .map(|d| d.as_secs())
+        .map_err(|e| format!("--{flag}: bad duration '{v}' ({e}; e.g. 7d, 36h, 2weeks, 1y)"))
 }
 
 fn whole(flag: &str, v: &str) -> Result<usize, String> {

@@ -5,6 +5,7 @@
 
 mod args;
 mod cmd;
+mod filter;
 mod ui;
 
 use clap::Parser;

@@ -3,6 +3,31 @@
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde::Serialize;
 use std::io::IsTerminal;
+use std::sync::atomic::{AtomicI8, Ordering};
+
+/// -1 with `--quiet`, 1 with `--verbose`, else 0.
+static VERBOSITY: AtomicI8 = AtomicI8::new(0);
+
+pub fn set_verbosity(quiet: bool, verbose: bool) {
+    let v = if quiet {
+        -1
+    } else if verbose {
+        1
+    } else {
+        0
+    };
+    VERBOSITY.store(v, Ordering::Relaxed);
+}
+
+/// `--quiet`: commands print no summary, only errors and warnings.
+pub fn quiet() -> bool {
+    VERBOSITY.load(Ordering::Relaxed) < 0
+}
+
+/// `--verbose`: commands print details (such as every path left out).
+pub fn verbose() -> bool {
+    VERBOSITY.load(Ordering::Relaxed) > 0
+}
 
 /// An error and its causes on one line.
 pub fn one_line(e: &anyhow::Error) -> String {
@@ -40,14 +65,15 @@ pub fn print_json<T: Serialize>(v: &T) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A byte progress bar on stderr, drawn only when stderr is a terminal and
-/// the output is not JSON.
+/// A byte progress bar on stderr, drawn only when stderr is a terminal,
+/// the output is not JSON and `--quiet` is not given. It is never coloured
+/// (so `NO_COLOR` holds trivially).
 pub fn progress(total: Option<u64>, what: &str, json: bool) -> ProgressBar {
     let pb = match total {
         Some(t) => ProgressBar::new(t),
         None => ProgressBar::no_length(),
     };
-    if json || !std::io::stderr().is_terminal() {
+    if json || quiet() || !std::io::stderr().is_terminal() {
         pb.set_draw_target(ProgressDrawTarget::hidden());
         return pb;
     }

@@ -13,7 +13,6 @@
 
 use crate::backend::{Generation, ObjectKey};
 use crate::chunking::ChunkerConfig;
-use crate::container::format::checksum;
 use crate::container::{ChunkKind, ContainerId};
 use crate::error::{Error, Result, Subject};
 use crate::fingerprint::{Fingerprint, HashAlgo};
@@ -22,8 +21,14 @@ use serde::{Deserialize, Serialize};
 const MAGIC: [u8; 8] = *b"TSRAMANI";
 /// The repository format version: written in the unsealed `config` object
 /// (checked first at open), in every manifest and in every container
-/// header. Version 2: compressed and sealed objects, key slots.
-pub const VERSION: u32 = 2;
+/// header; a repository of another version is refused with a message naming
+/// both. One bump per format change (docs/FORMAT.md): 1 = the first format;
+/// 2 = directory backups as file-aligned contents plus a metadata section
+/// (issue 19); 3 = the MFDedup layout's volume and NDF objects (issue 14);
+/// 4 = recipe leaves and index entries name a chunk copy (issue 11);
+/// 5 = compressed and sealed objects, key slots, keyed fingerprints, the
+/// unsealed `config` object (issue 12).
+pub const VERSION: u32 = 5;
 
 /// Fixed at `init`: how every backup of this repository is chunked and stored.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -38,13 +43,18 @@ pub struct RepoConfig {
     pub trace: bool,
     /// Creation time, unix seconds.
     pub created: u64,
+    /// How chunks are laid out (`init --layout`); containers unless chosen.
+    #[serde(default, skip_serializing_if = "LayoutKind::is_containers")]
+    pub layout: LayoutKind,
 }
+
+pub use crate::layout::LayoutKind;
 
 /// What a backup was made from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SourceKind {
-    /// A directory, stored as a deterministic tar stream.
+    /// A directory: file contents, then metadata records.
     Tree,
     /// A single file's bytes.
     File,
@@ -74,6 +84,41 @@ pub struct BackupEntry {
     /// Bytes and chunks this backup stored anew.
     pub new_bytes: u64,
     pub new_chunks: u64,
+    /// Host, user, paths, tags and parent (absent in older manifests).
+    #[serde(flatten)]
+    pub meta: SnapshotMeta,
+    /// The version chain (source) this backup belongs to, when named
+    /// explicitly or on the MFDedup layout (where NDF deduplicates against
+    /// the chain's previous version only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain: Option<String>,
+    /// A directory backup's stream: its first `content_bytes` are the
+    /// files' contents, the rest its metadata (docs/FORMAT.md, "Backup
+    /// streams"). None for other backups, and for directory backups of
+    /// earlier builds (a tar stream).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_bytes: Option<u64>,
+}
+
+/// What lets people find a backup (`--host`, `--tag`, `--path`) and groups
+/// it for retention: recorded at backup time. Every field is optional in the
+/// manifest, so manifests written before they existed still decode.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotMeta {
+    /// Host name of the machine backed up.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub host: String,
+    /// User who ran the backup.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub user: String,
+    /// Absolute paths backed up (empty for a stream).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    /// The previous backup of the same host and paths when this one was taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<BackupId>,
 }
 
 impl BackupEntry {
@@ -116,6 +161,13 @@ pub struct Manifest {
     /// (the papers' GS list), then clears this list.
     #[serde(default)]
     pub forgotten: Vec<BackupEntry>,
+    /// MFDedup layout state: chains, their volumes, active categories and
+    /// NDF tables (empty on the container layout).
+    #[serde(
+        default,
+        skip_serializing_if = "crate::layout::mfdedup::MfState::is_empty"
+    )]
+    pub mfdedup: crate::layout::mfdedup::MfState,
 }
 
 impl Manifest {
@@ -131,28 +183,19 @@ impl Manifest {
             index_segments: Vec::new(),
             har_sparse: Vec::new(),
             forgotten: Vec::new(),
+            mfdedup: Default::default(),
         }
     }
 
     pub fn encode(&self) -> Vec<u8> {
         let json = serde_json::to_vec(self).expect("manifest serializes");
-        let mut out = Vec::with_capacity(json.len() + 36);
-        out.extend_from_slice(&MAGIC);
-        out.extend_from_slice(&VERSION.to_le_bytes());
-        out.extend_from_slice(&(json.len() as u64).to_le_bytes());
-        out.extend_from_slice(&json);
-        let sum = checksum(&out);
-        out.extend_from_slice(&sum);
-        out
+        crate::framing::encode(&MAGIC, VERSION, &json)
     }
 
     /// Decode and verify; `name` identifies the object in errors.
     pub fn decode(b: &[u8], name: impl Into<Subject>) -> Result<Self> {
         let name: Subject = name.into();
-        if b.len() < 36 || b[..8] != MAGIC {
-            return Err(Error::corrupt(name, "not a Tessera manifest"));
-        }
-        let version = u32::from_le_bytes(b[8..12].try_into().unwrap());
+        let (version, json) = crate::framing::decode(b, &MAGIC, "Tessera manifest", &name)?;
         if version != VERSION {
             return Err(Error::UnsupportedVersion {
                 object: Box::new(name),
@@ -160,15 +203,7 @@ impl Manifest {
                 supported: VERSION,
             });
         }
-        let (body, sum) = b.split_at(b.len() - 16);
-        if checksum(body) != sum {
-            return Err(Error::corrupt(name, "checksum mismatch"));
-        }
-        let len = u64::from_le_bytes(b[12..20].try_into().unwrap());
-        if len != (body.len() - 20) as u64 {
-            return Err(Error::corrupt(name, "length mismatch"));
-        }
-        let m: Manifest = serde_json::from_slice(&body[20..])
+        let m: Manifest = serde_json::from_slice(json)
             .map_err(|e| Error::corrupt(name.clone(), format!("unreadable: {e}")))?;
         m.validate(&name)?;
         Ok(m)
@@ -219,6 +254,7 @@ mod tests {
             container_size: 4 << 20,
             trace: false,
             created: 1,
+            layout: LayoutKind::Containers,
         });
         m.generation = Generation(3);
         m.next_container_id = ContainerId(3);

@@ -345,7 +345,7 @@ impl Repository {
             let mut offset = 0u64;
             while let Some(e) = walker.next()? {
                 seen.insert(e.fp, ());
-                let held = self.locate(ChunkKind::Data, &e.fp).map(|cid| {
+                let held = self.locate_copy(ChunkKind::Data, &e.fp, e.copy).map(|cid| {
                     let ok = contents
                         .get(&cid)
                         .and_then(|m| m.get(&e.fp))

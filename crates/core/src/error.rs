@@ -41,6 +41,8 @@ impl fmt::Display for ObjectRef {
                 ObjectKey::Container(id) => write!(f, "container {id:016x}"),
                 ObjectKey::Manifest(_) => write!(f, "manifest {key}"),
                 ObjectKey::IndexSegment(_) => write!(f, "index segment {key}"),
+                ObjectKey::Volume(_) => write!(f, "volume header {key}"),
+                ObjectKey::NdfTable(_) => write!(f, "NDF table {key}"),
                 ObjectKey::Lock
                 | ObjectKey::Config
                 | ObjectKey::KeySlot(_)

@@ -1,46 +1,160 @@
-//! The fingerprint index: exact and global, fingerprint → container.
+//! The fingerprint index: exact and global, (fingerprint, copy) → container.
+//!
+//! A data chunk can be stored more than once: rewriting (Capping, SMR, NED,
+//! HAR) writes a duplicate again next to its neighbours. Each stored copy of
+//! a fingerprint has a *copy number* (0 for the first; each rewrite takes the
+//! next), recipes name the copy each backup reads, and the index maps every
+//! copy to the container holding it. So each backup restores from the copies
+//! its own ingest chose (as Destor's recipes do), and GC moving a copy only
+//! changes its index entry, never a recipe. Dedup references the newest copy.
 //!
 //! In memory while a repository is open. It is persisted as immutable *index
 //! segments*: each mutation that writes containers writes one segment with the
-//! entries it added, and the manifest lists the segments in order (later
-//! entries win, so a rewritten chunk's newest copy is found). Opening a
-//! repository loads the segments instead of scanning every container; the
-//! index can always be rebuilt from container metadata.
+//! entries it added, and the manifest lists the segments in order (a later
+//! entry for the same fingerprint, copy and kind wins). Opening a repository
+//! loads the segments instead of scanning every container.
 //!
 //! Data chunks and recipe chunks are kept in separate maps: they live in
 //! separate containers and must never deduplicate against each other.
+//! Recipe chunks have one copy (0).
 //!
 //! Segment format: `b"TSRAINDX"` | version u32 | count u64 |
-//! count × (fingerprint\[32\], container u64, kind u8, 7 zero bytes) | XXH3-128 of all before.
+//! count × (fingerprint\[32\], container u64, kind u8, zero u8, copy u16,
+//! 4 zero bytes) | XXH3-128 of all before.
 
 use crate::container::format::checksum;
 use crate::container::{ChunkKind, ContainerId};
 use crate::error::{Error, Result};
-use crate::fingerprint::{Fingerprint, FpMap, FP_LEN};
+use crate::fingerprint::{Fingerprint, FpMap, FpSet, FP_LEN};
 use crate::fptable::FpTable;
+use std::collections::HashSet;
 
 const MAGIC: [u8; 8] = *b"TSRAINDX";
 const VERSION: u32 = 1;
 const ENTRY_LEN: usize = 48;
 
-/// One index entry.
+/// Which stored copy of a data chunk: 0 for the first, each rewrite of the
+/// chunk the next number. Numbers are never reused while a copy with the
+/// number may still be referenced (a new copy takes the highest + 1).
+pub type CopyNo = u16;
+
+/// One index entry: copy `copy` of chunk `fp` is in `container`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IndexEntry {
     pub fp: Fingerprint,
     pub container: ContainerId,
     pub kind: ChunkKind,
+    /// Always 0 for recipe chunks.
+    pub copy: CopyNo,
 }
 
-/// Older copies remembered per data chunk (as the SMR port does).
-pub const MAX_COPIES: usize = 254;
+/// Copies a data chunk may have at once (as the SMR port keeps): beyond it
+/// rewriting references the newest copy instead of storing another.
+pub const MAX_COPIES: usize = 255;
+
+/// The copies of a data chunk that has more than copy 0 alone: copy numbers
+/// ascending, and the container of each (parallel arrays, so the containers
+/// can be lent out as a slice).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Copies {
+    nos: Vec<CopyNo>,
+    at: Vec<ContainerId>,
+}
+
+/// The stored copies of a data chunk, newest (highest number) last.
+#[derive(Clone, Copy, Debug)]
+pub enum CopyList<'a> {
+    None,
+    One(CopyNo, ContainerId),
+    Many(&'a [CopyNo], &'a [ContainerId]),
+}
+
+impl<'a> CopyList<'a> {
+    pub fn len(&self) -> usize {
+        match self {
+            CopyList::None => 0,
+            CopyList::One(..) => 1,
+            CopyList::Many(n, _) => n.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// (copy, container), ascending copy numbers.
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = (CopyNo, ContainerId)> + 'a {
+        let empty: (&[CopyNo], &[ContainerId]) = (&[], &[]);
+        let (one, (nos, at)) = match *self {
+            CopyList::None => (None, empty),
+            CopyList::One(n, c) => (Some((n, c)), empty),
+            CopyList::Many(n, c) => (None, (n, c)),
+        };
+        one.into_iter()
+            .chain(nos.iter().copied().zip(at.iter().copied()))
+    }
+    /// The newest copy.
+    pub fn newest(&self) -> Option<(CopyNo, ContainerId)> {
+        self.iter().next_back()
+    }
+    /// The container of copy `copy`.
+    pub fn get(&self, copy: CopyNo) -> Option<ContainerId> {
+        self.iter().find(|&(n, _)| n == copy).map(|(_, c)| c)
+    }
+    /// The copies `container` holds.
+    pub fn in_container(
+        &self,
+        container: ContainerId,
+    ) -> impl DoubleEndedIterator<Item = CopyNo> + 'a {
+        self.iter()
+            .filter(move |&(_, c)| c == container)
+            .map(|(n, _)| n)
+    }
+}
+
+/// An exact set of chunk copies: copy 0 in a fingerprint set (most chunks
+/// have only it), the others beside it.
+#[derive(Clone, Debug, Default)]
+pub struct CopySet {
+    first: FpSet,
+    other: HashSet<(Fingerprint, CopyNo)>,
+}
+
+impl CopySet {
+    /// Insert; returns whether the copy was new.
+    pub fn insert(&mut self, fp: Fingerprint, copy: CopyNo) -> bool {
+        if copy == 0 {
+            self.first.insert(fp)
+        } else {
+            self.other.insert((fp, copy))
+        }
+    }
+    pub fn contains(&self, fp: &Fingerprint, copy: CopyNo) -> bool {
+        if copy == 0 {
+            self.first.contains(fp)
+        } else {
+            self.other.contains(&(*fp, copy))
+        }
+    }
+    pub fn len(&self) -> usize {
+        self.first.len() + self.other.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Estimated heap bytes.
+    pub fn memory_bytes(&self) -> usize {
+        self.first.capacity() * (FP_LEN + 1) + self.other.capacity() * (FP_LEN + 3)
+    }
+}
 
 pub struct Index {
+    /// Data fingerprint → container of its newest copy (what dedup refers
+    /// to); for most chunks the only copy, copy 0.
     data: FpTable,
     recipe: FpTable,
-    /// Older containers holding a data chunk that rewriting stored again:
-    /// Capping and SMR must see every copy. May name containers GC deleted;
-    /// users filter by the live containers.
-    copies: FpMap<Vec<ContainerId>>,
+    /// Every copy of a data chunk stored more than once, or whose only copy
+    /// is not copy 0. May name containers GC deleted until GC's commit
+    /// drops them; users filter by the live containers.
+    copies: FpMap<Copies>,
 }
 
 impl Default for Index {
@@ -83,9 +197,64 @@ impl Index {
             self.data.prefetch(fp)
         }
     }
+    /// The container of a chunk's newest copy (what dedup refers to).
     #[inline]
     pub fn get(&self, kind: ChunkKind, fp: &Fingerprint) -> Option<ContainerId> {
         self.map(kind).get(fp).map(ContainerId)
+    }
+    /// The container of copy `copy` of a chunk.
+    #[inline]
+    pub fn get_copy(&self, kind: ChunkKind, fp: &Fingerprint, copy: CopyNo) -> Option<ContainerId> {
+        match kind {
+            ChunkKind::Recipe => (copy == 0).then(|| self.get(kind, fp)).flatten(),
+            // Without rewriting every chunk has copy 0 alone: one probe.
+            ChunkKind::Data if self.copies.is_empty() => {
+                (copy == 0).then(|| self.get(kind, fp)).flatten()
+            }
+            ChunkKind::Data => match self.copies.get(fp) {
+                Some(c) => c.nos.iter().position(|&n| n == copy).map(|i| c.at[i]),
+                None if copy == 0 => self.get(kind, fp),
+                None => None,
+            },
+        }
+    }
+    /// Every stored copy of a data chunk.
+    #[inline]
+    pub fn copy_list(&self, fp: &Fingerprint) -> CopyList<'_> {
+        match self.copies.get(fp) {
+            Some(c) => CopyList::Many(&c.nos, &c.at),
+            None => match self.data.get(fp) {
+                Some(c) => CopyList::One(0, ContainerId(c)),
+                None => CopyList::None,
+            },
+        }
+    }
+    /// The copy number of a data chunk's newest copy (0 if it has one copy).
+    #[inline]
+    pub fn newest_copy(&self, fp: &Fingerprint) -> CopyNo {
+        if self.copies.is_empty() {
+            return 0;
+        }
+        self.copies
+            .get(fp)
+            .and_then(|c| c.nos.last().copied())
+            .unwrap_or(0)
+    }
+    /// The number a new copy of `fp` takes, or `None` if it may not get
+    /// another ([`MAX_COPIES`], or the numbers are exhausted).
+    pub fn next_copy(&self, fp: &Fingerprint) -> Option<CopyNo> {
+        match self.copy_list(fp) {
+            CopyList::None => Some(0),
+            CopyList::One(n, _) => n.checked_add(1),
+            CopyList::Many(n, _) if n.len() >= MAX_COPIES => None,
+            CopyList::Many(n, _) => n.last().and_then(|l| l.checked_add(1)),
+        }
+    }
+    /// Whether every data chunk's only copy is copy 0 (no rewriting
+    /// happened, or GC removed every extra copy): recipes then depend on the
+    /// stream alone.
+    pub fn first_copies_only(&self) -> bool {
+        self.copies.is_empty()
     }
     /// Whether the index holds a chunk of `kind` (reads less memory than
     /// [`get`](Self::get)).
@@ -99,23 +268,39 @@ impl Index {
     pub fn prefetch(&self, kind: ChunkKind, fp: &Fingerprint) {
         self.map(kind).prefetch(fp)
     }
+    /// Add or move one copy.
     pub fn insert(&mut self, e: IndexEntry) {
         match e.kind {
             ChunkKind::Data => {
-                let old = self.data.insert(e.fp, e.container.0).map(ContainerId);
-                if let Some(old) = old.filter(|&o| o != e.container) {
-                    let v = self.copies.entry(e.fp).or_default();
-                    v.retain(|&c| c != e.container && c != old);
-                    if v.len() < MAX_COPIES {
-                        v.push(old);
+                if e.copy == 0 && !self.copies.contains_key(&e.fp) {
+                    self.data.insert(e.fp, e.container.0);
+                    return;
+                }
+                let old = self.data.get(&e.fp);
+                let c = self.copies.entry(e.fp).or_insert_with(|| match old {
+                    Some(o) => Copies {
+                        nos: vec![0],
+                        at: vec![ContainerId(o)],
+                    },
+                    None => Copies::default(),
+                });
+                match c.nos.binary_search(&e.copy) {
+                    Ok(i) => c.at[i] = e.container,
+                    Err(i) => {
+                        c.nos.insert(i, e.copy);
+                        c.at.insert(i, e.container);
                     }
                 }
+                let newest = *c.at.last().expect("just inserted");
+                self.data.insert(e.fp, newest.0);
             }
             ChunkKind::Recipe => {
+                debug_assert_eq!(e.copy, 0, "recipe chunks have one copy");
                 self.recipe.insert(e.fp, e.container.0);
             }
         };
     }
+    /// Forget every copy of a chunk.
     pub fn remove(&mut self, kind: ChunkKind, fp: &Fingerprint) {
         match kind {
             ChunkKind::Data => {
@@ -125,28 +310,54 @@ impl Index {
             ChunkKind::Recipe => self.recipe.remove(fp),
         };
     }
-    /// Older copies of a data chunk besides [`get`](Self::get)'s, oldest first.
+    /// Forget one copy of a chunk (the others stay).
+    pub fn remove_copy(&mut self, kind: ChunkKind, fp: &Fingerprint, copy: CopyNo) {
+        if kind == ChunkKind::Recipe || !self.copies.contains_key(fp) {
+            if copy == 0 {
+                self.remove(kind, fp);
+            }
+            return;
+        }
+        let c = self.copies.get_mut(fp).expect("checked");
+        if let Ok(i) = c.nos.binary_search(&copy) {
+            c.nos.remove(i);
+            c.at.remove(i);
+        }
+        match (c.nos.as_slice(), c.at.last().copied()) {
+            ([], _) => {
+                self.copies.remove(fp);
+                self.data.remove(fp);
+            }
+            (&[0], Some(at)) => {
+                self.copies.remove(fp);
+                self.data.insert(*fp, at.0);
+            }
+            (_, Some(at)) => {
+                self.data.insert(*fp, at.0);
+            }
+            (_, None) => unreachable!("parallel arrays"),
+        }
+    }
+    /// Containers of a data chunk's copies other than the newest, oldest
+    /// first.
     pub fn copies(&self, fp: &Fingerprint) -> &[ContainerId] {
-        self.copies.get(fp).map_or(&[], |v| v.as_slice())
+        self.copies
+            .get(fp)
+            .map_or(&[], |c| &c.at[..c.at.len().saturating_sub(1)])
     }
-    /// A data chunk's exact state (preferred copy and older copies), to undo
-    /// a failed backup.
-    pub fn data_state(&self, fp: &Fingerprint) -> (Option<ContainerId>, Vec<ContainerId>) {
-        (self.data.get(fp).map(ContainerId), self.copies(fp).to_vec())
+    /// A data chunk's exact state (every copy), to undo a failed backup.
+    pub fn data_state(&self, fp: &Fingerprint) -> Vec<(CopyNo, ContainerId)> {
+        self.copy_list(fp).iter().collect()
     }
-    pub fn set_data_state(
-        &mut self,
-        fp: Fingerprint,
-        (primary, copies): (Option<ContainerId>, Vec<ContainerId>),
-    ) {
-        match primary {
-            Some(c) => self.data.insert(fp, c.0),
-            None => self.data.remove(&fp),
-        };
-        if copies.is_empty() {
-            self.copies.remove(&fp);
-        } else {
-            self.copies.insert(fp, copies);
+    pub fn set_data_state(&mut self, fp: Fingerprint, copies: Vec<(CopyNo, ContainerId)>) {
+        self.remove(ChunkKind::Data, &fp);
+        for (copy, container) in copies {
+            self.insert(IndexEntry {
+                fp,
+                container,
+                kind: ChunkKind::Data,
+                copy,
+            });
         }
     }
     #[inline]
@@ -160,39 +371,51 @@ impl Index {
     pub fn data_fingerprints(&self) -> impl Iterator<Item = Fingerprint> + '_ {
         self.data.iter().map(|(fp, _)| fp)
     }
-    /// Entries (data, recipe).
+    /// Fingerprints (data, recipe).
     pub fn len(&self) -> (usize, usize) {
         (self.data.len(), self.recipe.len())
+    }
+    /// Copies stored beyond the first of each data chunk.
+    pub fn extra_copies(&self) -> usize {
+        self.copies.values().map(|c| c.nos.len() - 1).sum()
     }
     pub fn is_empty(&self) -> bool {
         self.data.is_empty() && self.recipe.is_empty()
     }
     /// Approximate heap bytes of the in-memory tables (key and value per
-    /// slot; older copies not counted).
+    /// slot, and the copy lists).
     pub fn memory_bytes(&self) -> usize {
-        self.data.memory_bytes() + self.recipe.memory_bytes()
+        let copies: usize = self
+            .copies
+            .values()
+            .map(|c| 48 + c.nos.capacity() * 2 + c.at.capacity() * 8)
+            .sum();
+        self.data.memory_bytes() + self.recipe.memory_bytes() + copies
     }
-    /// Older copies as entries, oldest first per fingerprint. Written before
-    /// [`entries`](Self::entries) (later wins), they survive compaction.
-    pub fn copy_entries(&self) -> impl Iterator<Item = IndexEntry> + '_ {
-        self.copies.iter().flat_map(|(fp, v)| {
-            v.iter().map(|&container| IndexEntry {
-                fp: *fp,
-                container,
-                kind: ChunkKind::Data,
-            })
-        })
-    }
+    /// Every entry: each copy of each data chunk, then the recipe chunks.
     pub fn entries(&self) -> impl Iterator<Item = IndexEntry> + '_ {
-        let d = self.data.iter().map(|(fp, c)| IndexEntry {
-            fp,
-            container: ContainerId(c),
-            kind: ChunkKind::Data,
+        let d = self.data.iter().flat_map(move |(fp, c)| {
+            let (one, many) = match self.copies.get(&fp) {
+                None => (Some((0, ContainerId(c))), None),
+                Some(cs) => (None, Some(cs)),
+            };
+            let many = many
+                .into_iter()
+                .flat_map(|cs| cs.nos.iter().copied().zip(cs.at.iter().copied()));
+            one.into_iter()
+                .chain(many)
+                .map(move |(copy, container)| IndexEntry {
+                    fp,
+                    container,
+                    kind: ChunkKind::Data,
+                    copy,
+                })
         });
         let r = self.recipe.iter().map(|(fp, c)| IndexEntry {
             fp,
             container: ContainerId(c),
             kind: ChunkKind::Recipe,
+            copy: 0,
         });
         d.chain(r)
     }
@@ -202,7 +425,8 @@ impl Index {
 /// MFDedup's NDF index (this and the previous version of one source) will
 /// implement it too. Ingest is generic over it, so the per-chunk lookups
 /// stay monomorphized and inlined. A location is a container id here (a
-/// category id under MFDedup).
+/// category id under MFDedup). An index without rewriting keeps copy 0 of
+/// each chunk only: the copy methods' defaults say so.
 pub trait DedupIndex: Default + Send + Sync + 'static {
     /// Where a stream of data lookups expects its next fingerprint (a hint
     /// that lets most lookups of a repeated stream skip the table).
@@ -217,20 +441,51 @@ pub trait DedupIndex: Default + Send + Sync + 'static {
     /// Hint that `fp` is looked up `ahead` lookups after `cursor`.
     fn prefetch_data_seq(&self, cursor: Self::Cursor, ahead: usize, fp: &Fingerprint);
     fn contains(&self, kind: ChunkKind, fp: &Fingerprint) -> bool;
-    /// The preferred location of a chunk.
+    /// The preferred location of a chunk (its newest copy).
     fn get(&self, kind: ChunkKind, fp: &Fingerprint) -> Option<ContainerId>;
-    /// Older copies of a data chunk (for rewriting policies), oldest first.
-    fn copies(&self, fp: &Fingerprint) -> &[ContainerId];
-    /// Add or repoint an entry (the newest location wins).
+    /// Containers of a data chunk's copies other than the newest, oldest first.
+    fn copies(&self, _fp: &Fingerprint) -> &[ContainerId] {
+        &[]
+    }
+    /// Add or move one copy of a chunk.
     fn insert(&mut self, e: IndexEntry);
+    /// Forget every copy of a chunk.
     fn remove(&mut self, kind: ChunkKind, fp: &Fingerprint);
     fn data_state(&self, fp: &Fingerprint) -> Self::Saved;
     fn set_data_state(&mut self, fp: Fingerprint, state: Self::Saved);
+
+    /// Every stored copy of a data chunk (copy numbers ascending).
+    fn copy_list(&self, fp: &Fingerprint) -> CopyList<'_> {
+        match self.get(ChunkKind::Data, fp) {
+            Some(c) => CopyList::One(0, c),
+            None => CopyList::None,
+        }
+    }
+    /// The copy number of the chunk's newest copy (what dedup references).
+    fn newest_copy(&self, _fp: &Fingerprint) -> CopyNo {
+        0
+    }
+    /// The number a new copy of `fp` takes; `None` if it may not get one
+    /// (then rewriting references the newest copy instead).
+    fn next_copy(&self, fp: &Fingerprint) -> Option<CopyNo> {
+        (!self.contains(ChunkKind::Data, fp)).then_some(0)
+    }
+    /// Whether every data chunk has copy 0 alone (recipes then depend on
+    /// the stream alone, so trace ingest may build them upstream).
+    fn first_copies_only(&self) -> bool {
+        true
+    }
+    /// Forget one copy of a chunk.
+    fn remove_copy(&mut self, kind: ChunkKind, fp: &Fingerprint, copy: CopyNo) {
+        if copy == 0 {
+            self.remove(kind, fp)
+        }
+    }
 }
 
 impl DedupIndex for Index {
     type Cursor = DataCursor;
-    type Saved = (Option<ContainerId>, Vec<ContainerId>);
+    type Saved = Vec<(CopyNo, ContainerId)>;
 
     #[inline]
     fn contains_data_seq(&self, cursor: &mut DataCursor, fp: &Fingerprint) -> bool {
@@ -269,27 +524,42 @@ impl DedupIndex for Index {
     fn set_data_state(&mut self, fp: Fingerprint, state: Self::Saved) {
         Index::set_data_state(self, fp, state)
     }
+    #[inline]
+    fn copy_list(&self, fp: &Fingerprint) -> CopyList<'_> {
+        Index::copy_list(self, fp)
+    }
+    #[inline]
+    fn newest_copy(&self, fp: &Fingerprint) -> CopyNo {
+        Index::newest_copy(self, fp)
+    }
+    fn next_copy(&self, fp: &Fingerprint) -> Option<CopyNo> {
+        Index::next_copy(self, fp)
+    }
+    fn first_copies_only(&self) -> bool {
+        Index::first_copies_only(self)
+    }
+    fn remove_copy(&mut self, kind: ChunkKind, fp: &Fingerprint, copy: CopyNo) {
+        Index::remove_copy(self, kind, fp, copy)
+    }
 }
 
 /// Sort entries for a segment that replaces all others: by kind (data
-/// first), then fingerprint, so its content is deterministic. With older
-/// copies present (`copies`: a fingerprint occurs more than once, older
-/// copies first) the sort is stable, so the preferred copy still wins on
-/// load; otherwise every (kind, fingerprint) occurs once and an unstable
-/// sort gives the same order, several times faster on millions of entries.
-pub fn sort_entries(entries: &mut [IndexEntry], copies: bool) {
+/// first), then fingerprint, then copy, so its content is deterministic.
+/// Every (kind, fingerprint, copy) occurs once, so an unstable sort gives
+/// the one order, several times faster on millions of entries.
+pub fn sort_entries(entries: &mut [IndexEntry]) {
     let key = |e: &IndexEntry| e.kind == ChunkKind::Recipe;
     let by_fp = |a: &IndexEntry, b: &IndexEntry| {
         // Lexicographic, decided by the first 8 bytes almost always.
         let p = |e: &IndexEntry| u64::from_be_bytes(e.fp.0[..8].try_into().unwrap());
         p(a).cmp(&p(b)).then_with(|| a.fp.cmp(&b.fp))
     };
-    let order = |a: &IndexEntry, b: &IndexEntry| key(a).cmp(&key(b)).then_with(|| by_fp(a, b));
-    if copies {
-        entries.sort_by(order);
-    } else {
-        entries.sort_unstable_by(order);
-    }
+    entries.sort_unstable_by(|a, b| {
+        key(a)
+            .cmp(&key(b))
+            .then_with(|| by_fp(a, b))
+            .then(a.copy.cmp(&b.copy))
+    });
 }
 
 pub fn encode_segment(entries: &[IndexEntry]) -> Vec<u8> {
@@ -310,6 +580,7 @@ pub fn encode_segment(entries: &[IndexEntry]) -> Vec<u8> {
             ChunkKind::Data => 0,
             ChunkKind::Recipe => 1,
         };
+        b[42..44].copy_from_slice(&e.copy.to_le_bytes());
     }
     let sum = checksum(&out[..body]);
     out[body..].copy_from_slice(&sum);
@@ -344,7 +615,7 @@ pub fn decode_segment(b: &[u8], name: &str) -> Result<Vec<IndexEntry>> {
     entries
         .chunks_exact(ENTRY_LEN)
         .map(|e| {
-            if e[41..].iter().any(|&b| b != 0) {
+            if e[41] != 0 || e[44..].iter().any(|&b| b != 0) {
                 return Err(Error::corrupt(
                     name,
                     "reserved bytes of an entry are not zero",
@@ -355,10 +626,18 @@ pub fn decode_segment(b: &[u8], name: &str) -> Result<Vec<IndexEntry>> {
                 1 => ChunkKind::Recipe,
                 k => return Err(Error::corrupt(name, format!("unknown chunk kind {k}"))),
             };
+            let copy = CopyNo::from_le_bytes(e[42..44].try_into().unwrap());
+            if kind == ChunkKind::Recipe && copy != 0 {
+                return Err(Error::corrupt(
+                    name,
+                    "a recipe chunk entry has a copy number",
+                ));
+            }
             Ok(IndexEntry {
                 fp: Fingerprint(e[..FP_LEN].try_into().unwrap()),
                 container: ContainerId(u64::from_le_bytes(e[32..40].try_into().unwrap())),
                 kind,
+                copy,
             })
         })
         .collect()
@@ -368,6 +647,15 @@ pub fn decode_segment(b: &[u8], name: &str) -> Result<Vec<IndexEntry>> {
 mod tests {
     use super::*;
     use crate::HashAlgo;
+
+    fn data(fp: Fingerprint, copy: CopyNo, c: u64) -> IndexEntry {
+        IndexEntry {
+            fp,
+            container: ContainerId(c),
+            kind: ChunkKind::Data,
+            copy,
+        }
+    }
 
     #[test]
     fn segment_round_trip_and_corruption() {
@@ -379,6 +667,11 @@ mod tests {
                     ChunkKind::Recipe
                 } else {
                     ChunkKind::Data
+                },
+                copy: if i % 3 == 0 {
+                    0
+                } else {
+                    (i % 4) as CopyNo * 300
                 },
             })
             .collect();
@@ -396,60 +689,95 @@ mod tests {
     /// accepted, so a decoded segment did not re-encode to itself.
     #[test]
     fn reserved_bytes_must_be_zero() {
-        let e = IndexEntry {
-            fp: HashAlgo::Blake3.hash(b"x"),
-            container: ContainerId(3),
-            kind: ChunkKind::Data,
+        let e = data(HashAlgo::Blake3.hash(b"x"), 0, 3);
+        for at in [41, 45, 47] {
+            let mut seg = encode_segment(&[e]);
+            seg[20 + at] = 1;
+            let body = seg.len() - 16;
+            let sum = checksum(&seg[..body]);
+            seg[body..].copy_from_slice(&sum);
+            let err = decode_segment(&seg, "s").unwrap_err().to_string();
+            assert!(err.contains("reserved bytes"), "{err}");
+        }
+        let r = IndexEntry {
+            kind: ChunkKind::Recipe,
+            copy: 1,
+            ..e
         };
-        let mut seg = encode_segment(&[e]);
-        seg[20 + 45] = 1;
-        let body = seg.len() - 16;
-        let sum = checksum(&seg[..body]);
-        seg[body..].copy_from_slice(&sum);
-        let err = decode_segment(&seg, "s").unwrap_err().to_string();
-        assert!(err.contains("reserved bytes"), "{err}");
+        let err = decode_segment(&encode_segment(&[r]), "s").unwrap_err();
+        assert!(err.to_string().contains("copy number"), "{err}");
     }
 
     #[test]
     fn kinds_are_separate_and_later_entries_win() {
         let fp = HashAlgo::Blake3.hash(b"x");
         let mut idx = Index::default();
-        idx.insert(IndexEntry {
-            fp,
-            container: ContainerId(1),
-            kind: ChunkKind::Data,
-        });
+        idx.insert(data(fp, 0, 1));
         assert_eq!(idx.get(ChunkKind::Recipe, &fp), None);
-        idx.insert(IndexEntry {
-            fp,
-            container: ContainerId(5),
-            kind: ChunkKind::Data,
-        });
+        // The same copy moved (GC): no second copy.
+        idx.insert(data(fp, 0, 5));
         assert_eq!(idx.get(ChunkKind::Data, &fp), Some(ContainerId(5)));
         assert_eq!(idx.len(), (1, 0));
-        assert_eq!(idx.copies(&fp), &[ContainerId(1)]);
+        assert!(idx.copies(&fp).is_empty());
+        assert!(idx.first_copies_only());
     }
 
+    /// Every copy keeps its own container; dedup sees the newest; removing
+    /// one copy leaves the others; a replay of `entries` is the same index.
     #[test]
-    fn older_copies_are_remembered_and_replayed_in_order() {
+    fn copies_are_kept_per_number() {
         let fp = HashAlgo::Blake3.hash(b"x");
         let mut idx = Index::default();
-        for c in [1, 4, 1, 7] {
-            idx.insert(IndexEntry {
-                fp,
-                container: ContainerId(c),
-                kind: ChunkKind::Data,
-            });
-        }
-        // Repointing to 1 moved it from the copies to the front.
+        assert_eq!(idx.next_copy(&fp), Some(0));
+        idx.insert(data(fp, 0, 1));
+        assert_eq!(idx.next_copy(&fp), Some(1));
+        idx.insert(data(fp, 1, 4));
+        idx.insert(data(fp, 2, 7));
         assert_eq!(idx.get(ChunkKind::Data, &fp), Some(ContainerId(7)));
-        assert_eq!(idx.copies(&fp), &[ContainerId(4), ContainerId(1)]);
+        assert_eq!(idx.newest_copy(&fp), 2);
+        assert_eq!(idx.get_copy(ChunkKind::Data, &fp, 1), Some(ContainerId(4)));
+        assert_eq!(idx.copies(&fp), &[ContainerId(1), ContainerId(4)]);
+        assert_eq!(idx.extra_copies(), 2);
+        // GC moves copy 1.
+        idx.insert(data(fp, 1, 9));
+        assert_eq!(idx.get_copy(ChunkKind::Data, &fp, 1), Some(ContainerId(9)));
+        assert_eq!(idx.get(ChunkKind::Data, &fp), Some(ContainerId(7)));
         let mut replay = Index::default();
-        for e in idx.copy_entries().chain(idx.entries()) {
+        let mut entries: Vec<_> = idx.entries().collect();
+        entries.reverse();
+        for e in entries {
             replay.insert(e);
         }
         assert_eq!(replay.data_state(&fp), idx.data_state(&fp));
+        // The newest copy dies: copy 1 is the newest; numbers are not reused.
+        idx.remove_copy(ChunkKind::Data, &fp, 2);
+        assert_eq!(idx.get(ChunkKind::Data, &fp), Some(ContainerId(9)));
+        assert_eq!(idx.next_copy(&fp), Some(2));
+        idx.remove_copy(ChunkKind::Data, &fp, 1);
+        assert!(idx.first_copies_only(), "copy 0 alone again");
+        assert_eq!(idx.get(ChunkKind::Data, &fp), Some(ContainerId(1)));
+        // Copy 0 dies while copy 3 lives: copy 0 is gone, not repointed.
+        idx.insert(data(fp, 3, 11));
+        idx.remove_copy(ChunkKind::Data, &fp, 0);
+        assert_eq!(idx.get_copy(ChunkKind::Data, &fp, 0), None);
+        assert_eq!(idx.get(ChunkKind::Data, &fp), Some(ContainerId(11)));
+        assert!(!idx.first_copies_only());
+        let saved = idx.data_state(&fp);
         idx.remove(ChunkKind::Data, &fp);
-        assert!(idx.copies(&fp).is_empty());
+        assert!(idx.copy_list(&fp).is_empty());
+        idx.set_data_state(fp, saved.clone());
+        assert_eq!(idx.data_state(&fp), saved);
+    }
+
+    #[test]
+    fn copies_are_capped() {
+        let fp = HashAlgo::Blake3.hash(b"x");
+        let mut idx = Index::default();
+        for n in 0..MAX_COPIES as CopyNo {
+            idx.insert(data(fp, n, n as u64));
+        }
+        assert_eq!(idx.next_copy(&fp), None);
+        idx.remove_copy(ChunkKind::Data, &fp, 0);
+        assert_eq!(idx.next_copy(&fp), Some(MAX_COPIES as CopyNo));
     }
 }

@@ -16,6 +16,7 @@ pub mod container;
 pub mod error;
 pub mod fingerprint;
 mod fptable;
+mod framing;
 pub mod gc;
 pub mod ids;
 pub mod index;

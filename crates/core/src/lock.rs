@@ -4,14 +4,40 @@
 //! with [`ObjectStore::put_if_absent`] so that exactly one of two racing
 //! writers gets it. It is not sealed (see [`crate::seal`]): whoever can reach
 //! the store must be able to tell who holds it.
-//! It records who holds it so that a refused writer can tell the operator
-//! whom to wait for, and whether the holder is dead (a stale lock from a
-//! crash, broken with `tessera unlock`). Readers take no lock.
+//!
+//! It records who holds it, so that a refused writer can tell the operator
+//! whom to wait for, and so that a lock left by a crash (a `kill -9`, an OOM
+//! kill, a reboot) never needs a manual step:
+//!
+//! * A lock taken **on this host** is broken automatically when its holder is
+//!   provably dead: its process no longer exists, or its pid now belongs to
+//!   another process (the start time in `/proc/PID/stat` differs from the one
+//!   recorded in the lock, or, for a lock that did not record it, the process
+//!   started after the lock was taken).
+//! * A lock from **another host** (or from another pid namespace of this
+//!   host name, such as another container) cannot be checked from here. Its holder
+//!   rewrites the lock's `refreshed` time every [`REFRESH_EVERY`] while it
+//!   runs (a background thread); a lock not refreshed for [`STALE_AFTER`] is
+//!   broken automatically, otherwise only `tessera unlock` breaks it.
+//!
+//! Either way the acquirer learns what it broke ([`RepoLock::broken`]), so
+//! the command can say so in one line. Readers take no lock.
 
 use crate::backend::{ObjectKey, ObjectStore};
 use crate::error::{Error, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How often a running holder rewrites its lock's `refreshed` time.
+pub const REFRESH_EVERY: Duration = Duration::from_secs(5 * 60);
+/// A lock of another host whose `refreshed` time is older than this is
+/// presumed abandoned (six missed refreshes).
+pub const STALE_AFTER: Duration = Duration::from_secs(30 * 60);
+/// Slack for comparing a process start time (boot time plus clock ticks,
+/// which can differ from the wall clock by a second) with the lock's time.
+const START_SLACK: u64 = 2;
 
 /// Who holds the lock.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
@@ -23,6 +49,76 @@ pub struct LockInfo {
     /// Unix seconds when the lock was taken.
     pub time: u64,
     pub command: String,
+    /// Unix seconds of the holder's last refresh (0 in locks written before
+    /// refreshing existed: then `time` counts).
+    #[serde(default)]
+    pub refreshed: u64,
+    /// The holder's start time in clock ticks since boot (field 22 of
+    /// `/proc/PID/stat`), to tell the holder from a later process that
+    /// reuses its pid. Absent where `/proc` is not available.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_ticks: Option<u64>,
+    /// The holder's pid namespace (`/proc/self/ns/pid`): a holder in
+    /// another container of the same host name has pids this process
+    /// cannot see, so its lock is judged as another host's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid_ns: Option<String>,
+}
+
+impl LockInfo {
+    /// When the holder last showed it was alive.
+    pub fn last_seen(&self) -> u64 {
+        self.refreshed.max(self.time)
+    }
+}
+
+/// Why a lock was found to be stale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Staleness {
+    /// Same host, and no process has the holder's pid.
+    ProcessGone,
+    /// Same host, and the pid belongs to a process started after the lock.
+    PidReused,
+    /// Another host, and the lock was not refreshed for [`STALE_AFTER`].
+    NotRefreshed,
+}
+
+impl std::fmt::Display for Staleness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Staleness::ProcessGone => f.write_str("its process no longer runs on this host"),
+            Staleness::PidReused => f.write_str("its pid now belongs to a process started later"),
+            Staleness::NotRefreshed => write!(
+                f,
+                "it was not refreshed for {} minutes",
+                STALE_AFTER.as_secs() / 60
+            ),
+        }
+    }
+}
+
+/// A stale lock that [`RepoLock::acquire`] removed before taking its own.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct BrokenLock {
+    pub holder: LockInfo,
+    pub why: Staleness,
+}
+
+impl BrokenLock {
+    /// The one-line notice a command prints.
+    pub fn notice(&self) -> String {
+        let h = &self.holder;
+        format!(
+            "broke the stale lock of {} (pid {} on host {}, since {}, running `{}`): {}",
+            h.owner,
+            h.pid,
+            h.host,
+            crate::clock::format_utc(h.time),
+            h.command,
+            self.why
+        )
+    }
 }
 
 /// The stored form: the info plus a token unique to this acquisition, so a
@@ -33,39 +129,78 @@ pub struct LockInfo {
 struct StoredLock<'a> {
     #[serde(flatten)]
     info: &'a LockInfo,
+    token: &'a str,
+}
+
+/// What the holder and its refresh thread share.
+struct Held {
+    backend: Arc<dyn ObjectStore>,
+    info: LockInfo,
     token: String,
+    /// Exactly what is stored now, to recognise our own lock.
+    stored: Vec<u8>,
+}
+
+impl Held {
+    fn encode(info: &LockInfo, token: &str) -> Result<Vec<u8>> {
+        serde_json::to_vec(&StoredLock { info, token })
+            .map_err(|e| Error::invalid(format!("cannot encode the lock: {e}")))
+    }
+
+    /// Rewrite the lock with a new `refreshed` time, unless it is no longer
+    /// ours (broken by `tessera unlock`, perhaps taken by another writer).
+    fn refresh(&mut self, now: u64) -> Result<bool> {
+        match self.backend.get(&ObjectKey::Lock) {
+            Ok(current) if current == self.stored => {}
+            Ok(_) | Err(Error::MissingObject(_)) => return Ok(false),
+            Err(e) => return Err(e),
+        }
+        let mut info = self.info.clone();
+        info.refreshed = now;
+        let stored = Held::encode(&info, &self.token)?;
+        self.backend.put(&ObjectKey::Lock, &stored)?;
+        self.info = info;
+        self.stored = stored;
+        Ok(true)
+    }
 }
 
 /// The exclusive writer lock; removed by [`release`](RepoLock::release) or,
-/// best effort, on drop.
+/// best effort, on drop. While it is held, a thread refreshes it every
+/// [`REFRESH_EVERY`].
 pub struct RepoLock {
-    backend: Arc<dyn ObjectStore>,
-    info: LockInfo,
-    /// Exactly what was stored, to recognise our own lock.
-    stored: Vec<u8>,
+    held: Arc<Mutex<Held>>,
+    broken: Option<BrokenLock>,
+    refresher: Option<(mpsc::Sender<()>, std::thread::JoinHandle<()>)>,
     released: bool,
 }
 
 impl std::fmt::Debug for RepoLock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let held = self.held.lock().unwrap_or_else(|p| p.into_inner());
         f.debug_struct("RepoLock")
-            .field("location", &self.backend.location())
-            .field("info", &self.info)
+            .field("location", &held.backend.location())
+            .field("info", &held.info)
             .finish()
     }
 }
 
 impl RepoLock {
-    /// Take the exclusive writer lock, or fail with [`Error::Locked`] saying
-    /// who holds it (and whether that holder is gone).
+    /// Take the exclusive writer lock, breaking a stale one (see the module
+    /// docs; [`broken`](Self::broken) tells what was broken), or fail with
+    /// [`Error::Locked`] saying who holds it.
     pub fn acquire(backend: Arc<dyn ObjectStore>, command: &str) -> Result<RepoLock> {
         static ACQUISITIONS: AtomicU64 = AtomicU64::new(0);
+        let now = crate::clock::now();
         let info = LockInfo {
             owner: current_owner(),
             pid: std::process::id(),
             host: current_host(),
-            time: crate::clock::now(),
+            time: now,
             command: command.to_string(),
+            refreshed: now,
+            start_ticks: process_start_ticks(std::process::id()),
+            pid_ns: pid_namespace(),
         };
         let token = format!(
             "{}-{}-{}",
@@ -73,22 +208,27 @@ impl RepoLock {
             ACQUISITIONS.fetch_add(1, Ordering::Relaxed),
             crate::clock::now_nanos()
         );
-        let stored = serde_json::to_vec(&StoredLock { info: &info, token })
-            .map_err(|e| Error::invalid(format!("cannot encode the lock: {e}")))?;
+        let stored = Held::encode(&info, &token)?;
+        let mut broken = None;
         // A holder may release between our failed create and our read; then
         // simply try again (a few times, to not spin against a flapping lock).
         for _ in 0..3 {
             if backend.put_if_absent(&ObjectKey::Lock, &stored)? {
-                return Ok(RepoLock {
+                let held = Held {
                     backend,
                     info,
+                    token,
                     stored,
-                    released: false,
-                });
+                };
+                return Ok(RepoLock::start(held, broken));
             }
-            match read_lock(&*backend) {
-                Ok(Some(holder)) => return Err(Error::Locked(held_message(&holder))),
-                Ok(None) => {}
+            let bytes = match backend.get(&ObjectKey::Lock) {
+                Ok(b) => b,
+                Err(Error::MissingObject(_)) => continue,
+                Err(e) => return Err(e),
+            };
+            let holder = match parse(&*backend, &bytes) {
+                Ok(h) => h,
                 Err(Error::Corrupt { reason, .. }) => {
                     return Err(Error::Locked(format!(
                         "repository {} is locked by a corrupt lock ({reason}); \
@@ -97,6 +237,18 @@ impl RepoLock {
                     )))
                 }
                 Err(e) => return Err(e),
+            };
+            match staleness(&holder, crate::clock::now()) {
+                Some(why) if broken.is_none() => {
+                    // Remove exactly the lock we judged; if it changed
+                    // meanwhile, the next round judges the new one.
+                    if backend.get(&ObjectKey::Lock).ok().as_deref() == Some(&bytes[..]) {
+                        backend.delete(&ObjectKey::Lock)?;
+                        backend.barrier()?;
+                    }
+                    broken = Some(BrokenLock { holder, why });
+                }
+                _ => return Err(Error::Locked(held_message(&holder))),
             }
         }
         Err(Error::Locked(format!(
@@ -105,9 +257,53 @@ impl RepoLock {
         )))
     }
 
+    fn start(held: Held, broken: Option<BrokenLock>) -> RepoLock {
+        let held = Arc::new(Mutex::new(held));
+        let (stop, stopped) = mpsc::channel::<()>();
+        let shared = held.clone();
+        // Without a thread the lock still works; it just ages like a crashed
+        // holder's for other hosts.
+        let thread = std::thread::Builder::new()
+            .name("tessera-lock-refresh".into())
+            .spawn(move || {
+                while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(REFRESH_EVERY)
+                {
+                    let mut h = shared.lock().unwrap_or_else(|p| p.into_inner());
+                    // A failed refresh is retried at the next tick; the lock
+                    // only looks stale to others after STALE_AFTER.
+                    let _ = h.refresh(crate::clock::now());
+                }
+            })
+            .ok();
+        RepoLock {
+            held,
+            broken,
+            refresher: thread.map(|t| (stop, t)),
+            released: false,
+        }
+    }
+
     /// Who this lock says holds the repository (us).
-    pub fn info(&self) -> &LockInfo {
-        &self.info
+    pub fn info(&self) -> LockInfo {
+        self.held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .info
+            .clone()
+    }
+
+    /// The stale lock this acquisition broke, if any.
+    pub fn broken(&self) -> Option<&BrokenLock> {
+        self.broken.as_ref()
+    }
+
+    /// Rewrite the lock's `refreshed` time now (the refresh thread does this
+    /// every [`REFRESH_EVERY`]). `Ok(false)` if the lock is no longer ours.
+    pub fn refresh(&self) -> Result<bool> {
+        self.held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .refresh(crate::clock::now())
     }
 
     /// Remove the lock. If it was broken (`tessera unlock`) and possibly
@@ -115,14 +311,23 @@ impl RepoLock {
     /// alone. The removal is synced so a crash cannot bring the lock back.
     pub fn release(mut self) -> Result<()> {
         self.released = true;
+        self.stop_refreshing();
         self.remove()
     }
 
+    fn stop_refreshing(&mut self) {
+        if let Some((stop, thread)) = self.refresher.take() {
+            let _ = stop.send(());
+            let _ = thread.join();
+        }
+    }
+
     fn remove(&self) -> Result<()> {
-        match self.backend.get(&ObjectKey::Lock) {
-            Ok(current) if current == self.stored => {
-                self.backend.delete(&ObjectKey::Lock)?;
-                self.backend.barrier()
+        let held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        match held.backend.get(&ObjectKey::Lock) {
+            Ok(current) if current == held.stored => {
+                held.backend.delete(&ObjectKey::Lock)?;
+                held.backend.barrier()
             }
             Ok(_) | Err(Error::MissingObject(_)) => Ok(()),
             Err(e) => Err(e),
@@ -132,8 +337,9 @@ impl RepoLock {
 
 impl Drop for RepoLock {
     /// A writer that errors out still releases the lock; a failure here
-    /// (such as a backend that died) leaves a lock for `tessera unlock`.
+    /// (such as a backend that died) leaves a lock that goes stale.
     fn drop(&mut self) {
+        self.stop_refreshing();
         if !self.released {
             self.released = true;
             let _ = self.remove();
@@ -141,20 +347,23 @@ impl Drop for RepoLock {
     }
 }
 
-/// Read the current lock, if any. `Ok(None)` when unlocked; an unparsable
-/// lock is `Error::Corrupt` naming it.
-pub fn read_lock(backend: &dyn ObjectStore) -> Result<Option<LockInfo>> {
-    let bytes = match backend.get(&ObjectKey::Lock) {
-        Ok(b) => b,
-        Err(Error::MissingObject(_)) => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+fn parse(backend: &dyn ObjectStore, bytes: &[u8]) -> Result<LockInfo> {
+    serde_json::from_slice(bytes).map_err(|e| {
         Error::corrupt(
             format!("lock {}/{}", backend.location(), ObjectKey::Lock),
             format!("not a valid lock record: {e}"),
         )
     })
+}
+
+/// Read the current lock, if any. `Ok(None)` when unlocked; an unparsable
+/// lock is `Error::Corrupt` naming it.
+pub fn read_lock(backend: &dyn ObjectStore) -> Result<Option<LockInfo>> {
+    match backend.get(&ObjectKey::Lock) {
+        Ok(b) => parse(backend, &b).map(Some),
+        Err(Error::MissingObject(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// Remove the lock unconditionally (`tessera unlock`); returns what it said,
@@ -170,11 +379,30 @@ pub fn break_lock(backend: &dyn ObjectStore) -> Result<Option<LockInfo>> {
     Ok(serde_json::from_slice(&bytes).ok())
 }
 
-/// Whether a lock is stale: taken on this host by a process that no longer
-/// runs. A lock from another host is never presumed stale, since its process
-/// cannot be checked from here.
+/// Whether a lock is stale at `now` (unix seconds), and why; `None` while
+/// its holder may be alive. See the module docs for the rules.
+pub fn staleness(info: &LockInfo, now: u64) -> Option<Staleness> {
+    let same_ns = info.pid_ns.is_none() || info.pid_ns == pid_namespace();
+    if info.host != current_host() || !same_ns {
+        let age = now.saturating_sub(info.last_seen());
+        return (age > STALE_AFTER.as_secs()).then_some(Staleness::NotRefreshed);
+    }
+    if !pid_alive(info.pid) {
+        return Some(Staleness::ProcessGone);
+    }
+    let Some(ticks) = process_start_ticks(info.pid) else {
+        return None; // alive, and nothing more can be learned
+    };
+    let reused = match info.start_ticks {
+        Some(recorded) => recorded != ticks,
+        None => start_time(ticks).is_some_and(|t| t > info.time + START_SLACK),
+    };
+    reused.then_some(Staleness::PidReused)
+}
+
+/// Whether a lock is stale now (see [`staleness`]).
 pub fn is_stale(info: &LockInfo) -> bool {
-    info.host == current_host() && !pid_alive(info.pid)
+    staleness(info, crate::clock::now()).is_some()
 }
 
 fn pid_alive(pid: u32) -> bool {
@@ -191,6 +419,42 @@ fn pid_alive(pid: u32) -> bool {
     r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
+/// This process's pid namespace, as `/proc/self/ns/pid` names it.
+fn pid_namespace() -> Option<String> {
+    std::fs::read_link("/proc/self/ns/pid")
+        .ok()
+        .map(|p| p.to_string_lossy().into_owned())
+}
+
+/// Field 22 of `/proc/PID/stat`: the process's start in clock ticks since
+/// boot. The command name (field 2) may hold spaces and parentheses, so
+/// fields are counted after its last `)`.
+fn process_start_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_start_ticks(&stat)
+}
+
+fn parse_start_ticks(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // After the name: state is field 3, so starttime (22) is the 20th.
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Unix seconds of a start time in ticks since boot (`btime` of `/proc/stat`).
+fn start_time(ticks: u64) -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let btime: u64 = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let hz = u64::try_from(hz).ok().filter(|&h| h > 0)?;
+    Some(btime + ticks / hz)
+}
+
 /// The one-line refusal shown to a second writer.
 fn held_message(info: &LockInfo) -> String {
     let mut msg = format!(
@@ -201,16 +465,20 @@ fn held_message(info: &LockInfo) -> String {
         crate::clock::format_utc(info.time),
         info.command
     );
-    if is_stale(info) {
+    let same_ns = info.pid_ns.is_none() || info.pid_ns == pid_namespace();
+    if info.host != current_host() || !same_ns {
         msg.push_str(&format!(
-            "; the lock is stale (process {} no longer runs on this host): run `tessera unlock` to break it",
-            info.pid
+            "; last refreshed {}, it is broken automatically {} minutes after that, \
+             or now with `tessera unlock` if that process is surely gone",
+            crate::clock::format_utc(info.last_seen()),
+            STALE_AFTER.as_secs() / 60
         ));
     }
     msg
 }
 
-fn current_owner() -> String {
+/// The user name locks and backups record: `$USER` (or `$LOGNAME`), else `uid <n>`.
+pub fn current_owner() -> String {
     for var in ["USER", "LOGNAME"] {
         if let Ok(name) = std::env::var(var) {
             if !name.is_empty() {
@@ -222,7 +490,8 @@ fn current_owner() -> String {
     format!("uid {}", unsafe { libc::getuid() })
 }
 
-fn current_host() -> String {
+/// This machine's host name, as locks and backups record it.
+pub fn current_host() -> String {
     gethostname::gethostname().to_string_lossy().into_owned()
 }
 
@@ -235,15 +504,22 @@ mod tests {
         Arc::new(MemoryStore::new())
     }
 
-    fn fake_lock(pid: u32, host: &str) -> Vec<u8> {
-        serde_json::to_vec(&LockInfo {
+    fn info(pid: u32, host: &str, time: u64) -> LockInfo {
+        LockInfo {
             owner: "alice".into(),
             pid,
             host: host.into(),
-            time: 1_795_370_400, // 2026-11-22 18:00:00 UTC
+            time,
             command: "tessera backup".into(),
-        })
-        .unwrap()
+            refreshed: 0,
+            start_ticks: None,
+            pid_ns: None,
+        }
+    }
+
+    fn put(b: &Arc<dyn ObjectStore>, i: &LockInfo) {
+        b.put(&ObjectKey::Lock, &serde_json::to_vec(i).unwrap())
+            .unwrap();
     }
 
     /// A pid that surely belongs to no running process: a child we reaped.
@@ -258,10 +534,14 @@ mod tests {
     fn acquire_refuses_second_writer_and_release_allows_another() {
         let b = mem();
         let first = RepoLock::acquire(b.clone(), "tessera backup").unwrap();
+        assert!(first.broken().is_none());
         let info = read_lock(&*b).unwrap().expect("locked");
-        assert_eq!(&info, first.info());
+        assert_eq!(info, first.info());
         assert_eq!(info.pid, std::process::id());
         assert_eq!(info.command, "tessera backup");
+        assert_eq!(info.refreshed, info.time);
+        assert_eq!(info.start_ticks, process_start_ticks(std::process::id()));
+        assert!(info.start_ticks.is_some(), "/proc is available here");
 
         let err = RepoLock::acquire(b.clone(), "tessera gc").unwrap_err();
         assert!(matches!(err, Error::Locked(_)), "{err:?}");
@@ -304,36 +584,165 @@ mod tests {
     }
 
     #[test]
-    fn stale_lock_is_reported_with_unlock_hint() {
+    fn lock_of_a_dead_process_is_broken_with_a_notice() {
         let b = mem();
         let pid = dead_pid();
-        b.put_if_absent(&ObjectKey::Lock, &fake_lock(pid, &current_host()))
-            .unwrap();
-        let info = read_lock(&*b).unwrap().unwrap();
-        assert!(is_stale(&info));
+        let dead = info(pid, &current_host(), 1_795_370_400); // 2026-11-22 18:00:00 UTC
+        put(&b, &dead);
+        assert_eq!(
+            staleness(&dead, crate::clock::now()),
+            Some(Staleness::ProcessGone)
+        );
+        let lock = RepoLock::acquire(b.clone(), "tessera backup").unwrap();
+        let broken = lock.broken().expect("the dead holder's lock was broken");
+        assert_eq!(broken.holder, dead);
+        assert_eq!(broken.why, Staleness::ProcessGone);
+        let notice = broken.notice();
+        assert!(
+            notice.starts_with("broke the stale lock of alice (pid ")
+                && notice.contains(&format!("pid {pid} on host"))
+                && notice.contains("since 2026-11-22 18:00:00 UTC")
+                && notice.ends_with("its process no longer runs on this host")
+                && !notice.contains('\n'),
+            "{notice}"
+        );
+        assert_eq!(read_lock(&*b).unwrap(), Some(lock.info()), "now ours");
+    }
+
+    #[test]
+    fn lock_of_a_reused_pid_is_broken() {
+        let now = crate::clock::now();
+        let me = std::process::id();
+        let ticks = process_start_ticks(me).unwrap();
+        // Same pid, but the holder recorded another start: not us.
+        let mut other = info(me, &current_host(), now);
+        other.start_ticks = Some(ticks + 1);
+        assert_eq!(staleness(&other, now), Some(Staleness::PidReused));
+        other.start_ticks = Some(ticks);
+        assert_eq!(staleness(&other, now), None, "the very process");
+        // An older lock without a start time: this process started (seconds
+        // ago) long after a lock taken a day ago, so it cannot be the holder.
+        let mut old = info(me, &current_host(), now - 86_400);
+        assert_eq!(staleness(&old, now), Some(Staleness::PidReused));
+        old.time = now;
+        assert_eq!(staleness(&old, now), None, "started before the lock");
+
+        let b = mem();
+        let mut reused = info(me, &current_host(), now);
+        reused.start_ticks = Some(ticks + 1);
+        put(&b, &reused);
+        let lock = RepoLock::acquire(b, "tessera gc").unwrap();
+        assert_eq!(lock.broken().unwrap().why, Staleness::PidReused);
+        assert!(lock.broken().unwrap().notice().ends_with("started later"));
+    }
+
+    #[test]
+    fn live_locks_are_not_stale() {
+        let now = crate::clock::now();
+        let mut i = info(std::process::id(), &current_host(), now);
+        i.start_ticks = process_start_ticks(i.pid);
+        assert_eq!(staleness(&i, now), None, "our own process is alive");
+        // init exists (kill may say EPERM, which still means alive) and
+        // started before a lock taken now.
+        let init = info(1, &current_host(), now);
+        assert_eq!(staleness(&init, now), None);
+        assert!(!is_stale(&init));
+    }
+
+    #[test]
+    fn foreign_lock_is_stale_only_when_not_refreshed() {
+        let host = format!("{}-elsewhere", current_host());
+        let t = 1_795_370_400;
+        // Its pid is dead here, but that says nothing about the other host.
+        let mut i = info(dead_pid(), &host, t);
+        let limit = STALE_AFTER.as_secs();
+        assert_eq!(staleness(&i, t + limit), None);
+        assert_eq!(staleness(&i, t + limit + 1), Some(Staleness::NotRefreshed));
+        i.refreshed = t + 3600;
+        assert_eq!(staleness(&i, t + 3600 + limit), None, "refreshed");
+        assert_eq!(
+            staleness(&i, t + 3601 + limit),
+            Some(Staleness::NotRefreshed)
+        );
+
+        // A live foreign lock is refused, saying when it would go stale.
+        let b = mem();
+        let now = crate::clock::now();
+        let mut live = info(1234, &host, now);
+        live.refreshed = now;
+        put(&b, &live);
         let msg = RepoLock::acquire(b.clone(), "tessera backup")
             .unwrap_err()
             .to_string();
         assert!(
-            msg.contains(&format!("pid {pid}")) && msg.contains("stale"),
+            msg.contains("automatically 30 minutes after") && msg.contains("tessera unlock"),
             "{msg}"
         );
-        assert!(msg.contains("tessera unlock"), "{msg}");
-        assert!(msg.contains("since 2026-11-22 18:00:00 UTC"), "{msg}");
-        // Still locked: breaking a stale lock is the operator's decision.
-        assert!(read_lock(&*b).unwrap().is_some());
+        // An abandoned one is broken.
+        let mut abandoned = live.clone();
+        abandoned.time = now - 7200;
+        abandoned.refreshed = now - limit - 60;
+        put(&b, &abandoned);
+        let lock = RepoLock::acquire(b, "tessera backup").unwrap();
+        assert_eq!(lock.broken().unwrap().holder, abandoned);
+        assert!(lock
+            .broken()
+            .unwrap()
+            .notice()
+            .ends_with("it was not refreshed for 30 minutes"));
     }
 
     #[test]
-    fn live_or_foreign_locks_are_not_stale() {
-        let mut info: LockInfo =
-            serde_json::from_slice(&fake_lock(std::process::id(), &current_host())).unwrap();
-        assert!(!is_stale(&info), "our own process is alive");
-        info.pid = 1; // init exists (kill may say EPERM, which still means alive)
-        assert!(!is_stale(&info));
-        info.pid = dead_pid();
-        info.host = format!("{}-elsewhere", current_host());
-        assert!(!is_stale(&info), "another host's pid cannot be checked");
+    fn lock_of_another_pid_namespace_is_judged_by_its_refresh() {
+        // Same host name, another container: its pid means nothing here.
+        let now = crate::clock::now();
+        let mut i = info(dead_pid(), &current_host(), now);
+        i.pid_ns = Some("pid:[1]".into());
+        assert_ne!(i.pid_ns, pid_namespace());
+        assert_eq!(staleness(&i, now), None);
+        let limit = STALE_AFTER.as_secs();
+        assert_eq!(
+            staleness(&i, now + limit + 1),
+            Some(Staleness::NotRefreshed)
+        );
+        i.pid_ns = pid_namespace();
+        assert_eq!(staleness(&i, now), Some(Staleness::ProcessGone));
+        let b = mem();
+        let lock = RepoLock::acquire(b.clone(), "tessera backup").unwrap();
+        assert_eq!(lock.info().pid_ns, pid_namespace());
+        assert!(lock.info().pid_ns.is_some());
+    }
+
+    #[test]
+    fn refresh_rewrites_the_time_and_keeps_the_lock_ours() {
+        let b = mem();
+        let lock = RepoLock::acquire(b.clone(), "tessera backup").unwrap();
+        let taken = lock.info().time;
+        assert!(lock.held.lock().unwrap().refresh(taken + 600).unwrap());
+        let now = read_lock(&*b).unwrap().unwrap();
+        assert_eq!((now.time, now.refreshed), (taken, taken + 600));
+        assert_eq!(now, lock.info());
+        assert!(lock.refresh().unwrap());
+        // Broken and taken by another writer: refresh leaves that lock alone.
+        break_lock(&*b).unwrap();
+        let other = RepoLock::acquire(b.clone(), "tessera gc").unwrap();
+        assert!(!lock.refresh().unwrap());
+        drop(lock);
+        assert_eq!(read_lock(&*b).unwrap(), Some(other.info()));
+        other.release().unwrap();
+        assert_eq!(read_lock(&*b).unwrap(), None);
+    }
+
+    #[test]
+    fn start_ticks_are_read_after_the_command_name() {
+        let stat =
+            "4242 (a b) c) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
+        assert_eq!(parse_start_ticks(stat), Some(987_654));
+        assert_eq!(parse_start_ticks("garbage"), None);
+        let mine = process_start_ticks(std::process::id()).unwrap();
+        let started = start_time(mine).unwrap();
+        let now = crate::clock::now();
+        assert!(started <= now + START_SLACK && started + 86_400 > now);
     }
 
     #[test]
@@ -361,11 +770,11 @@ mod tests {
         assert_eq!(break_lock(&*b).unwrap(), None, "nothing to break");
         let held = RepoLock::acquire(b.clone(), "tessera backup").unwrap();
         let removed = break_lock(&*b).unwrap().expect("was locked");
-        assert_eq!(&removed, held.info());
+        assert_eq!(removed, held.info());
         assert_eq!(read_lock(&*b).unwrap(), None);
         // Someone else takes the lock; the broken holder must not remove it.
         let other = RepoLock::acquire(b.clone(), "tessera gc").unwrap();
         held.release().unwrap();
-        assert_eq!(read_lock(&*b).unwrap().as_ref(), Some(other.info()));
+        assert_eq!(read_lock(&*b).unwrap(), Some(other.info()));
     }
 }

@@ -103,6 +103,9 @@ pub struct Repository {
     pub(crate) key: Option<(Arc<MasterKey>, u64)>,
     /// Worker threads for ingest and restore (0: every core).
     pub(crate) threads: usize,
+    /// MFDedup only: data chunk → a category part holding it (for check
+    /// and salvage), built on first use and dropped at each publish.
+    pub(crate) mf_located: std::sync::OnceLock<crate::fingerprint::FpMap<ContainerId>>,
 }
 
 /// The repository opened for writing: a [`Repository`] plus the exclusive
@@ -113,6 +116,8 @@ pub struct Writer {
     repo: Repository,
     lock: Option<RepoLock>,
     leftovers: Leftovers,
+    /// Directory backups: the files cache to use, if any.
+    files_cache: Option<crate::ingest::FilesCacheOptions>,
 }
 
 impl std::ops::Deref for Writer {
@@ -157,6 +162,11 @@ pub struct RepoStats {
     pub index_segments: usize,
     pub index_memory_bytes: usize,
     pub index_bytes_per_entry: f64,
+    /// The layout chosen at `init`.
+    pub layout: crate::layout::LayoutKind,
+    /// MFDedup: each chain's volumes, active categories and trend.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub chains: Vec<crate::layout::mfdedup::ChainStats>,
 }
 
 /// Newest manifest generation listed by the store, if any.
@@ -172,7 +182,21 @@ impl Repository {
     /// Create a repository, neither compressed nor encrypted: publish
     /// generation 1 with an empty catalog.
     pub fn init(backend: Arc<dyn ObjectStore>, opts: &InitOptions) -> Result<()> {
-        Self::init_sealed(backend, opts, &SealOptions::default())
+        Self::init_with(
+            backend,
+            opts,
+            crate::layout::LayoutKind::Containers,
+            &SealOptions::default(),
+        )
+    }
+
+    /// [`init`](Self::init) with a chosen layout (`init --layout`).
+    pub fn init_layout(
+        backend: Arc<dyn ObjectStore>,
+        opts: &InitOptions,
+        layout: crate::layout::LayoutKind,
+    ) -> Result<()> {
+        Self::init_with(backend, opts, layout, &SealOptions::default())
     }
 
     /// Create a repository storing its objects as `seal` says: write the
@@ -181,6 +205,16 @@ impl Repository {
     pub fn init_sealed(
         backend: Arc<dyn ObjectStore>,
         opts: &InitOptions,
+        seal: &SealOptions,
+    ) -> Result<()> {
+        Self::init_with(backend, opts, crate::layout::LayoutKind::Containers, seal)
+    }
+
+    /// Create a repository of `layout` sealed as `seal` says.
+    pub fn init_with(
+        backend: Arc<dyn ObjectStore>,
+        opts: &InitOptions,
+        layout: crate::layout::LayoutKind,
         seal: &SealOptions,
     ) -> Result<()> {
         opts.chunker.validate().map_err(Error::invalid)?;
@@ -209,6 +243,7 @@ impl Repository {
             container_size: opts.container_size,
             trace: opts.trace,
             created: now(),
+            layout,
         };
         let repo_seal = RepoSeal {
             version: crate::catalog::VERSION,
@@ -403,7 +438,7 @@ impl Repository {
             manifest.config.trace,
             metrics.clone(),
         );
-        Ok(Repository {
+        let mut repo = Repository {
             objects,
             manifest,
             index,
@@ -412,8 +447,13 @@ impl Repository {
             fingerprinter,
             seal,
             key,
+            mf_located: Default::default(),
             threads: 0,
-        })
+        };
+        if repo.manifest.config.layout == crate::layout::LayoutKind::Mfdedup {
+            repo.index = crate::layout::mfdedup::recipe_index(&repo)?;
+        }
+        Ok(repo)
     }
 
     /// Open for writing: take the exclusive lock, load the newest generation,
@@ -439,6 +479,7 @@ impl Repository {
             repo,
             lock: Some(lock),
             leftovers,
+            files_cache: None,
         })
     }
 
@@ -457,9 +498,15 @@ impl Repository {
             .iter()
             .map(|c| ObjectKey::Container(c.id))
             .chain(self.manifest.index_segments.iter().cloned())
+            .chain(self.manifest.mfdedup.keys())
             .collect();
         let mut out = Vec::new();
-        for kind in [KeyKind::Container, KeyKind::IndexSegment] {
+        for kind in [
+            KeyKind::Container,
+            KeyKind::IndexSegment,
+            KeyKind::Volume,
+            KeyKind::NdfTable,
+        ] {
             out.extend(
                 self.objects
                     .list(kind)?
@@ -513,25 +560,94 @@ impl Repository {
         if next.index_segments.len() <= MAX_SEGMENTS {
             return Ok(Vec::new());
         }
-        // Older copies first, so the preferred copy still wins on load.
+        // Every copy of every chunk (an older copy is still some backup's).
         let (d, r) = self.index.len();
-        let mut entries: Vec<IndexEntry> = Vec::with_capacity(d + r);
-        entries.extend(self.index.copy_entries());
-        let copies = entries.len();
+        let mut entries: Vec<IndexEntry> = Vec::with_capacity(d + r + self.index.extra_copies());
         entries.extend(self.index.entries());
-        sort_entries(&mut entries, copies > 0);
+        sort_entries(&mut entries);
         let superseded = std::mem::take(&mut next.index_segments);
         self.write_segment(next, &entries)?;
         Ok(superseded)
     }
 
-    /// Where a restore reads the chunk `fp` of `kind`: the one place the
-    /// repository's layout answers it (containers today; MFDedup's
-    /// categories when that layout is chosen at `init`).
+    /// Where the chunk `fp` of `kind` is found (its newest copy): the one
+    /// place the repository's layout answers it (containers today;
+    /// MFDedup's categories when that layout is chosen at `init`). A recipe
+    /// entry's chunk is located with [`locate_copy`](Self::locate_copy).
+    /// (Unused since recipes name copies; kept as the layouts' contract.)
     #[inline]
+    #[allow(dead_code)]
     pub(crate) fn locate(&self, kind: ChunkKind, fp: &crate::Fingerprint) -> Option<ContainerId> {
-        use crate::layout::Layout;
-        crate::layout::ContainerLayout.locate(self, kind, fp)
+        use crate::layout::{Layout, LayoutKind};
+        match self.manifest.config.layout {
+            LayoutKind::Containers => crate::layout::ContainerLayout.locate(self, kind, fp),
+            LayoutKind::Mfdedup => crate::layout::MfdedupLayout.locate(self, kind, fp),
+        }
+    }
+
+    /// MFDedup: exactly what forgetting `ids` would free, from the volume
+    /// headers (what `forget --dry-run` prints).
+    pub fn forget_space(
+        &self,
+        ids: &[BackupId],
+    ) -> Result<crate::layout::mfdedup::forget::ForgetSpace> {
+        self.require_mfdedup("forget --dry-run space answers")?;
+        crate::layout::mfdedup::forget::forget_space(self, ids)
+    }
+
+    /// MFDedup: restore into a file by positional writes (out-of-order
+    /// restore, no temporary copy). Other layouts write it in order.
+    pub fn restore_to_file(
+        &self,
+        backup: &BackupEntry,
+        file: &mut std::fs::File,
+        opts: &RestoreOptions,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<RestoreReport> {
+        match self.manifest.config.layout {
+            crate::layout::LayoutKind::Mfdedup => {
+                crate::layout::mfdedup::restore::restore_to_file(self, backup, file, opts, progress)
+            }
+            crate::layout::LayoutKind::Containers => {
+                let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
+                self.restore_to(backup, &mut w, opts, progress)
+            }
+        }
+    }
+
+    /// MFDedup: each chain's layout (volumes, active categories, trend).
+    pub fn chain_stats(&self) -> Vec<crate::layout::mfdedup::ChainStats> {
+        crate::layout::mfdedup::chain_stats(&self.manifest)
+    }
+
+    fn require_mfdedup(&self, what: &str) -> Result<()> {
+        if self.manifest.config.layout != crate::layout::LayoutKind::Mfdedup {
+            return Err(Error::invalid(format!(
+                "{what} need the mfdedup layout (this repository uses {})",
+                self.manifest.config.layout
+            )));
+        }
+        Ok(())
+    }
+
+    /// Where copy `copy` of the chunk `fp` is: what a restore, a mark or a
+    /// check reads for a recipe entry (each backup reads the copies its own
+    /// ingest chose).
+    #[inline]
+    pub(crate) fn locate_copy(
+        &self,
+        kind: ChunkKind,
+        fp: &crate::Fingerprint,
+        copy: crate::index::CopyNo,
+    ) -> Option<ContainerId> {
+        use crate::layout::{Layout, LayoutKind};
+        match self.manifest.config.layout {
+            LayoutKind::Containers => {
+                crate::layout::ContainerLayout.locate_copy(self, kind, fp, copy)
+            }
+            // MFDedup never rewrites: every chunk is copy 0.
+            LayoutKind::Mfdedup => crate::layout::MfdedupLayout.locate_copy(self, kind, fp, copy),
+        }
     }
 
     pub fn manifest(&self) -> &Manifest {
@@ -670,6 +786,8 @@ impl Repository {
             } else {
                 mem as f64 / (de + re) as f64
             },
+            layout: m.config.layout,
+            chains: crate::layout::mfdedup::chain_stats(m),
         }
     }
 
@@ -756,12 +874,18 @@ impl Repository {
     /// Mark (with the options' marker) and select: what [`gc`](Writer::gc)
     /// would do. Changes nothing.
     pub fn plan_gc(&self, opts: &GcOptions) -> Result<GcPlan> {
+        if self.manifest.config.layout == crate::layout::LayoutKind::Mfdedup {
+            return Err(crate::layout::mfdedup::not_gc());
+        }
         crate::gc::plan_gc(self, opts)
     }
 
     /// [`plan_gc`](Self::plan_gc) with another mark: where the physical and
     /// focused marks come in.
     pub fn plan_gc_marked(&self, opts: &GcOptions, marker: &dyn Marker) -> Result<GcPlan> {
+        if self.manifest.config.layout == crate::layout::LayoutKind::Mfdedup {
+            return Err(crate::layout::mfdedup::not_gc());
+        }
         crate::gc::plan_gc_marked(self, opts, marker)
     }
 
@@ -776,6 +900,33 @@ impl Repository {
     /// recipe containers.
     pub fn recipe_reader(&self, containers: usize) -> RecipeReader<'_> {
         crate::recipe::reader::recipe_reader(self, containers)
+    }
+
+    /// Each data chunk of a backup in order, with the container its copy
+    /// is read from (what a restore reads, without reading data).
+    pub fn chunk_homes(
+        &self,
+        b: &BackupEntry,
+    ) -> Result<Vec<(crate::recipe::RecipeEntry, ContainerId)>> {
+        let mut reader = self.recipe_reader(8);
+        let mut w = reader.entries(b.root_fp()?, b.root_level)?;
+        let mut out = Vec::with_capacity(b.chunks as usize);
+        while let Some(e) = w.next()? {
+            let c = self
+                .locate_copy(ChunkKind::Data, &e.fp, e.copy)
+                .ok_or_else(|| {
+                    Error::corrupt(
+                        format!("backup {}", b.id),
+                        format!(
+                            "chunk {} (copy {}) is not in the index",
+                            e.fp.to_hex(),
+                            e.copy
+                        ),
+                    )
+                })?;
+            out.push((e, c));
+        }
+        Ok(out)
     }
 }
 
@@ -804,7 +955,7 @@ impl Writer {
         crate::ingest::backup_reader(self, opts, reader, progress)
     }
 
-    /// Back up a directory as a deterministic tar stream.
+    /// Back up a directory: its files' contents, then their metadata.
     pub fn backup_tree(
         &mut self,
         opts: &BackupOptions,
@@ -817,11 +968,11 @@ impl Writer {
     /// Back up several paths (directories or files) as one backup, leaving
     /// out what `selection` excludes.
     ///
-    /// Contract (issues 13 and 19): one directory path is stored as today
-    /// (entries relative to it); several paths are stored under their
-    /// absolute paths with the leading `/` removed, as restic does. Until
-    /// the directory stream of issue 19 lands, only one directory path and
-    /// the default selection are accepted.
+    /// Contract (issues 13 and 19): one directory path is stored with its
+    /// entries relative to it; several paths (directories or not) are
+    /// stored under their absolute paths with the leading `/` removed, as
+    /// restic does, with the directories leading to them (nested paths are
+    /// stored once).
     pub fn backup_paths(
         &mut self,
         opts: &BackupOptions,
@@ -830,6 +981,18 @@ impl Writer {
         progress: &mut dyn FnMut(u64),
     ) -> Result<(BackupReport, crate::archive::TreeStats)> {
         crate::ingest::backup_paths(self, opts, paths, selection, progress)
+    }
+
+    /// Use a files cache for the directory backups of this writer (none by
+    /// default): unchanged files are not read again (see
+    /// [`crate::ingest::FilesCacheOptions`]).
+    pub fn set_files_cache(&mut self, cache: Option<crate::ingest::FilesCacheOptions>) {
+        self.files_cache = cache;
+    }
+
+    /// The files cache set by [`set_files_cache`](Self::set_files_cache).
+    pub fn files_cache(&self) -> Option<&crate::ingest::FilesCacheOptions> {
+        self.files_cache.as_ref()
     }
 
     /// Back up a fingerprint trace: (fingerprint, size) per chunk.
@@ -856,6 +1019,9 @@ impl Writer {
     /// select, sweep (naive copy-forward or GCCDF reordering), then publish
     /// a new generation before deleting the old containers.
     pub fn gc(&mut self, opts: &GcOptions) -> Result<GcReport> {
+        if self.manifest.config.layout == crate::layout::LayoutKind::Mfdedup {
+            return Err(crate::layout::mfdedup::not_gc());
+        }
         crate::gc::gc(self, opts)
     }
 
@@ -939,6 +1105,12 @@ impl Writer {
         &self.leftovers
     }
 
+    /// The stale lock (of a crashed writer) broken to open this writer, if
+    /// any: commands print its one-line notice.
+    pub fn broken_lock(&self) -> Option<&crate::lock::BrokenLock> {
+        self.lock.as_ref().and_then(|l| l.broken())
+    }
+
     /// Remove backups from the catalog (logical deletion). Their chunks stay
     /// until garbage collection.
     pub fn forget(&mut self, ids: &[BackupId]) -> Result<Vec<BackupEntry>> {
@@ -948,6 +1120,9 @@ impl Writer {
                     "no snapshot '{id}' (see `tessera snapshots`)"
                 )));
             }
+        }
+        if self.manifest.config.layout == crate::layout::LayoutKind::Mfdedup {
+            return crate::layout::mfdedup::forget::forget(self, ids).map(|(gone, _)| gone);
         }
         let mut next = self.manifest.clone();
         let (gone, kept): (Vec<_>, Vec<_>) =
@@ -968,11 +1143,53 @@ impl Writer {
         self.objects.barrier()?;
         let old = ObjectKey::Manifest(self.manifest.generation);
         self.manifest = next;
+        self.mf_located = Default::default();
         self.objects.delete(&old)?;
         for key in superseded {
             self.objects.delete(key)?;
         }
         self.objects.barrier()
+    }
+
+    /// MFDedup: forget `ids`, returning exactly what was freed (the answer
+    /// [`forget_space`](Repository::forget_space) gave once arranged).
+    pub fn forget_freeing(
+        &mut self,
+        ids: &[BackupId],
+    ) -> Result<(
+        Vec<BackupEntry>,
+        crate::layout::mfdedup::forget::ForgetSpace,
+    )> {
+        self.require_mfdedup("space answers")?;
+        crate::layout::mfdedup::forget::forget(self, ids)
+    }
+
+    /// MFDedup: arrange the chains that fell behind (`--no-arrange`), at
+    /// most `limit` versions each.
+    pub fn arrange(
+        &mut self,
+        limit: Option<u32>,
+    ) -> Result<Vec<crate::layout::mfdedup::avar::ArrangeReport>> {
+        self.require_mfdedup("arranging")?;
+        crate::layout::mfdedup::avar::arrange_all(self, limit)
+    }
+
+    /// MFDedup: arrange one chain, at most `limit` versions (the lab keeps
+    /// arranging a set number of versions behind this way).
+    pub fn arrange_chain(
+        &mut self,
+        chain: &str,
+        limit: Option<u32>,
+    ) -> Result<crate::layout::mfdedup::avar::ArrangeReport> {
+        self.require_mfdedup("arranging")?;
+        crate::layout::mfdedup::avar::arrange_chain(self, chain, limit)
+    }
+
+    /// MFDedup's `gc`: deletes categories no retained version needs (forget
+    /// already did; this finds any a failed forget left) — never copies.
+    pub fn mfdedup_gc(&mut self) -> Result<crate::layout::mfdedup::forget::ForgetSpace> {
+        self.require_mfdedup("gc by deleting categories")?;
+        crate::layout::mfdedup::forget::forget(self, &[]).map(|(_, s)| s)
     }
 
     /// Release the writer lock (also released on drop).

@@ -18,6 +18,7 @@ use crate::catalog::{BackupEntry, BackupId, SourceKind};
 use crate::container::{format, ChunkKind, ChunkMeta, ContainerId, Header};
 use crate::error::{Error, IoContext, Result};
 use crate::fingerprint::Fingerprint;
+use crate::index::CopyNo;
 use crate::recipe::Entries;
 use crate::repo::Repository;
 use serde::Serialize;
@@ -78,8 +79,8 @@ impl<'a> TolerantStream<'a> {
 
     /// An intact chunk of the expected size: from its verified container, or
     /// salvaged (and rehashed) from a container whose data checksum fails.
-    fn chunk(&mut self, fp: &Fingerprint, size: u64) -> Option<Vec<u8>> {
-        let id = self.repo.locate(ChunkKind::Data, fp)?;
+    fn chunk(&mut self, fp: &Fingerprint, size: u64, copy: CopyNo) -> Option<Vec<u8>> {
+        let id = self.repo.locate_copy(ChunkKind::Data, fp, copy)?;
         if let Ok(c) = self.cache.get(id, |id| self.repo.store.read(id)) {
             return c
                 .chunk(fp)
@@ -107,7 +108,7 @@ impl Read for TolerantStream<'_> {
                 Err(e) => return Err(std::io::Error::other(e.to_string())),
             };
             self.pos = 0;
-            match self.chunk(&e.fp, e.size) {
+            match self.chunk(&e.fp, e.size, e.copy) {
                 Some(b) => self.current = b,
                 None => {
                     self.current.clear();
@@ -265,6 +266,14 @@ impl Repository {
 
     /// Paths of a directory backup whose bytes fall in `ranges`.
     pub(crate) fn damaged_files(&self, b: &BackupEntry, ranges: &[(u64, u64)]) -> Vec<String> {
+        if b.content_bytes.is_some() {
+            return match crate::restore::range::tree_records(self, b) {
+                Ok(Some((records, content))) => {
+                    crate::archive::assemble::paths_overlapping(&records, content, ranges)
+                }
+                _ => vec!["(the directory metadata is damaged: the files cannot be named)".into()],
+            };
+        }
         match TolerantStream::new(self, b) {
             Ok(s) => tar_paths_overlapping(s, ranges),
             Err(_) => vec!["(recipe unreadable)".into()],
@@ -279,20 +288,16 @@ pub(crate) fn restore_damaged_to(
     progress: &mut dyn FnMut(u64),
 ) -> Result<SalvageReport> {
     let mut s = TolerantStream::new(repo, b).map_err(|e| e.in_backup(b.id, None))?;
-    let mut buf = vec![0u8; 1 << 20];
-    let mut n = 0u64;
-    loop {
-        let k = s
-            .read(&mut buf)
-            .map_err(|e| Error::corrupt(format!("recipe of backup {}", b.id), e.to_string()))?;
-        if k == 0 {
-            break;
+    // A directory backup: its metadata must be readable to name anything.
+    let n = match crate::restore::range::tree_records(repo, b)? {
+        Some((records, content)) => {
+            let mut tar = crate::archive::assemble::TarAssembler::new(&mut *out, records, content)?;
+            let n = copy_tolerant(&mut s, &mut tar, b, progress)?;
+            tar.finish()?;
+            n
         }
-        out.write_all(&buf[..k])
-            .ctx(|| "cannot write restored data".into())?;
-        n += k as u64;
-        progress(n);
-    }
+        None => copy_tolerant(&mut s, out, b, progress)?,
+    };
     out.flush().ctx(|| "cannot write restored data".into())?;
     let damaged = s.damaged().to_vec();
     let files = if damaged.is_empty() {
@@ -309,6 +314,29 @@ pub(crate) fn restore_damaged_to(
         damaged,
         files,
     })
+}
+
+/// Copy the tolerant stream into `out`; returns the bytes copied.
+fn copy_tolerant(
+    s: &mut TolerantStream,
+    out: &mut dyn Write,
+    b: &BackupEntry,
+    progress: &mut dyn FnMut(u64),
+) -> Result<u64> {
+    let mut buf = vec![0u8; 1 << 20];
+    let mut n = 0u64;
+    loop {
+        let k = s
+            .read(&mut buf)
+            .map_err(|e| Error::corrupt(format!("recipe of backup {}", b.id), e.to_string()))?;
+        if k == 0 {
+            return Ok(n);
+        }
+        out.write_all(&buf[..k])
+            .ctx(|| "cannot write restored data".into())?;
+        n += k as u64;
+        progress(n);
+    }
 }
 
 /// [`Repository::restore_damaged_into`](crate::Repository::restore_damaged_into).

@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 use tessera_core::gc::{GcOptions, GcStrategy, MarkSpec, VcSpec};
+use tessera_core::layout::LayoutKind;
 use tessera_core::restore::CacheSpec;
 use tessera_core::rewrite::RewriteSpec;
 use tessera_core::units::ByteSize;
@@ -29,8 +30,9 @@ pub struct ApproachDef {
     #[serde(default = "one")]
     pub liveness_threshold: f64,
     /// GCCDF: a leaf is split only if at least this many of its chunks are
-    /// referenced by the backup checked (the artifact's 200 suits 4 MiB
-    /// containers of ~1000 chunks; scale it with the container size).
+    /// referenced by the backup checked; 0 (the default) scales the
+    /// artifact's 200 of ~512 chunks per 4 MiB container to the
+    /// repository's containers (`gc::SPLIT_FRACTION`).
     #[serde(default = "split")]
     pub split_threshold: usize,
     /// GC's valid-chunk table: `exact`, `bloom:P` (false-positive rate P)
@@ -40,6 +42,14 @@ pub struct ApproachDef {
     /// Overrides the experiment's restore cache.
     #[serde(default)]
     pub cache: Option<String>,
+    /// `containers` (default) or `mfdedup` (NDF + AVAR + deletion without
+    /// GC; `gc` must then be `none`).
+    #[serde(default = "containers")]
+    pub layout: String,
+    /// MFDedup: how many versions arranging is kept behind (0: arrange
+    /// after each backup, the paper's default; §5.7 studies 1…8).
+    #[serde(default)]
+    pub arrange_lag: u32,
     /// GC's mark: `logical` (LGC), `physical` (PGC) or `physical+` (PGC+).
     #[serde(default = "logical")]
     pub mark: String,
@@ -51,6 +61,10 @@ pub struct ApproachDef {
     /// as the physical-GC paper's LGC does, instead of skipping them.
     #[serde(default)]
     pub walk_shared_subtrees: bool,
+}
+
+fn containers() -> String {
+    "containers".into()
 }
 
 fn logical() -> String {
@@ -84,11 +98,19 @@ pub struct Approach {
     /// `None`: deleted backups' chunks are never reclaimed.
     pub gc: Option<GcOptions>,
     pub cache: Option<CacheSpec>,
+    pub layout: LayoutKind,
+    pub arrange_lag: u32,
 }
 
 impl Approach {
     /// One line for reports: `rewrite=capping:10 gc=naive`.
     pub fn describe(&self, default_cache: CacheSpec) -> String {
+        if self.layout == LayoutKind::Mfdedup {
+            return format!(
+                "layout=mfdedup (NDF + AVAR, forget deletes categories) arrange_lag={}",
+                self.arrange_lag
+            );
+        }
         let rw = self.rewrite.to_string();
         let gc = self.gc.as_ref().map_or("none".to_string(), |g| {
             // The valid-chunk table, when not the exact set.
@@ -131,6 +153,8 @@ pub fn builtin(name: &str) -> Result<ApproachDef, String> {
         split_threshold: split(),
         vc: exact(),
         cache: None,
+        layout: containers(),
+        arrange_lag: 0,
         mark: logical(),
         memory_limit: None,
         walk_shared_subtrees: false,
@@ -144,8 +168,21 @@ pub fn builtin(name: &str) -> Result<ApproachDef, String> {
         "capping" | "smr" | "har" => Ok(def(name, "naive")),
         "ned" if plain => Ok(def("ned:0.5", "naive")),
         "ned" => Ok(def(name, "naive")),
+        "mfdedup" => {
+            let lag = match name.split_once(':') {
+                None => 0,
+                Some((_, n)) => n
+                    .parse()
+                    .map_err(|_| format!("mfdedup:N expects a whole number of versions (got '{name}')"))?,
+            };
+            Ok(ApproachDef {
+                layout: "mfdedup".into(),
+                arrange_lag: lag,
+                ..def("none", "none")
+            })
+        }
         _ => Err(format!(
-            "unknown approach '{name}' (built-in: naive, nogc, capping[:T], smr[:T], ned[:T], har[:U[:L]], gccdf; or define it in an [[approach]] table)"
+            "unknown approach '{name}' (built-in: naive, nogc, capping[:T], smr[:T], ned[:T], har[:U[:L]], gccdf, mfdedup[:LAG]; or define it in an [[approach]] table)"
         )),
     }
 }
@@ -163,7 +200,7 @@ impl ApproachDef {
                 strategy: GcStrategy::parse(s).map_err(|e| ctx(format!("{e} (or none)")))?,
                 segment_containers: self.segment_containers.max(1),
                 liveness_threshold: self.liveness_threshold,
-                split_threshold: self.split_threshold.max(1),
+                split_threshold: self.split_threshold,
                 vc,
                 dry_run: false,
                 mark: self.mark.parse::<MarkSpec>().map_err(ctx)?,
@@ -172,6 +209,13 @@ impl ApproachDef {
                 ..GcOptions::default()
             }),
         };
+        let layout: LayoutKind = self.layout.parse().map_err(ctx)?;
+        if layout == LayoutKind::Mfdedup && (gc.is_some() || rewrite != RewriteSpec::None) {
+            return Err(ctx(
+                "the mfdedup layout has neither rewriting nor GC (set rewrite and gc to none)"
+                    .into(),
+            ));
+        }
         let cache = match &self.cache {
             None => None,
             Some(c) => Some(CacheSpec::parse(c).map_err(ctx)?),
@@ -188,6 +232,8 @@ impl ApproachDef {
             rewrite,
             gc,
             cache,
+            layout,
+            arrange_lag: self.arrange_lag,
         })
     }
 }

@@ -352,7 +352,9 @@ impl Commands<'_> {
         }
         match self.tool {
             Tool::Tessera => {
-                c.env("TESSERA_PASSWORD", "peers").env("NO_COLOR", "1");
+                c.env("TESSERA_PASSWORD", "peers")
+                    .env("NO_COLOR", "1")
+                    .env("TESSERA_CACHE_DIR", self.dir.join("tessera-cache"));
             }
             Tool::Restic => {
                 c.env("RESTIC_REPOSITORY", &self.repo)

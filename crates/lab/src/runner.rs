@@ -16,6 +16,7 @@ use tessera_core::backend::{self, CountingStore, IoCounters, ObjectStore};
 use tessera_core::catalog::{BackupId, SourceKind};
 use tessera_core::gc::GcReport;
 use tessera_core::ingest::GroupInput;
+use tessera_core::layout::LayoutKind;
 use tessera_core::{BackupOptions, BackupReport, InitOptions, Repository, RestoreOptions, Writer};
 
 /// One backup of the sequence, as every approach ingests it.
@@ -59,8 +60,30 @@ pub struct BackupRow {
     pub seconds: f64,
     pub throughput_mb_s: f64,
     pub chunk_refs_per_s: f64,
+    /// The repository's in-memory index after the backup: the global
+    /// fingerprint index (on the mfdedup layout only its recipe chunks; the
+    /// NDF index a backup holds is `ndf_memory_bytes`).
+    pub index_memory_bytes: u64,
+    /// MFDedup: the layout of this backup's chain after it.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub mfdedup: Option<MfdedupBackup>,
     #[serde(skip)]
     pub io: StepIo,
+}
+
+/// MFDedup's per-backup figures (absent for the container layout).
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct MfdedupBackup {
+    pub chain: String,
+    /// NDF index memory at its peak (this and the previous version).
+    pub ndf_memory_bytes: u64,
+    /// Arranging after this backup (0 when it was held back).
+    pub arrange_seconds: f64,
+    pub arrange_read_bytes: u64,
+    /// The chain's newest volume, active categories, versions behind.
+    pub newest_volume_bytes: u64,
+    pub active_bytes: u64,
+    pub arrange_behind: u32,
 }
 
 /// Per restore.
@@ -81,6 +104,9 @@ pub struct RestoreRow {
     pub cache: String,
     pub seconds: f64,
     pub throughput_mb_s: f64,
+    /// MFDedup: categories and volumes read, sequential runs (seeks).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub mfdedup: Option<tessera_core::layout::mfdedup::restore::MfdedupReads>,
     #[serde(skip)]
     pub io: StepIo,
 }
@@ -521,7 +547,7 @@ fn open_repo(exp: &Experiment, a: &Approach, work: &Path) -> Result<(Writer, Cou
             .encrypted
             .then(|| (lab_password(), tessera_core::KdfParams::INSECURE_FAST)),
     };
-    Repository::init_sealed(
+    Repository::init_with(
         counted.clone(),
         &InitOptions {
             hash: exp.hash,
@@ -529,6 +555,7 @@ fn open_repo(exp: &Experiment, a: &Approach, work: &Path) -> Result<(Writer, Cou
             container_size: exp.container_size,
             trace: exp.mode == Mode::Trace,
         },
+        a.layout,
         &seal,
     )?;
     let mut repo =
@@ -619,10 +646,45 @@ impl ApproachRun<'_> {
         } else {
             SourceKind::File
         };
+        let mf = self.a.layout == LayoutKind::Mfdedup;
         BackupOptions {
             rewrite: self.a.rewrite,
+            chain: mf.then(|| chain_of(&v.name)),
+            arrange: self.a.arrange_lag == 0,
             ..BackupOptions::new(v.name.clone(), source)
         }
+    }
+
+    /// MFDedup: keep arranging `arrange_lag` versions behind; the chain's
+    /// figures for the backup's row.
+    fn mfdedup_after(&mut self, report: &BackupReport) -> Result<Option<MfdedupBackup>> {
+        if self.a.layout != LayoutKind::Mfdedup {
+            return Ok(None);
+        }
+        let chain = report.backup.chain.clone().unwrap_or_default();
+        let (mut secs, mut read) = report
+            .arranged
+            .as_ref()
+            .map_or((0.0, 0), |a| (a.seconds, a.read_bytes));
+        let lag = self.a.arrange_lag;
+        let behind = |r: &Writer| r.manifest().mfdedup.chain(&chain).map_or(0, |c| c.behind());
+        if lag > 0 && behind(&self.repo) > lag {
+            let a = self
+                .repo
+                .arrange_chain(&chain, Some(behind(&self.repo) - lag))?;
+            secs += a.seconds;
+            read += a.read_bytes;
+        }
+        let c = self.repo.manifest().mfdedup.chain(&chain);
+        Ok(Some(MfdedupBackup {
+            ndf_memory_bytes: report.ndf_memory_bytes.unwrap_or(0),
+            arrange_seconds: secs,
+            arrange_read_bytes: read,
+            newest_volume_bytes: c.and_then(|c| c.volumes.last()).map_or(0, |v| v.bytes()),
+            active_bytes: c.map_or(0, |c| c.active.iter().map(|x| x.bytes).sum()),
+            arrange_behind: behind(&self.repo),
+            chain,
+        }))
     }
 
     /// Back up one version, or a group of them interleaved.
@@ -676,6 +738,7 @@ impl ApproachRun<'_> {
 
     /// The backup's row, and the restore of the newest backup if asked for.
     fn record_backup(&mut self, step: usize, report: &BackupReport, io: IoCounters) -> Result<()> {
+        let mfdedup = self.mfdedup_after(report)?;
         let (a, v) = (self.a, &self.versions[step]);
         self.ingested += report.logical_bytes;
         self.step_of.insert(report.backup.id, step);
@@ -697,6 +760,8 @@ impl ApproachRun<'_> {
             seconds: report.seconds,
             throughput_mb_s: report.throughput_mb_s,
             chunk_refs_per_s: report.chunks as f64 / report.seconds.max(1e-9),
+            index_memory_bytes: st.index_memory_bytes as u64,
+            mfdedup,
             io: io.into(),
         }));
         if self.exp.restore.newest_after_each {
@@ -729,7 +794,14 @@ impl ApproachRun<'_> {
         }
         self.round += 1;
         let io = self.backend.counters();
-        self.repo.forget(&gone)?;
+        let forget_started = Instant::now();
+        let freed = if self.a.layout == LayoutKind::Mfdedup {
+            Some(self.repo.forget_freeing(&gone)?.1)
+        } else {
+            self.repo.forget(&gone)?;
+            None
+        };
+        let forget_seconds = forget_started.elapsed().as_secs_f64();
         let mut g = GcRow {
             approach: self.a.name.clone(),
             round: self.round,
@@ -749,6 +821,14 @@ impl ApproachRun<'_> {
                 .with_context(|| format!("gc after step {step}"))?;
             g.gc = gopts.strategy.to_string();
             g.gc_peak_memory_bytes = g.report.peak_memory_bytes;
+        }
+        if let Some(f) = freed {
+            // MFDedup's "GC": forget deleted whole categories, copying nothing.
+            g.gc = "mfdedup-delete".into();
+            g.report.reclaimed_bytes = f.data_bytes;
+            g.report.reclaimed_containers = f.categories.len().try_into().unwrap_or(u64::MAX);
+            g.report.deleted_without_copy = g.report.reclaimed_containers;
+            g.report.total_seconds = forget_seconds;
         }
         let st = self.repo.stats();
         g.retained_backups = st.backups;
@@ -812,9 +892,25 @@ impl ApproachRun<'_> {
             cache: self.cache.to_string(),
             seconds: r.seconds,
             throughput_mb_s: r.throughput_mb_s,
+            mfdedup: r.mfdedup.clone(),
             io: self.backend.counters().since(&io).into(),
         })
     }
+}
+
+/// The chain a version belongs to: `s<k>` of a synthetic series' `NNNNN-s<k>-vNNNN`,
+/// else one chain for the whole series.
+fn chain_of(name: &str) -> String {
+    let parts: Vec<&str> = name.split('-').collect();
+    parts
+        .windows(2)
+        .find(|w| {
+            w[0].len() > 1
+                && w[0].starts_with('s')
+                && w[0][1..].bytes().all(|c| c.is_ascii_digit())
+                && w[1].starts_with('v')
+        })
+        .map_or_else(|| "series".to_string(), |w| w[0].to_string())
 }
 
 fn ratio(a: u64, b: u64) -> f64 {

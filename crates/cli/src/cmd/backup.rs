@@ -1,17 +1,17 @@
 //! `tessera backup`.
 
 use super::open_backend;
-use crate::args::RepoArg;
-use crate::ui;
-use anyhow::{Context, Result};
+use crate::args::{RecordArgs, RepoArg, SelectArgs};
+use crate::{filter, ui};
+use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::fs::File;
 use std::io::BufReader;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use tessera_core::archive::TreeStats;
+use tessera_core::archive::{Selection, TreeStats};
 use tessera_core::backend::IoCounters;
-use tessera_core::catalog::SourceKind;
+use tessera_core::catalog::{SnapshotMeta, SourceKind};
 use tessera_core::rewrite::RewriteSpec;
 use tessera_core::{BackupOptions, BackupReport};
 
@@ -42,28 +42,139 @@ fn tree_size(path: &std::path::Path) -> Option<u64> {
     Some(total)
 }
 
+/// What to back up: paths (with `--files-from`), stdin, or a trace.
+pub struct Source {
+    pub paths: Vec<PathBuf>,
+    pub stdin_name: Option<String>,
+    pub trace_file: Option<PathBuf>,
+}
+
+/// The selection `--exclude` and friends describe.
+fn selection(a: &SelectArgs) -> Result<Selection> {
+    let mut s = Selection {
+        one_file_system: a.one_file_system,
+        exclude_caches: a.exclude_caches,
+        exclude_if_present: a.exclude_if_present.clone(),
+        ..Selection::default()
+    };
+    for p in &a.exclude {
+        s.add_exclude(p, false)?;
+    }
+    for p in &a.iexclude {
+        s.add_exclude(p, true)?;
+    }
+    for f in &a.exclude_file {
+        s.add_exclude_file(f, false)?;
+    }
+    for f in &a.iexclude_file {
+        s.add_exclude_file(f, true)?;
+    }
+    Ok(s)
+}
+
+/// The paths of `--files-from` files: one a line, `#` comments and blank
+/// lines skipped; `-` reads standard input.
+fn files_from(files: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    use std::io::Read;
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = Vec::new();
+    for f in files {
+        let mut text = Vec::new();
+        if f.as_os_str() == "-" {
+            std::io::stdin().lock().read_to_end(&mut text)?;
+        } else {
+            text = std::fs::read(f).with_context(|| format!("cannot read {}", f.display()))?;
+        }
+        for line in text.split(|&b| b == b'\n') {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            if line.is_empty() || line.starts_with(b"#") {
+                continue;
+            }
+            out.push(PathBuf::from(std::ffi::OsStr::from_bytes(line)));
+        }
+    }
+    Ok(out)
+}
+
+#[allow(clippy::too_many_arguments)]
 pub fn backup(
     repo: &RepoArg,
-    path: Option<PathBuf>,
-    stdin_name: Option<String>,
-    trace_file: Option<PathBuf>,
+    source: Source,
     (rewrite, segment_bytes, compression): (RewriteSpec, u64, Option<tessera_core::Compression>),
+    select: &SelectArgs,
+    record: &RecordArgs,
+    (chain, arrange): (Option<String>, bool),
+    force_read: bool,
     json: bool,
 ) -> Result<ExitCode> {
-    let options = |name: String, source| BackupOptions {
-        rewrite,
-        segment_bytes,
-        ..BackupOptions::new(name, source)
-    };
-    // Check the source before taking the lock, so a typo fails fast.
-    if let Some(p) = &path {
+    let Source {
+        mut paths,
+        stdin_name,
+        trace_file,
+    } = source;
+    paths.extend(files_from(&select.files_from)?);
+    if stdin_name.is_none() && trace_file.is_none() && paths.is_empty() {
+        bail!("nothing to back up: --files-from listed no paths");
+    }
+    let selection = selection(select)?;
+    // Check the sources before taking the lock, so a typo fails fast.
+    for p in &paths {
         std::fs::symlink_metadata(p).with_context(|| format!("cannot read {}", p.display()))?;
     }
+    let abs: Vec<String> = paths.iter().map(|p| filter::absolute(p)).collect();
+    let mut meta = SnapshotMeta {
+        host: record
+            .host
+            .clone()
+            .unwrap_or_else(tessera_core::lock::current_host),
+        user: tessera_core::lock::current_owner(),
+        paths: abs.clone(),
+        tags: filter::tags(&record.tag),
+        parent: None,
+    };
+    if let Some(t) = &trace_file {
+        meta.paths = vec![filter::absolute(t)];
+    }
     let backend = open_backend(repo)?;
-    let mut r = super::key::open_writer(repo, backend.clone(), "tessera backup")?;
+    let mut r = super::open_writer(repo, backend.clone(), "tessera backup")?;
     if let Some(c) = compression {
         r.set_compression(c);
     }
+    r.set_files_cache(
+        tessera_core::ingest::FilesCacheOptions::default_dir()
+            .map(|dir| tessera_core::ingest::FilesCacheOptions { dir, force_read }),
+    );
+    let name = match (&stdin_name, &trace_file) {
+        (Some(n), _) => n.clone(),
+        (_, Some(t)) => t.display().to_string(),
+        _ => abs.join(" "),
+    };
+    // The parent: the newest backup of the same host and paths (or name,
+    // for a stream).
+    let sorted = |v: &[String]| {
+        let mut v = v.to_vec();
+        v.sort();
+        v
+    };
+    let mine = sorted(&meta.paths);
+    meta.parent = r
+        .backups()
+        .iter()
+        .filter(|b| {
+            b.meta.host == meta.host
+                && sorted(&b.meta.paths) == mine
+                && (!mine.is_empty() || b.name == name)
+        })
+        .max_by_key(|b| (b.time, b.id))
+        .map(|b| b.id);
+    let options = |name: String, source| BackupOptions {
+        rewrite,
+        segment_bytes,
+        meta: meta.clone(),
+        chain: chain.clone(),
+        arrange,
+        ..BackupOptions::new(name, source)
+    };
     let mut report = if let Some(name) = stdin_name {
         let pb = ui::progress(None, "backup", json);
         let opts = options(name, SourceKind::Stream);
@@ -85,23 +196,18 @@ pub fn backup(
             backend: IoCounters::default(),
         }
     } else {
-        let p = path.expect("clap requires a path");
-        let abs = std::path::absolute(&p).unwrap_or(p.clone());
-        let meta = std::fs::metadata(&p).with_context(|| format!("cannot read {}", p.display()))?;
-        if meta.is_dir() {
-            let pb = ui::progress(tree_size(&p), "backup", json);
-            let opts = options(abs.display().to_string(), SourceKind::Tree);
-            let (rep, tree) = r.backup_tree(&opts, &p, &mut |n| pb.set_position(n))?;
-            pb.finish_and_clear();
-            Report {
-                backup: rep,
-                tree: Some(tree),
-                backend: IoCounters::default(),
+        let p = &paths[0];
+        let meta = std::fs::metadata(p).with_context(|| format!("cannot read {}", p.display()))?;
+        if paths.len() == 1 && !meta.is_dir() {
+            if !selection.is_empty() {
+                bail!(
+                    "--exclude and the other selection options apply to directories; {} is a file",
+                    p.display()
+                );
             }
-        } else {
             let pb = ui::progress(Some(meta.len()), "backup", json);
-            let mut f = File::open(&p).with_context(|| format!("cannot open {}", p.display()))?;
-            let opts = options(abs.display().to_string(), SourceKind::File);
+            let mut f = File::open(p).with_context(|| format!("cannot open {}", p.display()))?;
+            let opts = options(name.clone(), SourceKind::File);
             let rep = r.backup_reader(&opts, &mut f, &mut |n| pb.set_position(n))?;
             pb.finish_and_clear();
             Report {
@@ -109,14 +215,34 @@ pub fn backup(
                 tree: None,
                 backend: IoCounters::default(),
             }
+        } else {
+            let total = paths.iter().try_fold(0u64, |t, p| Some(t + tree_size(p)?));
+            let pb = ui::progress(total, "backup", json);
+            let opts = options(name.clone(), SourceKind::Tree);
+            let (rep, tree) =
+                r.backup_paths(&opts, &paths, &selection, &mut |n| pb.set_position(n))?;
+            pb.finish_and_clear();
+            Report {
+                backup: rep,
+                tree: Some(tree),
+                backend: IoCounters::default(),
+            }
         }
     };
     let leftovers = r.leftovers().objects.len();
     r.close()?;
     report.backend = backend.counters();
+    let unreadable = report.tree.as_ref().map_or(0, |t| t.unreadable.len());
+    if let Some(t) = &report.tree {
+        // Never a silent gap: every path left out unread is named, even
+        // with --json or --quiet.
+        for u in &t.unreadable {
+            eprintln!("warning: cannot read {u} (left out of the backup)");
+        }
+    }
     if json {
         ui::print_json(&report)?;
-    } else {
+    } else if !ui::quiet() {
         let b = &report.backup;
         if leftovers > 0 {
             eprintln!("note: removed {leftovers} leftover objects of an interrupted operation");
@@ -145,9 +271,28 @@ pub fn backup(
                 "  {} files, {} directories, {} symlinks, {} hard links",
                 t.files, t.dirs, t.symlinks, t.hardlinks
             );
+            println!(
+                "  contents {} ({} new), metadata {} ({} new), {} files from the files cache",
+                ui::bytes(b.content_bytes),
+                ui::bytes(b.new_content_bytes),
+                ui::bytes(b.metadata_bytes),
+                ui::bytes(b.new_metadata_bytes),
+                b.files_from_cache,
+            );
             for s in &t.skipped {
                 eprintln!("  skipped {s}");
             }
+        }
+        if ui::verbose() || !b.backup.meta.tags.is_empty() {
+            println!(
+                "  host {}, tags [{}], parent {}",
+                b.backup.meta.host,
+                b.backup.meta.tags.join(","),
+                b.backup
+                    .meta
+                    .parent
+                    .map_or("none".to_string(), |p| p.to_string())
+            );
         }
         println!(
             "  {:.2} s, {:.1} MB/s, root {}",
@@ -155,6 +300,30 @@ pub fn backup(
             b.throughput_mb_s,
             &b.backup.root[..16]
         );
+        if let Some(mem) = b.ndf_memory_bytes {
+            println!(
+                "  chain {}: NDF index {} (this and the previous version)",
+                b.backup.chain.as_deref().unwrap_or(&b.backup.name),
+                ui::bytes(mem)
+            );
+            match &b.arranged {
+                Some(a) => println!(
+                    "  arranged {} version(s): read {} of active categories, {} archived into volumes, in {:.2} s",
+                    a.steps,
+                    ui::bytes(a.read_bytes),
+                    ui::bytes(a.archived_bytes),
+                    a.seconds
+                ),
+                None => println!("  not arranged (--no-arrange): run `tessera arrange` to catch up"),
+            }
+        }
+    }
+    if unreadable > 0 {
+        eprintln!(
+            "warning: backup {} is incomplete: {unreadable} paths could not be read (exit status 3)",
+            report.backup.backup.id
+        );
+        return Ok(ExitCode::from(3));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -27,7 +27,7 @@ pub fn check(
     let mut removed = Vec::new();
     if repair_leftovers {
         // A writer removes exactly the objects no manifest lists.
-        let w = super::key::open_writer(repo, backend.clone(), "tessera check --repair-leftovers")?;
+        let w = super::open_writer(repo, backend.clone(), "tessera check --repair-leftovers")?;
         removed = w.leftovers().objects.clone();
         w.close()?;
     }

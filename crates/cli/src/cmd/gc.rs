@@ -3,6 +3,7 @@
 use super::open_backend;
 use crate::args::GcArgs;
 use crate::args::RepoArg;
+use crate::filter::Filter;
 use crate::ui;
 use anyhow::{bail, Result};
 use serde::Serialize;
@@ -10,7 +11,8 @@ use std::process::ExitCode;
 use tessera_core::backend::IoCounters;
 use tessera_core::catalog::{BackupEntry, BackupId};
 use tessera_core::gc::GcReport;
-use tessera_core::retention::RetentionPolicy;
+use tessera_core::layout::mfdedup::forget::ForgetSpace;
+use tessera_core::retention::{GroupBy, GroupPlan, RetentionPolicy};
 
 #[derive(Serialize)]
 struct ForgetReport {
@@ -18,39 +20,67 @@ struct ForgetReport {
     forgotten: Vec<BackupEntry>,
     kept: Vec<BackupId>,
     remaining: usize,
+    /// Each group's keep/forget split (a retention policy only).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    groups: Vec<GroupPlan>,
+    /// mfdedup layout: exactly what is (or would be) freed, from the
+    /// volume headers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    freed: Option<ForgetSpace>,
 }
 
-pub fn forget(
-    repo: &RepoArg,
-    specs: &[String],
-    policy: RetentionPolicy,
-    dry_run: bool,
-    json: bool,
-) -> Result<ExitCode> {
+/// How `forget` chooses: a policy per group, among the backups the filter
+/// selects.
+pub struct ForgetBy {
+    pub policy: RetentionPolicy,
+    pub group_by: GroupBy,
+    pub filter: Filter,
+    pub dry_run: bool,
+}
+
+pub fn forget(repo: &RepoArg, specs: &[String], how: ForgetBy, json: bool) -> Result<ExitCode> {
+    let ForgetBy {
+        policy,
+        group_by,
+        filter,
+        dry_run,
+    } = how;
     if specs.is_empty() && policy.is_empty() {
-        bail!("nothing to forget: give backup ids or a retention policy (--keep-last, --keep-daily, --keep-weekly, --keep-monthly)");
+        bail!("nothing to forget: give backup ids or a retention policy (--keep-last, --keep-daily, --keep-weekly, --keep-monthly, --keep-yearly, --keep-within, --keep-tag)");
     }
     if !specs.is_empty() && !policy.is_empty() {
         bail!("give either backup ids or a retention policy, not both");
     }
-    let mut r = super::key::open_writer(repo, open_backend(repo)?, "tessera forget")?;
+    let mut r = super::open_writer(repo, open_backend(repo)?, "tessera forget")?;
     let mut ids = Vec::new();
+    let mut groups = Vec::new();
     if policy.is_empty() {
         for s in specs {
-            let id = r.resolve(s)?.id;
+            let id = filter.resolve(&r, s)?.id;
             if !ids.contains(&id) {
                 ids.push(id);
             }
         }
     } else {
-        ids = policy.apply(r.backups()).forget;
+        let chosen: Vec<BackupEntry> = filter.select(r.backups()).into_iter().cloned().collect();
+        groups = policy.apply_grouped(&chosen, group_by);
+        ids = groups.iter().flat_map(|g| g.plan.forget.clone()).collect();
     }
+    let mf = !r.config().layout.is_containers();
+    let mut freed = None;
     let forgotten: Vec<BackupEntry> = if dry_run || ids.is_empty() {
+        if mf {
+            freed = Some(r.forget_space(&ids)?);
+        }
         r.backups()
             .iter()
             .filter(|b| ids.contains(&b.id))
             .cloned()
             .collect()
+    } else if mf {
+        let (gone, space) = r.forget_freeing(&ids)?;
+        freed = Some(space);
+        gone
     } else {
         r.forget(&ids)?
     };
@@ -64,13 +94,28 @@ pub fn forget(
             .collect(),
         remaining: r.backups().len() - if dry_run { ids.len() } else { 0 },
         forgotten,
+        groups,
+        freed,
     };
     r.close()?;
     if json {
         ui::print_json(&report)?;
         return Ok(ExitCode::SUCCESS);
     }
+    if ui::quiet() {
+        return Ok(ExitCode::SUCCESS);
+    }
     let verb = if dry_run { "would forget" } else { "forgot" };
+    if report.groups.len() > 1 || (report.groups.len() == 1 && !filter.is_empty()) {
+        for g in &report.groups {
+            println!(
+                "{}: keep {}, forget {}",
+                g.group,
+                g.plan.keep.len(),
+                g.plan.forget.len()
+            );
+        }
+    }
     for b in &report.forgotten {
         println!(
             "{verb} backup {} ({}, {}, {})",
@@ -83,6 +128,15 @@ pub fn forget(
     if report.forgotten.is_empty() {
         println!("nothing to forget");
     }
+    if let Some(f) = &report.freed {
+        print_freed(f, dry_run);
+        println!(
+            "{} backups {}",
+            report.remaining,
+            if dry_run { "would remain" } else { "remain" }
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     println!(
         "{} backups {}; run `tessera gc` to reclaim space",
         report.remaining,
@@ -91,11 +145,57 @@ pub fn forget(
     Ok(ExitCode::SUCCESS)
 }
 
+/// The space an mfdedup forget frees, category by category.
+fn print_freed(f: &ForgetSpace, dry_run: bool) {
+    for u in &f.unarranged {
+        println!("chain {u} is not fully arranged: forget arranges it first, so the answer below covers only what is arranged (run `tessera arrange` for an exact answer)");
+    }
+    for c in &f.categories {
+        println!(
+            "  {} Cat.({},{}) of chain {} ({}): {}",
+            if dry_run { "would free" } else { "freed" },
+            c.start,
+            c.end,
+            c.chain,
+            match c.volume {
+                Some(v) => format!("volume {v}"),
+                None => "active".to_string(),
+            },
+            ui::bytes(c.bytes)
+        );
+    }
+    println!(
+        "{} {} of chunks ({} of objects, {} volumes whole) and {} of recipes, copying nothing",
+        if dry_run { "would free" } else { "freed" },
+        ui::bytes(f.data_bytes),
+        ui::bytes(f.data_object_bytes),
+        f.volumes_deleted,
+        ui::bytes(f.recipe_object_bytes)
+    );
+}
+
 pub fn gc(repo: &RepoArg, a: &GcArgs, json: bool) -> Result<ExitCode> {
     let opts = a.options();
     opts.validate().map_err(anyhow::Error::msg)?;
     let backend = open_backend(repo)?;
-    let mut r = super::key::open_writer(repo, backend.clone(), "tessera gc")?;
+    let mut r = super::open_writer(repo, backend.clone(), "tessera gc")?;
+    if !r.config().layout.is_containers() {
+        // MFDedup: forget already deleted whole categories; gc only looks
+        // for categories no retained version needs, and never copies.
+        let space = if opts.dry_run {
+            r.forget_space(&[])?
+        } else {
+            r.mfdedup_gc()?
+        };
+        r.close()?;
+        if json {
+            ui::print_json(&space)?;
+        } else {
+            println!("mfdedup layout: no mark-and-sweep; forget deletes volumes and categories itself. gc deletes only categories no retained version needs:");
+            print_freed(&space, opts.dry_run);
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let pb = ui::progress(None, "garbage collection", json);
     pb.enable_steady_tick(std::time::Duration::from_millis(120));
     let report = r.gc(&opts);

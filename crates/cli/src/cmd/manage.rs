@@ -2,6 +2,7 @@
 
 use super::open_backend;
 use crate::args::RepoArg;
+use crate::filter::Filter;
 use crate::ui;
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -13,6 +14,7 @@ use tessera_core::{Compression, Encryption, InitOptions, KdfParams, Repository, 
 pub fn init(
     repo: &RepoArg,
     opts: &InitOptions,
+    layout: tessera_core::layout::LayoutKind,
     (encryption, compression, kdf): (Encryption, Compression, KdfParams),
     json: bool,
 ) -> Result<ExitCode> {
@@ -29,7 +31,7 @@ pub fn init(
     };
     let password = seal.encryption.as_ref().map(|(p, _)| p.clone());
     let backend = backend::create(&repo.repo)?;
-    Repository::init_sealed(backend.clone(), opts, &seal)?;
+    Repository::init_with(backend.clone(), opts, layout, &seal)?;
     let r = Repository::open_with(backend, &|| {
         password
             .clone()
@@ -68,33 +70,67 @@ pub fn init(
             encryption,
             compression
         );
+        if !c.layout.is_containers() {
+            println!("  layout {}", c.layout);
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn snapshots(repo: &RepoArg, json: bool) -> Result<ExitCode> {
-    let r = super::key::open(repo, open_backend(repo)?)?;
+/// `tessera arrange`: catch up arranging on the mfdedup layout.
+pub fn arrange(repo: &RepoArg, max: Option<usize>, json: bool) -> Result<ExitCode> {
+    let mut r = super::open_writer(repo, open_backend(repo)?, "tessera arrange")?;
+    let reports = r.arrange(max.map(|m| m as u32))?;
+    r.close()?;
     if json {
-        ui::print_json(&r.backups())?;
+        ui::print_json(&reports)?;
         return Ok(ExitCode::SUCCESS);
     }
-    if r.backups().is_empty() {
+    if reports.is_empty() {
+        println!("every chain is arranged");
+    }
+    for a in &reports {
+        println!(
+            "chain {}: arranged {} version(s): read {} of active categories, kept {}, archived {} into {} volume(s), {:.2} s ({:.1} MB/s)",
+            a.chain,
+            a.steps,
+            ui::bytes(a.read_bytes),
+            ui::bytes(a.kept_bytes),
+            ui::bytes(a.archived_bytes),
+            a.volumes_written,
+            a.seconds,
+            tessera_core::metrics::mb_per_s(a.read_bytes, a.seconds)
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn snapshots(repo: &RepoArg, filter: &Filter, json: bool) -> Result<ExitCode> {
+    let r = super::open_repo(repo, open_backend(repo)?)?;
+    let chosen = filter.select(r.backups());
+    if json {
+        ui::print_json(&chosen)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if chosen.is_empty() {
         println!("no backups");
         return Ok(ExitCode::SUCCESS);
     }
     println!(
-        "{:>5}  {:<19}  {:<6}  {:>10}  {:>10}  {:<12}  NAME",
-        "ID", "TIME (UTC)", "SOURCE", "SIZE", "NEW", "ROOT"
+        "{:>5}  {:<19}  {:<12}  {:<6}  {:>10}  {:>10}  {:<12}  {:<12}  NAME",
+        "ID", "TIME (UTC)", "HOST", "SOURCE", "SIZE", "NEW", "ROOT", "TAGS"
     );
-    for b in r.backups() {
+    for b in chosen {
         println!(
-            "{:>5}  {:<19}  {:<6}  {:>10}  {:>10}  {:<12}  {}",
+            "{:>5}  {:<19}  {:<12}  {:<6}  {:>10}  {:>10}  {:<12}  {:<12}  {}",
             b.id,
             ui::time(b.time),
+            b.meta.host,
             format!("{:?}", b.source).to_lowercase(),
             ui::bytes(b.logical_bytes),
             ui::bytes(b.new_bytes),
             &b.root[..12],
+            b.meta.tags.join(","),
             b.name
         );
     }
@@ -108,7 +144,21 @@ struct ForgetReport {
 }
 
 pub fn forget(repo: &RepoArg, specs: &[String], json: bool) -> Result<ExitCode> {
-    let mut r = super::key::open_writer(repo, open_backend(repo)?, "tessera forget")?;
+    if !super::open_repo(repo, open_backend(repo)?)?
+        .config()
+        .layout
+        .is_containers()
+    {
+        // MFDedup frees space at forget: report it as a dry run would.
+        let how = super::gc::ForgetBy {
+            policy: tessera_core::retention::RetentionPolicy::default(),
+            group_by: Default::default(),
+            filter: Default::default(),
+            dry_run: false,
+        };
+        return super::gc::forget(repo, specs, how, json);
+    }
+    let mut r = super::open_writer(repo, open_backend(repo)?, "tessera forget")?;
     let mut ids = Vec::new();
     for s in specs {
         let id = r.resolve(s)?.id;
@@ -142,7 +192,7 @@ pub fn forget(repo: &RepoArg, specs: &[String], json: bool) -> Result<ExitCode> 
 }
 
 pub fn stats(repo: &RepoArg, json: bool) -> Result<ExitCode> {
-    let r = super::key::open(repo, open_backend(repo)?)?;
+    let r = super::open_repo(repo, open_backend(repo)?)?;
     let s = r.stats();
     if json {
         ui::print_json(&s)?;
@@ -184,6 +234,49 @@ pub fn stats(repo: &RepoArg, json: bool) -> Result<ExitCode> {
         ui::bytes(s.index_memory_bytes as u64),
         s.index_bytes_per_entry
     );
+    if !s.layout.is_containers() {
+        println!("layout            {}", s.layout);
+    }
+    for c in &s.chains {
+        println!(
+            "chain {}: {} versions (newest {}, arranged {}{}), {} stored",
+            c.name,
+            c.versions,
+            c.newest_version,
+            c.arranged,
+            if c.behind > 0 {
+                format!(", {} behind", c.behind)
+            } else {
+                String::new()
+            },
+            ui::bytes(c.stored_bytes)
+        );
+        println!(
+            "  active categories {} ({}), pending {}; NDF tables {} ({} fingerprints)",
+            c.active_categories,
+            ui::bytes(c.active_bytes),
+            ui::bytes(c.pending_bytes),
+            c.ndf_tables,
+            c.ndf_fingerprints
+        );
+        let vols: Vec<String> = c
+            .volumes
+            .iter()
+            .map(|(v, b, n)| format!("{v}:{}/{n}", ui::bytes(*b)))
+            .collect();
+        println!(
+            "  volumes (version:size/categories) {}",
+            if vols.is_empty() {
+                "none".to_string()
+            } else {
+                vols.join(" ")
+            }
+        );
+        println!(
+            "  trend: the next backup should store about {} new (mean of the newest volumes)",
+            ui::bytes(c.next_unique_estimate)
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 

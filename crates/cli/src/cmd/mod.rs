@@ -4,12 +4,15 @@ mod backup;
 mod bench;
 mod check;
 mod gc;
+mod inspect;
 mod key;
 mod lab;
 mod manage;
+mod mount;
 mod restore;
 
 use crate::args::{Cli, Command, RepoArg};
+use crate::filter::Filter;
 use anyhow::Result;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -17,6 +20,7 @@ use tessera_core::backend::{self, CountingStore, ObjectStore};
 use tessera_core::check::ReadData;
 
 pub fn run(cli: Cli) -> Result<ExitCode> {
+    crate::ui::set_verbosity(cli.quiet, cli.verbose);
     match cli.command {
         Command::Init {
             repo,
@@ -27,6 +31,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             encryption,
             compression,
             kdf,
+            layout,
             json,
         } => {
             let opts = tessera_core::InitOptions {
@@ -35,26 +40,46 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 container_size,
                 trace,
             };
-            manage::init(&repo, &opts, (encryption, compression, kdf), json.json)
+            manage::init(
+                &repo,
+                &opts,
+                layout,
+                (encryption, compression, kdf),
+                json.json,
+            )
         }
         Command::Backup {
             repo,
-            path,
+            paths,
             stdin_name,
             trace_file,
             rewrite,
             segment_size,
+            select,
+            record,
+            source,
+            no_arrange,
+            force_read,
             compression,
             json,
         } => backup::backup(
             &repo,
-            path,
-            stdin_name,
-            trace_file,
+            backup::Source {
+                paths,
+                stdin_name,
+                trace_file,
+            },
             (rewrite, segment_size, compression),
+            &select,
+            &record,
+            (source, !no_arrange),
+            force_read,
             json.json,
         ),
-        Command::Snapshots { repo, json } => manage::snapshots(&repo, json.json),
+        Command::Arrange { repo, max, json } => manage::arrange(&repo, max, json.json),
+        Command::Snapshots { repo, filter, json } => {
+            manage::snapshots(&repo, &Filter::new(&filter), json.json)
+        }
         Command::Ls {
             repo,
             snapshot,
@@ -69,13 +94,15 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             cache,
             skip_damaged,
             include,
+            filter,
             json,
         } => {
+            let filter = Filter::new(&filter);
             if skip_damaged {
-                restore::restore_damaged(&repo, &snapshot, target, stdout, json.json)
+                restore::restore_damaged(&repo, &snapshot, &filter, target, stdout, json.json)
             } else {
                 let to = restore::To { target, stdout };
-                restore::restore(&repo, &snapshot, to, &include, cache, json.json)
+                restore::restore(&repo, &snapshot, &filter, to, &include, cache, json.json)
             }
         }
         Command::Forget {
@@ -85,6 +112,11 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             keep_daily,
             keep_weekly,
             keep_monthly,
+            keep_yearly,
+            keep_within,
+            keep_tag,
+            group_by,
+            filter,
             dry_run,
             json,
         } => {
@@ -93,11 +125,21 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 keep_daily,
                 keep_weekly,
                 keep_monthly,
+                keep_yearly,
+                keep_within,
+                keep_tags: crate::filter::tag_lists(&keep_tag),
             };
-            if policy.is_empty() && !dry_run && !snapshots.is_empty() {
+            let filter = Filter::new(&filter);
+            if policy.is_empty() && !dry_run && !snapshots.is_empty() && filter.is_empty() {
                 manage::forget(&repo, &snapshots, json.json)
             } else {
-                gc::forget(&repo, &snapshots, policy, dry_run, json.json)
+                let how = gc::ForgetBy {
+                    policy,
+                    group_by,
+                    filter,
+                    dry_run,
+                };
+                gc::forget(&repo, &snapshots, how, json.json)
             }
         }
         Command::Gc { repo, args, json } => gc::gc(&repo, &args, json.json),
@@ -122,6 +164,49 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             command,
             json,
         } => key::run(&repo, command, json),
+        Command::Diff {
+            repo,
+            from,
+            to,
+            json,
+        } => inspect::diff(&repo, &from, &to, json.json),
+        Command::Find {
+            repo,
+            patterns,
+            snapshot,
+            ignore_case,
+            filter,
+            json,
+        } => inspect::find(
+            &repo,
+            &patterns,
+            &snapshot,
+            &Filter::new(&filter),
+            ignore_case,
+            json.json,
+        ),
+        Command::Dump {
+            repo,
+            snapshot,
+            entry,
+            filter,
+        } => inspect::dump(&repo, &snapshot, &entry, &Filter::new(&filter)),
+        Command::Mount {
+            repo,
+            mountpoint,
+            filter,
+        } => mount::mount(&repo, &mountpoint, &Filter::new(&filter)),
+        Command::Completion { shell } => {
+            use clap::CommandFactory;
+            let mut cmd = Cli::command();
+            clap_complete::generate(shell, &mut cmd, "tessera", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man => {
+            use clap::CommandFactory;
+            clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Lab { command } => lab::run(command),
     }
 }
@@ -129,6 +214,28 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
 /// A repository's store, counted so `--json` reports can say what a
 /// command cost in backend requests and bytes.
 pub type Counted = Arc<CountingStore<Arc<dyn ObjectStore>>>;
+
+/// Open the repository for writing; a stale lock of a crashed writer is
+/// broken on the way, and said so in one line on stderr.
+pub fn open_writer(
+    repo: &RepoArg,
+    backend: Arc<dyn ObjectStore>,
+    command: &str,
+) -> Result<tessera_core::repo::Writer> {
+    let w = key::open_writer(repo, backend, command)?;
+    if let Some(b) = w.broken_lock() {
+        eprintln!("note: {}", b.notice());
+    }
+    Ok(w)
+}
+
+/// Open the repository for reading (the one place commands do).
+pub fn open_repo(
+    repo: &RepoArg,
+    backend: Arc<dyn ObjectStore>,
+) -> Result<tessera_core::Repository> {
+    key::open(repo, backend)
+}
 
 /// The store of an existing repository.
 pub fn open_backend(repo: &RepoArg) -> Result<Counted> {

@@ -2,6 +2,7 @@
 
 use super::open_backend;
 use crate::args::RepoArg;
+use crate::filter::Filter;
 use crate::ui;
 use anyhow::Result;
 use serde::Serialize;
@@ -33,6 +34,7 @@ pub struct To {
 pub fn restore(
     repo: &RepoArg,
     snapshot: &str,
+    filter: &Filter,
     to: To,
     include: &[String],
     cache: CacheSpec,
@@ -40,8 +42,8 @@ pub fn restore(
 ) -> Result<ExitCode> {
     let (target, to_stdout) = (to.target, to.stdout);
     let backend = open_backend(repo)?;
-    let r = super::key::open(repo, backend.clone())?;
-    let backup = r.resolve(snapshot)?.clone();
+    let r = super::open_repo(repo, backend.clone())?;
+    let backup = filter.resolve(&r, snapshot)?.clone();
     let opts = RestoreOptions { cache };
     let pb = ui::progress(Some(backup.logical_bytes), "restore", json || to_stdout);
     let mut report = if to_stdout {
@@ -87,6 +89,20 @@ pub fn restore(
             s.seconds,
             s.throughput_mb_s
         );
+        let line = match &s.mfdedup {
+            Some(m) => format!(
+                "{line}\n  mfdedup: {} categories from {} volumes in {} sequential runs, out-of-order{}",
+                m.categories,
+                m.volumes,
+                m.seeks,
+                if m.buffered {
+                    " (buffered through a temporary file, then written in order)"
+                } else {
+                    ""
+                }
+            ),
+            None => line,
+        };
         if to_stdout {
             eprintln!("{line}");
         } else {
@@ -123,13 +139,14 @@ pub fn restore(
 pub fn restore_damaged(
     repo: &RepoArg,
     snapshot: &str,
+    filter: &Filter,
     target: Option<PathBuf>,
     to_stdout: bool,
     json: bool,
 ) -> Result<ExitCode> {
     let backend = open_backend(repo)?;
-    let r = super::key::open(repo, backend.clone())?;
-    let backup = r.resolve(snapshot)?.clone();
+    let r = super::open_repo(repo, backend.clone())?;
+    let backup = filter.resolve(&r, snapshot)?.clone();
     let pb = ui::progress(Some(backup.logical_bytes), "restore", json || to_stdout);
     let (rep, ext) = if to_stdout {
         let stdout = std::io::stdout();
@@ -191,7 +208,7 @@ pub fn restore_damaged(
 
 /// `tessera ls`: one line per entry (or, with `--json`, one array).
 pub fn ls(repo: &RepoArg, snapshot: &str, long: bool, json: bool) -> Result<ExitCode> {
-    let r = super::key::open(repo, open_backend(repo)?)?;
+    let r = super::open_repo(repo, open_backend(repo)?)?;
     let backup = r.resolve(snapshot)?.clone();
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());

@@ -165,32 +165,6 @@ fn bad_input_gives_one_clear_line() {
 }
 
 #[test]
-fn unreadable_source_file_is_reported() {
-    if unsafe { libc_geteuid() } == 0 {
-        return; // root reads everything; nothing to test
-    }
-    let t = tempfile::tempdir().unwrap();
-    let repo = t.path().join("repo");
-    ok(tessera(&repo).arg("init"));
-    let src = t.path().join("src");
-    std::fs::create_dir(&src).unwrap();
-    let secret = src.join("secret");
-    std::fs::write(&secret, b"x").unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o000)).unwrap();
-    fails(tessera(&repo).arg("backup").arg(&src), "secret");
-    assert!(json(&ok(tessera(&repo).args(["snapshots", "--json"])))
-        .as_array()
-        .unwrap()
-        .is_empty());
-}
-
-extern "C" {
-    #[link_name = "geteuid"]
-    fn libc_geteuid() -> u32;
-}
-
-#[test]
 fn second_writer_is_refused_until_unlock() {
     let t = tempfile::tempdir().unwrap();
     let repo = t.path().join("repo");

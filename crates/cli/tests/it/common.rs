@@ -12,6 +12,11 @@ pub fn tessera(repo: &Path) -> Command {
         .env("TESSERA_PASSWORD", "test password")
         .env("TESSERA_KDF", "m=8,t=1,p=1")
         .env_remove("RUST_BACKTRACE");
+    // The files cache of directory backups: not in the user's cache dir.
+    c.env(
+        "TESSERA_CACHE_DIR",
+        std::env::temp_dir().join("tessera-cli-tests-cache"),
+    );
     c
 }
 

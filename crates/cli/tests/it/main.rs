@@ -3,10 +3,15 @@
 //! `cargo test -p tessera --test it kill`.
 
 mod check;
+mod choose;
 mod cli;
 mod common;
 mod gc;
+mod inspect;
 mod kill;
 mod lab;
+mod mfdedup;
+mod mount;
 mod rewrite;
 mod seal;
+mod snapshots;

@@ -1,11 +1,16 @@
-//! Deterministic tar serialization of a directory tree, and its safe extraction.
+//! Directory trees: the walk, the directory stream's metadata, the
+//! deterministic tar stream, and its safe extraction.
 //!
-//! A tree backup is a tar stream so that a restore with `--stdout` can be
-//! piped into any `tar`, and so that the chunker sees the same bytes for the
-//! same tree: [`write_tree`] emits byte-identical output for an unchanged tree,
-//! which is what makes a second backup of it deduplicate completely.
+//! A directory backup stores its files' contents apart from their metadata
+//! (see [`meta`] and `docs/FORMAT.md`, "Backup streams"): the walk
+//! ([`walk`]) feeds the ingest each file's contents, which are chunked on
+//! their own, and records every entry; the records follow the contents as
+//! the metadata section. Restores turn the two back into the tar stream
+//! described below (`restore --stdout` can be piped into any `tar`, and
+//! extraction reads it), which [`write_tree`] also writes straight from a
+//! walk.
 //!
-//! # Stream format (what [`write_tree`] writes)
+//! # Tar stream format (what [`write_tree`] writes and restores give)
 //!
 //! * GNU tar headers (`ustar  ` magic). Paths of 100 bytes or more use a GNU
 //!   `././@LongLink` `L` record, link targets of 100 bytes or more a `K`
@@ -43,15 +48,20 @@
 
 use serde::Serialize;
 
+pub(crate) mod assemble;
 mod extract;
+pub mod meta;
 mod select;
 mod serialize;
 #[cfg(test)]
 mod tests;
+pub(crate) mod walk;
 
 pub use self::extract::{extract, extract_selected, include_paths, list, Listed};
+pub use self::meta::{Kind, Record};
 pub use self::select::Selection;
 pub use self::serialize::write_tree;
+pub use self::walk::FileId;
 
 /// Summary of a serialized tree.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -70,6 +80,10 @@ pub struct TreeStats {
     /// Paths left out of the stream, as `path: reason` (sockets, files that
     /// vanished during the walk).
     pub skipped: Vec<String>,
+    /// Paths that could not be read (permission denied), as `path: error`:
+    /// left out, so the backup is incomplete (the CLI exits with status 3).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unreadable: Vec<String>,
 }
 
 /// An entry [`extract`] did not restore, and why.

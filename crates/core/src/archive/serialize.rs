@@ -5,18 +5,15 @@
 //! link targets (drops `.`, rejects `..`, strips the trailing `/`), and a
 //! backup must store symlink targets verbatim and directories with their `/`.
 
-use std::collections::HashMap;
-use std::ffi::OsStr;
-use std::fs::{self, Metadata, OpenOptions};
 use std::io::{self, BufWriter, Read, Write};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use tar::{EntryType, Header};
 
+use super::meta::{Kind, Record};
+use super::walk::TreeOut;
 use super::TreeStats;
-use crate::error::{Error, IoContext, Result};
+use crate::error::{Error, Result};
 
 /// The tar block size: headers and padded data are multiples of it.
 pub(super) const BLOCK: usize = 512;
@@ -24,9 +21,6 @@ pub(super) const BLOCK: usize = 512;
 /// go into GNU long-name records, so the fields always hold a NUL-terminated
 /// prefix that any reader can cope with.
 const NAME_FIELD: usize = 100;
-/// Copy buffer for file contents: large enough to keep syscalls cheap, small
-/// enough to never matter for memory.
-const COPY_BUF: usize = 256 * 1024;
 
 /// Type flags of the entries this writer emits.
 pub(super) const REGULAR: u8 = b'0';
@@ -36,8 +30,6 @@ pub(super) const CHAR_DEVICE: u8 = b'3';
 pub(super) const BLOCK_DEVICE: u8 = b'4';
 pub(super) const DIRECTORY: u8 = b'5';
 pub(super) const FIFO: u8 = b'6';
-/// Largest device major or minor number the 8-byte octal header fields hold.
-const MAX_DEVICE_NUMBER: u32 = 0o7_777_777;
 
 /// The header fields taken from a file's metadata.
 #[derive(Debug, Clone, Copy)]
@@ -48,17 +40,6 @@ pub(super) struct Attrs {
     /// Seconds since the epoch; earlier times are clamped to 0 because the
     /// header encoding used here is unsigned.
     pub mtime: u64,
-}
-
-impl Attrs {
-    fn of(meta: &Metadata) -> Attrs {
-        Attrs {
-            mode: meta.mode() & 0o7777,
-            uid: u64::from(meta.uid()),
-            gid: u64::from(meta.gid()),
-            mtime: u64::try_from(meta.mtime()).unwrap_or(0),
-        }
-    }
 }
 
 /// Write `root` (a directory) as a deterministic tar stream into `out`.
@@ -74,234 +55,93 @@ pub fn write_tree(
     out: &mut dyn Write,
     on_bytes: &mut dyn FnMut(u64),
 ) -> Result<TreeStats> {
-    let meta = fs::metadata(root).ctx(|| format!("cannot read {}", root.display()))?;
-    if !meta.is_dir() {
-        return Err(Error::invalid(format!(
-            "{} is not a directory",
-            root.display()
-        )));
-    }
-    let mut w = TreeWriter {
-        root,
-        out: BufWriter::with_capacity(64 * 1024, out),
+    let mut tar = TarOut::new(BufWriter::with_capacity(64 * 1024, out));
+    let stats = super::walk::walk(
+        &[root.to_path_buf()],
+        &super::Selection::default(),
+        &mut tar,
         on_bytes,
-        stats: TreeStats::default(),
-        first_path: HashMap::new(),
-        header: Vec::with_capacity(4 * BLOCK),
-        buf: vec![0; COPY_BUF],
-    };
-    // Paths still to write, last one first, so that `pop` walks the tree in
-    // order without recursion (deep trees must not overflow a thread's stack).
-    let mut pending = w.children(&[])?;
-    while let Some(rel) = pending.pop() {
-        if let Some(children) = w.entry(&rel)? {
-            pending.extend(children);
-        }
-    }
-    let finish = |e| {
+    )?;
+    tar.finish().map_err(|e| {
         Error::io(
             format!("cannot write the tar stream of {}", root.display()),
             e,
         )
-    };
-    w.out.write_all(&[0; 2 * BLOCK]).map_err(finish)?;
-    w.out.flush().map_err(finish)?;
-    Ok(w.stats)
+    })?;
+    Ok(stats)
 }
 
-struct TreeWriter<'a, 'o> {
-    root: &'a Path,
-    out: BufWriter<&'o mut dyn Write>,
-    on_bytes: &'a mut dyn FnMut(u64),
-    stats: TreeStats,
-    /// Stream path of the first regular file seen for each multiply linked
-    /// (device, inode): later paths become hard links to it.
-    first_path: HashMap<(u64, u64), Vec<u8>>,
-    /// Scratch space for the header records of one entry.
+/// A tar stream made of [`Record`]s and file contents: the walk's output
+/// for [`write_tree`], and what a restore turns a directory backup into.
+pub(crate) struct TarOut<W: Write> {
+    out: W,
     header: Vec<u8>,
-    buf: Vec<u8>,
 }
 
-impl TreeWriter<'_, '_> {
-    fn abs(&self, rel: &[u8]) -> PathBuf {
-        if rel.is_empty() {
-            self.root.to_path_buf()
-        } else {
-            self.root.join(OsStr::from_bytes(rel))
+impl<W: Write> TarOut<W> {
+    pub(crate) fn new(out: W) -> Self {
+        TarOut {
+            out,
+            header: Vec::with_capacity(4 * BLOCK),
         }
     }
 
-    /// The children of directory `rel`, as relative paths in reverse stream
-    /// order. Siblings sort by their stream name (a directory's with its
-    /// trailing `/`), which makes the whole stream sorted by path bytes.
-    fn children(&self, rel: &[u8]) -> Result<Vec<Vec<u8>>> {
-        let dir = self.abs(rel);
-        let cannot = |e| Error::io(format!("cannot read {}", dir.display()), e);
-        let mut kids = Vec::new();
-        for entry in fs::read_dir(&dir).map_err(cannot)? {
-            let entry = entry.map_err(cannot)?;
-            let name = entry.file_name();
-            let is_dir = entry
-                .file_type()
-                .ctx(|| format!("cannot read {}", entry.path().display()))?
-                .is_dir();
-            let mut path = Vec::with_capacity(rel.len() + name.len() + 2);
-            if !rel.is_empty() {
-                path.extend_from_slice(rel);
-                path.push(b'/');
-            }
-            path.extend_from_slice(name.as_bytes());
-            let mut key = name.into_vec();
-            if is_dir {
-                key.push(b'/');
-            }
-            kids.push((key, path));
-        }
-        kids.sort_unstable_by(|a, b| b.0.cmp(&a.0));
-        Ok(kids.into_iter().map(|(_, path)| path).collect())
+    /// The end-of-archive marker; returns the output.
+    pub(crate) fn finish(mut self) -> io::Result<W> {
+        self.out.write_all(&[0; 2 * BLOCK])?;
+        self.out.flush()?;
+        Ok(self.out)
     }
+}
 
-    /// Write one path; for a directory, return its children.
-    fn entry(&mut self, rel: &[u8]) -> Result<Option<Vec<Vec<u8>>>> {
-        let abs = self.abs(rel);
-        let meta = match fs::symlink_metadata(&abs) {
-            Ok(m) => m,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                self.skip(rel, "vanished during the backup");
-                return Ok(None);
-            }
-            Err(e) => return Err(Error::io(format!("cannot read {}", abs.display()), e)),
-        };
-        let ft = meta.file_type();
-        if ft.is_dir() {
-            let mut name = rel.to_vec();
-            name.push(b'/');
-            self.put_header(&abs, DIRECTORY, &name, b"", Attrs::of(&meta), 0)?;
-            self.stats.dirs += 1;
-            return self.children(rel).map(Some);
-        }
-        if ft.is_symlink() {
-            let target = fs::read_link(&abs).ctx(|| format!("cannot read {}", abs.display()))?;
-            let target = target.into_os_string().into_vec();
-            self.put_header(&abs, SYMLINK, rel, &target, Attrs::of(&meta), 0)?;
-            self.stats.symlinks += 1;
-        } else if ft.is_file() {
-            self.file(rel, &abs, &meta)?;
-        } else if ft.is_fifo() {
-            self.put_header(&abs, FIFO, rel, b"", Attrs::of(&meta), 0)?;
-            self.stats.specials += 1;
-        } else if ft.is_char_device() || ft.is_block_device() {
-            let kind = if ft.is_char_device() {
+impl<W: Write> Write for TarOut<W> {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        self.out.write(data)
+    }
+    fn write_all(&mut self, data: &[u8]) -> io::Result<()> {
+        self.out.write_all(data)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+}
+
+impl<W: Write> TreeOut for TarOut<W> {
+    fn entry(&mut self, r: &Record) -> io::Result<()> {
+        self.header.clear();
+        encode_record(&mut self.header, r);
+        self.out.write_all(&self.header)
+    }
+    fn file_end(&mut self, r: &Record) -> io::Result<()> {
+        self.out.write_all(&[0; BLOCK][..padding(r.size)])
+    }
+}
+
+/// The tar header records of `r` (whole-second mtimes, earlier than 1970
+/// stored as 0; a device's numbers, which must fit the header).
+pub(crate) fn encode_record(out: &mut Vec<u8>, r: &Record) {
+    let attrs = Attrs {
+        mode: r.mode,
+        uid: r.uid,
+        gid: r.gid,
+        mtime: u64::try_from(r.mtime).unwrap_or(0),
+    };
+    match r.kind {
+        Kind::File => encode_header(out, REGULAR, &r.path, b"", attrs, r.size),
+        Kind::Dir => encode_header(out, DIRECTORY, &r.path, b"", attrs, 0),
+        Kind::Symlink => encode_header(out, SYMLINK, &r.path, &r.link, attrs, 0),
+        Kind::Hardlink => encode_header(out, HARDLINK, &r.path, &r.link, attrs, 0),
+        Kind::Fifo => encode_header(out, FIFO, &r.path, b"", attrs, 0),
+        Kind::CharDevice | Kind::BlockDevice => {
+            let kind = if r.kind == Kind::CharDevice {
                 CHAR_DEVICE
             } else {
                 BLOCK_DEVICE
             };
-            let (major, minor) = (libc::major(meta.rdev()), libc::minor(meta.rdev()));
-            if major > MAX_DEVICE_NUMBER || minor > MAX_DEVICE_NUMBER {
-                self.skip(
-                    rel,
-                    "device number too large for the tar header (not stored)",
-                );
-            } else {
-                self.header.clear();
-                encode_device(&mut self.header, kind, rel, Attrs::of(&meta), major, minor);
-                self.out
-                    .write_all(&self.header)
-                    .map_err(|e| write_error(&abs, e))?;
-                self.stats.specials += 1;
-            }
-        } else {
-            let what = if ft.is_socket() {
-                "socket"
-            } else {
-                "unknown file type"
-            };
-            self.skip(rel, &format!("{what} (not stored)"));
+            let (major, minor) = r.device;
+            encode_device(out, kind, &r.path, attrs, major, minor)
         }
-        Ok(None)
     }
-
-    fn file(&mut self, rel: &[u8], abs: &Path, meta: &Metadata) -> Result<()> {
-        let inode = (meta.dev(), meta.ino());
-        if meta.nlink() > 1 {
-            if let Some(first) = self.first_path.get(&inode) {
-                let first = first.clone();
-                self.put_header(abs, HARDLINK, rel, &first, Attrs::of(meta), 0)?;
-                self.stats.hardlinks += 1;
-                return Ok(());
-            }
-        }
-        // O_NONBLOCK: should the path have been swapped for a fifo since the
-        // directory was listed, opening it must not hang the backup.
-        let opened = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(abs);
-        let mut file = match opened {
-            Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                self.skip(rel, "vanished during the backup");
-                return Ok(());
-            }
-            Err(e) => return Err(Error::io(format!("cannot read {}", abs.display()), e)),
-        };
-        let fmeta = file
-            .metadata()
-            .ctx(|| format!("cannot read {}", abs.display()))?;
-        if !fmeta.is_file() {
-            self.skip(rel, "changed type during the backup");
-            return Ok(());
-        }
-        // The size seen now is the size stored, whatever happens to the file
-        // while it is copied: the header is already written by then.
-        let size = fmeta.len();
-        self.put_header(abs, REGULAR, rel, b"", Attrs::of(&fmeta), size)?;
-        match copy_exactly(&mut file, &mut self.out, size, &mut self.buf, self.on_bytes) {
-            Ok(()) => {}
-            Err(CopyError::Read(e)) => {
-                return Err(Error::io(format!("cannot read {}", abs.display()), e))
-            }
-            Err(CopyError::Write(e)) => return Err(write_error(abs, e)),
-        }
-        self.out
-            .write_all(&[0; BLOCK][..padding(size)])
-            .map_err(|e| write_error(abs, e))?;
-        self.stats.files += 1;
-        self.stats.bytes += size;
-        if meta.nlink() > 1 {
-            self.first_path.insert(inode, rel.to_vec());
-        }
-        Ok(())
-    }
-
-    fn put_header(
-        &mut self,
-        abs: &Path,
-        kind: u8,
-        name: &[u8],
-        link: &[u8],
-        attrs: Attrs,
-        size: u64,
-    ) -> Result<()> {
-        self.header.clear();
-        encode_header(&mut self.header, kind, name, link, attrs, size);
-        self.out
-            .write_all(&self.header)
-            .map_err(|e| write_error(abs, e))
-    }
-
-    fn skip(&mut self, rel: &[u8], reason: &str) {
-        self.stats
-            .skipped
-            .push(format!("{}: {reason}", String::from_utf8_lossy(rel)));
-    }
-}
-
-fn write_error(abs: &Path, e: io::Error) -> Error {
-    Error::io(
-        format!("cannot write {} into the tar stream", abs.display()),
-        e,
-    )
 }
 
 /// Zero bytes that pad `size` bytes of data to a whole block.

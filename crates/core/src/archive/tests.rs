@@ -1302,3 +1302,134 @@ fn unprivileged_restore_reports_devices_and_restores_the_rest() {
         }
     }
 }
+
+// ------------------------------------------------------ metadata records
+
+fn record_strategy() -> impl Strategy<Value = meta::Record> {
+    (
+        0..7u8,
+        prop::collection::vec(1u8..=255, 1..40),
+        any::<u32>(),
+        any::<u64>(),
+        any::<u64>(),
+        any::<i64>(),
+        0..1_000_000_000u32,
+        any::<u64>(),
+        prop::collection::vec(any::<u8>(), 0..30),
+        (any::<u32>(), any::<u32>()),
+    )
+        .prop_map(|(k, path, mode, uid, gid, mtime, nsec, size, link, dev)| {
+            let kind = [
+                meta::Kind::File,
+                meta::Kind::Dir,
+                meta::Kind::Symlink,
+                meta::Kind::Hardlink,
+                meta::Kind::Fifo,
+                meta::Kind::CharDevice,
+                meta::Kind::BlockDevice,
+            ][k as usize];
+            meta::Record {
+                kind,
+                path,
+                mode,
+                uid,
+                gid,
+                mtime,
+                mtime_nsec: nsec,
+                size: if kind == meta::Kind::File { size } else { 0 },
+                link: if matches!(kind, meta::Kind::Symlink | meta::Kind::Hardlink) {
+                    link
+                } else {
+                    Vec::new()
+                },
+                device: if matches!(kind, meta::Kind::CharDevice | meta::Kind::BlockDevice) {
+                    dev
+                } else {
+                    (0, 0)
+                },
+            }
+        })
+}
+
+fn encode_records(records: &[meta::Record]) -> Vec<u8> {
+    let mut w = meta::MetaWriter::default();
+    for r in records {
+        w.push(r);
+    }
+    let (mut names, times) = w.finish();
+    names.extend_from_slice(&times);
+    names
+}
+
+proptest! {
+    #[test]
+    fn metadata_records_round_trip(mut records in prop::collection::vec(record_strategy(), 0..40)) {
+        records.sort_by(|a, b| a.path.cmp(&b.path));
+        records.dedup_by(|a, b| a.path == b.path);
+        let bytes = encode_records(&records);
+        prop_assert_eq!(meta::decode(&bytes).unwrap(), records);
+    }
+
+    #[test]
+    fn damaged_metadata_is_an_error_never_a_panic(
+        records in prop::collection::vec(record_strategy(), 1..10),
+        at in any::<prop::sample::Index>(),
+        byte in any::<u8>(),
+        cut in any::<bool>(),
+    ) {
+        let mut records = records;
+        records.sort_by(|a, b| a.path.cmp(&b.path));
+        records.dedup_by(|a, b| a.path == b.path);
+        let mut bytes = encode_records(&records);
+        let i = at.index(bytes.len());
+        if cut {
+            bytes.truncate(i);
+        } else {
+            bytes[i] = byte;
+        }
+        let _ = meta::decode(&bytes);
+    }
+}
+
+#[test]
+fn metadata_of_an_unchanged_tree_differs_only_in_the_times_column() {
+    let a = vec![
+        meta::Record {
+            kind: meta::Kind::Dir,
+            path: b"d/".to_vec(),
+            mode: 0o755,
+            uid: 0,
+            gid: 0,
+            mtime: 100,
+            mtime_nsec: 5,
+            size: 0,
+            link: Vec::new(),
+            device: (0, 0),
+        },
+        meta::Record {
+            kind: meta::Kind::File,
+            path: b"d/f".to_vec(),
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            mtime: 200,
+            mtime_nsec: 7,
+            size: 10,
+            link: Vec::new(),
+            device: (0, 0),
+        },
+    ];
+    let mut b = a.clone();
+    for r in &mut b {
+        r.mtime += 1_000_000;
+        r.mtime_nsec = 999;
+    }
+    let enc = |rs: &[meta::Record]| {
+        let mut w = meta::MetaWriter::default();
+        rs.iter().for_each(|r| w.push(r));
+        w.finish()
+    };
+    let ((na, ta), (nb, tb)) = (enc(&a), enc(&b));
+    assert_eq!(na, nb, "the names column does not hold times");
+    assert_ne!(ta, tb);
+}

@@ -25,16 +25,22 @@ pub enum KeyKind {
     Config,
     /// Key slots: the master key wrapped under one password each.
     KeySlot,
+    /// MFDedup volume headers (`volumes/<id>`).
+    Volume,
+    /// MFDedup NDF fingerprint tables, one per version (`ndf/<id>`).
+    NdfTable,
 }
 
 impl KeyKind {
-    pub const ALL: [KeyKind; 6] = [
+    pub const ALL: [KeyKind; 8] = [
         KeyKind::Manifest,
         KeyKind::Container,
         KeyKind::IndexSegment,
         KeyKind::Lock,
         KeyKind::Config,
         KeyKind::KeySlot,
+        KeyKind::Volume,
+        KeyKind::NdfTable,
     ];
 
     /// Kinds whose one object's whole name is the prefix.
@@ -51,6 +57,8 @@ impl KeyKind {
             KeyKind::Lock => "lock",
             KeyKind::Config => "config",
             KeyKind::KeySlot => "keys/",
+            KeyKind::Volume => "volumes/",
+            KeyKind::NdfTable => "ndf/",
         }
     }
 
@@ -75,6 +83,10 @@ pub enum ObjectKey {
     Lock,
     Config,
     KeySlot(u64),
+    /// An MFDedup volume header (the categories of one volume and their sizes).
+    Volume(u64),
+    /// An MFDedup NDF table: the distinct data fingerprints of one version.
+    NdfTable(u64),
     /// A listed name that is none of the above (`containers/junk`): kept
     /// whole so it can be reported and deleted, never written by the engine.
     Stray(String),
@@ -102,6 +114,8 @@ impl ObjectKey {
             Some(KeyKind::Lock) => Some(ObjectKey::Lock),
             Some(KeyKind::Config) => Some(ObjectKey::Config),
             Some(KeyKind::KeySlot) => numbered("keys/").map(ObjectKey::KeySlot),
+            Some(KeyKind::Volume) => numbered("volumes/").map(ObjectKey::Volume),
+            Some(KeyKind::NdfTable) => numbered("ndf/").map(ObjectKey::NdfTable),
             None => None,
         };
         // Only the canonical spelling parses, so a key's name round-trips
@@ -126,6 +140,8 @@ impl ObjectKey {
             ObjectKey::Lock => Some(KeyKind::Lock),
             ObjectKey::Config => Some(KeyKind::Config),
             ObjectKey::KeySlot(_) => Some(KeyKind::KeySlot),
+            ObjectKey::Volume(_) => Some(KeyKind::Volume),
+            ObjectKey::NdfTable(_) => Some(KeyKind::NdfTable),
             ObjectKey::Stray(name) => KeyKind::of_name(name),
         }
     }
@@ -160,6 +176,8 @@ impl fmt::Display for ObjectKey {
             ObjectKey::Lock => f.write_str("lock"),
             ObjectKey::Config => f.write_str("config"),
             ObjectKey::KeySlot(id) => write!(f, "keys/{id:016x}"),
+            ObjectKey::Volume(id) => write!(f, "volumes/{id:016x}"),
+            ObjectKey::NdfTable(id) => write!(f, "ndf/{id:016x}"),
             ObjectKey::Stray(name) => f.write_str(name),
         }
     }
@@ -229,6 +247,8 @@ mod tests {
             ObjectKey::Lock,
             ObjectKey::Config,
             ObjectKey::KeySlot(2),
+            ObjectKey::Volume(7),
+            ObjectKey::NdfTable(8),
         ] {
             assert_eq!(ObjectKey::parse(&k.name()), k);
         }

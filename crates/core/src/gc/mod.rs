@@ -78,7 +78,9 @@ pub struct GcOptions {
     /// Report what would be done without changing the repository.
     pub dry_run: bool,
     /// GCCDF: a leaf of the ownership tree is split by a backup only if at
-    /// least this many of its chunks are referenced by it (artifact: 200).
+    /// least this many of its chunks are referenced by it (artifact: 200 in
+    /// 4 MiB containers). 0 = scaled with the containers:
+    /// [`SPLIT_FRACTION`] of the mean chunks per data container.
     pub split_threshold: usize,
     /// The VC table: exact set, Bloom filter or perfect-hash vector.
     pub vc: VcSpec,
@@ -105,7 +107,7 @@ impl Default for GcOptions {
             segment_containers: 100,
             liveness_threshold: 1.0,
             dry_run: false,
-            split_threshold: 200,
+            split_threshold: 0,
             vc: VcSpec::Exact,
             ownership_fp_rate: 0.01,
             memory_limit: None,
@@ -116,7 +118,35 @@ impl Default for GcOptions {
     }
 }
 
+/// GCCDF's split threshold as a share of the chunks a container holds: the
+/// paper's 200 of the ~512 chunks of a 4 MiB container (the artifact's
+/// chunker, expected 4 KiB with min/4 and max×8, averages ~8 KiB). A
+/// threshold of 200 in 256 KiB containers (~32 chunks) would never split a
+/// leaf, so GCCDF would degrade to naive order.
+pub const SPLIT_FRACTION: f64 = 200.0 / 512.0;
+
 impl GcOptions {
+    /// The split threshold in chunks for `repo`'s containers: the option,
+    /// or when it is 0, [`SPLIT_FRACTION`] of the mean chunks per data
+    /// container (at least 1).
+    pub fn split_threshold_for(&self, repo: &Repository) -> usize {
+        if self.split_threshold > 0 {
+            return self.split_threshold;
+        }
+        let (n, chunks) = repo
+            .manifest
+            .containers
+            .iter()
+            .filter(|c| c.kind == crate::container::ChunkKind::Data)
+            .fold((0u64, 0u64), |(n, k), c| (n + 1, k + c.chunks as u64));
+        let mean = if n == 0 {
+            0.0
+        } else {
+            chunks as f64 / n as f64
+        };
+        ((mean * SPLIT_FRACTION).round() as usize).max(1)
+    }
+
     /// Check the parameters; the error says what is wrong.
     pub fn validate(&self) -> std::result::Result<(), String> {
         if self.segment_containers == 0 {
@@ -327,6 +357,12 @@ pub(crate) fn plan_gc(repo: &Repository, opts: &GcOptions) -> Result<GcPlan> {
     match opts.mark {
         MarkSpec::Logical => repo.plan_gc_marked(opts, &opts.marker()),
         MarkSpec::Physical => repo.plan_gc_marked(opts, &opts.physical_marker(false)),
+        // PGC+'s dynamic duplicate removal is a feature of the naive
+        // copy phase; under GCCDF's sweep its unique-liveness selection lost
+        // chunks (a gc_rewrite proptest case), so there it marks as PGC.
+        MarkSpec::PhysicalPlus if opts.strategy == GcStrategy::Gccdf => {
+            repo.plan_gc_marked(opts, &opts.physical_marker(false))
+        }
         MarkSpec::PhysicalPlus => repo.plan_gc_marked(opts, &opts.physical_marker(true)),
         MarkSpec::Focused => Err(Error::invalid(format!(
             "the {} mark is not built yet",
@@ -437,9 +473,30 @@ pub(crate) fn gc_with(repo: &mut Writer, plan: GcPlan) -> Result<GcReport> {
     let GcPlan {
         mark, reclaimed, ..
     } = plan;
+    // A dead copy whose index entry names a container that also holds a
+    // live copy of the same chunk (PGC+ sent both to one stored chunk): the
+    // container stays, so only the entry goes.
+    let aliases: HashSet<(crate::Fingerprint, crate::index::CopyNo)> = repo
+        .index
+        .entries()
+        .filter(|e| {
+            e.kind == crate::container::ChunkKind::Data && !reclaimed.contains(&e.container)
+        })
+        // Only where the mark is exact for the container: sampling's second
+        // pass marked its focus alone.
+        .filter(|e| mark.focus.as_ref().is_none_or(|f| f.contains(&e.container)))
+        .filter(|e| !mark.is_valid(&e.fp, e.copy))
+        .filter(|e| {
+            repo.index
+                .copy_list(&e.fp)
+                .in_container(e.container)
+                .any(|n| n != e.copy && mark.is_valid(&e.fp, n))
+        })
+        .map(|e| (e.fp, e.copy))
+        .collect();
     drop(mark);
     let t = Instant::now();
-    sweep::commit(repo, &reclaimed, &produced, &moved, next_id)?;
+    sweep::commit(repo, &reclaimed, &produced, &moved, &aliases, next_id)?;
     r.publish_seconds = t.elapsed().as_secs_f64();
     r.total_seconds += started.elapsed().as_secs_f64();
     Ok(r)
@@ -473,9 +530,9 @@ mod tests {
         out
     }
 
-    /// A rewritten chunk has two copies; the index names the newer one. The
-    /// older copy is dead even though a retained backup references the
-    /// chunk, and GC must keep exactly the newer copy.
+    /// Copy 0 of three chunks is moved to a new container (as a GC
+    /// would): the chunks left at its old place are no copy any backup
+    /// reads, so they are dead, and GC keeps exactly the moved ones.
     #[test]
     fn stale_copies_left_by_rewriting_are_dead() {
         let marks = [
@@ -527,6 +584,7 @@ mod tests {
                     fp: m.fp,
                     container: new_id,
                     kind: ChunkKind::Data,
+                    copy: 0,
                 })
                 .collect();
             repo.write_segment(&mut next, &moved).unwrap();
@@ -596,6 +654,28 @@ mod tests {
         }
         repo.forget(&[ids[0]]).unwrap();
         (repo, ids[1], v2)
+    }
+
+    /// The default split threshold scales with the chunks per container;
+    /// an explicit one is kept.
+    #[test]
+    fn split_threshold_scales_with_containers() {
+        let (repo, _, _) = two_versions();
+        let data: Vec<_> = repo
+            .manifest
+            .containers
+            .iter()
+            .filter(|c| c.kind == ChunkKind::Data)
+            .collect();
+        let mean = data.iter().map(|c| c.chunks as f64).sum::<f64>() / data.len() as f64;
+        let auto = GcOptions::default().split_threshold_for(&repo);
+        assert_eq!(auto, ((mean * 200.0 / 512.0).round() as usize).max(1));
+        assert!(auto < 200, "16 KiB containers hold ~16 chunks: {auto}");
+        let fixed = GcOptions {
+            split_threshold: 7,
+            ..Default::default()
+        };
+        assert_eq!(fixed.split_threshold_for(&repo), 7);
     }
 
     #[test]

@@ -16,6 +16,7 @@ use super::mark::{Live, Mark};
 use crate::catalog::ContainerEntry;
 use crate::container::{ChunkKind, ContainerId};
 use crate::error::Result;
+use crate::fingerprint::FpSet;
 use crate::repo::Repository;
 use std::collections::{HashMap, HashSet};
 
@@ -111,7 +112,7 @@ fn deleted_references(repo: &Repository) -> HashSet<ContainerId> {
             continue;
         };
         while let Ok(Some(e)) = w.next() {
-            if let Some(c) = repo.index.get(ChunkKind::Data, &e.fp) {
+            if let Some(c) = repo.locate_copy(ChunkKind::Data, &e.fp, e.copy) {
                 gs.insert(c);
             }
         }
@@ -129,8 +130,11 @@ fn live_from_meta(
 ) -> Result<Live> {
     let meta = clock.read_meta(repo, id)?;
     let mut live = Live::default();
+    let mut seen = FpSet::default();
+    let mut copies = Vec::new();
     for m in meta {
-        if mark.valid.contains(&m.fp) && repo.index.get(ChunkKind::Data, &m.fp) == Some(id) {
+        mark.live_copies_in(&repo.index, &m.fp, id, &mut copies);
+        if !copies.is_empty() && seen.insert(m.fp) {
             live.chunks += 1;
             live.bytes += m.len as u64;
         }
@@ -167,8 +171,11 @@ fn unique_liveness(
     let mut out = HashMap::new();
     for c in data {
         let (mut live, mut live_bytes, mut dead_dup) = (0u32, 0u64, 0u32);
+        let mut here = Vec::new();
         for m in clock.read_meta(repo, c.id)? {
-            if mark.valid.contains(&m.fp) {
+            // Per-backup copies: live if a copy the index places here is.
+            mark.live_copies_in(&repo.index, &m.fp, c.id, &mut here);
+            if !here.is_empty() {
                 live += 1;
                 live_bytes += m.len as u64;
             } else if dup.contains_key(&c.id) && dead.contains(&m.fp) {

@@ -3,6 +3,13 @@
 //! the new manifest generation, and only then the deletion of the old
 //! containers and segments.
 //!
+//! Liveness is per copy (see [`super::mark`]): a container's chunk is moved
+//! for the copies of it that retained backups reference, and each moved
+//! copy's index entry is redirected to its new container, so every backup
+//! that referenced the copy reads it there (recipes never change). Copies
+//! no retained backup references are dropped from the index with their
+//! container, even where another copy of the fingerprint lives on.
+//!
 //! After a PGC+ mark the naive sweep is PGC+'s copy phase ([`copy_backward`]):
 //! newest container first, keeping the newest copy of each live chunk and
 //! dropping the older ones (dynamic duplicate removal, FAST'17 §3.4.2).
@@ -16,9 +23,9 @@ use crate::catalog::ContainerEntry;
 use crate::container::{ChunkKind, ChunkMeta, ContainerId, ContainerWriter, IdAllocator};
 use crate::error::Result;
 use crate::fingerprint::{Fingerprint, FpMap, FpSet};
-use crate::index::{sort_entries, IndexEntry};
+use crate::index::{sort_entries, CopyNo, CopySet, IndexEntry};
 use crate::repo::{Repository, Writer};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 /// Paces a stream of bytes to a rate (bytes per second), so a GC does not
@@ -69,7 +76,7 @@ pub struct Packer {
     kind: ChunkKind,
     writer: ContainerWriter,
     ids: IdAllocator,
-    /// Index entries of the chunks moved (fingerprint → new container).
+    /// Index entries of the copies moved ((fingerprint, copy) → new container).
     pub moved: Vec<IndexEntry>,
     /// Paces the containers written.
     pub write_throttle: Throttle,
@@ -92,31 +99,29 @@ impl Packer {
         }
     }
 
-    pub fn push(&mut self, fp: Fingerprint, len: u32, bytes: &[u8]) -> Result<()> {
+    /// Move a chunk's stored bytes (`m` is its entry in its old container)
+    /// as they are, with no decompression and no re-encryption, once for its
+    /// moved copies `copies` (one, unless several live copies sat in one
+    /// container); redirect each.
+    pub fn push_stored(
+        &mut self,
+        m: &ChunkMeta,
+        copies: &[CopyNo],
+        stored: &[u8],
+    ) -> Result<ContainerId> {
         let written = self.writer.written().len();
-        let container = self.writer.push(&mut self.ids, fp, len, bytes)?;
+        let container = self.writer.push_stored(&mut self.ids, m, stored)?;
         if self.writer.written().len() > written {
             let n = self.writer.written().last().map_or(0, |c| c.logical_bytes);
             self.write_throttle.consume(n);
         }
-        self.moved.push(IndexEntry {
-            fp,
-            container,
-            kind: self.kind,
-        });
-        Ok(())
-    }
-
-    /// Move a chunk's stored bytes (`m` is its entry in its old container)
-    /// as they are: no decompression, no re-encryption.
-    pub fn push_stored(&mut self, m: &ChunkMeta, stored: &[u8]) -> Result<()> {
-        let container = self.writer.push_stored(&mut self.ids, m, stored)?;
-        self.moved.push(IndexEntry {
+        self.moved.extend(copies.iter().map(|&copy| IndexEntry {
             fp: m.fp,
             container,
             kind: self.kind,
-        });
-        Ok(())
+            copy,
+        }));
+        Ok(container)
     }
 
     /// Write the open container, if any.
@@ -155,17 +160,42 @@ pub struct SweepStats {
     pub read_throttle: Throttle,
 }
 
-/// Naive copy-forward of the live chunks of `ids`, in their old order.
-/// `placed` merges duplicates: each fingerprint is written once.
+/// The live copies of chunk `fp` that the index places in container `id`
+/// and that are not moved yet, into `out` (cleared first). Recipe chunks
+/// have copy 0 alone.
+pub fn take_live_copies(
+    repo: &Repository,
+    mark: &Mark,
+    kind: ChunkKind,
+    fp: &Fingerprint,
+    id: ContainerId,
+    placed: &mut CopySet,
+    out: &mut Vec<CopyNo>,
+) {
+    match kind {
+        ChunkKind::Data => mark.live_copies_in(&repo.index, fp, id, out),
+        ChunkKind::Recipe => {
+            out.clear();
+            if mark.valid_recipe.contains(fp) && repo.index.get(kind, fp) == Some(id) {
+                out.push(0);
+            }
+        }
+    }
+    out.retain(|&n| placed.insert(*fp, n));
+}
+
+/// Naive copy-forward of the live copies in `ids`, in their old order.
+/// `placed` makes each copy move once.
 pub fn copy_forward(
     repo: &Repository,
+    mark: &Mark,
     kind: ChunkKind,
     ids: &[ContainerId],
-    live: impl Fn(&Fingerprint) -> bool,
     packer: &mut Packer,
-    placed: &mut FpSet,
+    placed: &mut CopySet,
     stats: &mut SweepStats,
 ) -> Result<()> {
+    let mut copies = Vec::new();
     for &id in ids {
         let t = Instant::now();
         let c = repo.store.read_stored(id)?;
@@ -173,8 +203,9 @@ pub fn copy_forward(
         stats.read_throttle.consume(c.header.logical_len);
         let mut cached = 0;
         for m in &c.meta {
-            if live(&m.fp) && repo.index.get(kind, &m.fp) == Some(id) && placed.insert(m.fp) {
-                packer.push_stored(m, c.stored(m))?;
+            take_live_copies(repo, mark, kind, &m.fp, id, placed, &mut copies);
+            if !copies.is_empty() {
+                packer.push_stored(m, &copies, c.stored(m))?;
                 cached += m.len as u64;
                 stats.moved_chunks += 1;
             }
@@ -220,12 +251,15 @@ impl Kept {
 }
 
 /// PGC+'s copy phase (§3.4.2): every data container, newest first. The
-/// first live copy of a fingerprint met is kept — copied forward if its
-/// container is selected, left in place (a metadata read) otherwise — and
-/// every older copy is dead. Selected containers estimated empty are
-/// checked through their metadata and only read if a chunk there is
-/// still the newest live copy. Returns the index redirects for kept
-/// copies left in place that the index did not name.
+/// first live copy met of a chunk is kept — copied forward if
+/// its container is selected, left in place (a metadata read) otherwise —
+/// and every other copy is dead. Per-backup copies: the live copies of
+/// the chunk in older containers are redirected to the kept one (same
+/// bytes; the backups that read them now read it), so dynamic duplicate
+/// removal never leaves a retained backup without its chunk. Selected
+/// containers estimated empty are checked through their metadata and only
+/// read if a chunk there is still the newest live copy. Returns the index
+/// redirects.
 pub fn copy_backward(
     repo: &Repository,
     mark: &Mark,
@@ -247,33 +281,53 @@ pub fn copy_backward(
         FpFilter::Phv(p) => Kept::Bits(vec![0; p.len().div_ceil(64)]),
         _ => Kept::Set(FpSet::default()),
     };
+    // Where the kept copy of a chunk with several copies is.
+    let mut kept_at: FpMap<ContainerId> = FpMap::default();
+    let several = |fp: &Fingerprint| repo.index.copy_list(fp).len() > 1;
     let mut redirects = Vec::new();
+    // The live copies `here` of `fp` now read the kept copy.
+    let redirect = |fp: &Fingerprint,
+                    here: &[CopyNo],
+                    kept_at: &FpMap<ContainerId>,
+                    out: &mut Vec<IndexEntry>| {
+        if let Some(&to) = kept_at.get(fp) {
+            out.extend(here.iter().map(|&n| IndexEntry {
+                fp: *fp,
+                container: to,
+                kind: ChunkKind::Data,
+                copy: n,
+            }));
+        }
+    };
+    let mut here = Vec::new();
     for id in ids {
         let selected = copy.contains(&id);
         if !selected {
             let (h, meta) = repo.store.read_meta(id)?;
             stats.metadata_reads += 1;
             stats.metadata_bytes += crate::container::format::HEADER_LEN as u64 + h.meta_len;
-            if !empty.contains(&id) {
+            let dropped = empty.contains(&id);
+            let must_read = dropped
+                && meta.iter().any(|m| {
+                    mark.live_copies_in(&repo.index, &m.fp, id, &mut here);
+                    !here.is_empty() && !kept.contains(&mark.valid, &m.fp)
+                });
+            if !must_read {
                 for m in &meta {
-                    if mark.valid.contains(&m.fp)
-                        && kept.insert(&mark.valid, &m.fp)
-                        && repo.locate(ChunkKind::Data, &m.fp) != Some(id)
-                    {
-                        redirects.push(IndexEntry {
-                            fp: m.fp,
-                            container: id,
-                            kind: ChunkKind::Data,
-                        });
+                    mark.live_copies_in(&repo.index, &m.fp, id, &mut here);
+                    if here.is_empty() {
+                        continue;
+                    }
+                    if !dropped && kept.insert(&mark.valid, &m.fp) {
+                        if several(&m.fp) {
+                            kept_at.insert(m.fp, id);
+                        }
+                    } else {
+                        // Deleted unread, or an older copy: its readers
+                        // read the kept copy.
+                        redirect(&m.fp, &here, &kept_at, &mut redirects);
                     }
                 }
-                continue;
-            }
-            // Estimated empty: deleted unread unless it holds a newest copy.
-            if !meta
-                .iter()
-                .any(|m| mark.valid.contains(&m.fp) && !kept.contains(&mark.valid, &m.fp))
-            {
                 continue;
             }
         }
@@ -283,10 +337,19 @@ pub fn copy_backward(
         stats.read_throttle.consume(c.header.logical_len);
         let mut cached = 0;
         for m in &c.meta {
-            if mark.valid.contains(&m.fp) && kept.insert(&mark.valid, &m.fp) {
-                packer.push_stored(m, c.stored(m))?;
+            mark.live_copies_in(&repo.index, &m.fp, id, &mut here);
+            if here.is_empty() {
+                continue;
+            }
+            if kept.insert(&mark.valid, &m.fp) {
+                let to = packer.push_stored(m, &here, c.stored(m))?;
+                if several(&m.fp) {
+                    kept_at.insert(m.fp, to);
+                }
                 cached += m.len as u64;
                 stats.moved_chunks += 1;
+            } else {
+                redirect(&m.fp, &here, &kept_at, &mut redirects);
             }
         }
         stats.cache_peak_bytes = stats.cache_peak_bytes.max(cached);
@@ -307,7 +370,7 @@ pub fn gccdf_sweep(
     packer: &mut Packer,
     stats: &mut SweepStats,
 ) -> Result<()> {
-    let mut placed = FpSet::default();
+    let mut placed = CopySet::default();
     for segment in ids.chunks(segment_containers.max(1)) {
         stats.segments += 1;
         let (cache, secs) = preprocess::load_segment(repo, mark, segment, &mut placed)?;
@@ -333,12 +396,36 @@ pub fn gccdf_sweep(
         stats.analyze_seconds += t.elapsed().as_secs_f64();
         for i in order {
             let i = i as usize;
-            packer.push_stored(&cache.metas[i], cache.stored(i))?;
+            packer.push_stored(&cache.metas[i], &cache.copies[i], cache.stored(i))?;
             stats.moved_chunks += 1;
         }
         packer.seal()?;
     }
     Ok(())
+}
+
+/// The containers a sweep other than PGC+'s copy phase must read: the
+/// selected ones, plus — after a PGC+ mark, whose selection estimates away
+/// chunks that have a newer copy — any container estimated empty that
+/// still holds a live copy (per-backup copies: an older copy is live while
+/// a retained backup reads it), so no live copy is deleted unread.
+fn with_live_empties(repo: &Repository, mark: &Mark, sel: &Selection) -> Result<Vec<ContainerId>> {
+    let mut ids = sel.copy.clone();
+    if mark.dup_counter.is_none() {
+        return Ok(ids);
+    }
+    let mut here = Vec::new();
+    for &id in &sel.empty {
+        let (_, meta) = repo.store.read_meta(id)?;
+        if meta.iter().any(|m| {
+            mark.live_copies_in(&repo.index, &m.fp, id, &mut here);
+            !here.is_empty()
+        }) {
+            ids.push(id);
+        }
+    }
+    ids.sort_unstable();
+    Ok(ids)
 }
 
 /// What a container sweep wrote: data containers, then recipe containers.
@@ -400,19 +487,19 @@ pub fn sweep_containers(
         }
         GcStrategy::Naive => copy_forward(
             repo,
+            mark,
             ChunkKind::Data,
             &sel.copy,
-            |fp| mark.valid.contains(fp),
             &mut data,
-            &mut FpSet::default(),
+            &mut CopySet::default(),
             &mut stats,
         )?,
         GcStrategy::Gccdf => gccdf_sweep(
             repo,
             mark,
-            &sel.copy,
+            &with_live_empties(repo, mark, sel)?,
             opts.segment_containers,
-            opts.split_threshold,
+            opts.split_threshold_for(repo),
             &mut data,
             &mut stats,
         )?,
@@ -425,11 +512,11 @@ pub fn sweep_containers(
     };
     copy_forward(
         repo,
+        mark,
         ChunkKind::Recipe,
         &sel.recipe_copy,
-        |fp| mark.valid_recipe.contains(fp),
         &mut recipe,
-        &mut FpSet::default(),
+        &mut CopySet::default(),
         &mut recipe_stats,
     )?;
     Ok(Swept {
@@ -440,37 +527,34 @@ pub fn sweep_containers(
     })
 }
 
-/// Publish the GC: the index without entries into reclaimed containers and
-/// with the moved chunks' new homes, as one segment superseding all others;
-/// the manifest without the reclaimed containers and with the produced ones.
+/// Publish the GC: the index without the copies in reclaimed containers
+/// and with the moved copies' new homes — every copy of every chunk, as one
+/// segment superseding all others; the manifest without the reclaimed
+/// containers and with the produced ones.
 pub fn commit(
     repo: &mut Writer,
     reclaimed: &HashSet<ContainerId>,
     produced: &[ContainerEntry],
     moved: &[IndexEntry],
+    aliases: &HashSet<(crate::fingerprint::Fingerprint, crate::index::CopyNo)>,
     next_id: ContainerId,
 ) -> Result<()> {
-    let (mut data, mut recipe) = (FpMap::default(), FpMap::default());
-    for e in moved {
-        match e.kind {
-            ChunkKind::Data => data.insert(e.fp, e.container),
-            ChunkKind::Recipe => recipe.insert(e.fp, e.container),
-        };
-    }
+    let key = |e: &IndexEntry| (e.kind == ChunkKind::Recipe, e.fp, e.copy);
+    let to: HashMap<_, ContainerId> = moved.iter().map(|e| (key(e), e.container)).collect();
     let mut dropped = Vec::new();
-    let mut entries: Vec<IndexEntry> = Vec::with_capacity(repo.index.len().0 + repo.index.len().1);
+    let (d, r) = repo.index.len();
+    let mut entries: Vec<IndexEntry> = Vec::with_capacity(d + r + repo.index.extra_copies());
     for e in repo.index.entries() {
-        let to = match e.kind {
-            ChunkKind::Data => data.get(&e.fp),
-            ChunkKind::Recipe => recipe.get(&e.fp),
-        };
-        match to {
+        match to.get(&key(&e)) {
             Some(&c) => entries.push(IndexEntry { container: c, ..e }),
-            None if reclaimed.contains(&e.container) => dropped.push((e.kind, e.fp)),
+            None if reclaimed.contains(&e.container) => dropped.push(e),
+            None if e.kind == ChunkKind::Data && aliases.contains(&(e.fp, e.copy)) => {
+                dropped.push(e)
+            }
             None => entries.push(e),
         }
     }
-    sort_entries(&mut entries, false);
+    sort_entries(&mut entries);
     let mut next = repo.manifest.clone();
     next.containers.retain(|c| !reclaimed.contains(&c.id));
     next.containers.extend_from_slice(produced);
@@ -486,8 +570,8 @@ pub fn commit(
     // Once the manifest is out, the in-memory index must follow it, even if
     // deleting the superseded objects failed (the next writer removes them).
     if repo.manifest.generation != generation {
-        for (kind, fp) in dropped {
-            repo.index.remove(kind, &fp);
+        for e in dropped {
+            repo.index.remove_copy(e.kind, &e.fp, e.copy);
         }
         for e in moved {
             repo.index.insert(*e);

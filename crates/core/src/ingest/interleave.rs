@@ -53,6 +53,11 @@ pub(crate) fn backup_interleaved(
     if group.is_empty() {
         return Ok(Vec::new());
     }
+    if cfg.layout == crate::layout::LayoutKind::Mfdedup {
+        return Err(Error::invalid(
+            "the mfdedup layout backs up one version of a chain at a time (no interleaved groups)",
+        ));
+    }
     let mut names = Vec::with_capacity(group.len());
     let mut dealt = Vec::with_capacity(group.len());
     let chunker = cfg.chunker.build();
@@ -92,7 +97,7 @@ pub(crate) fn backup_interleaved(
                 (chunks, b)
             }
         };
-        names.push((opts.name, opts.source));
+        names.push((opts.name, opts.source, opts.meta));
         dealt.push(Dealt {
             chunks,
             bytes,
@@ -120,19 +125,21 @@ pub(crate) fn backup_interleaved(
                 // the member whose chunk this is.
                 sink.counts = d.counts;
                 sink.cursor = d.cursor;
-                sink.dedup_chunk(fp, len, bytes)?;
-                d.recipe.push(fp, len as u64, &mut sink)?;
+                let copy = sink.dedup_chunk(fp, len, bytes)?;
+                d.recipe.push(fp, len, copy, &mut sink)?;
                 d.counts = sink.counts;
                 d.cursor = sink.cursor;
             }
         }
         let mut members = Vec::with_capacity(dealt.len());
-        for (d, (name, source)) in dealt.drain(..).zip(names.drain(..)) {
+        for (d, (name, source, meta)) in dealt.drain(..).zip(names.drain(..)) {
             sink.counts = d.counts;
             let root = d.recipe.finish(&mut sink)?;
             members.push(Member {
                 name,
+                chain: None,
                 source,
+                meta,
                 root,
                 counts: sink.counts,
             });

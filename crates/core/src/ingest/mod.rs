@@ -27,10 +27,11 @@
 //! With a rewrite policy the worker buffers an ingest segment (20 MiB of
 //! chunks by default), hands its distinct duplicates with every live copy to
 //! the policy, then stores chunks in stream order: unique and rewritten
-//! chunks go to the open data container (at most once per segment), and a
-//! duplicate deduplicated against an older copy repoints the index there, so
-//! restores read the copies the newest backup chose (the index serves all
-//! restores; recipes hold fingerprints only).
+//! chunks go to the open data container (at most once per segment) as a new
+//! copy of the chunk (the next copy number), and a duplicate references the
+//! copy the policy chose. Recipe leaves name the copy each chunk is read
+//! from, so every backup restores from the copies its own ingest chose; no
+//! existing index entry changes.
 //!
 //! While a backup runs the index is owned by the worker; on failure every
 //! entry the backup added is removed again, so the in-memory repository
@@ -53,11 +54,14 @@ use serde::Serialize;
 use std::io::{self, Read, Write};
 use std::time::Instant;
 
+mod files_cache;
 pub(crate) mod interleave;
 mod parallel;
 mod pipeline;
 mod segment;
 mod sink;
+mod tree;
+pub use files_cache::FilesCacheOptions;
 pub use interleave::GroupInput;
 pub use parallel::default_threads;
 pub use pipeline::Ingest;
@@ -72,6 +76,13 @@ pub struct BackupOptions {
     pub rewrite: RewriteSpec,
     /// Logical bytes of chunks per rewriting decision (the ingest segment).
     pub segment_bytes: u64,
+    /// Host, user, paths, tags and parent, recorded in the catalog entry.
+    pub meta: crate::catalog::SnapshotMeta,
+    /// The version chain (`--source`); the name when unset. Recorded in
+    /// the catalog when set, always on the MFDedup layout.
+    pub chain: Option<String>,
+    /// MFDedup: arrange right after the backup (`--no-arrange` clears it).
+    pub arrange: bool,
 }
 
 impl BackupOptions {
@@ -82,6 +93,9 @@ impl BackupOptions {
             source,
             rewrite: RewriteSpec::None,
             segment_bytes: crate::rewrite::DEFAULT_SEGMENT_BYTES,
+            meta: Default::default(),
+            chain: None,
+            arrange: true,
         }
     }
 }
@@ -111,6 +125,22 @@ pub struct BackupReport {
     pub seconds: f64,
     /// Logical MB (10^6 bytes) per second.
     pub throughput_mb_s: f64,
+    /// MFDedup: memory of the NDF index at its peak (the previous and this
+    /// version's fingerprints).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ndf_memory_bytes: Option<u64>,
+    /// MFDedup: the arranging that followed the backup.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arranged: Option<crate::layout::mfdedup::avar::ArrangeReport>,
+    /// Where the logical bytes went: file contents and (directory backups)
+    /// metadata, and how much of each was stored anew.
+    pub content_bytes: u64,
+    pub metadata_bytes: u64,
+    pub new_content_bytes: u64,
+    pub new_metadata_bytes: u64,
+    /// Directory backups with the files cache: regular files whose
+    /// contents were taken from it rather than read.
+    pub files_from_cache: u64,
 }
 
 /// Counters kept by the worker.
@@ -124,13 +154,31 @@ pub(crate) struct Counts {
     rewritten_bytes: u64,
     rewritten_chunks: u64,
     segments: u64,
+    /// Directory streams: where the metadata section starts.
+    meta_from: Option<u64>,
+    /// New bytes of the metadata section (part of `new_bytes`).
+    new_meta_bytes: u64,
+}
+
+impl Counts {
+    /// A new data chunk starting at stream offset `at` was stored.
+    #[inline]
+    fn stored_new(&mut self, at: u64, len: u32) {
+        self.new_bytes += len as u64;
+        self.new_chunks += 1;
+        if self.meta_from.is_some_and(|m| at >= m) {
+            self.new_meta_bytes += len as u64;
+        }
+    }
 }
 
 /// A backup about to be committed: how it is named, its recipe root (and
 /// level), and what its ingest counted.
 struct Member {
     name: String,
+    chain: Option<String>,
     source: SourceKind,
+    meta: crate::catalog::SnapshotMeta,
     root: (RecipeEntry, u8),
     counts: Counts,
 }
@@ -145,7 +193,13 @@ fn report(
     started: Instant,
 ) -> BackupReport {
     let secs = started.elapsed().as_secs_f64();
+    let content = c.meta_from.unwrap_or(c.logical).min(c.logical);
     BackupReport {
+        content_bytes: content,
+        metadata_bytes: c.logical - content,
+        new_content_bytes: c.new_bytes - c.new_meta_bytes,
+        new_metadata_bytes: c.new_meta_bytes,
+        files_from_cache: 0,
         logical_bytes: c.logical,
         stored_bytes: c.new_bytes,
         duplicate_bytes: c.logical - c.new_bytes,
@@ -161,6 +215,8 @@ fn report(
         recipe_containers_written: io.recipe_containers_written,
         seconds: secs,
         throughput_mb_s: crate::metrics::mb_per_s(c.logical, secs),
+        ndf_memory_bytes: None,
+        arranged: None,
         backup,
     }
 }
@@ -173,11 +229,50 @@ impl Writer {
         opts: &BackupOptions,
         feed: impl FnOnce(&mut Ingest<L>) -> Result<()>,
     ) -> Result<BackupReport> {
+        self.backup_trailed(layout, opts, false, feed)
+            .map(|(r, _)| r)
+    }
+
+    /// A directory backup: [`backup_in`](Self::backup_in), also returning
+    /// its data chunks in stream order if `trail` (for the files cache).
+    pub(crate) fn backup_in_tree(
+        &mut self,
+        opts: &BackupOptions,
+        trail: bool,
+        feed: impl FnOnce(&mut Ingest) -> Result<()>,
+    ) -> Result<(BackupReport, Option<tree::Trail>)> {
+        self.backup_trailed(&ContainerLayout, opts, trail, feed)
+    }
+
+    fn backup_trailed<L: Layout>(
+        &mut self,
+        layout: &L,
+        opts: &BackupOptions,
+        trail: bool,
+        feed: impl FnOnce(&mut Ingest<L>) -> Result<()>,
+    ) -> Result<(BackupReport, Option<tree::Trail>)> {
         let started = Instant::now();
         let cfg = self.manifest.config.clone();
         let before = self.metrics.snapshot();
+        let mf = cfg.layout == crate::layout::LayoutKind::Mfdedup;
+        let chain = match (&opts.chain, mf) {
+            (Some(c), _) => Some(c.clone()),
+            (None, true) => Some(opts.name.clone()),
+            (None, false) => None,
+        };
+        let stash = match (mf, &chain) {
+            (true, Some(c)) => Some(crate::layout::mfdedup::begin_backup(
+                self,
+                c,
+                &opts.rewrite,
+            )?),
+            _ => None,
+        };
         let rw = Rewriter::new(&opts.rewrite, opts.segment_bytes, &self.manifest);
-        let sink = Sink::new(self, layout, rw);
+        let mut sink = Sink::new(self, layout, rw);
+        if trail {
+            sink.trail = Some(tree::Trail::default());
+        }
         let fingerprinter = self.fingerprinter().clone();
         let threads = self.threads;
         let mut ingest = Ingest::start(
@@ -196,22 +291,36 @@ impl Writer {
             };
             Ok(vec![Member {
                 name: opts.name.clone(),
+                chain: chain.clone(),
                 source: opts.source,
+                meta: opts.meta.clone(),
                 root,
                 counts: sink.counts,
             }])
         });
         let counts = sink.counts;
-        let entries = self.commit(sink, member)?;
+        let trail = sink.trail.take();
+        let entries = self.commit(sink, member);
+        let ndf_memory =
+            stash.map(|s| crate::layout::mfdedup::end_backup(self, s, entries.is_ok()) as u64);
+        let entries = entries?;
+        // The backup's own I/O (arranging is reported on its own).
+        let io = self.metrics.snapshot().since(&before);
         layout.after_backup(self, &entries)?;
+        let arranged = match (&chain, mf && opts.arrange) {
+            (Some(c), true) => Some(crate::layout::mfdedup::avar::arrange_chain(self, c, None)?),
+            _ => None,
+        };
         let entry = entries.into_iter().next().expect("one member, one entry");
         let sparse = if matches!(opts.rewrite, RewriteSpec::Har { .. }) {
             self.manifest.har_sparse.len() as u64
         } else {
             0
         };
-        let io = self.metrics.snapshot().since(&before);
-        Ok(report(entry, counts, sparse, &io, started))
+        let mut r = report(entry, counts, sparse, &io, started);
+        r.ndf_memory_bytes = ndf_memory;
+        r.arranged = arranged;
+        Ok((r, trail))
     }
 
     /// Seal the open containers, write the index segment and publish one
@@ -242,7 +351,10 @@ impl Writer {
             if let Some(sparse) = sink.rw.as_ref().and_then(|r| r.next_sparse(capacity)) {
                 next.har_sparse = sparse;
             }
-            self.write_segment(&mut next, &sink.new_entries)?;
+            let mf = self.manifest.config.layout == crate::layout::LayoutKind::Mfdedup;
+            if !mf {
+                self.write_segment(&mut next, &sink.new_entries)?;
+            }
             let mut entries = Vec::with_capacity(members.len());
             for m in members {
                 let (root, root_level) = m.root;
@@ -258,7 +370,20 @@ impl Writer {
                     chunks: c.chunks,
                     new_bytes: c.new_bytes,
                     new_chunks: c.new_chunks,
+                    meta: m.meta,
+                    chain: m.chain,
+                    content_bytes: c.meta_from,
                 };
+                if mf {
+                    let refs = sink.refs.take().unwrap_or_default();
+                    crate::layout::mfdedup::record_backup(
+                        self,
+                        &mut next,
+                        &entry,
+                        sink.writer.written(),
+                        &refs,
+                    )?;
+                }
                 next.next_backup_id = next.next_backup_id.next();
                 next.backups.push(entry.clone());
                 entries.push(entry);
@@ -267,10 +392,7 @@ impl Writer {
         });
         // Give the index back before publishing, so a failed publish can undo.
         let Sink {
-            index,
-            new_entries,
-            undo,
-            ..
+            index, new_entries, ..
         } = sink;
         *L::index(self) = index;
         let published = outcome.and_then(|(mut next, entries)| {
@@ -278,7 +400,7 @@ impl Writer {
             self.publish(next, &superseded).map(|()| entries)
         });
         if published.is_err() {
-            undo.undo(L::index(self), &new_entries);
+            sink::undo(L::index(self), &new_entries);
         }
         published
     }
@@ -324,35 +446,11 @@ pub(crate) fn backup_tree(
     root: &std::path::Path,
     progress: &mut dyn FnMut(u64),
 ) -> Result<(BackupReport, crate::archive::TreeStats)> {
-    let mut stats = None;
-    let report = repo.backup_with(opts, |ingest| {
-        let mut done = 0u64;
-        let mut on_bytes = |n: u64| {
-            done += n;
-            progress(done)
-        };
-        stats = Some(crate::archive::write_tree(root, ingest, &mut on_bytes)?);
-        Ok(())
-    })?;
-    Ok((report, stats.unwrap_or_default()))
+    let selection = crate::archive::Selection::default();
+    tree::backup_paths(repo, opts, &[root.to_path_buf()], &selection, progress)
 }
 
-/// [`Writer::backup_paths`](crate::Writer::backup_paths).
-pub(crate) fn backup_paths(
-    repo: &mut Writer,
-    opts: &BackupOptions,
-    paths: &[std::path::PathBuf],
-    selection: &crate::archive::Selection,
-    progress: &mut dyn FnMut(u64),
-) -> Result<(BackupReport, crate::archive::TreeStats)> {
-    let _ = selection;
-    match paths {
-        [one] => backup_tree(repo, opts, one, progress),
-        _ => Err(Error::invalid(
-            "a backup of several paths is not supported yet (issue 19)",
-        )),
-    }
-}
+pub(crate) use tree::backup_paths;
 
 /// [`Writer::backup_trace`](crate::Writer::backup_trace).
 pub(crate) fn backup_trace(

@@ -1,7 +1,10 @@
-//! The two stages of a backup: the caller's thread cuts bytes into chunks
-//! (or buffers trace entries, and in trace mode without rewriting also
-//! builds the recipe tree); the worker thread fingerprints and hands every
-//! chunk to the [`Sink`], in batches.
+//! The two stages of a backup: the caller's thread buffers bytes and marks
+//! where each section (a file's contents) ends, cutting only a section that
+//! runs past a batch (or buffers trace entries, and in trace mode without
+//! rewriting also builds the recipe tree); the worker thread has the
+//! batch's sections cut, its chunks fingerprinted and the new ones sealed
+//! by worker threads ([`Workers`]), then hands every chunk to the
+//! [`Sink`] in stream order.
 
 use super::parallel::{Piece, Workers};
 use super::sink::Sink;
@@ -57,9 +60,25 @@ impl RecipeSink for RecipeEvents {
     }
 }
 
+/// One piece of a data batch, in stream order.
+pub(super) enum Cut {
+    /// A chunk of the batch's bytes: (start, len).
+    Bytes(usize, usize),
+    /// A whole section of the batch's bytes, for the workers to cut: (start, len).
+    Section(usize, usize),
+    /// A chunk the index holds, given by fingerprint (the files cache): its
+    /// bytes were not read.
+    Known(Fingerprint, u32),
+    /// The directory stream's metadata starts at this stream offset.
+    MetaStart(u64),
+    /// A position in the chunk sequence ([`Ingest::mark`]): the trail
+    /// records how many data chunks came before it.
+    Mark,
+}
+
 enum Batch {
-    /// Bytes and the (start, len) of each chunk in them.
-    Data(Vec<u8>, Vec<(usize, usize)>),
+    /// Bytes and the chunks cut in them.
+    Data(Vec<u8>, Vec<Cut>),
     /// Trace entries, and the recipe chunks built upstream (if so).
     Trace(Vec<(Fingerprint, u32)>, RecipeEvents),
 }
@@ -84,18 +103,27 @@ fn worker<L: Layout>(
         for batch in rx {
             match batch {
                 Batch::Data(buf, cuts) => {
-                    // Fingerprints (and chunks sealed ahead) from the
-                    // workers; then dedup and placement here, in order.
-                    // With rewriting, chunks are stored segments later.
+                    // Sections cut, fingerprints (and chunks sealed ahead)
+                    // from the workers; then dedup and placement here, in
+                    // stream order. With rewriting, chunks are stored
+                    // segments later: nothing is sealed ahead.
                     let sealing = match sink.rw {
                         None => sink.writer.chunk_sealing(),
                         Some(_) => None,
                     };
                     pieces.clear();
-                    pieces.extend(cuts.iter().map(|&(start, len)| Piece {
-                        start,
-                        len,
-                        section: false,
+                    pieces.extend(cuts.iter().filter_map(|c| match *c {
+                        Cut::Bytes(start, len) => Some(Piece {
+                            start,
+                            len,
+                            section: false,
+                        }),
+                        Cut::Section(start, len) => Some(Piece {
+                            start,
+                            len,
+                            section: true,
+                        }),
+                        _ => None,
                     }));
                     let parts = workers.prepare(
                         &buf,
@@ -110,10 +138,34 @@ fn worker<L: Layout>(
                         Some(p) => p.install(parts),
                         None => workers.give_back(parts),
                     }
-                    for &(s, n, fp) in workers.chunks() {
-                        let bytes = &buf[s..s + n];
-                        sink.data_chunk(&mut recipe, fp, n as u32, bytes)?;
+                    let mut chunks = workers.chunks().peekable();
+                    for cut in &cuts {
+                        match *cut {
+                            Cut::Bytes(start, len) | Cut::Section(start, len) => {
+                                let end = start + len;
+                                while let Some(&(s, n, fp)) = chunks.next_if(|c| c.0 < end) {
+                                    let bytes = &buf[s..s + n];
+                                    sink.data_chunk(&mut recipe, fp, n as u32, bytes)?;
+                                    if let Some(t) = &mut sink.trail {
+                                        t.chunks.push((fp, n as u32));
+                                    }
+                                }
+                            }
+                            Cut::Known(fp, n) => {
+                                sink.known_chunk(&mut recipe, fp, n)?;
+                                if let Some(t) = &mut sink.trail {
+                                    t.chunks.push((fp, n));
+                                }
+                            }
+                            Cut::MetaStart(at) => sink.counts.meta_from = Some(at),
+                            Cut::Mark => {
+                                if let Some(t) = &mut sink.trail {
+                                    t.marks.push(t.chunks.len());
+                                }
+                            }
+                        }
                     }
+                    drop(chunks);
                     if let Some(p) = sink.writer.presealed() {
                         workers.give_back(p.recycle());
                     }
@@ -147,7 +199,8 @@ fn worker<L: Layout>(
                             while let Some(e) = events.next_if(|e| e.pos <= i) {
                                 sink.recipe_bytes(e.fp, &ev.bytes[e.start..e.start + e.len])?;
                             }
-                            sink.dedup_chunk(fp, len, &[])?;
+                            let copy = sink.dedup_chunk(fp, len, &[])?;
+                            debug_assert_eq!(copy, 0, "only first copies");
                         } else {
                             sink.data_chunk(&mut recipe, fp, len, &[])?;
                         }
@@ -172,6 +225,12 @@ pub struct Ingest<L: Layout = ContainerLayout> {
     chunker: Arc<dyn Chunker>,
     trace: bool,
     buf: Vec<u8>,
+    /// Chunks cut in `buf` (and other pieces) not yet sent.
+    cuts: Vec<Cut>,
+    /// Bytes of `buf` already cut or handed over as sections.
+    cut_to: usize,
+    /// Marks placed so far ([`mark`](Self::mark)).
+    marks: u64,
     trace_buf: Vec<(Fingerprint, u32)>,
     trace_spent: Receiver<(Vec<(Fingerprint, u32)>, RecipeEvents)>,
     /// Trace mode without rewriting: the recipe is built here, not in the
@@ -202,7 +261,9 @@ impl<L: Layout> Ingest<L> {
         let upstream_algo = algo.clone();
         // With rewriting, recipe entries follow the segment's decisions, so
         // the worker builds the recipe; in data mode it has the fingerprints.
-        let upstream = trace && sink.rw.is_none();
+        // Without rewriting a recipe names each chunk's newest copy, which
+        // is copy 0 unless earlier rewriting stored more.
+        let upstream = trace && sink.rw.is_none() && sink.index.first_copies_only();
         let handle = std::thread::Builder::new()
             .name("tessera-ingest".into())
             .spawn(move || {
@@ -227,6 +288,9 @@ impl<L: Layout> Ingest<L> {
             } else {
                 Vec::with_capacity(BATCH_BYTES + (1 << 20))
             },
+            cuts: Vec::new(),
+            cut_to: 0,
+            marks: 0,
             trace_buf: Vec::new(),
             trace_spent,
             recipe: upstream.then(|| RecipeBuilder::new(upstream_algo)),
@@ -255,30 +319,98 @@ impl<L: Layout> Ingest<L> {
     }
 
     /// Cut the buffered bytes into chunks; keep the tail that may still grow
-    /// (less than `max_size` bytes) unless this is the end of the stream.
-    fn cut_batch(&mut self, eof: bool) -> io::Result<()> {
+    /// (less than `max_size` bytes) unless this is the end of a stream
+    /// section (`eof`: the chunker restarts after it).
+    fn cut_pending(&mut self, eof: bool) {
         let max = self.chunker.max_size();
-        let mut cuts = Vec::with_capacity(self.buf.len() / 4096 + 1);
-        let mut pos = 0;
+        let mut pos = self.cut_to;
         while pos < self.buf.len() {
             let rest = &self.buf[pos..];
             if !eof && rest.len() < max {
                 break;
             }
             let n = self.chunker.cut(rest, eof);
-            cuts.push((pos, n));
+            self.cuts.push(Cut::Bytes(pos, n));
             pos += n;
         }
-        if cuts.is_empty() {
+        self.cut_to = pos;
+    }
+
+    /// Send the cut bytes and pieces to the worker; keep the uncut tail.
+    fn send_cut(&mut self) -> io::Result<()> {
+        if self.cuts.is_empty() {
             return Ok(());
         }
         let mut next = self.spent.try_recv().unwrap_or_default();
         next.clear();
         next.reserve(BATCH_BYTES + (1 << 20));
-        next.extend_from_slice(&self.buf[pos..]);
+        next.extend_from_slice(&self.buf[self.cut_to..]);
         let mut full = std::mem::replace(&mut self.buf, next);
-        full.truncate(pos);
+        full.truncate(self.cut_to);
+        self.cut_to = 0;
+        let cuts = std::mem::take(&mut self.cuts);
         self.send(Batch::Data(full, cuts))
+    }
+
+    fn cut_batch(&mut self, eof: bool) -> io::Result<()> {
+        self.cut_pending(eof);
+        self.send_cut()
+    }
+
+    /// Send a batch when enough is buffered: bytes, or pieces without bytes.
+    fn maybe_send(&mut self) -> io::Result<()> {
+        if self.cut_to >= BATCH_BYTES || self.cuts.len() >= TRACE_BATCH {
+            self.send_cut()
+        } else {
+            Ok(())
+        }
+    }
+
+    /// End a stream section (a file's contents): the next byte starts a new
+    /// chunk. The section's bytes in this batch are cut by the workers.
+    pub(crate) fn boundary(&mut self) -> io::Result<()> {
+        if self.trace {
+            return Ok(());
+        }
+        self.end_section();
+        self.maybe_send()
+    }
+
+    /// Hand the bytes fed since the last cut over as a section.
+    fn end_section(&mut self) {
+        if self.cut_to < self.buf.len() {
+            self.cuts
+                .push(Cut::Section(self.cut_to, self.buf.len() - self.cut_to));
+            self.cut_to = self.buf.len();
+        }
+    }
+
+    /// Place a mark here, at a section boundary; returns its number. The
+    /// trail's `marks[k]` is how many data chunks came before mark `k`, so
+    /// a file's chunks are those between the marks around it.
+    pub(crate) fn mark(&mut self) -> u64 {
+        self.end_section();
+        self.cuts.push(Cut::Mark);
+        self.marks += 1;
+        self.marks - 1
+    }
+
+    /// Add a chunk the repository's index holds without its bytes (the
+    /// files cache), at a section boundary. The worker refuses it if the
+    /// index does not hold it.
+    pub(crate) fn push_known(&mut self, fp: Fingerprint, len: u32) -> io::Result<()> {
+        self.boundary()?;
+        self.cuts.push(Cut::Known(fp, len));
+        self.fed += u64::from(len);
+        self.maybe_send()
+    }
+
+    /// The directory stream's metadata starts here: from now on new bytes
+    /// count as metadata in the report.
+    pub(crate) fn metadata_starts(&mut self) -> io::Result<()> {
+        self.boundary()?;
+        self.cuts.push(Cut::MetaStart(self.fed));
+        Ok(())
     }
 
     /// Add one chunk of a fingerprint trace.
@@ -290,7 +422,7 @@ impl<L: Layout> Ingest<L> {
         self.trace_buf.push((fp, len));
         if let Some(r) = &mut self.recipe {
             self.events.pos = self.trace_buf.len();
-            r.push(fp, len as u64, &mut self.events)?;
+            r.push(fp, len, 0, &mut self.events)?;
         }
         if self.trace_buf.len() >= TRACE_BATCH {
             self.send_trace().map_err(|e| Error::io("backup", e))?;
@@ -343,7 +475,8 @@ impl<L: Layout> Ingest<L> {
                     closed.and_then(|()| self.send_trace())
                 }
             } else {
-                self.cut_batch(true)
+                self.end_section();
+                self.send_cut()
             }
         } else {
             Ok(())

@@ -5,21 +5,23 @@ use super::sink::Sink;
 use crate::container::{ChunkKind, ContainerId};
 use crate::error::Result;
 use crate::fingerprint::{Fingerprint, FpMap};
-use crate::index::DedupIndex;
+use crate::index::{CopyNo, DedupIndex};
 use crate::layout::{ChunkWriter, Layout};
 use crate::recipe::RecipeBuilder;
 use crate::rewrite::{Rewriter, Segment, SegmentChunk};
 
 /// What the second pass of a segment does with a fingerprint.
 enum Plan {
-    /// Not stored anywhere: write it.
+    /// Not stored anywhere (or in no live container): write copy 0, or the
+    /// next copy.
     New,
-    /// Held by the open container (written earlier in this backup): reference it.
-    Free,
-    /// A duplicate in sealed containers: the policy's decision `k`.
-    Dup(usize),
-    /// Already handled earlier in this segment.
-    Done,
+    /// Held by the open container (written earlier in this backup): reference that copy.
+    Free(CopyNo),
+    /// A duplicate in sealed containers: the policy's decision `k`, and the
+    /// copy number of each container the policy was offered.
+    Dup(usize, Vec<CopyNo>),
+    /// Already handled earlier in this segment: the copy referenced.
+    Done(CopyNo),
 }
 
 impl<L: Layout> Sink<L> {
@@ -34,6 +36,11 @@ impl<L: Layout> Sink<L> {
             self.counts.segments += 1;
             self.segment(&mut rw, recipe)
         };
+        // Containers sealed while the segment was stored are dedup targets
+        // for the policy and later segments too.
+        for (id, bytes) in self.sealed_mid_segment.drain(..) {
+            rw.sealed(id, bytes);
+        }
         rw.clear();
         self.rw = Some(rw);
         r
@@ -41,7 +48,9 @@ impl<L: Layout> Sink<L> {
 
     /// One segment: collect its distinct duplicates with every live copy,
     /// let the policy decide, then store and reference chunks in stream
-    /// order. A chunk is written at most once per segment.
+    /// order. A chunk is written at most once per segment. The recipe names
+    /// the copy each chunk is read from: the one the policy chose, or the
+    /// new copy a rewrite stored (the next copy number).
     fn segment(&mut self, rw: &mut Rewriter, recipe: &mut RecipeBuilder) -> Result<()> {
         let open = self.writer.open(ChunkKind::Data);
         let mut plan: FpMap<Plan> = FpMap::default();
@@ -50,11 +59,13 @@ impl<L: Layout> Sink<L> {
             if plan.contains_key(&fp) {
                 continue;
             }
-            let p = match self.index.get(ChunkKind::Data, &fp) {
-                None => Plan::New,
-                Some(c) if Some(c) == open => Plan::Free,
-                Some(c) => {
-                    let cs = rw.live_copies(&self.index, &fp, c);
+            let copies = self.index.copy_list(&fp);
+            let in_open = open.and_then(|o| copies.in_container(o).next_back());
+            let p = match in_open {
+                _ if copies.is_empty() => Plan::New,
+                Some(n) => Plan::Free(n),
+                None => {
+                    let (nos, cs) = rw.live_copies(copies);
                     if cs.is_empty() {
                         Plan::New
                     } else {
@@ -62,7 +73,7 @@ impl<L: Layout> Sink<L> {
                             len,
                             containers: cs,
                         });
-                        Plan::Dup(seg.chunks.len() - 1)
+                        Plan::Dup(seg.chunks.len() - 1, nos)
                     }
                 }
             };
@@ -73,45 +84,57 @@ impl<L: Layout> Sink<L> {
         for k in 0..rw.entries.len() {
             let (fp, len, off) = rw.entries[k];
             let p = plan.get_mut(&fp).expect("planned");
-            let used = match std::mem::replace(p, Plan::Done) {
-                Plan::Done | Plan::Free => None,
-                Plan::Dup(k) => match decisions[k] {
-                    Some(c) => {
-                        // Later backups restore from the copy this one chose.
-                        if self.index.get(ChunkKind::Data, &fp) != Some(c) {
-                            self.point(fp, c);
+            let (copy, used) = match std::mem::replace(p, Plan::Done(0)) {
+                Plan::Done(n) => (n, None),
+                Plan::Free(n) => (n, None),
+                Plan::Dup(k, nos) => {
+                    let chosen = decisions[k].and_then(|c| {
+                        seg.chunks[k]
+                            .containers
+                            .iter()
+                            .position(|&x| x == c)
+                            .map(|i| (nos[i], c))
+                    });
+                    match (chosen, self.index.next_copy(&fp)) {
+                        (Some((n, c)), _) => (n, Some(c)),
+                        (None, Some(n)) => {
+                            self.counts.rewritten_bytes += len as u64;
+                            self.counts.rewritten_chunks += 1;
+                            (n, Some(self.store_new(rw, fp, n, len, off)?))
                         }
-                        Some(c)
+                        // No copy number left: read the preferred copy.
+                        (None, None) => (nos[0], Some(seg.chunks[k].containers[0])),
                     }
-                    None => {
-                        self.counts.rewritten_bytes += len as u64;
-                        self.counts.rewritten_chunks += 1;
-                        Some(self.store_new(rw, fp, len, off)?)
-                    }
-                },
-                Plan::New => Some(self.store_new(rw, fp, len, off)?),
+                }
+                Plan::New => {
+                    let n = self.index.next_copy(&fp).unwrap_or(0);
+                    (n, Some(self.store_new(rw, fp, n, len, off)?))
+                }
             };
+            *p = Plan::Done(copy);
             if let Some(c) = used {
                 rw.referenced(fp, c, len);
             }
             self.counts.logical += len as u64;
             self.counts.chunks += 1;
-            recipe.push(fp, len as u64, self)?;
+            recipe.push(fp, len, copy, self)?;
         }
         Ok(())
     }
 
-    /// Store a segment chunk (new, or a rewritten duplicate) and count it.
+    /// Store copy `copy` of a segment chunk (new, or a rewritten duplicate)
+    /// and count it.
     fn store_new(
         &mut self,
         rw: &Rewriter,
         fp: Fingerprint,
+        copy: CopyNo,
         len: u32,
         off: usize,
     ) -> Result<ContainerId> {
-        let c = self.store(ChunkKind::Data, fp, len, rw.chunk_bytes(len, off))?;
-        self.counts.new_bytes += len as u64;
-        self.counts.new_chunks += 1;
+        let c = self.store(ChunkKind::Data, fp, copy, len, rw.chunk_bytes(len, off))?;
+        // Not yet counted in `logical`: that is where this chunk starts.
+        self.counts.stored_new(self.counts.logical, len);
         Ok(c)
     }
 }

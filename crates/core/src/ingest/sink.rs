@@ -5,8 +5,8 @@ use super::Counts;
 use crate::catalog::ContainerEntry;
 use crate::container::{ChunkKind, ContainerId};
 use crate::error::Result;
-use crate::fingerprint::{Fingerprint, FpMap};
-use crate::index::{DedupIndex, IndexEntry};
+use crate::fingerprint::Fingerprint;
+use crate::index::{CopyNo, DedupIndex, IndexEntry};
 use crate::layout::{ChunkWriter, ContainerLayout, Layout};
 use crate::recipe::{RecipeBuilder, RecipeSink};
 use crate::repo::Repository;
@@ -17,57 +17,32 @@ use crate::rewrite::Rewriter;
 pub(crate) struct Sink<L: Layout = ContainerLayout> {
     pub(super) index: L::Index,
     pub(super) writer: L::Writer,
-    /// Index entries this backup added or repointed, in order (the new
-    /// index segment).
+    /// Index entries this backup added, in order (the new index segment).
+    /// Every one is a new copy: a backup never moves an existing copy.
     pub(super) new_entries: Vec<IndexEntry>,
     pub(super) counts: Counts,
     pub(super) rw: Option<Rewriter>,
-    pub(super) undo: UndoLog<L::Index>,
+    /// Data containers sealed while the rewriter was busy deciding a segment
+    /// (it is taken out of `rw` then): handed to it once the segment is
+    /// stored, so the policy and later segments may deduplicate against them.
+    pub(super) sealed_mid_segment: Vec<(ContainerId, u64)>,
+    /// Whether the backup rewrites (`rw` is absent while a segment is decided).
+    rewriting: bool,
     /// Where the index's log expects the next data chunk.
     pub(super) cursor: <L::Index as DedupIndex>::Cursor,
+    /// MFDedup only: every data fingerprint of the backup, in order (its
+    /// NDF table, which arranging classifies the active categories by).
+    pub(super) refs: Option<Vec<Fingerprint>>,
+    /// Every data chunk in stream order, when asked for (the files cache
+    /// learns each file's chunks from it).
+    pub(super) trail: Option<super::tree::Trail>,
 }
 
-/// How to put the index back as it was if the backup fails: entries the
-/// backup added are removed (`Sink::new_entries`); existing data entries
-/// it repointed (only rewriting does) get their saved state back.
-pub(crate) struct UndoLog<I: DedupIndex> {
-    saved: FpMap<I::Saved>,
-    /// Whether `saved` is kept (rewriting can repoint existing entries).
-    rewriting: bool,
-    /// First container id of this backup: older ones predate it.
-    first_id: ContainerId,
-}
-
-impl<I: DedupIndex> UndoLog<I> {
-    fn new(rewriting: bool, first_id: ContainerId) -> Self {
-        UndoLog {
-            saved: FpMap::default(),
-            rewriting,
-            first_id,
-        }
-    }
-
-    /// `fp` is about to be pointed elsewhere: remember its state once, if
-    /// it predates this backup.
-    fn repointing(&mut self, index: &I, fp: &Fingerprint) {
-        if self.rewriting {
-            let before = index
-                .get(ChunkKind::Data, fp)
-                .is_some_and(|p| p < self.first_id);
-            if before && !self.saved.contains_key(fp) {
-                self.saved.insert(*fp, index.data_state(fp));
-            }
-        }
-    }
-
-    /// Undo a failed backup that added `added` to `index`.
-    pub(super) fn undo(self, index: &mut I, added: &[IndexEntry]) {
-        for ne in added {
-            index.remove(ne.kind, &ne.fp);
-        }
-        for (fp, state) in self.saved {
-            index.set_data_state(fp, state);
-        }
+/// Put the index back as it was before a failed backup: remove exactly the
+/// copies it added (`Sink::new_entries`); it changed no other entry.
+pub(crate) fn undo<I: DedupIndex>(index: &mut I, added: &[IndexEntry]) {
+    for ne in added {
+        index.remove_copy(ne.kind, &ne.fp, ne.copy);
     }
 }
 
@@ -75,30 +50,44 @@ impl<L: Layout> Sink<L> {
     /// The sink of a new backup (or group): takes the layout's index from
     /// the repository until `commit` gives it back.
     pub(super) fn new(repo: &mut Repository, layout: &L, rw: Option<Rewriter>) -> Self {
-        let writer = layout.writer(repo);
-        let undo = UndoLog::new(rw.is_some(), writer.next_id());
         Sink {
+            rewriting: rw.is_some(),
             index: std::mem::take(L::index(repo)),
-            writer,
+            writer: layout.writer(repo),
             new_entries: Vec::new(),
             counts: Counts::default(),
             rw,
-            undo,
+            sealed_mid_segment: Vec::new(),
             cursor: Default::default(),
+            refs: (repo.manifest.config.layout == crate::layout::LayoutKind::Mfdedup)
+                .then(Vec::new),
+            trail: None,
         }
     }
 
-    /// Store a chunk unless the index already has it. Returns whether it was new.
-    fn add(&mut self, kind: ChunkKind, fp: Fingerprint, len: u32, bytes: &[u8]) -> Result<bool> {
+    /// Store a chunk unless the index already has it. Returns the copy the
+    /// backup references (the newest if held, else the new copy 0) and
+    /// whether it was new.
+    fn add(
+        &mut self,
+        kind: ChunkKind,
+        fp: Fingerprint,
+        len: u32,
+        bytes: &[u8],
+    ) -> Result<(CopyNo, bool)> {
         let held = match kind {
             ChunkKind::Data => self.index.contains_data_seq(&mut self.cursor, &fp),
             ChunkKind::Recipe => self.index.contains(kind, &fp),
         };
         if held {
-            return Ok(false);
+            let copy = match kind {
+                ChunkKind::Data => self.index.newest_copy(&fp),
+                ChunkKind::Recipe => 0,
+            };
+            return Ok((copy, false));
         }
-        self.store(kind, fp, len, bytes)?;
-        Ok(true)
+        self.store(kind, fp, 0, len, bytes)?;
+        Ok((0, true))
     }
 
     /// Index `e` and log it for the new segment.
@@ -107,37 +96,25 @@ impl<L: Layout> Sink<L> {
         self.new_entries.push(e);
     }
 
-    /// Point the index at `container` for `fp`, remembering the old state.
-    pub(super) fn point(&mut self, fp: Fingerprint, container: ContainerId) {
-        self.undo.repointing(&self.index, &fp);
-        self.index_entry(IndexEntry {
-            fp,
-            container,
-            kind: ChunkKind::Data,
-        });
-    }
-
-    /// Append a chunk to the open container of `kind` and index it there
-    /// (the newest copy wins). Returns the container.
+    /// Append copy `copy` of a chunk to the open container of `kind` and
+    /// index it there. Returns the container.
     pub(super) fn store(
         &mut self,
         kind: ChunkKind,
         fp: Fingerprint,
+        copy: CopyNo,
         len: u32,
         bytes: &[u8],
     ) -> Result<ContainerId> {
         let sealed = self.writer.seal_if_full(kind, len)?;
         self.sealed(sealed);
         let container = self.writer.append(kind, fp, len, bytes);
-        if kind == ChunkKind::Data {
-            self.point(fp, container);
-        } else {
-            self.index_entry(IndexEntry {
-                fp,
-                container,
-                kind,
-            });
-        }
+        self.index_entry(IndexEntry {
+            fp,
+            container,
+            kind,
+            copy,
+        });
         Ok(container)
     }
 
@@ -145,10 +122,13 @@ impl<L: Layout> Sink<L> {
     /// deduplicate against it.
     #[inline]
     fn sealed(&mut self, sealed: Option<ContainerEntry>) {
-        if let (Some(c), Some(rw)) = (sealed, &mut self.rw) {
-            if c.kind == ChunkKind::Data {
-                rw.sealed(c.id, c.logical_bytes);
+        match (sealed, &mut self.rw) {
+            (Some(c), Some(rw)) if c.kind == ChunkKind::Data => rw.sealed(c.id, c.logical_bytes),
+            // Mid-segment (the rewriter is out deciding): remember it.
+            (Some(c), None) if c.kind == ChunkKind::Data && self.rewriting => {
+                self.sealed_mid_segment.push((c.id, c.logical_bytes))
             }
+            _ => {}
         }
     }
 
@@ -173,26 +153,56 @@ impl<L: Layout> Sink<L> {
             }
             return Ok(());
         }
-        self.dedup_chunk(fp, len, bytes)?;
-        recipe.push(fp, len as u64, self)
+        let copy = self.dedup_chunk(fp, len, bytes)?;
+        recipe.push(fp, len, copy, self)
     }
 
     /// Without rewriting: count a data chunk and store it unless the index
-    /// has it (the recipe is built by the caller).
+    /// has it (the recipe is built by the caller). Returns the copy the
+    /// recipe names: the newest.
     #[inline]
-    pub(super) fn dedup_chunk(&mut self, fp: Fingerprint, len: u32, bytes: &[u8]) -> Result<()> {
+    pub(super) fn dedup_chunk(
+        &mut self,
+        fp: Fingerprint,
+        len: u32,
+        bytes: &[u8],
+    ) -> Result<CopyNo> {
+        let at = self.counts.logical;
         self.counts.logical += len as u64;
         self.counts.chunks += 1;
-        if self.add(ChunkKind::Data, fp, len, bytes)? {
-            self.counts.new_bytes += len as u64;
-            self.counts.new_chunks += 1;
+        if let Some(r) = &mut self.refs {
+            r.push(fp);
         }
-        Ok(())
+        let (copy, new) = self.add(ChunkKind::Data, fp, len, bytes)?;
+        if new {
+            self.counts.stored_new(at, len);
+        }
+        Ok(copy)
+    }
+
+    /// A data chunk given by fingerprint only (the files cache checked that
+    /// the index holds it when the backup started; no rewriting then).
+    pub(super) fn known_chunk(
+        &mut self,
+        recipe: &mut RecipeBuilder,
+        fp: Fingerprint,
+        len: u32,
+    ) -> Result<()> {
+        if self.rw.is_some() || !self.index.contains(ChunkKind::Data, &fp) {
+            return Err(crate::error::Error::invalid(format!(
+                "the files cache named chunk {} that the index does not hold (a bug)",
+                fp.to_hex()
+            )));
+        }
+        self.data_chunk(recipe, fp, len, &[])
     }
 
     /// Store a recipe chunk unless the index has it.
     pub(super) fn recipe_bytes(&mut self, fp: Fingerprint, bytes: &[u8]) -> Result<()> {
-        if self.add(ChunkKind::Recipe, fp, bytes.len() as u32, bytes)? {
+        if self
+            .add(ChunkKind::Recipe, fp, bytes.len() as u32, bytes)?
+            .1
+        {
             self.counts.new_recipe_chunks += 1;
         }
         Ok(())

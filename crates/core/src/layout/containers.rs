@@ -93,9 +93,19 @@ impl Layout for ContainerLayout {
     fn writer(&self, repo: &Repository) -> ContainerWriters {
         ContainerWriters::new(repo)
     }
-    /// The index's preferred copy (the newest backup's choice).
+    /// The chunk's newest copy (what dedup references).
     fn locate(&self, repo: &Repository, kind: ChunkKind, fp: &Fingerprint) -> Option<ContainerId> {
         repo.index.get(kind, fp)
+    }
+    /// The copy a recipe names, wherever GC has moved it.
+    fn locate_copy(
+        &self,
+        repo: &Repository,
+        kind: ChunkKind,
+        fp: &Fingerprint,
+        copy: crate::index::CopyNo,
+    ) -> Option<ContainerId> {
+        repo.index.get_copy(kind, fp, copy)
     }
     /// Containers need no work after a backup.
     fn after_backup(&self, _repo: &mut Writer, _backups: &[BackupEntry]) -> Result<()> {

@@ -28,8 +28,51 @@
 //! container's copy is the indexed one: that is container-layout logic.
 
 mod containers;
+pub mod mfdedup;
 
 pub use containers::{ContainerLayout, ContainerWriters};
+pub use mfdedup::MfdedupLayout;
+
+/// Which layout a repository uses, fixed at `init --layout`.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum LayoutKind {
+    /// Fixed-size containers in stream order ([`ContainerLayout`]).
+    #[default]
+    Containers,
+    /// MFDedup's lifecycle categories and volumes ([`MfdedupLayout`]).
+    Mfdedup,
+}
+
+impl LayoutKind {
+    pub fn is_containers(&self) -> bool {
+        *self == LayoutKind::Containers
+    }
+}
+
+impl std::fmt::Display for LayoutKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LayoutKind::Containers => "containers",
+            LayoutKind::Mfdedup => "mfdedup",
+        })
+    }
+}
+
+impl std::str::FromStr for LayoutKind {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "containers" | "container" => Ok(LayoutKind::Containers),
+            "mfdedup" => Ok(LayoutKind::Mfdedup),
+            _ => Err(format!(
+                "unknown layout '{s}' (expected containers or mfdedup)"
+            )),
+        }
+    }
+}
 
 use crate::catalog::{BackupEntry, ContainerEntry};
 use crate::container::{ChunkKind, ChunkSealing, ContainerId, Presealed};
@@ -85,8 +128,19 @@ pub trait Layout: Send + Sized + 'static {
     fn index(repo: &mut Repository) -> &mut Self::Index;
     /// A writer for one backup (or interleaved group).
     fn writer(&self, repo: &Repository) -> Self::Writer;
-    /// Where a restore reads the chunk `fp` of `kind`.
+    /// Where the chunk `fp` of `kind` is found (its newest copy).
     fn locate(&self, repo: &Repository, kind: ChunkKind, fp: &Fingerprint) -> Option<ContainerId>;
+    /// Where a restore reads copy `copy` of the chunk `fp` (the copy a
+    /// recipe entry names). A layout without rewriting has copy 0 alone.
+    fn locate_copy(
+        &self,
+        repo: &Repository,
+        kind: ChunkKind,
+        fp: &Fingerprint,
+        copy: crate::index::CopyNo,
+    ) -> Option<ContainerId> {
+        (copy == 0).then(|| self.locate(repo, kind, fp)).flatten()
+    }
     /// Runs once `backups` are published (MFDedup arranges here).
     fn after_backup(&self, repo: &mut Writer, backups: &[BackupEntry]) -> Result<()>;
     /// Free the space of the containers GC selected.

@@ -12,10 +12,17 @@
 //! are fingerprinted and deduplicated like data.
 //!
 //! Encoding of a recipe chunk (little endian):
-//! `b"TR"` | version u8 (=1) | level u8 | count u32 | count × (fingerprint\[32\], size u64)
+//! `b"TR"` | version u8 (=1) | level u8 | count u32 | count × entry (40 bytes).
+//! A level-k entry (k ≥ 2) is fingerprint\[32\] | size u64. A level-1 entry
+//! is fingerprint\[32\] | length u32 | copy u16 | 2 zero bytes: the copy
+//! number says which stored copy of the chunk this backup reads (0 = the
+//! first; rewriting adds more), so each backup restores from the copies its
+//! own ingest chose. The copy costs no bytes: the 8 bytes of a level-1 size
+//! held a u32 length anyway, and an entry of copy 0 encodes exactly as before.
 
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, Fingerprinter, FP_LEN};
+pub use crate::index::CopyNo;
 
 pub(crate) mod reader;
 
@@ -39,6 +46,9 @@ pub struct RecipeEntry {
     pub fp: Fingerprint,
     /// Data chunk length (level 1) or logical bytes below the child (level ≥ 2).
     pub size: u64,
+    /// Level 1: which stored copy of the data chunk the backup reads (see
+    /// [`CopyNo`]). Always 0 at level ≥ 2 (recipe chunks have one copy).
+    pub copy: CopyNo,
 }
 
 /// A decoded recipe chunk.
@@ -76,7 +86,15 @@ pub fn encode_into(level: u8, entries: &[RecipeEntry], out: &mut Vec<u8>) {
     out.extend_from_slice(&(entries.len() as u32).to_le_bytes());
     for e in entries {
         out.extend_from_slice(&e.fp.0);
-        out.extend_from_slice(&e.size.to_le_bytes());
+        if level == 1 {
+            debug_assert!(e.size <= u32::MAX as u64, "a data chunk's length is a u32");
+            out.extend_from_slice(&(e.size as u32).to_le_bytes());
+            out.extend_from_slice(&e.copy.to_le_bytes());
+            out.extend_from_slice(&[0, 0]);
+        } else {
+            debug_assert_eq!(e.copy, 0, "recipe chunks have one copy");
+            out.extend_from_slice(&e.size.to_le_bytes());
+        }
     }
 }
 
@@ -101,13 +119,23 @@ pub fn decode(bytes: &[u8], name: &str) -> Result<RecipeChunk> {
     if bytes.len() != HEADER_LEN + count * ENTRY_LEN {
         return Err(bad("recipe chunk length does not match its entry count"));
     }
-    let entries = bytes[HEADER_LEN..]
-        .chunks_exact(ENTRY_LEN)
-        .map(|e| RecipeEntry {
-            fp: Fingerprint(e[..FP_LEN].try_into().unwrap()),
-            size: u64::from_le_bytes(e[FP_LEN..].try_into().unwrap()),
+    let entries = bytes[HEADER_LEN..].chunks_exact(ENTRY_LEN).map(|e| {
+        let fp = Fingerprint(e[..FP_LEN].try_into().unwrap());
+        let tail = &e[FP_LEN..];
+        if level > 1 {
+            let size = u64::from_le_bytes(tail.try_into().unwrap());
+            return Ok(RecipeEntry { fp, size, copy: 0 });
+        }
+        if tail[6..] != [0, 0] {
+            return Err(bad("reserved bytes of a level-1 entry are not zero"));
+        }
+        Ok(RecipeEntry {
+            fp,
+            size: u32::from_le_bytes(tail[..4].try_into().unwrap()) as u64,
+            copy: CopyNo::from_le_bytes(tail[4..6].try_into().unwrap()),
         })
-        .collect();
+    });
+    let entries = entries.collect::<Result<Vec<_>>>()?;
     Ok(RecipeChunk { level, entries })
 }
 
@@ -146,9 +174,17 @@ impl RecipeBuilder {
         }
     }
 
-    /// Append the next data chunk of the backup.
-    pub fn push(&mut self, fp: Fingerprint, size: u64, sink: &mut dyn RecipeSink) -> Result<()> {
-        self.push_at(0, RecipeEntry { fp, size }, sink)
+    /// Append the next data chunk of the backup, read from its stored copy
+    /// `copy`.
+    pub fn push(
+        &mut self,
+        fp: Fingerprint,
+        size: u32,
+        copy: CopyNo,
+        sink: &mut dyn RecipeSink,
+    ) -> Result<()> {
+        let size = size as u64;
+        self.push_at(0, RecipeEntry { fp, size, copy }, sink)
     }
 
     fn push_at(&mut self, k: usize, e: RecipeEntry, sink: &mut dyn RecipeSink) -> Result<()> {
@@ -177,7 +213,7 @@ impl RecipeBuilder {
         let fp = self.algo.hash(&self.buf);
         sink.recipe_chunk(fp, level, &self.buf)?;
         self.emitted[k] += 1;
-        Ok(RecipeEntry { fp, size })
+        Ok(RecipeEntry { fp, size, copy: 0 })
     }
 
     /// Close the tree and return the root entry (fingerprint and logical size)
@@ -310,6 +346,7 @@ mod tests {
             .map(|i| RecipeEntry {
                 fp: HashAlgo::Blake3.hash(&[seed.to_le_bytes(), (i as u64).to_le_bytes()].concat()),
                 size: 1000 + (i as u64 % 7),
+                copy: (i % 5 == 0) as CopyNo * (i as CopyNo % 3),
             })
             .collect()
     }
@@ -317,7 +354,7 @@ mod tests {
     fn build(es: &[RecipeEntry], sink: &mut MapSink) -> (RecipeEntry, u8) {
         let mut b = RecipeBuilder::new(HashAlgo::Blake3);
         for e in es {
-            b.push(e.fp, e.size, sink).unwrap();
+            b.push(e.fp, e.size as u32, e.copy, sink).unwrap();
         }
         b.finish(sink).unwrap()
     }
@@ -376,6 +413,30 @@ mod tests {
             b.chunks.len() - shared,
             b.chunks.len()
         );
+    }
+
+    /// A leaf names the copy it reads: another copy is another leaf. A
+    /// copy-0 leaf encodes as a leaf did before copies (a u64 size).
+    #[test]
+    fn leaf_entries_carry_their_copy() {
+        let mut es = entries(3, 1);
+        for e in &mut es {
+            e.copy = 0;
+        }
+        let zero = encode(1, &es);
+        let mut old = zero[..HEADER_LEN].to_vec();
+        for e in &es {
+            old.extend_from_slice(&e.fp.0);
+            old.extend_from_slice(&e.size.to_le_bytes());
+        }
+        assert_eq!(zero, old);
+        es[1].copy = 7;
+        let seven = encode(1, &es);
+        assert_ne!(HashAlgo::Blake3.hash(&zero), HashAlgo::Blake3.hash(&seven));
+        assert_eq!(decode(&seven, "t").unwrap().entries, es);
+        let mut bad = seven.clone();
+        bad[HEADER_LEN + ENTRY_LEN + FP_LEN + 7] = 1;
+        assert!(decode(&bad, "t").is_err(), "reserved bytes");
     }
 
     #[test]

@@ -29,6 +29,7 @@ use std::time::Instant;
 
 mod loader;
 mod plan;
+pub(crate) mod range;
 
 /// The caches live in [`crate::cache`] (GC and check use them too); these
 /// paths stay for callers that name them through restore.
@@ -68,6 +69,9 @@ pub struct RestoreReport {
     pub cache: CacheSpec,
     pub seconds: f64,
     pub throughput_mb_s: f64,
+    /// MFDedup layout: categories, volumes and sequential runs read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mfdedup: Option<crate::layout::mfdedup::restore::MfdedupReads>,
 }
 
 /// Where `e` is in container `c`, checked against the recipe.
@@ -243,10 +247,23 @@ pub(crate) fn restore_to(
     opts: &RestoreOptions,
     progress: &mut dyn FnMut(u64),
 ) -> Result<RestoreReport> {
+    if repo.manifest.config.layout == crate::layout::LayoutKind::Mfdedup {
+        return crate::layout::mfdedup::restore::restore_to(repo, backup, out, opts, progress);
+    }
     let started = Instant::now();
     let before = repo.metrics.snapshot();
     let bid = backup.id;
-    let (offset, chunks) = repo.run_restore(backup, out, opts, progress)?;
+    // A directory backup: its metadata first, then the contents become
+    // the tar stream.
+    let (offset, chunks) = match range::tree_records(repo, backup)? {
+        Some((records, content)) => {
+            let mut tar = crate::archive::assemble::TarAssembler::new(&mut *out, records, content)?;
+            let done = repo.run_restore(backup, &mut tar, opts, progress)?;
+            tar.finish()?;
+            done
+        }
+        None => repo.run_restore(backup, out, opts, progress)?,
+    };
     out.flush().ctx(|| "cannot write restored data".into())?;
     progress(offset);
     if offset != backup.logical_bytes {
@@ -273,6 +290,7 @@ pub(crate) fn restore_to(
         cache: opts.cache,
         seconds: secs,
         throughput_mb_s: mb_per_s(offset, secs),
+        mfdedup: None,
     })
 }
 
@@ -298,6 +316,28 @@ pub(crate) fn restore_into_selected(
 ) -> Result<(RestoreReport, ExtractReport)> {
     // Refuse a bad path before restoring anything.
     crate::archive::include_paths(include)?;
+    // MFDedup writes a file backup by positional writes, in place.
+    if repo.manifest.config.layout == crate::layout::LayoutKind::Mfdedup
+        && include.is_empty()
+        && matches!(backup.source, SourceKind::File | SourceKind::Stream)
+    {
+        std::fs::create_dir_all(target).ctx(|| format!("cannot create {}", target.display()))?;
+        let path = target.join(file_name(backup));
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .ctx(|| format!("cannot create {}", path.display()))?;
+        let r = crate::layout::mfdedup::restore::restore_to_file(repo, backup, &f, opts, progress)?;
+        f.sync_all()
+            .ctx(|| format!("cannot write {}", path.display()))?;
+        let ext = ExtractReport {
+            files: 1,
+            bytes: r.restored_bytes,
+            ..Default::default()
+        };
+        return Ok((r, ext));
+    }
     let (restored, extracted) = into_directory(
         backup,
         target,
@@ -339,6 +379,13 @@ pub(crate) fn list_entries(
             mtime: backup.time,
             link: None,
         }),
+        SourceKind::Tree if backup.content_bytes.is_some() => {
+            let (records, _) = range::tree_records(repo, backup)?.expect("a directory stream");
+            for r in &records {
+                visit(crate::archive::assemble::listed(r))?;
+            }
+            Ok(())
+        }
         SourceKind::Tree => {
             let (mut reader, writer) = std::io::pipe().ctx(|| "cannot create a pipe".into())?;
             std::thread::scope(|scope| {

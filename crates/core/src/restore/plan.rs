@@ -138,21 +138,25 @@ impl Planner {
         let mut walker = recipes
             .entries(root, backup.root_level)
             .map_err(|e| e.in_backup(bid, None))?;
-        // The next recipe entry with the container the index sends it to;
+        // The next recipe entry with the container holding its copy;
         // `offset` is where it starts in the backup, for messages.
         let mut next = |offset: u64| -> Result<Option<(RecipeEntry, ContainerId)>> {
             let Some(e) = walker.next().map_err(|e| e.in_backup(bid, Some(offset)))? else {
                 return Ok(None);
             };
-            let id = repo.locate(ChunkKind::Data, &e.fp).ok_or_else(|| {
-                Error::corrupt(
-                    format!("backup {bid}"),
-                    format!(
-                        "chunk {} at offset {offset} is not in the index",
-                        e.fp.to_hex()
-                    ),
-                )
-            })?;
+            // The copy this backup's own ingest chose, wherever GC moved it.
+            let id = repo
+                .locate_copy(ChunkKind::Data, &e.fp, e.copy)
+                .ok_or_else(|| {
+                    Error::corrupt(
+                        format!("backup {bid}"),
+                        format!(
+                            "chunk {} (copy {}) at offset {offset} is not in the index",
+                            e.fp.to_hex(),
+                            e.copy
+                        ),
+                    )
+                })?;
             Ok(Some((e, id)))
         };
         let mut offset = 0u64;

@@ -8,7 +8,7 @@ use super::{RewritePolicy, RewriteSpec, Segment};
 use crate::catalog::Manifest;
 use crate::container::{ChunkKind, ContainerId};
 use crate::fingerprint::Fingerprint;
-use crate::index::DedupIndex;
+use crate::index::{CopyList, CopyNo};
 use std::collections::HashSet;
 
 /// Segment buffering and the rewrite policy of one backup (absent without
@@ -90,21 +90,18 @@ impl Rewriter {
         self.policy.sealed(id, chunk_bytes);
     }
 
-    /// The live copies of a duplicate held at `preferred`: that one first,
-    /// then the index's older copies, newest first, each once.
-    pub(crate) fn live_copies<I: DedupIndex>(
-        &self,
-        index: &I,
-        fp: &Fingerprint,
-        preferred: ContainerId,
-    ) -> Vec<ContainerId> {
-        let mut cs = Vec::with_capacity(1);
-        for &x in std::iter::once(&preferred).chain(index.copies(fp).iter().rev()) {
+    /// The live copies of a duplicate, newest first (the index's preferred
+    /// copy, what dedup without rewriting references): their copy numbers
+    /// and containers, each container once.
+    pub(crate) fn live_copies(&self, copies: CopyList<'_>) -> (Vec<CopyNo>, Vec<ContainerId>) {
+        let (mut nos, mut cs) = (Vec::with_capacity(1), Vec::with_capacity(1));
+        for (n, x) in copies.iter().rev() {
             if self.live.contains(&x) && !cs.contains(&x) {
+                nos.push(n);
                 cs.push(x);
             }
         }
-        cs
+        (nos, cs)
     }
 
     /// Let the policy decide the segment's duplicates.

@@ -10,6 +10,7 @@ use tessera_core::chunking::ChunkerConfig;
 use tessera_core::container::{ChunkKind, ContainerId};
 use tessera_core::gc::{GcOptions, GcReport, GcStrategy, MarkSpec, VcSpec};
 use tessera_core::recipe::{self, RecipeWalker};
+use tessera_core::rewrite::RewriteSpec;
 use tessera_core::BackupId;
 use tessera_core::{
     BackupOptions, Fingerprint, HashAlgo, InitOptions, Repository, RestoreOptions, Writer,
@@ -52,8 +53,9 @@ fn containers_read(repo: &Repository) -> u64 {
         .sum()
 }
 
-/// Fingerprints the retained backups reference: (data, recipe).
-fn referenced(repo: &Repository) -> (HashSet<Fingerprint>, HashSet<Fingerprint>) {
+/// What the retained backups reference: data chunk copies (fingerprint,
+/// copy) and recipe chunks.
+fn referenced(repo: &Repository) -> (HashSet<(Fingerprint, u16)>, HashSet<Fingerprint>) {
     let (mut data, mut recipes) = (HashSet::new(), HashSet::new());
     for b in repo.backups() {
         let mut w = RecipeWalker::new(b.root_fp().unwrap(), b.root_level, |fp, _| {
@@ -64,30 +66,37 @@ fn referenced(repo: &Repository) -> (HashSet<Fingerprint>, HashSet<Fingerprint>)
         })
         .unwrap();
         while let Some(e) = w.next().unwrap() {
-            data.insert(e.fp);
+            data.insert((e.fp, e.copy));
         }
     }
     (data, recipes)
 }
 
-/// After a GC with full selection and an exact VC: every chunk copy stored
-/// is live — referenced by a retained backup and the index's copy.
+/// After a GC with full selection and an exact VC: every chunk stored is a
+/// live copy — one the index places there and a retained backup's recipe
+/// names — and the index holds no other copy.
 fn assert_only_live_chunks(repo: &Repository) {
     let (data, recipes) = referenced(repo);
     for c in &repo.manifest().containers {
         let got = repo.store().read(c.id).unwrap();
         for m in &got.meta {
             let live = match c.kind {
-                ChunkKind::Data => &data,
-                ChunkKind::Recipe => &recipes,
+                ChunkKind::Data => repo
+                    .index()
+                    .copy_list(&m.fp)
+                    .in_container(c.id)
+                    .any(|n| data.contains(&(m.fp, n))),
+                ChunkKind::Recipe => {
+                    assert_eq!(repo.index().get(c.kind, &m.fp), Some(c.id), "stale copy");
+                    recipes.contains(&m.fp)
+                }
             };
-            assert!(
-                live.contains(&m.fp),
-                "container {} holds dead {:?}",
-                c.id,
-                m.fp
-            );
-            assert_eq!(repo.index().get(c.kind, &m.fp), Some(c.id), "stale copy");
+            assert!(live, "container {} holds dead {:?}", c.id, m.fp);
+        }
+    }
+    for e in repo.index().entries() {
+        if e.kind == ChunkKind::Data {
+            assert!(data.contains(&(e.fp, e.copy)), "dead copy {e:?} indexed");
         }
     }
 }
@@ -523,6 +532,7 @@ enum Op {
     Backup {
         base: Option<usize>,
         seed: u64,
+        rewrite: RewriteSpec,
     },
     Forget {
         pick: usize,
@@ -543,9 +553,20 @@ enum Op {
     },
 }
 
+/// Mostly no rewriting; else a policy that stores copies of duplicates.
+fn rewrite_spec() -> impl Strategy<Value = RewriteSpec> {
+    prop_oneof![
+        3 => Just(RewriteSpec::None),
+        1 => (1usize..3).prop_map(|level| RewriteSpec::Capping { level }),
+        1 => (1usize..3).prop_map(|level| RewriteSpec::Smr { level }),
+        1 => Just(RewriteSpec::Ned { threshold: 0.6 }),
+        1 => Just(RewriteSpec::parse("har:0.6:1").unwrap()),
+    ]
+}
+
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        5 => (proptest::option::weighted(0.8, 0usize..8), any::<u64>()).prop_map(|(base, seed)| Op::Backup { base, seed }),
+        5 => (proptest::option::weighted(0.8, 0usize..8), any::<u64>(), rewrite_spec()).prop_map(|(base, seed, rewrite)| Op::Backup { base, seed, rewrite }),
         3 => (0usize..8).prop_map(|pick| Op::Forget { pick }),
         2 => (any::<bool>(), prop_oneof![2 => Just(1.0), 1 => 0.0f64..1.0], 1usize..6, 1usize..300, proptest::bool::weighted(0.2), proptest::bool::weighted(0.3), prop_oneof![Just(MarkSpec::Logical), Just(MarkSpec::Physical), Just(MarkSpec::PhysicalPlus)], proptest::bool::weighted(0.2))
             .prop_map(|(gccdf, threshold, segment, split, bloom, phv, mark, sample)| Op::Gc { gccdf, threshold, segment, split, bloom, phv, mark, sample }),
@@ -566,10 +587,11 @@ fn assert_marks_agree(repo: &Repository, strategy: GcStrategy) {
         .unwrap()
     };
     let live = |p: &tessera_core::gc::GcPlan| {
-        let data: HashSet<Fingerprint> = repo
+        let data: HashSet<(Fingerprint, u16)> = repo
             .index()
-            .data_fingerprints()
-            .filter(|fp| p.mark.valid.contains(fp))
+            .entries()
+            .filter(|e| e.kind == ChunkKind::Data && p.mark.is_valid(&e.fp, e.copy))
+            .map(|e| (e.fp, e.copy))
             .collect();
         let recipes: HashSet<Fingerprint> = p.mark.valid_recipe.iter().copied().collect();
         (data, recipes)
@@ -606,12 +628,17 @@ proptest! {
         let mut model: BTreeMap<BackupId, Vec<u8>> = BTreeMap::new();
         for op in ops {
             match op {
-                Op::Backup { base, seed } => {
+                Op::Backup { base, seed, rewrite } => {
                     let data = match base.and_then(|i| model.values().nth(i % model.len().max(1))) {
                         Some(v) => mutate(v, seed),
                         None => bytes(seed, 20_000 + (seed % 60_000) as usize),
                     };
-                    let id = backup(&mut repo, "m", &data).unwrap();
+                    let opts = BackupOptions {
+                        rewrite,
+                        segment_bytes: 8 * 1024,
+                        ..BackupOptions::new("m", SourceKind::Stream)
+                    };
+                    let id = repo.backup_reader(&opts, &mut &data[..], &mut |_| {}).unwrap().backup.id;
                     model.insert(id, data);
                 }
                 Op::Forget { pick } => {

@@ -3,7 +3,7 @@
 //! byte for byte, and `check` finds nothing wrong after each step.
 
 use proptest::prelude::*;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use tessera_core::backend::{MemoryStore, ObjectStore};
 use tessera_core::catalog::SourceKind;
@@ -12,7 +12,7 @@ use tessera_core::chunking::ChunkerConfig;
 use tessera_core::gc::{GcOptions, GcStrategy, MarkSpec};
 use tessera_core::restore::CacheSpec;
 use tessera_core::rewrite::RewriteSpec;
-use tessera_core::BackupId;
+use tessera_core::{BackupId, ContainerId};
 use tessera_core::{BackupOptions, Repository, RestoreOptions};
 
 use crate::common;
@@ -61,6 +61,22 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+type Home = (tessera_core::Fingerprint, u16, ContainerId);
+
+/// Each retained backup's chunks with the container its copy is read from.
+fn homes_of(repo: &Repository) -> BTreeMap<BackupId, Vec<Home>> {
+    repo.backups()
+        .iter()
+        .map(|b| {
+            let h = repo.chunk_homes(b).unwrap();
+            (
+                b.id,
+                h.into_iter().map(|(e, c)| (e.fp, e.copy, c)).collect(),
+            )
+        })
+        .collect()
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(40))]
     #[test]
@@ -73,7 +89,15 @@ proptest! {
             false,
         );
         let mut model: BTreeMap<BackupId, u64> = BTreeMap::new();
+        // Where each retained backup reads each chunk: (fingerprint, copy,
+        // container) in stream order, as its own ingest chose.
+        let mut homes: BTreeMap<BackupId, Vec<Home>> = BTreeMap::new();
         for op in ops {
+            let first_produced = repo.manifest().next_container_id;
+            let is_gc = matches!(op, Op::Gc(..));
+            // PGC+ removes duplicates: a live older copy's readers may be
+            // sent to the kept newer copy of the same chunk, wherever it is.
+            let dedups = matches!(op, Op::Gc(GcStrategy::Naive, _, MarkSpec::PhysicalPlus));
             match op {
                 Op::Backup(v, rewrite) => {
                     let opts = BackupOptions {
@@ -96,6 +120,28 @@ proptest! {
             }
             let report = repo.check(&CheckOptions { read_data: ReadData::All }).unwrap();
             prop_assert!(report.ok(), "{:?}", report.problems);
+            // No backup is redirected to a copy another backup chose: a
+            // backup leaves earlier ones reading what they read; a GC only
+            // moves copies, into containers it produced (PGC+ excepted, as
+            // said above; `check` and the restores verify its chunks).
+            let live: HashSet<ContainerId> = repo.manifest().containers.iter().map(|c| c.id).collect();
+            let now = homes_of(&repo);
+            for (id, old) in &homes {
+                let Some(new) = now.get(id) else { continue }; // forgotten
+                prop_assert_eq!(new.len(), old.len());
+                for (o, n) in old.iter().zip(new) {
+                    prop_assert_eq!((o.0, o.1), (n.0, n.1), "recipes never change");
+                    if dedups {
+                        continue;
+                    }
+                    if is_gc && !live.contains(&o.2) {
+                        prop_assert!(n.2 >= first_produced, "backup {} moved to {} not by this GC", id, n.2);
+                    } else {
+                        prop_assert_eq!(o.2, n.2, "backup {} redirected", id);
+                    }
+                }
+            }
+            homes = now;
         }
         repo.close().unwrap();
         let repo = Repository::open(backend).unwrap();

@@ -70,52 +70,57 @@ fn manifest_of_another_format_version_is_refused_by_name() {
     let (_d, b, _) = repo_with_backup();
     let key = ObjectKey::Manifest(Generation(generation(&b)));
     let mut m = b.get(&key).unwrap();
-    set_version(&mut m[PLAIN_FRAME..], 3, false);
+    // A manifest of the first format inside a current frame.
+    set_version(&mut m[PLAIN_FRAME..], 1, false);
     b.put(&key, &m).unwrap();
-    let err = Repository::open(b.clone()).err().unwrap();
-    assert!(
-        matches!(err, Error::UnsupportedVersion { found: 3, .. }),
-        "{err}"
-    );
-    let msg = err.to_string();
-    assert!(
-        msg.contains(&key.to_string()) && msg.contains("version 3") && msg.contains("version 2"),
-        "{msg}"
-    );
-}
-
-/// A repository of format version 1 (no config object; its manifest says
-/// version 1 in plain bytes) fails at open with one line naming both
-/// versions, whether opened for reading, writing or checking.
-#[test]
-fn repository_of_format_version_1_is_named() {
-    let dir = tempfile::tempdir().unwrap();
-    let b: Arc<dyn ObjectStore> = Arc::new(LocalStore::create(&dir.path().join("r")).unwrap());
-    // A version-1 manifest: magic, version 1, JSON length, JSON, checksum.
-    let json = br#"{"generation":1}"#;
-    let mut m = b"TSRAMANI".to_vec();
-    m.extend_from_slice(&1u32.to_le_bytes());
-    m.extend_from_slice(&(json.len() as u64).to_le_bytes());
-    m.extend_from_slice(json);
-    let sum = checksum(&m);
-    m.extend_from_slice(&sum);
-    b.put(&ObjectKey::Manifest(Generation(1)), &m).unwrap();
-    let location = b.location();
-    let expect = format!(
-        "repository at {location} has format version 1; this build of Tessera reads version {}",
-        tessera_core::catalog::VERSION
-    );
     let err = Repository::open(b.clone()).err().unwrap();
     assert!(
         matches!(err, Error::UnsupportedVersion { found: 1, .. }),
         "{err}"
     );
-    assert_eq!(err.to_string(), expect);
-    let err = Repository::open_writer(b.clone(), "t").err().unwrap();
-    assert_eq!(err.to_string(), expect);
-    let report = tessera_core::check::check_backend(b.clone(), &Default::default()).unwrap();
-    assert_eq!(report.problems.len(), 1);
-    assert_eq!(report.problems[0].problem, expect);
+    let msg = err.to_string();
+    let supported = format!("version {}", tessera_core::catalog::VERSION);
+    assert!(
+        msg.contains(&key.to_string()) && msg.contains("version 1") && msg.contains(&supported),
+        "{msg}"
+    );
+}
+
+/// A repository of a format before sealing (versions 1 to 4: no config
+/// object; its manifest says its version in plain bytes) fails at open with
+/// one line naming both versions, whether opened for reading, writing or
+/// checking.
+#[test]
+fn repository_of_an_unsealed_format_version_is_named() {
+    for version in [1u32, 4] {
+        let dir = tempfile::tempdir().unwrap();
+        let b: Arc<dyn ObjectStore> = Arc::new(LocalStore::create(&dir.path().join("r")).unwrap());
+        // An old manifest: magic, version, JSON length, JSON, checksum.
+        let json = br#"{"generation":1}"#;
+        let mut m = b"TSRAMANI".to_vec();
+        m.extend_from_slice(&version.to_le_bytes());
+        m.extend_from_slice(&(json.len() as u64).to_le_bytes());
+        m.extend_from_slice(json);
+        let sum = checksum(&m);
+        m.extend_from_slice(&sum);
+        b.put(&ObjectKey::Manifest(Generation(1)), &m).unwrap();
+        let location = b.location();
+        let expect = format!(
+            "repository at {location} has format version {version}; this build of Tessera reads version {}",
+            tessera_core::catalog::VERSION
+        );
+        let err = Repository::open(b.clone()).err().unwrap();
+        assert!(
+            matches!(err, Error::UnsupportedVersion { found, .. } if found == version),
+            "{err}"
+        );
+        assert_eq!(err.to_string(), expect);
+        let err = Repository::open_writer(b.clone(), "t").err().unwrap();
+        assert_eq!(err.to_string(), expect);
+        let report = tessera_core::check::check_backend(b.clone(), &Default::default()).unwrap();
+        assert_eq!(report.problems.len(), 1);
+        assert_eq!(report.problems[0].problem, expect);
+    }
 }
 
 #[test]

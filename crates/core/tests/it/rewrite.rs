@@ -45,15 +45,43 @@ fn containers_read(repo: &Repository, id: BackupId) -> u64 {
     .data_containers_read
 }
 
-/// The container the index sends restores of `letter` to.
+/// The container of the newest copy of `letter` (what dedup references).
 fn at(repo: &Repository, letter: char) -> ContainerId {
     repo.index().get(ChunkKind::Data, &fp(letter)).unwrap()
+}
+
+/// The container backup `id` reads `letter` from (its own copy).
+fn reads(repo: &Repository, id: BackupId, letter: char) -> ContainerId {
+    let b = repo.manifest().backup(id).unwrap().clone();
+    let homes = repo.chunk_homes(&b).unwrap();
+    let (_, c) = homes.iter().find(|(e, _)| e.fp == fp(letter)).unwrap();
+    *c
+}
+
+/// The distinct containers a backup reads, per backup.
+fn read_sets(repo: &Repository) -> Vec<(BackupId, Vec<ContainerId>)> {
+    repo.backups()
+        .iter()
+        .map(|b| {
+            let mut cs: Vec<_> = repo
+                .chunk_homes(b)
+                .unwrap()
+                .into_iter()
+                .map(|(_, c)| c)
+                .collect();
+            cs.sort();
+            cs.dedup();
+            (b.id, cs)
+        })
+        .collect()
 }
 
 /// Stream 1 fills I = A–E, II = F–J, III = K–M. Stream 2 references I (5),
 /// II (F G) and III (3) plus unique N O P: both schemes keep I and III and
 /// rewrite F G next to N O P in IV. Stream 3 is A B C, F–J, O P and unique
 /// Q R S.
+/// Each backup keeps reading the containers its own ingest chose, whatever
+/// later backups rewrite: checked after the third stream.
 fn paper_example(level_spec: RewriteSpec) -> (Writer, [BackupReport; 3], [ContainerId; 4]) {
     let mut repo = trace_repo();
     let r1 = backup_letters(&mut repo, "ABCDEFGHIJKLM", level_spec);
@@ -70,7 +98,16 @@ fn paper_example(level_spec: RewriteSpec) -> (Writer, [BackupReport; 3], [Contai
     let c4 = at(&repo, 'N');
     assert_eq!(at(&repo, 'F'), c4, "newest copy of F is in IV");
     assert_eq!(at(&repo, 'P'), c4);
+    let before = read_sets(&repo);
+    assert_eq!(containers_read(&repo, r1.backup.id), 3);
+    assert_eq!(containers_read(&repo, r2.backup.id), 3, "I, III and IV");
     let r3 = backup_letters(&mut repo, "ABCFGHIJOPQRS", level_spec);
+    // The first two backups read what they read before the third.
+    assert_eq!(&read_sets(&repo)[..2], &before[..]);
+    assert_eq!(reads(&repo, r1.backup.id, 'F'), c2);
+    assert_eq!(reads(&repo, r2.backup.id, 'F'), c4);
+    assert_eq!(containers_read(&repo, r1.backup.id), 3);
+    assert_eq!(containers_read(&repo, r2.backup.id), 3);
     (repo, [r1, r2, r3], [c1, c2, c3, c4])
 }
 
@@ -82,31 +119,36 @@ fn paper_fig3_capping_selects_ii_and_iv() {
     assert_eq!(r3.new_chunks, 6);
     assert_eq!(r3.stored_bytes, 6 * CHUNK as u64);
     assert_eq!(r3.backup.new_bytes, 6 * CHUNK as u64);
+    let b3 = r3.backup.id;
     for c in ['A', 'B', 'C'] {
-        assert_ne!(at(&repo, c), i, "{c} rewritten");
+        assert_ne!(reads(&repo, b3, c), i, "{c} rewritten");
     }
     for c in ['F', 'G', 'H', 'I', 'J'] {
-        assert_eq!(at(&repo, c), ii);
+        assert_eq!(reads(&repo, b3, c), ii);
     }
-    assert_eq!((at(&repo, 'O'), at(&repo, 'P')), (iv, iv));
+    assert_eq!((reads(&repo, b3, 'O'), reads(&repo, b3, 'P')), (iv, iv));
     // Restoring the third stream reads II, IV, V and VI.
     assert_eq!(containers_read(&repo, r3.backup.id), 4);
 }
 
 #[test]
 fn paper_fig6_smr_selects_i_and_ii() {
-    let (repo, [_, _, r3], [i, ii, _, iv]) = paper_example(RewriteSpec::Smr { level: 2 });
+    let (repo, [_, r2, r3], [i, ii, _, iv]) = paper_example(RewriteSpec::Smr { level: 2 });
     // 8 deduplicated (A B C against I, F–J against II); only O P rewritten.
     assert_eq!(r3.rewritten_chunks, 2);
     assert_eq!(r3.new_chunks, 5);
+    let b3 = r3.backup.id;
     for c in ['A', 'B', 'C'] {
-        assert_eq!(at(&repo, c), i);
+        assert_eq!(reads(&repo, b3, c), i);
     }
     for c in ['F', 'G', 'H', 'I', 'J'] {
-        assert_eq!(at(&repo, c), ii, "{c} read from II, not IV");
+        assert_eq!(reads(&repo, b3, c), ii, "{c} read from II, not IV");
     }
-    let v = at(&repo, 'O');
-    assert!(v != iv && at(&repo, 'P') == v && at(&repo, 'Q') == v && at(&repo, 'S') == v);
+    // The second backup still reads its own copies of F and G, in IV.
+    assert_eq!(reads(&repo, r2.backup.id, 'F'), iv);
+    let v = reads(&repo, b3, 'O');
+    let at3 = |c| reads(&repo, b3, c);
+    assert!(v != iv && at3('P') == v && at3('Q') == v && at3('S') == v);
     // Restoring the third stream reads I, II and V.
     assert_eq!(containers_read(&repo, r3.backup.id), 3);
 }
@@ -159,7 +201,7 @@ fn har_history_survives_reopen() {
     let r3 = backup_letters(&mut repo, "ABCFGHIJOPQRS", har);
     assert_eq!(r3.rewritten_chunks, 5);
     for c in ['F', 'G', 'H', 'I', 'J'] {
-        assert_ne!(at(&repo, c), ii);
+        assert_ne!(reads(&repo, r3.backup.id, c), ii);
     }
     // A non-HAR backup leaves the history alone; HAR ignores dead ids.
     let before = repo.manifest().har_sparse.clone();
@@ -227,6 +269,7 @@ proptest! {
         let mut versions = vec![bytes(seed, size)];
         let mut ids = Vec::new();
         let mut stored = 0u64;
+        let mut own_reads: Vec<(BackupId, Vec<ContainerId>)> = Vec::new();
         for (k, &p) in picks.iter().enumerate() {
             if k > 0 {
                 let next = mutate(versions.last().unwrap(), seed.wrapping_add(k as u64));
@@ -263,6 +306,11 @@ proptest! {
             if big_segment {
                 prop_assert!(held.values().all(|&n| n == 1), "a segment stored a chunk twice");
             }
+            // Earlier backups still read exactly the containers their own
+            // ingest wrote or referenced, whatever this one rewrote.
+            let now = read_sets(&repo);
+            prop_assert_eq!(&now[..own_reads.len()], &own_reads[..]);
+            own_reads = now;
         }
         prop_assert_eq!(repo.stats().stored_data_bytes, stored);
         for (id, v) in ids.iter().zip(&versions) {
@@ -313,13 +361,12 @@ fn policies_rewrite_fragmented_versions() {
     }
 }
 
-/// The index's data entries with their older copies, for comparison.
-fn index_state(repo: &Repository) -> Vec<(Fingerprint, ContainerId, Vec<ContainerId>)> {
+/// The index's entries (every copy), for comparison.
+fn index_state(repo: &Repository) -> Vec<(Fingerprint, u16, ContainerId, bool)> {
     let mut v: Vec<_> = repo
         .index()
         .entries()
-        .filter(|e| e.kind == ChunkKind::Data)
-        .map(|e| (e.fp, e.container, repo.index().copies(&e.fp).to_vec()))
+        .map(|e| (e.fp, e.copy, e.container, e.kind == ChunkKind::Data))
         .collect();
     v.sort();
     v
@@ -495,6 +542,7 @@ fn older_copies_survive_reopen_and_compaction() {
         iv = at(&repo, 'N');
         assert_eq!(at(&repo, 'F'), iv);
         assert_eq!(repo.index().copies(&fp('F')), &[ii]);
+        assert_eq!(repo.index().newest_copy(&fp('F')), 1);
         // Enough backups for the index segments to be compacted into one.
         for k in 0..40u32 {
             let c = char::from_u32(0x100 + k).unwrap();
@@ -506,6 +554,13 @@ fn older_copies_survive_reopen_and_compaction() {
     let mut repo = Repository::open_writer(b, "test").unwrap();
     assert_eq!(at(&repo, 'F'), iv);
     assert_eq!(repo.index().copies(&fp('F')), &[ii]);
+    assert_eq!(
+        repo.index().get_copy(ChunkKind::Data, &fp('F'), 0),
+        Some(ii),
+        "copy 0 of F, which the first backup reads"
+    );
+    let first = repo.backups()[0].id;
+    assert_eq!(reads(&repo, first, 'F'), ii);
     // And the third stream still comes out as in Fig. 6.
     let r3 = backup_letters(&mut repo, "ABCFGHIJOPQRS", RewriteSpec::Smr { level: 2 });
     assert_eq!(r3.rewritten_chunks, 2);
@@ -525,4 +580,105 @@ fn small_repo(b: Arc<dyn ObjectStore>) -> Writer {
         8 * 1024,
         false,
     )
+}
+
+/// GC is per copy. On Fig. 6's repository (SMR): forgetting the first two
+/// backups kills copy 1 of F and G in IV although their copy 0 in II lives
+/// on (the third backup reads it); IV goes, the third backup still reads
+/// I's surviving chunks where GC moved them and F–J from II. Forgetting only
+/// the third instead keeps both copies of F, across GC and reopen.
+#[test]
+fn gc_keeps_exactly_the_copies_retained_backups_read() {
+    use tessera_core::gc::{GcOptions, GcStrategy};
+    for strategy in [GcStrategy::Naive, GcStrategy::Gccdf] {
+        let b: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+        let mut repo = open_new(b.clone(), ChunkerConfig::default(), 5 * CHUNK, true);
+        let smr = RewriteSpec::Smr { level: 2 };
+        let r1 = backup_letters(&mut repo, "ABCDEFGHIJKLM", smr);
+        let (i, ii) = (at(&repo, 'A'), at(&repo, 'F'));
+        let r2 = backup_letters(&mut repo, "ABCDEFGNOPKLM", smr);
+        let iv = at(&repo, 'N');
+        let r3 = backup_letters(&mut repo, "ABCFGHIJOPQRS", smr);
+        let v = reads(&repo, r3.backup.id, 'O');
+        let gc = |repo: &mut Writer| {
+            repo.gc(&GcOptions {
+                strategy,
+                ..GcOptions::default()
+            })
+            .unwrap()
+        };
+
+        // Forget the third: V (its O P copies and Q R S) is dead; both
+        // copies of F stay, each read by its own backup.
+        {
+            let b2: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+            let mut other = open_new(b2.clone(), ChunkerConfig::default(), 5 * CHUNK, true);
+            backup_letters(&mut other, "ABCDEFGHIJKLM", smr);
+            backup_letters(&mut other, "ABCDEFGNOPKLM", smr);
+            let third = backup_letters(&mut other, "ABCFGHIJOPQRS", smr);
+            let before = read_sets(&other)[..2].to_vec();
+            other.forget(&[third.backup.id]).unwrap();
+            let r = gc(&mut other);
+            assert_eq!(r.reclaimed_containers, 1, "{strategy}: V only");
+            assert_eq!(r.moved_chunks, 0);
+            other.close().unwrap();
+            let other = Repository::open(b2).unwrap();
+            assert_eq!(read_sets(&other), before, "{strategy}");
+            assert_eq!(
+                other.index().copy_list(&fp('F')).len(),
+                2,
+                "both copies of F"
+            );
+        }
+
+        repo.forget(&[r1.backup.id, r2.backup.id]).unwrap();
+        let produced_from = repo.manifest().next_container_id;
+        let r = gc(&mut repo);
+        // The forgotten backups read I–IV. I keeps A B C (moved); II is
+        // whole (skipped); III and IV are dead.
+        assert_eq!(r.involved_containers, 4, "{strategy}: I–IV");
+        assert_eq!(r.skipped_containers, 1, "{strategy}: II");
+        assert_eq!(r.reclaimed_containers, 3, "{strategy}");
+        assert_eq!(r.moved_chunks, 3, "{strategy}: A B C");
+        repo.close().unwrap();
+        let repo = Repository::open(b).unwrap();
+        let ids: Vec<_> = repo.manifest().containers.iter().map(|c| c.id).collect();
+        assert!(!ids.contains(&iv) && !ids.contains(&i), "{strategy}");
+        let b3 = r3.backup.id;
+        for c in ['A', 'B', 'C'] {
+            assert!(
+                reads(&repo, b3, c) >= produced_from,
+                "{strategy}: {c} moved"
+            );
+        }
+        for c in ['F', 'G', 'H', 'I', 'J'] {
+            assert_eq!(reads(&repo, b3, c), ii, "{strategy}");
+        }
+        assert_eq!(reads(&repo, b3, 'P'), v);
+        // Copy 1 of F (in IV) is gone; copy 0 (in II) is F's only copy.
+        let f: Vec<_> = repo.index().copy_list(&fp('F')).iter().collect();
+        assert_eq!(f, vec![(0, ii)], "{strategy}");
+        assert_eq!(containers_read(&repo, b3), 3, "{strategy}");
+    }
+}
+
+/// A data container sealed in the middle of a segment is a dedup target for
+/// the policy and for later segments of the same backup (it was once lost:
+/// its chunks were stored again as if new).
+#[test]
+fn a_container_sealed_mid_segment_is_deduplicated_against() {
+    for spec in ["capping:2", "smr:2", "ned:0.5", "har:0.5"] {
+        let mut repo = trace_repo();
+        let opts = BackupOptions {
+            rewrite: RewriteSpec::parse(spec).unwrap(),
+            segment_bytes: 7 * CHUNK as u64,
+            ..BackupOptions::new("x", SourceKind::Trace)
+        };
+        // Segment 1 (A–G) seals A–E mid-segment; segment 2 repeats them.
+        let r = repo
+            .backup_trace(&opts, "ABCDEFGABCDEXY".chars().map(|c| Ok((fp(c), CHUNK))))
+            .unwrap();
+        assert_eq!((r.new_chunks, r.rewritten_chunks), (9, 0), "{spec}");
+        assert_eq!(containers_read(&repo, r.backup.id), 2, "{spec}");
+    }
 }

@@ -335,3 +335,75 @@ fn every_step_reports_its_backend_requests_and_bytes() {
     assert!(row.starts_with(r#"{"kind":"backup","approach":"#), "{row}");
     assert!(row.contains(r#""backend_requests":"#), "{row}");
 }
+
+/// The mfdedup approach on a two-source series, in data mode (restores
+/// verified byte for byte) and trace mode: both agree on every layout
+/// figure; each source is its own chain; forgetting deletes categories
+/// (the GC rows) and arranging held back raises restore reads.
+#[test]
+fn mfdedup_approach_in_both_modes() {
+    let t = tempfile::tempdir().unwrap();
+    let text = EXP
+        .replace(
+            "approaches = [\"nogc\"]\n",
+            "approaches = [\"mfdedup\", \"mfdedup:2\"]\n",
+        )
+        .replace("retain = 3\ndelete = 2", "retain = 4\ndelete = 1");
+    let data = run_text(&text.replace("MODE", "data"), &t.path().join("d"));
+    let trace = run_text(&text.replace("MODE", "trace"), &t.path().join("t"));
+    for r in [&data, &trace] {
+        assert!(r.failed().is_empty(), "{:?}", r.failed());
+    }
+    // EXP also defines a container-layout approach (nogc-lru4): its rows
+    // carry no MFDedup figures.
+    let key = |r: &Results| -> Vec<String> {
+        r.rows
+            .iter()
+            .filter(|row| match row {
+                Row::Backup(b) => b.approach.starts_with("mfdedup"),
+                Row::Restore(x) => x.approach.starts_with("mfdedup"),
+                Row::Gc(g) => g.approach.starts_with("mfdedup"),
+            })
+            .map(|row| match row {
+                Row::Backup(b) => {
+                    let m = b.mfdedup.as_ref().unwrap();
+                    assert!(m.chain == "s0" || m.chain == "s1", "{}", m.chain);
+                    format!(
+                        "{} {} {} {}",
+                        b.approach, b.stored_bytes, m.active_bytes, m.arrange_behind
+                    )
+                }
+                Row::Restore(x) => {
+                    let m = x.mfdedup.as_ref().unwrap();
+                    format!(
+                        "{} {} {} {}",
+                        x.approach, x.container_bytes_read, m.categories, m.seeks
+                    )
+                }
+                Row::Gc(g) => {
+                    assert_eq!(g.gc, "mfdedup-delete");
+                    format!("{} {}", g.approach, g.report.reclaimed_bytes)
+                }
+            })
+            .collect()
+    };
+    assert_eq!(key(&data), key(&trace));
+    let behind: Vec<u32> = data
+        .rows
+        .iter()
+        .filter_map(|r| match r {
+            Row::Backup(b) if b.approach == "mfdedup:2" => {
+                Some(b.mfdedup.as_ref().unwrap().arrange_behind)
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(
+        behind.iter().all(|&b| b <= 2) && behind.contains(&2),
+        "{behind:?}"
+    );
+    assert!(data
+        .rows
+        .iter()
+        .any(|r| matches!(r, Row::Gc(g) if g.report.reclaimed_bytes > 0)));
+}

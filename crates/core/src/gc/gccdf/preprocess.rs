@@ -5,8 +5,10 @@
 use crate::catalog::BackupId;
 use crate::container::{ChunkKind, ChunkMeta, ContainerId};
 use crate::error::Result;
-use crate::fingerprint::{Fingerprint, FpSet};
+use crate::fingerprint::Fingerprint;
 use crate::gc::mark::Mark;
+use crate::gc::sweep::take_live_copies;
+use crate::index::{CopyNo, CopySet};
 use crate::repo::Repository;
 use std::time::Instant;
 
@@ -17,6 +19,8 @@ use std::time::Instant;
 #[derive(Default)]
 pub struct GcCache {
     pub fps: Vec<Fingerprint>,
+    /// The live copies each cached chunk stands for (one, almost always).
+    pub copies: Vec<Vec<CopyNo>>,
     pub lens: Vec<u32>,
     /// Each chunk's entry in the container it came from.
     pub metas: Vec<ChunkMeta>,
@@ -48,19 +52,19 @@ pub fn load_segment(
     repo: &Repository,
     mark: &Mark,
     segment: &[ContainerId],
-    placed: &mut FpSet,
+    placed: &mut CopySet,
 ) -> Result<(GcCache, f64)> {
     let mut cache = GcCache::default();
     let mut secs = 0.0;
+    let mut copies = Vec::new();
     for &id in segment {
         let t = Instant::now();
         let c = repo.store.read_stored(id)?;
         secs += t.elapsed().as_secs_f64();
         for m in &c.meta {
-            if mark.valid.contains(&m.fp)
-                && repo.index.get(ChunkKind::Data, &m.fp) == Some(id)
-                && placed.insert(m.fp)
-            {
+            take_live_copies(repo, mark, ChunkKind::Data, &m.fp, id, placed, &mut copies);
+            if !copies.is_empty() {
+                cache.copies.push(std::mem::take(&mut copies));
                 let b = c.stored(m);
                 cache.starts.push(cache.data.len());
                 cache.data.extend_from_slice(b);

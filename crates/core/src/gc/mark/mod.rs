@@ -3,8 +3,10 @@
 //! live chunks per container, the RRT (container → retained backups that
 //! reference it) and, for GCCDF, one fingerprint filter per backup.
 //!
-//! A data chunk copy `(fp, C)` is live iff a retained backup references `fp`
-//! and the index maps `fp` to `C`: older copies left by rewriting are dead.
+//! A data chunk is stored as one or more numbered copies (rewriting adds
+//! copies); a recipe names the copy it reads. A copy `(fp, n)` is live iff a
+//! retained backup's recipe names it: a copy no retained backup references
+//! is dead even if another copy of the same fingerprint is live.
 
 use super::bloom::Bloom;
 use super::PhaseReport;
@@ -12,9 +14,10 @@ use crate::catalog::{BackupEntry, BackupId};
 use crate::container::{ChunkKind, ContainerId};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FpMap, FpSet};
+use crate::index::CopyNo;
 use crate::recipe::{RecipeChunk, RecipeVisitor, WalkStats};
 use crate::repo::Repository;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
@@ -250,8 +253,12 @@ pub struct Live {
 }
 
 pub struct Mark {
-    /// VC: valid data chunks.
+    /// VC: valid data chunks — copy 0 of each (most chunks' only copy).
+    /// Use [`insert_valid`](Self::insert_valid) / [`is_valid`](Self::is_valid),
+    /// which also cover the other copies.
     pub valid: FpFilter,
+    /// Valid copies other than copy 0 (rewritten chunks; always exact).
+    pub valid_copies: HashSet<(Fingerprint, CopyNo)>,
     /// Recipe chunks of retained backups (always exact: they are few).
     pub valid_recipe: FpSet,
     /// Live chunks per data container; `None` with a Bloom VC, where the
@@ -360,6 +367,7 @@ impl Mark {
         let exact = matches!(valid, FpFilter::Exact(_));
         Mark {
             valid,
+            valid_copies: HashSet::new(),
             valid_recipe: FpSet::default(),
             live: exact.then(HashMap::new),
             live_recipe: HashMap::new(),
@@ -374,10 +382,88 @@ impl Mark {
         }
     }
 
+    /// Mark copy `copy` of data chunk `fp` valid; returns whether it is
+    /// certainly new (exact VC only).
+    pub fn insert_valid(&mut self, fp: Fingerprint, copy: CopyNo) -> bool {
+        if copy == 0 {
+            self.valid.insert(fp)
+        } else {
+            self.valid_copies.insert((fp, copy))
+        }
+    }
+
+    /// Whether copy `copy` of data chunk `fp` is valid (referenced by a
+    /// retained backup; a Bloom VC may say so of a dead copy 0).
+    #[inline]
+    pub fn is_valid(&self, fp: &Fingerprint, copy: CopyNo) -> bool {
+        if copy == 0 {
+            self.valid.contains(fp)
+        } else {
+            self.valid_copies.contains(&(*fp, copy))
+        }
+    }
+
+    /// Count copy `copy` of `fp` (just marked valid, held in `container`)
+    /// in the container's live chunks — once per stored chunk: two valid
+    /// copies a GC placed in one container share one chunk there.
+    pub fn count_live(
+        &mut self,
+        index: &crate::index::Index,
+        fp: &Fingerprint,
+        copy: CopyNo,
+        container: ContainerId,
+        size: u64,
+    ) {
+        if self.live.is_none() {
+            return;
+        }
+        let copies = index.copy_list(fp);
+        if copies.len() > 1
+            && copies
+                .in_container(container)
+                .any(|n| n != copy && self.is_valid(fp, n))
+        {
+            return;
+        }
+        if let Some(live) = self.live.as_mut() {
+            let l = live.entry(container).or_default();
+            l.chunks += 1;
+            l.bytes += size;
+        }
+    }
+
+    /// Whether any copy of data chunk `fp` is valid.
+    pub fn any_valid(&self, index: &crate::index::Index, fp: &Fingerprint) -> bool {
+        index
+            .copy_list(fp)
+            .iter()
+            .any(|(n, _)| self.is_valid(fp, n))
+    }
+
+    /// The valid copies of data chunk `fp` that the index places in
+    /// container `id`, into `out` (cleared first). Almost always none or
+    /// one; more only where GC packed two copies into one container.
+    pub fn live_copies_in(
+        &self,
+        index: &crate::index::Index,
+        fp: &Fingerprint,
+        id: ContainerId,
+        out: &mut Vec<CopyNo>,
+    ) {
+        out.clear();
+        out.extend(
+            index
+                .copy_list(fp)
+                .in_container(id)
+                .filter(|&n| self.is_valid(fp, n)),
+        );
+    }
+
     /// Memory of the mark's own tables (estimated).
     fn table_bytes(&self) -> usize {
         let fp = std::mem::size_of::<Fingerprint>() + 1;
         self.valid.memory_bytes()
+            + self.valid_copies.capacity() * (fp + 2)
             + self.valid_recipe.capacity() * fp
             + self.live.as_ref().map_or(0, |l| l.capacity() * 24)
             + self
@@ -456,18 +542,22 @@ impl Walk<'_> {
     fn add_data_chunks(&mut self, chunk: &RecipeChunk) -> Result<Arc<[ContainerId]>> {
         let mut homes = Vec::with_capacity(chunk.entries.len());
         for e in &chunk.entries {
-            let c = self.repo.locate(ChunkKind::Data, &e.fp).ok_or_else(|| {
-                Error::corrupt(
-                    format!("backup {}", self.backup),
-                    format!("chunk {} is not in the index", e.fp.to_hex()),
-                )
-            })?;
-            if self.m.valid.insert(e.fp) {
-                if let Some(live) = self.m.live.as_mut() {
-                    let l = live.entry(c).or_default();
-                    l.chunks += 1;
-                    l.bytes += e.size;
-                }
+            let c = self
+                .repo
+                .locate_copy(ChunkKind::Data, &e.fp, e.copy)
+                .ok_or_else(|| {
+                    Error::corrupt(
+                        format!("backup {}", self.backup),
+                        format!(
+                            "chunk {} (copy {}) is not in the index",
+                            e.fp.to_hex(),
+                            e.copy
+                        ),
+                    )
+                })?;
+            if self.m.insert_valid(e.fp, e.copy) {
+                self.m
+                    .count_live(&self.repo.index, &e.fp, e.copy, c, e.size);
             }
             homes.push(c);
         }

@@ -1,0 +1,151 @@
+//! `tessera mount`: mount, browse by id, host and tag, read files (random
+//! access included) and compare them with the source, unmount.
+
+use crate::common::{ok, tessera};
+use std::io::{Read, Seek, SeekFrom};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The mount process, unmounted and reaped on drop.
+struct Mounted {
+    child: Child,
+    at: std::path::PathBuf,
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("fusermount3").arg("-u").arg(&self.at).status();
+        let _ = self.child.wait();
+    }
+}
+
+fn fuse_available() -> bool {
+    Path::new("/dev/fuse").exists()
+        && Command::new("fusermount3")
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn mount_browses_and_reads_backups() {
+    if !fuse_available() {
+        eprintln!("skipped: no FUSE here (/dev/fuse and fusermount3 are needed)");
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let repo = t.path().join("repo");
+    let src = t.path().join("src");
+    std::fs::create_dir_all(src.join("sub")).unwrap();
+    let big: Vec<u8> = (0..3_000_000u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    std::fs::write(src.join("sub/big.bin"), &big).unwrap();
+    std::fs::write(src.join("small.txt"), b"hello mount\n").unwrap();
+    std::os::unix::fs::symlink("small.txt", src.join("link")).unwrap();
+    std::fs::hard_link(src.join("small.txt"), src.join("hard.txt")).unwrap();
+    ok(tessera(&repo).arg("init"));
+    ok(tessera(&repo)
+        .arg("backup")
+        .arg(&src)
+        .args(["--host", "alpha", "--tag", "nightly"]));
+    std::fs::write(src.join("small.txt"), b"changed\n").unwrap();
+    ok(tessera(&repo)
+        .arg("backup")
+        .arg(&src)
+        .args(["--host", "beta"]));
+    ok(tessera(&repo)
+        .args(["backup", "--stdin-name", "notes.txt"])
+        .write_stdin("a stream"));
+
+    let mnt = t.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let child = Command::new(assert_cmd::cargo::cargo_bin("tessera"))
+        .env("TESSERA_REPO", &repo)
+        // As common::tessera: the password of repositories encrypted by default.
+        .env("TESSERA_PASSWORD", "test password")
+        .env("TESSERA_KDF", "m=8,t=1,p=1")
+        .arg("mount")
+        .arg(&mnt)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let m = Mounted {
+        child,
+        at: mnt.clone(),
+    };
+    // Wait for the mount to be served (not a timing assertion).
+    let start = Instant::now();
+    while !mnt.join("ids").exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the mount never appeared"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let names = |p: &Path| {
+        let mut v: Vec<String> = std::fs::read_dir(p)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names(&mnt), vec!["hosts", "ids", "latest", "tags"]);
+    assert_eq!(names(&mnt.join("ids")), vec!["1", "2", "3"]);
+    // The stream backup recorded this machine's host name.
+    let hosts = names(&mnt.join("hosts"));
+    assert!(
+        hosts.len() == 3 && hosts.contains(&"alpha".into()) && hosts.contains(&"beta".into()),
+        "{hosts:?}"
+    );
+    assert_eq!(names(&mnt.join("tags/nightly")), vec!["1"]);
+    assert_eq!(
+        std::fs::read_link(mnt.join("latest")).unwrap(),
+        Path::new("ids/3")
+    );
+
+    let one = mnt.join("hosts/alpha/1");
+    assert_eq!(names(&one), vec!["hard.txt", "link", "small.txt", "sub"]);
+    assert_eq!(
+        std::fs::read(one.join("small.txt")).unwrap(),
+        b"hello mount\n"
+    );
+    assert_eq!(
+        std::fs::read(one.join("hard.txt")).unwrap(),
+        b"hello mount\n"
+    );
+    assert_eq!(
+        std::fs::read_link(one.join("link")).unwrap(),
+        Path::new("small.txt")
+    );
+    assert_eq!(
+        std::fs::read(mnt.join("tags/nightly/1/sub/big.bin")).unwrap(),
+        big
+    );
+    assert_eq!(
+        std::fs::metadata(one.join("sub/big.bin")).unwrap().len(),
+        big.len() as u64
+    );
+    assert_eq!(
+        std::fs::read(mnt.join("ids/2/small.txt")).unwrap(),
+        b"changed\n"
+    );
+    assert_eq!(
+        std::fs::read(mnt.join("latest/notes.txt")).unwrap(),
+        b"a stream"
+    );
+    // Random access: a read in the middle of the big file.
+    let mut f = std::fs::File::open(mnt.join("ids/2/sub/big.bin")).unwrap();
+    f.seek(SeekFrom::Start(2_000_001)).unwrap();
+    let mut part = vec![0u8; 70_000];
+    f.read_exact(&mut part).unwrap();
+    assert_eq!(part, big[2_000_001..2_070_001]);
+    // Read-only.
+    assert!(std::fs::write(one.join("new"), b"x").is_err());
+    drop(f);
+    drop(m);
+    assert!(!mnt.join("ids").exists(), "unmounted");
+}

@@ -1,0 +1,177 @@
+//! Directory backups: the walk's entries become the directory stream — each
+//! regular file's contents in chunks of their own (the chunker restarts at
+//! a file's first byte and cuts at its last), then the metadata records in
+//! two sections, each chunked from its start (see
+//! [`crate::archive::meta`]) — with the files cache supplying the chunks
+//! of unchanged files.
+
+use std::io::{self, Write};
+use std::path::PathBuf;
+
+use super::files_cache::{cache_path, CacheWriter, FilesCache, FilesCacheOptions};
+use super::pipeline::Ingest;
+use super::{BackupOptions, BackupReport};
+use crate::archive::meta::{Kind, MetaWriter, Record};
+use crate::archive::walk::{walk, TreeOut};
+use crate::archive::{FileId, Selection, TreeStats};
+use crate::error::{Error, Result};
+use crate::fingerprint::Fingerprint;
+use crate::repo::Writer;
+use crate::rewrite::RewriteSpec;
+
+/// (path, identity, mark before its chunks, mark after) of a regular file stored.
+type Learnt = (Vec<u8>, FileId, u64, u64);
+
+/// The walk's output into a running backup.
+struct TreeIngest<'a> {
+    ingest: &'a mut Ingest,
+    meta: MetaWriter,
+    /// The previous backup's files cache (files it may skip reading).
+    cache: Option<&'a FilesCache>,
+    /// Each regular file, for the next files cache.
+    learnt: Option<Vec<Learnt>>,
+    /// The identity of the file being read, and the mark before its chunks.
+    current: Option<(FileId, u64)>,
+    from_cache: u64,
+}
+
+impl Write for TreeIngest<'_> {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        self.ingest.write(data)
+    }
+    fn write_all(&mut self, data: &[u8]) -> io::Result<()> {
+        self.ingest.write_all(data)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl TreeOut for TreeIngest<'_> {
+    fn entry(&mut self, r: &Record) -> io::Result<()> {
+        self.meta.push(r);
+        if r.kind == Kind::File {
+            self.ingest.boundary()?;
+        }
+        Ok(())
+    }
+
+    fn file_end(&mut self, r: &Record) -> io::Result<()> {
+        self.ingest.boundary()?;
+        if let (Some(learnt), Some((id, first))) = (&mut self.learnt, self.current.take()) {
+            // Only a file read whole at the size its identity gives.
+            if id.size == r.size {
+                learnt.push((r.path.clone(), id, first, self.ingest.mark()));
+            }
+        }
+        Ok(())
+    }
+
+    fn reuse(&mut self, r: &Record, id: &FileId) -> io::Result<bool> {
+        self.current = None;
+        let Some(chunks) = self.cache.and_then(|c| c.lookup(&r.path, id)) else {
+            self.current = Some((*id, self.ingest.mark()));
+            return Ok(false);
+        };
+        self.entry(r)?;
+        let first = self.ingest.mark();
+        for &(fp, n) in chunks {
+            self.ingest.push_known(fp, n)?;
+        }
+        if let Some(learnt) = &mut self.learnt {
+            learnt.push((r.path.clone(), *id, first, self.ingest.mark()));
+        }
+        self.from_cache += 1;
+        Ok(true)
+    }
+}
+
+/// [`Writer::backup_paths`](crate::Writer::backup_paths).
+pub(crate) fn backup_paths(
+    repo: &mut Writer,
+    opts: &BackupOptions,
+    paths: &[PathBuf],
+    selection: &Selection,
+    progress: &mut dyn FnMut(u64),
+) -> Result<(BackupReport, TreeStats)> {
+    if repo.manifest.config.trace {
+        return Err(Error::invalid(
+            "this repository is in trace mode; it stores fingerprint traces, not directories",
+        ));
+    }
+    let started = crate::clock::now();
+    // The cache hands chunks over without their bytes, which a rewrite
+    // policy would need to store duplicates again.
+    let cache_opts: Option<FilesCacheOptions> = repo
+        .files_cache()
+        .filter(|_| matches!(opts.rewrite, RewriteSpec::None))
+        .cloned();
+    let cache_file = cache_opts
+        .as_ref()
+        .map(|c| cache_path(&c.dir, &repo.manifest.config.repo_id, paths));
+    let old = match (&cache_opts, &cache_file) {
+        (Some(c), Some(f)) if !c.force_read => {
+            let mut old = FilesCache::load(f);
+            old.retain_indexed(repo.index());
+            Some(old)
+        }
+        _ => None,
+    };
+    let mut stats = None;
+    let mut learnt = None;
+    let mut from_cache = 0;
+    let (mut report, trail) = repo.backup_in_tree(opts, cache_file.is_some(), |ingest| {
+        let mut out = TreeIngest {
+            ingest,
+            meta: MetaWriter::default(),
+            cache: old.as_ref(),
+            learnt: cache_file.is_some().then(Vec::new),
+            current: None,
+            from_cache: 0,
+        };
+        let mut done = 0u64;
+        let mut on_bytes = |n: u64| {
+            done += n;
+            progress(done)
+        };
+        stats = Some(walk(paths, selection, &mut out, &mut on_bytes)?);
+        let io_err = |e| Error::io("backup", e);
+        let (names, times) = std::mem::take(&mut out.meta).finish();
+        learnt = out.learnt.take();
+        from_cache = out.from_cache;
+        ingest.metadata_starts().map_err(io_err)?;
+        ingest.write_all(&names).map_err(io_err)?;
+        ingest.boundary().map_err(io_err)?;
+        ingest.write_all(&times).map_err(io_err)?;
+        Ok(())
+    })?;
+    report.files_from_cache = from_cache;
+    if let (Some(file), Some(learnt), Some(trail)) = (cache_file, learnt, trail) {
+        let mut w = CacheWriter::new(started);
+        for (path, id, a, z) in learnt {
+            if let Some(chunks) = trail.between(a, z) {
+                w.push(&path, &id, chunks);
+            }
+        }
+        // Only speed depends on the cache: failing to write it is no error.
+        let _ = w.write(&file);
+    }
+    Ok((report, stats.unwrap_or_default()))
+}
+
+/// The trail of a backup: its data chunks in stream order, and where the
+/// ingest's marks ([`Ingest::mark`]) fell among them.
+#[derive(Default)]
+pub(crate) struct Trail {
+    pub chunks: Vec<(Fingerprint, u32)>,
+    /// Data chunks before each mark.
+    pub marks: Vec<usize>,
+}
+
+impl Trail {
+    /// The chunks between marks `a` and `z`.
+    fn between(&self, a: u64, z: u64) -> Option<&[(Fingerprint, u32)]> {
+        let at = |m: u64| self.marks.get(usize::try_from(m).ok()?).copied();
+        self.chunks.get(at(a)?..at(z)?)
+    }
+}

@@ -1,0 +1,48 @@
+#!/bin/sh
+# Regenerate docs/REPRODUCTION.md: run the committed experiments (unless
+# --no-run) into experiments/results/NAME (report.html with the plots,
+# results.csv), then fill the tables of experiments/REPRODUCTION.md.in from
+# the CSVs (experiments/summarize.awk).
+#
+#   experiments/reproduce.sh            # run everything, then write the doc
+#   experiments/reproduce.sh --no-run   # only rewrite the doc from the CSVs
+#   TESSERA=path/to/tessera experiments/reproduce.sh
+#
+# redis-series and git-series need their datasets first (see their .toml
+# files); without them they are skipped and their tables kept from the CSVs.
+set -eu
+cd "$(dirname "$0")/.."
+TESSERA=${TESSERA:-target/release/tessera}
+EXPERIMENTS="gccdf-synthetic-mix gccdf-interleave-synthetic-mix rewrite-synthetic-mix vc-synthetic-mix git-series redis-series"
+if [ "${1:-}" != "--no-run" ]; then
+    for e in $EXPERIMENTS; do
+        if [ "$e" = redis-series ] && [ ! -d /tmp/copies-redis ]; then
+            echo "skipping $e: no dataset at /tmp/copies-redis" >&2
+            continue
+        fi
+        if [ "$e" = git-series ] && [ ! -d experiments/data/tessera-series ]; then
+            echo "skipping $e: no dataset at experiments/data/tessera-series (see its .toml)" >&2
+            continue
+        fi
+        "$TESSERA" lab run "experiments/$e.toml" --out "experiments/results/$e"
+    done
+fi
+out=docs/REPRODUCTION.md
+tmp=$out.tmp
+: > "$tmp"
+while IFS= read -r line; do
+    case $line in
+    @TABLE\ *)
+        e=${line#@TABLE }
+        csv=experiments/results/$e/results.csv
+        if [ -f "$csv" ]; then
+            awk -F, -f experiments/summarize.awk "$csv" >> "$tmp"
+        else
+            echo "(not run yet: experiments/results/$e)" >> "$tmp"
+        fi
+        ;;
+    *) printf '%s\n' "$line" >> "$tmp" ;;
+    esac
+done < experiments/REPRODUCTION.md.in
+mv "$tmp" "$out"
+echo "wrote $out"
