@@ -257,3 +257,97 @@ proptest! {
         }
     }
 }
+
+/// A tree with many small files (duplicates and empty ones among them),
+/// files larger than an ingest batch, and nested directories.
+fn make_tree(root: &std::path::Path) {
+    use std::fs;
+    for d in 0..6 {
+        let dir = root.join(format!("d{d}")).join(format!("sub{}", d % 3));
+        fs::create_dir_all(&dir).unwrap();
+        for f in 0..60u64 {
+            let seed = d * 1000 + f;
+            let len = (seed as usize * 7919) % 30_000;
+            let body = match f % 7 {
+                0 => Vec::new(),
+                1 => mixed(3, 12_000), // the same bytes in many files
+                _ => mixed(seed, len),
+            };
+            fs::write(dir.join(format!("f{f}.txt")), body).unwrap();
+        }
+    }
+    fs::write(root.join("big1"), mixed(1, 5 << 20)).unwrap();
+    fs::write(root.join("big2"), bytes(2, (4 << 20) + 12_345)).unwrap();
+    // Fixed times: nothing is racily clean for the files cache.
+    for p in walk_files(root) {
+        filetime::set_file_mtime(&p, filetime::FileTime::from_unix_time(1_600_000_000, 0)).unwrap();
+    }
+}
+
+fn walk_files(root: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![root.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Directory backups (each file's contents cut by the workers) give the
+/// same layout with 1, 2 and 4 threads, and so does the second backup,
+/// which takes every file from the files cache; both restore exactly.
+#[test]
+fn tree_layout_does_not_depend_on_thread_count() {
+    use tessera_core::ingest::FilesCacheOptions;
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    make_tree(&src);
+    // Files changed (ctime) in the second a backup starts are re-read.
+    let s = tessera_core::clock::now();
+    while tessera_core::clock::now() == s {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let t = template(Compression::Auto, true);
+    let mut layouts = Vec::new();
+    for threads in [1, 2, 4] {
+        let backend = copy_of(&t);
+        let mut w = writer(backend.clone(), threads);
+        w.set_files_cache(Some(FilesCacheOptions {
+            dir: tmp.path().join(format!("cache{threads}")),
+            force_read: false,
+        }));
+        let opts = BackupOptions::new("tree", SourceKind::Tree);
+        let first = w.backup_tree(&opts, &src, &mut |_| {}).unwrap().0;
+        let second = w.backup_tree(&opts, &src, &mut |_| {}).unwrap().0;
+        assert_eq!(first.files_from_cache, 0);
+        assert_eq!(second.files_from_cache, 362, "every file from the cache");
+        drop(w);
+        let mut repo = Repository::open_with(backend.clone(), &|| Ok(Password::new(PW))).unwrap();
+        repo.set_threads(threads);
+        for id in [first.backup.id, second.backup.id] {
+            let b = repo.manifest().backup(id).unwrap().clone();
+            let out = tmp.path().join(format!("out{threads}-{id}"));
+            repo.restore_into(&b, &out, &RestoreOptions::default(), &mut |_| {})
+                .unwrap();
+            for p in walk_files(&src) {
+                let rel = p.strip_prefix(&src).unwrap();
+                assert!(
+                    std::fs::read(&p).unwrap() == std::fs::read(out.join(rel)).unwrap(),
+                    "{} restores exactly",
+                    rel.display()
+                );
+            }
+        }
+        layouts.push(layout(backend, true));
+    }
+    assert!(layouts[0] == layouts[1], "2 threads: layout differs");
+    assert!(layouts[0] == layouts[2], "4 threads: layout differs");
+}
