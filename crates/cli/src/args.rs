@@ -113,6 +113,15 @@ pub struct RepoArg {
         conflicts_with = "password_file"
     )]
     pub password_command: Option<String>,
+    /// Worker threads for backup and restore (0: every core); layouts do not depend on it
+    #[arg(
+        long,
+        env = "TESSERA_THREADS",
+        value_name = "N",
+        default_value_t = 0,
+        global = true
+    )]
+    pub threads: usize,
 }
 
 #[derive(Args, Clone, Copy)]
@@ -484,6 +493,9 @@ pub enum LabCommand {
         /// Make the stream's fresh bytes text-like (compressible) instead of random
         #[arg(long)]
         compressible: bool,
+        /// Worker threads for backup and restore (0: every core)
+        #[arg(long, default_value_t = 0, value_name = "N")]
+        threads: usize,
         #[command(flatten)]
         json: JsonArg,
     },

@@ -584,7 +584,7 @@ impl Index {
 /// stay monomorphized and inlined. A location is a container id here (a
 /// category id under MFDedup). An index without rewriting keeps copy 0 of
 /// each chunk only: the copy methods' defaults say so.
-pub trait DedupIndex: Default + Send + 'static {
+pub trait DedupIndex: Default + Send + Sync + 'static {
     /// Where a stream of data lookups expects its next fingerprint (a hint
     /// that lets most lookups of a repeated stream skip the table).
     type Cursor: Copy + Default + Send;

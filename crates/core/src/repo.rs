@@ -101,6 +101,8 @@ pub struct Repository {
     pub(crate) seal: RepoSeal,
     /// The master key and the slot that opened it (encrypted repositories).
     pub(crate) key: Option<(Arc<MasterKey>, u64)>,
+    /// Worker threads for ingest and restore (0: every core).
+    pub(crate) threads: usize,
     /// MFDedup only: data chunk → a category part holding it (for check
     /// and salvage), built on first use and dropped at each publish.
     pub(crate) mf_located: std::sync::OnceLock<crate::fingerprint::FpMap<ContainerId>>,
@@ -607,6 +609,7 @@ impl Repository {
             reserved: None,
             reader_lock: None,
             writer_token: None,
+            threads: 0,
         };
         if repo.manifest.config.layout == crate::layout::LayoutKind::Mfdedup {
             repo.index = crate::layout::mfdedup::recipe_index(&repo)?;
@@ -896,6 +899,18 @@ impl Repository {
     /// encrypted).
     pub fn fingerprinter(&self) -> &Fingerprinter {
         &self.fingerprinter
+    }
+    /// Use `n` worker threads for backups and restores (0, the default:
+    /// every available core). Layouts and restored bytes do not depend on it.
+    pub fn set_threads(&mut self, n: usize) {
+        self.threads = n;
+    }
+    /// Worker threads backups and restores use.
+    pub fn threads(&self) -> usize {
+        match self.threads {
+            0 => crate::ingest::default_threads(),
+            n => n,
+        }
     }
     /// The unsealed config: format version, encryption, default compression.
     pub fn seal_config(&self) -> &RepoSeal {

@@ -60,6 +60,8 @@ pub struct BenchOptions {
     /// Fresh pieces of the stream are text-like words (compressible about
     /// 3:1 by zstd) instead of random bytes.
     pub compressible: bool,
+    /// Worker threads for backup and restore (0: every core).
+    pub threads: usize,
 }
 
 impl BenchOptions {
@@ -75,6 +77,7 @@ impl BenchOptions {
             compression: tessera_core::Compression::Off,
             encrypted: false,
             compressible: false,
+            threads: 0,
         }
     }
 }
@@ -327,7 +330,8 @@ fn run_once(
         .iter()
         .map(|k| backend.size(k))
         .sum::<tessera_core::Result<u64>>()?;
-    let repo = Repository::open_with(backend, &|| Ok(crate::runner::lab_password()))?;
+    let mut repo = Repository::open_with(backend, &|| Ok(crate::runner::lab_password()))?;
+    repo.set_threads(opts.threads);
     let entry = repo.resolve("latest")?.clone();
     let restore = repo.restore_to(
         &entry,
@@ -400,6 +404,7 @@ fn backup_into_fresh_repo(
     let mut repo = Repository::open_writer_with(backend.clone(), "tessera lab bench", &|| {
         Ok(crate::runner::lab_password())
     })?;
+    repo.set_threads(opts.threads);
     let mut f = File::open(stream_path)?;
     let backup = repo.backup_reader(
         &BackupOptions::new("stream.bin", SourceKind::Stream),

@@ -42,6 +42,7 @@ pub fn experiment(approaches: Vec<Approach>, file: &Path) -> Experiment {
         index: Default::default(),
         compression: tessera_core::Compression::Off,
         encrypted: false,
+        threads: 0,
         approaches,
         retention: Some(Retention {
             retain: 8,

@@ -77,6 +77,9 @@ pub struct Experiment {
     /// Whether the repositories are encrypted (`[repo] encrypted`; a fixed
     /// lab password with the cheapest key derivation).
     pub encrypted: bool,
+    /// Worker threads for backup and restore (`[repo] threads`; 0, the
+    /// default: every core). Layout results do not depend on it.
+    pub threads: usize,
 }
 
 #[derive(Deserialize)]
@@ -115,6 +118,7 @@ struct RepoDef {
     index: Option<tessera_core::index::IndexKind>,
     compression: Option<Spanned<String>>,
     encrypted: bool,
+    threads: usize,
 }
 
 impl Default for RepoDef {
@@ -127,6 +131,7 @@ impl Default for RepoDef {
             index: None,
             compression: None,
             encrypted: false,
+            threads: 0,
         }
     }
 }
@@ -289,6 +294,7 @@ impl Experiment {
         Ok(Experiment {
             compression,
             encrypted: r.encrypted,
+            threads: r.threads,
             name,
             file: file.to_path_buf(),
             mode,

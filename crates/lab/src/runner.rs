@@ -580,6 +580,7 @@ fn open_repo(exp: &Experiment, a: &Approach, work: &Path) -> Result<(Writer, Cou
         // FGC records the reference graph from the first backup on.
         repo.rebuild_refgraph(g.fgc_granularity.unwrap_or(0))?;
     }
+    repo.set_threads(exp.threads);
     Ok((repo, counted))
 }
 

@@ -14,6 +14,7 @@ pub fn run(
     runs: u32,
     cache: CacheSpec,
     (compression, encrypted, compressible): (tessera_core::Compression, bool, bool),
+    threads: usize,
     json: bool,
 ) -> Result<ExitCode> {
     let mut opts = BenchOptions::new(dir.to_path_buf(), size.bytes());
@@ -22,6 +23,7 @@ pub fn run(
     opts.compression = compression;
     opts.encrypted = encrypted;
     opts.compressible = compressible;
+    opts.threads = threads;
     let r = bench::run(&opts, &mut |s| {
         if !json {
             eprintln!("bench: {s}…");

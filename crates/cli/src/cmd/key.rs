@@ -111,18 +111,20 @@ pub fn new_password(repo: &RepoArg, file: Option<&Path>, for_init: bool) -> Resu
 pub fn open(repo: &RepoArg, backend: Arc<dyn ObjectStore>) -> Result<Repository> {
     // A reader lock: a GC in another process waits for it before deleting
     // containers this command may read.
-    Ok(Repository::open_reader_with(
-        backend,
-        "tessera (reading)",
-        &|| password(repo).map_err(|e| tessera_core::Error::Key(ui::one_line(&e))),
-    )?)
+    let mut r = Repository::open_reader_with(backend, "tessera (reading)", &|| {
+        password(repo).map_err(|e| tessera_core::Error::Key(ui::one_line(&e)))
+    })?;
+    r.set_threads(repo.threads);
+    Ok(r)
 }
 
 /// Open for writing, asking for the password only if needed.
 pub fn open_writer(repo: &RepoArg, backend: Arc<dyn ObjectStore>, command: &str) -> Result<Writer> {
-    Ok(Repository::open_writer_with(backend, command, &|| {
+    let mut w = Repository::open_writer_with(backend, command, &|| {
         password(repo).map_err(|e| tessera_core::Error::Key(ui::one_line(&e)))
-    })?)
+    })?;
+    w.set_threads(repo.threads);
+    Ok(w)
 }
 
 #[derive(Serialize)]

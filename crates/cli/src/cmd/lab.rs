@@ -25,6 +25,7 @@ pub fn run(cmd: LabCommand) -> Result<ExitCode> {
             compression,
             encryption,
             compressible,
+            threads,
             json,
         } => super::bench::run(
             &dir,
@@ -32,6 +33,7 @@ pub fn run(cmd: LabCommand) -> Result<ExitCode> {
             runs,
             cache,
             (compression, encryption.is_encrypted(), compressible),
+            threads,
             json.json,
         ),
         LabCommand::Peers {

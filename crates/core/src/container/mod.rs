@@ -7,6 +7,7 @@
 //! (ingest and GC sweep).
 
 pub mod format;
+mod presealed;
 mod writer;
 
 use crate::backend::ObjectBytes;
@@ -15,6 +16,7 @@ use crate::fingerprint::{Fingerprint, FpMap, HashAlgo};
 use crate::metrics::Metrics;
 use crate::seal::{Codec, Compression, SealedStore, Sealer};
 pub use format::{ChunkKind, ChunkMeta, ContainerId, Header, PerKind};
+pub use presealed::{ChunkSealing, Presealed, SealedPart};
 use std::sync::Arc;
 pub use writer::{ContainerWriter, IdAllocator};
 
@@ -65,6 +67,15 @@ impl ContainerBuilder {
             logical: 0,
         }
     }
+    /// How this builder's chunks are stored, for workers sealing them ahead
+    /// ([`Presealed`]); `None` when they are stored as they are.
+    pub fn chunk_sealing(&self) -> Option<ChunkSealing> {
+        if self.trace || self.kind != ChunkKind::Data {
+            return None;
+        }
+        ChunkSealing::new(&self.sealer, self.compression)
+    }
+
     /// Whether a chunk of `len` bytes fits. An empty container takes any chunk,
     /// so a chunk larger than the capacity gets a container of its own.
     pub fn fits(&self, len: u64) -> bool {

@@ -2,7 +2,9 @@
 //! through it, so ids, sealing and the catalog's container list are decided
 //! in one place.
 
-use super::{ChunkKind, ChunkMeta, ContainerBuilder, ContainerId, ContainerStore};
+use super::{
+    ChunkKind, ChunkMeta, ChunkSealing, ContainerBuilder, ContainerId, ContainerStore, Presealed,
+};
 use crate::catalog::ContainerEntry;
 use crate::error::Result;
 use crate::fingerprint::Fingerprint;
@@ -44,6 +46,8 @@ pub struct ContainerWriter {
     id: ContainerId,
     written: Vec<ContainerEntry>,
     write_seconds: f64,
+    /// Data chunks ingest's workers sealed ahead of [`append`](Self::append).
+    presealed: Presealed,
 }
 
 impl ContainerWriter {
@@ -59,6 +63,7 @@ impl ContainerWriter {
             id: ContainerId(0),
             written: Vec::new(),
             write_seconds: 0.0,
+            presealed: Presealed::default(),
         }
     }
 
@@ -117,8 +122,22 @@ impl ContainerWriter {
         if self.builder.is_empty() {
             self.id = ids.allocate();
         }
-        self.builder.push(fp, len, bytes);
+        match self.presealed.take(&fp, len) {
+            Some((m, stored)) => self.builder.push_stored(&m, stored),
+            None => self.builder.push(fp, len, bytes),
+        }
         self.id
+    }
+
+    /// How chunks are stored, for workers sealing them ahead (`None`: as
+    /// they are, or not data).
+    pub fn chunk_sealing(&self) -> Option<ChunkSealing> {
+        self.builder.chunk_sealing()
+    }
+
+    /// Where workers' sealed chunks wait for [`append`](Self::append).
+    pub fn presealed(&mut self) -> &mut Presealed {
+        &mut self.presealed
     }
 
     /// The open container, if it holds a chunk.

@@ -56,12 +56,14 @@ use std::time::Instant;
 
 mod files_cache;
 pub(crate) mod interleave;
+mod parallel;
 mod pipeline;
 mod segment;
 mod sink;
 mod tree;
 pub use files_cache::FilesCacheOptions;
 pub use interleave::GroupInput;
+pub use parallel::default_threads;
 pub use pipeline::Ingest;
 use sink::Sink;
 
@@ -273,10 +275,17 @@ impl Writer {
             sink.corr = crate::refgraph::CorrRecorder::start(self);
         }
         if trail {
-            sink.trail = Some(Vec::new());
+            sink.trail = Some(tree::Trail::default());
         }
         let fingerprinter = self.fingerprinter().clone();
-        let mut ingest = Ingest::start(sink, cfg.chunker.build(), fingerprinter, cfg.trace);
+        let threads = self.threads;
+        let mut ingest = Ingest::start(
+            sink,
+            cfg.chunker.build().into(),
+            fingerprinter,
+            cfg.trace,
+            threads,
+        );
         let fed = feed(&mut ingest);
         let (mut sink, recipe, worker, upstream_root) = ingest.stop(fed.is_ok());
         let member = worker.and(fed).and_then(|()| {

@@ -1,17 +1,22 @@
-//! The two stages of a backup: the caller's thread cuts bytes into chunks
-//! (or buffers trace entries, and in trace mode without rewriting also
-//! builds the recipe tree); the worker thread fingerprints and hands every
-//! chunk to the [`Sink`], in batches.
+//! The two stages of a backup: the caller's thread buffers bytes and marks
+//! where each section (a file's contents) ends, cutting only a section that
+//! runs past a batch (or buffers trace entries, and in trace mode without
+//! rewriting also builds the recipe tree); the worker thread has the
+//! batch's sections cut, its chunks fingerprinted and the new ones sealed
+//! by worker threads ([`Workers`]), then hands every chunk to the
+//! [`Sink`] in stream order.
 
+use super::parallel::{Piece, Workers};
 use super::sink::Sink;
 use crate::chunking::Chunker;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, Fingerprinter};
 use crate::index::DedupIndex;
-use crate::layout::{ContainerLayout, Layout};
+use crate::layout::{ChunkWriter, ContainerLayout, Layout};
 use crate::recipe::{RecipeBuilder, RecipeEntry, RecipeSink};
 use std::io::{self, Write};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 /// Bytes the chunking stage accumulates before handing a batch to the worker.
@@ -59,11 +64,16 @@ impl RecipeSink for RecipeEvents {
 pub(super) enum Cut {
     /// A chunk of the batch's bytes: (start, len).
     Bytes(usize, usize),
+    /// A whole section of the batch's bytes, for the workers to cut: (start, len).
+    Section(usize, usize),
     /// A chunk the index holds, given by fingerprint (the files cache): its
     /// bytes were not read.
     Known(Fingerprint, u32),
     /// The directory stream's metadata starts at this stream offset.
     MetaStart(u64),
+    /// A position in the chunk sequence ([`Ingest::mark`]): the trail
+    /// records how many data chunks came before it.
+    Mark,
 }
 
 enum Batch {
@@ -75,6 +85,7 @@ enum Batch {
 
 type WorkerResult<L> = (Sink<L>, RecipeBuilder, Result<()>);
 
+#[allow(clippy::too_many_arguments)]
 fn worker<L: Layout>(
     rx: Receiver<Batch>,
     spent: SyncSender<Vec<u8>>,
@@ -83,31 +94,80 @@ fn worker<L: Layout>(
     mut recipe: RecipeBuilder,
     algo: Fingerprinter,
     recipe_upstream: bool,
+    threads: usize,
+    chunker: Arc<dyn Chunker>,
 ) -> WorkerResult<L> {
+    let mut workers = Workers::new(threads);
+    let mut pieces = Vec::new();
     let run = || -> Result<()> {
         for batch in rx {
             match batch {
                 Batch::Data(buf, cuts) => {
+                    // Sections cut, fingerprints (and chunks sealed ahead)
+                    // from the workers; then dedup and placement here, in
+                    // stream order. With rewriting, chunks are stored
+                    // segments later: nothing is sealed ahead.
+                    let sealing = match sink.rw {
+                        None => sink.writer.chunk_sealing(),
+                        Some(_) => None,
+                    };
+                    pieces.clear();
+                    pieces.extend(cuts.iter().filter_map(|c| match *c {
+                        Cut::Bytes(start, len) => Some(Piece {
+                            start,
+                            len,
+                            section: false,
+                        }),
+                        Cut::Section(start, len) => Some(Piece {
+                            start,
+                            len,
+                            section: true,
+                        }),
+                        _ => None,
+                    }));
+                    let parts = workers.prepare(
+                        &buf,
+                        &pieces,
+                        &*chunker,
+                        &algo,
+                        &sink.index,
+                        sealing.as_ref(),
+                    );
+                    let presealed = sealing.and_then(|_| sink.writer.presealed());
+                    match presealed {
+                        Some(p) => p.install(parts),
+                        None => workers.give_back(parts),
+                    }
+                    let mut chunks = workers.chunks().peekable();
                     for cut in &cuts {
-                        let (fp, n) = match *cut {
-                            Cut::Bytes(s, n) => {
-                                let bytes = &buf[s..s + n];
-                                let fp = algo.hash(bytes);
-                                sink.data_chunk(&mut recipe, fp, n as u32, bytes)?;
-                                (fp, n as u32)
+                        match *cut {
+                            Cut::Bytes(start, len) | Cut::Section(start, len) => {
+                                let end = start + len;
+                                while let Some(&(s, n, fp)) = chunks.next_if(|c| c.0 < end) {
+                                    let bytes = &buf[s..s + n];
+                                    sink.data_chunk(&mut recipe, fp, n as u32, bytes)?;
+                                    if let Some(t) = &mut sink.trail {
+                                        t.chunks.push((fp, n as u32));
+                                    }
+                                }
                             }
                             Cut::Known(fp, n) => {
                                 sink.known_chunk(&mut recipe, fp, n)?;
-                                (fp, n)
+                                if let Some(t) = &mut sink.trail {
+                                    t.chunks.push((fp, n));
+                                }
                             }
-                            Cut::MetaStart(at) => {
-                                sink.counts.meta_from = Some(at);
-                                continue;
+                            Cut::MetaStart(at) => sink.counts.meta_from = Some(at),
+                            Cut::Mark => {
+                                if let Some(t) = &mut sink.trail {
+                                    t.marks.push(t.chunks.len());
+                                }
                             }
-                        };
-                        if let Some(t) = &mut sink.trail {
-                            t.push((fp, n));
                         }
+                    }
+                    drop(chunks);
+                    if let Some(p) = sink.writer.presealed() {
+                        workers.give_back(p.recycle());
                     }
                     // Hand the buffer back: no 5 MiB allocation per batch.
                     let _ = spent.try_send(buf);
@@ -162,15 +222,15 @@ fn worker<L: Layout>(
 /// A running backup. Feed it bytes through [`Write`] (data mode) or
 /// fingerprints through [`Ingest::push_trace`] (trace mode).
 pub struct Ingest<L: Layout = ContainerLayout> {
-    chunker: Box<dyn Chunker>,
+    chunker: Arc<dyn Chunker>,
     trace: bool,
     buf: Vec<u8>,
     /// Chunks cut in `buf` (and other pieces) not yet sent.
     cuts: Vec<Cut>,
-    /// Bytes of `buf` already cut.
+    /// Bytes of `buf` already cut or handed over as sections.
     cut_to: usize,
-    /// Data chunks cut (or pushed) so far: a file's chunks are a range of these.
-    chunk_count: u64,
+    /// Marks placed so far ([`mark`](Self::mark)).
+    marks: u64,
     trace_buf: Vec<(Fingerprint, u32)>,
     trace_spent: Receiver<(Vec<(Fingerprint, u32)>, RecipeEvents)>,
     /// Trace mode without rewriting: the recipe is built here, not in the
@@ -188,10 +248,12 @@ pub struct Ingest<L: Layout = ContainerLayout> {
 impl<L: Layout> Ingest<L> {
     pub(super) fn start(
         sink: Sink<L>,
-        chunker: Box<dyn Chunker>,
+        chunker: Arc<dyn Chunker>,
         algo: Fingerprinter,
         trace: bool,
+        threads: usize,
     ) -> Self {
+        let worker_chunker = chunker.clone();
         let (tx, rx) = sync_channel(1);
         let (spent_tx, spent) = sync_channel(2);
         let (trace_spent_tx, trace_spent) = sync_channel(2);
@@ -204,7 +266,19 @@ impl<L: Layout> Ingest<L> {
         let upstream = trace && sink.rw.is_none() && sink.index.first_copies_only();
         let handle = std::thread::Builder::new()
             .name("tessera-ingest".into())
-            .spawn(move || worker(rx, spent_tx, trace_spent_tx, sink, recipe, algo, upstream))
+            .spawn(move || {
+                worker(
+                    rx,
+                    spent_tx,
+                    trace_spent_tx,
+                    sink,
+                    recipe,
+                    algo,
+                    upstream,
+                    threads,
+                    worker_chunker,
+                )
+            })
             .expect("spawn ingest worker");
         Ingest {
             chunker,
@@ -216,7 +290,7 @@ impl<L: Layout> Ingest<L> {
             },
             cuts: Vec::new(),
             cut_to: 0,
-            chunk_count: 0,
+            marks: 0,
             trace_buf: Vec::new(),
             trace_spent,
             recipe: upstream.then(|| RecipeBuilder::new(upstream_algo)),
@@ -257,7 +331,6 @@ impl<L: Layout> Ingest<L> {
             }
             let n = self.chunker.cut(rest, eof);
             self.cuts.push(Cut::Bytes(pos, n));
-            self.chunk_count += 1;
             pos += n;
         }
         self.cut_to = pos;
@@ -293,20 +366,33 @@ impl<L: Layout> Ingest<L> {
         }
     }
 
-    /// End a stream section (a file's contents): the bytes fed so far are
-    /// cut to their end, and the next byte starts a new chunk.
+    /// End a stream section (a file's contents): the next byte starts a new
+    /// chunk. The section's bytes in this batch are cut by the workers.
     pub(crate) fn boundary(&mut self) -> io::Result<()> {
         if self.trace {
             return Ok(());
         }
-        self.cut_pending(true);
+        self.end_section();
         self.maybe_send()
     }
 
-    /// Data chunks cut or pushed so far (after a [`boundary`](Self::boundary),
-    /// every byte fed is in one of them).
-    pub(crate) fn chunk_count(&self) -> u64 {
-        self.chunk_count
+    /// Hand the bytes fed since the last cut over as a section.
+    fn end_section(&mut self) {
+        if self.cut_to < self.buf.len() {
+            self.cuts
+                .push(Cut::Section(self.cut_to, self.buf.len() - self.cut_to));
+            self.cut_to = self.buf.len();
+        }
+    }
+
+    /// Place a mark here, at a section boundary; returns its number. The
+    /// trail's `marks[k]` is how many data chunks came before mark `k`, so
+    /// a file's chunks are those between the marks around it.
+    pub(crate) fn mark(&mut self) -> u64 {
+        self.end_section();
+        self.cuts.push(Cut::Mark);
+        self.marks += 1;
+        self.marks - 1
     }
 
     /// Add a chunk the repository's index holds without its bytes (the
@@ -315,7 +401,6 @@ impl<L: Layout> Ingest<L> {
     pub(crate) fn push_known(&mut self, fp: Fingerprint, len: u32) -> io::Result<()> {
         self.boundary()?;
         self.cuts.push(Cut::Known(fp, len));
-        self.chunk_count += 1;
         self.fed += u64::from(len);
         self.maybe_send()
     }
@@ -390,7 +475,8 @@ impl<L: Layout> Ingest<L> {
                     closed.and_then(|()| self.send_trace())
                 }
             } else {
-                self.cut_batch(true)
+                self.end_section();
+                self.send_cut()
             }
         } else {
             Ok(())

@@ -38,7 +38,7 @@ pub(crate) struct Sink<L: Layout = ContainerLayout> {
     pub(super) refs: Option<Vec<Fingerprint>>,
     /// Every data chunk in stream order, when asked for (the files cache
     /// learns each file's chunks from it).
-    pub(super) trail: Option<Vec<(Fingerprint, u32)>>,
+    pub(super) trail: Option<super::tree::Trail>,
     /// Online GC: the chunks deduplicated against existing containers,
     /// recorded and confirmed (see [`crate::gc::online`]); `None` on the
     /// MFDedup layout (one writer at a time, no GC).

@@ -19,7 +19,7 @@ use crate::fingerprint::Fingerprint;
 use crate::repo::Writer;
 use crate::rewrite::RewriteSpec;
 
-/// (path, identity, first chunk, end chunk) of a regular file stored.
+/// (path, identity, mark before its chunks, mark after) of a regular file stored.
 type Learnt = (Vec<u8>, FileId, u64, u64);
 
 /// The walk's output into a running backup.
@@ -30,7 +30,7 @@ struct TreeIngest<'a> {
     cache: Option<&'a FilesCache>,
     /// Each regular file, for the next files cache.
     learnt: Option<Vec<Learnt>>,
-    /// The identity of the file being read, and its first chunk.
+    /// The identity of the file being read, and the mark before its chunks.
     current: Option<(FileId, u64)>,
     from_cache: u64,
 }
@@ -61,7 +61,7 @@ impl TreeOut for TreeIngest<'_> {
         if let (Some(learnt), Some((id, first))) = (&mut self.learnt, self.current.take()) {
             // Only a file read whole at the size its identity gives.
             if id.size == r.size {
-                learnt.push((r.path.clone(), id, first, self.ingest.chunk_count()));
+                learnt.push((r.path.clone(), id, first, self.ingest.mark()));
             }
         }
         Ok(())
@@ -70,16 +70,16 @@ impl TreeOut for TreeIngest<'_> {
     fn reuse(&mut self, r: &Record, id: &FileId) -> io::Result<bool> {
         self.current = None;
         let Some(chunks) = self.cache.and_then(|c| c.lookup(&r.path, id)) else {
-            self.current = Some((*id, self.ingest.chunk_count()));
+            self.current = Some((*id, self.ingest.mark()));
             return Ok(false);
         };
         self.entry(r)?;
-        let first = self.ingest.chunk_count();
+        let first = self.ingest.mark();
         for &(fp, n) in chunks {
             self.ingest.push_known(fp, n)?;
         }
         if let Some(learnt) = &mut self.learnt {
-            learnt.push((r.path.clone(), *id, first, self.ingest.chunk_count()));
+            learnt.push((r.path.clone(), *id, first, self.ingest.mark()));
         }
         self.from_cache += 1;
         Ok(true)
@@ -149,7 +149,7 @@ pub(crate) fn backup_paths(
     if let (Some(file), Some(learnt), Some(trail)) = (cache_file, learnt, trail) {
         let mut w = CacheWriter::new(started);
         for (path, id, a, z) in learnt {
-            if let Some(chunks) = trail.get(a as usize..z as usize) {
+            if let Some(chunks) = trail.between(a, z) {
                 w.push(&path, &id, chunks);
             }
         }
@@ -159,5 +159,19 @@ pub(crate) fn backup_paths(
     Ok((report, stats.unwrap_or_default()))
 }
 
-/// The trail of a backup: its data chunks in stream order.
-pub(super) type Trail = Vec<(Fingerprint, u32)>;
+/// The trail of a backup: its data chunks in stream order, and where the
+/// ingest's marks ([`Ingest::mark`]) fell among them.
+#[derive(Default)]
+pub(crate) struct Trail {
+    pub chunks: Vec<(Fingerprint, u32)>,
+    /// Data chunks before each mark.
+    pub marks: Vec<usize>,
+}
+
+impl Trail {
+    /// The chunks between marks `a` and `z`.
+    fn between(&self, a: u64, z: u64) -> Option<&[(Fingerprint, u32)]> {
+        let at = |m: u64| self.marks.get(usize::try_from(m).ok()?).copied();
+        self.chunks.get(at(a)?..at(z)?)
+    }
+}

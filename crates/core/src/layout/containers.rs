@@ -3,7 +3,9 @@
 
 use super::{ChunkWriter, Layout};
 use crate::catalog::{BackupEntry, ContainerEntry};
-use crate::container::{ChunkKind, ContainerId, ContainerWriter, IdAllocator, PerKind};
+use crate::container::{
+    ChunkKind, ChunkSealing, ContainerId, ContainerWriter, IdAllocator, PerKind, Presealed,
+};
 use crate::error::Result;
 use crate::fingerprint::Fingerprint;
 use crate::gc::mark::Mark;
@@ -71,6 +73,12 @@ impl ChunkWriter for ContainerWriters {
     }
     fn next_id(&self) -> ContainerId {
         self.ids.next_id()
+    }
+    fn chunk_sealing(&self) -> Option<ChunkSealing> {
+        self.kinds[ChunkKind::Data].chunk_sealing()
+    }
+    fn presealed(&mut self) -> Option<&mut Presealed> {
+        Some(self.kinds[ChunkKind::Data].presealed())
     }
 }
 

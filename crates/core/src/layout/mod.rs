@@ -75,7 +75,7 @@ impl std::str::FromStr for LayoutKind {
 }
 
 use crate::catalog::{BackupEntry, ContainerEntry};
-use crate::container::{ChunkKind, ContainerId};
+use crate::container::{ChunkKind, ChunkSealing, ContainerId, Presealed};
 use crate::error::Result;
 use crate::fingerprint::Fingerprint;
 use crate::gc::mark::Mark;
@@ -101,6 +101,17 @@ pub trait ChunkWriter: Send + 'static {
     fn written(&self) -> &[ContainerEntry];
     /// The allocator's next id (the manifest's new `next_container_id`).
     fn next_id(&self) -> ContainerId;
+    /// How data chunks are compressed and sealed, so that ingest's workers
+    /// can do it ahead of [`append`](Self::append) (`None`: the writer
+    /// stores them as they are, or does not take chunks sealed ahead).
+    fn chunk_sealing(&self) -> Option<ChunkSealing> {
+        None
+    }
+    /// Data chunks sealed ahead, which `append` uses instead of sealing
+    /// (only asked when [`chunk_sealing`](Self::chunk_sealing) is `Some`).
+    fn presealed(&mut self) -> Option<&mut Presealed> {
+        None
+    }
 }
 
 /// A storage layout (see the module docs).

@@ -38,9 +38,11 @@ use loader::{receive, Buffers, Loaders};
 use plan::{Op, Planner};
 pub use range::{BackupStream, StreamEntry};
 
-/// Threads reading containers. Reads mostly wait on the disk or copy out of
-/// the page cache, so a few more than the cores keep the disk's queue full.
-const LOADERS: usize = 4;
+/// Threads reading and opening (decrypting, decompressing) containers
+/// beyond the repository's worker threads ([`Repository::threads`]): reads
+/// mostly wait on the disk or copy out of the page cache, so a few more
+/// than the cores keep the disk's queue full.
+const EXTRA_LOADERS: usize = 2;
 /// Loaded containers that may wait for the assembler beyond the cache
 /// itself: the read-ahead depth, and its memory (8 × 4 MiB by default).
 const READ_AHEAD: usize = 8;
@@ -210,7 +212,8 @@ impl Repository {
             let (ops, planned) = sync_channel::<plan::Batch>(4);
             let (permits, permit_return) = loader::permits(READ_AHEAD);
             let buffers = Buffers::default();
-            let loaders = Loaders::spawn(scope, &self.store, LOADERS, &buffers)?;
+            let loaders =
+                Loaders::spawn(scope, &self.store, self.threads() + EXTRA_LOADERS, &buffers)?;
             let planner = Planner::new(ops, loaders, permits);
             std::thread::Builder::new()
                 .name("tessera-plan".into())

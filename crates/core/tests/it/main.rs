@@ -13,6 +13,7 @@ mod interleave;
 mod mfdedup;
 mod online;
 mod ondisk;
+mod parallel;
 mod repository;
 mod restore_cache;
 mod restore_pipeline;
