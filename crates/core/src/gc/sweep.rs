@@ -80,6 +80,11 @@ pub struct Packer {
     pub moved: Vec<IndexEntry>,
     /// Paces the containers written.
     pub write_throttle: Throttle,
+    /// The open container and the chunks written into it so far: live
+    /// copies of one chunk that lay in different old containers meet here
+    /// and share one stored copy (writing it twice would leave a redundant
+    /// duplicate that the next GC must clean up).
+    open: Option<(ContainerId, FpSet)>,
 }
 
 impl Packer {
@@ -96,6 +101,7 @@ impl Packer {
             ids: IdAllocator::new(next_id),
             moved: Vec::new(),
             write_throttle: Throttle::new(None),
+            open: None,
         }
     }
 
@@ -109,12 +115,24 @@ impl Packer {
         copies: &[CopyNo],
         stored: &[u8],
     ) -> Result<ContainerId> {
-        let written = self.writer.written().len();
-        let container = self.writer.push_stored(&mut self.ids, m, stored)?;
-        if self.writer.written().len() > written {
-            let n = self.writer.written().last().map_or(0, |c| c.logical_bytes);
-            self.write_throttle.consume(n);
-        }
+        let container = match &self.open {
+            Some((id, fps)) if fps.contains(&m.fp) => *id,
+            _ => {
+                let written = self.writer.written().len();
+                let container = self.writer.push_stored(&mut self.ids, m, stored)?;
+                if self.writer.written().len() > written {
+                    let n = self.writer.written().last().map_or(0, |c| c.logical_bytes);
+                    self.write_throttle.consume(n);
+                }
+                match &mut self.open {
+                    Some((id, fps)) if *id == container => {
+                        fps.insert(m.fp);
+                    }
+                    open => *open = Some((container, FpSet::from_iter([m.fp]))),
+                }
+                container
+            }
+        };
         self.moved.extend(copies.iter().map(|&copy| IndexEntry {
             fp: m.fp,
             container,
@@ -126,6 +144,7 @@ impl Packer {
 
     /// Write the open container, if any.
     pub fn seal(&mut self) -> Result<()> {
+        self.open = None;
         self.writer.seal().map(drop)
     }
 

@@ -615,7 +615,7 @@ fn assert_marks_agree(repo: &Repository, strategy: GcStrategy) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 96, .. ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: std::env::var("GC_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(96), .. ProptestConfig::default() })]
 
     /// Any backup / forget / gc sequence keeps every retained backup
     /// restorable byte for byte (also after reopening), and a full GC
@@ -976,4 +976,97 @@ fn involved_counts_what_deleted_backups_referenced_once() {
     let r = gc(&mut repo, GcStrategy::Gccdf);
     assert_eq!((r.involved_containers, r.reclaimed_containers), (2, 0));
     assert!(repo.manifest().forgotten.is_empty());
+}
+
+/// Two live copies of one chunk (one rewritten by HAR or Capping) that lie
+/// in different old containers and are both moved by one naive GC land in
+/// the same new container: they must share one stored copy there. Writing
+/// the chunk twice left a redundant duplicate that made the next full GC
+/// find an involved container (a reference-model case).
+#[test]
+fn live_copies_meeting_in_one_new_container_share_one_stored_copy() {
+    type Model = BTreeMap<BackupId, Vec<u8>>;
+    fn backup_op(
+        repo: &mut Writer,
+        model: &mut Model,
+        base: Option<usize>,
+        seed: u64,
+        rewrite: RewriteSpec,
+    ) {
+        let data = match base.and_then(|i| model.values().nth(i % model.len().max(1))) {
+            Some(v) => mutate(v, seed),
+            None => bytes(seed, 20_000 + (seed % 60_000) as usize),
+        };
+        let opts = BackupOptions {
+            rewrite,
+            segment_bytes: 8 * 1024,
+            ..BackupOptions::new("m", SourceKind::Stream)
+        };
+        let id = repo
+            .backup_reader(&opts, &mut &data[..], &mut |_| {})
+            .unwrap()
+            .backup
+            .id;
+        model.insert(id, data);
+    }
+    let b = mem();
+    init_small(b.clone(), false);
+    let mut repo = Repository::open_writer(b.clone(), "t").unwrap();
+    let mut m = Model::new();
+    let har = RewriteSpec::parse("har:0.6:1").unwrap();
+    backup_op(
+        &mut repo,
+        &mut m,
+        None,
+        17724358964799219573,
+        RewriteSpec::None,
+    );
+    backup_op(
+        &mut repo,
+        &mut m,
+        Some(0),
+        1586676566674843867,
+        RewriteSpec::None,
+    );
+    backup_op(&mut repo, &mut m, None, 0, RewriteSpec::None);
+    backup_op(&mut repo, &mut m, Some(1), 15122686427267813887, har);
+    backup_op(
+        &mut repo,
+        &mut m,
+        Some(3),
+        3058968042773254616,
+        RewriteSpec::Capping { level: 1 },
+    );
+    for pick in [0usize, 4, 0, 1] {
+        let id = *m.keys().nth(pick % m.len()).unwrap();
+        repo.forget(&[id]).unwrap();
+        m.remove(&id);
+    }
+    backup_op(&mut repo, &mut m, Some(0), 384496568524292699, har);
+    let full = GcOptions {
+        strategy: GcStrategy::Naive,
+        mark: MarkSpec::Logical,
+        liveness_threshold: 1.0,
+        ..Default::default()
+    };
+    repo.gc(&full).unwrap();
+    assert_only_live_chunks(&repo);
+    for c in &repo.manifest().containers {
+        let got = repo.store().read(c.id).unwrap();
+        let distinct: HashSet<_> = got.meta.iter().map(|m| m.fp).collect();
+        assert_eq!(
+            distinct.len(),
+            got.meta.len(),
+            "container {} stores a chunk twice",
+            c.id
+        );
+    }
+    let again = repo.gc(&full).unwrap();
+    assert_eq!(
+        again.involved_containers + again.recipe_involved_containers,
+        0
+    );
+    for (id, data) in &m {
+        assert_eq!(&restore(&repo, *id).unwrap(), data);
+    }
 }
