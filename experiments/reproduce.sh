@@ -8,16 +8,31 @@
 #   experiments/reproduce.sh --no-run   # only rewrite the doc from the CSVs
 #   TESSERA=path/to/tessera experiments/reproduce.sh
 #
-# redis-series and git-series need their datasets first (see their .toml
-# files); without them they are skipped and their tables kept from the CSVs.
+# redis-series, git-series, git-git-series, git-git-interleave-series and
+# gccdf-synthetic-mix-50g need their datasets first (see their .toml files);
+# without them they are skipped and their tables kept from the CSVs.
+#
+# Directives in the .in file: `@TABLE NAME` (summarize.awk: dedup, RA, GC
+# produced per approach), `@GCTABLE NAME` (gcsummary.awk: GC's share of the
+# layout), `@ROUNDS NAME APPROACH…` (rounds.awk: RA of the newest backup
+# round by round).
 set -eu
 cd "$(dirname "$0")/.."
 TESSERA=${TESSERA:-target/release/tessera}
-EXPERIMENTS="gccdf-synthetic-mix gccdf-interleave-synthetic-mix rewrite-synthetic-mix vc-synthetic-mix git-series redis-series"
+EXPERIMENTS="gccdf-synthetic-mix gccdf-interleave-synthetic-mix rewrite-synthetic-mix vc-synthetic-mix git-series redis-series git-git-series git-git-interleave-series gccdf-synthetic-mix-50g"
 if [ "${1:-}" != "--no-run" ]; then
     for e in $EXPERIMENTS; do
         if [ "$e" = redis-series ] && [ ! -d /tmp/copies-redis ]; then
             echo "skipping $e: no dataset at /tmp/copies-redis" >&2
+            continue
+        fi
+        case $e in
+        git-git-series | git-git-interleave-series) ds=/tmp/series-git/traces ;;
+        gccdf-synthetic-mix-50g) ds=/tmp/series-mix/traces ;;
+        *) ds= ;;
+        esac
+        if [ -n "$ds" ] && [ ! -d "$ds" ]; then
+            echo "skipping $e: no dataset at $ds (see its .toml)" >&2
             continue
         fi
         if [ "$e" = git-series ] && [ ! -d experiments/data/tessera-series ]; then
@@ -32,13 +47,20 @@ tmp=$out.tmp
 : > "$tmp"
 while IFS= read -r line; do
     case $line in
-    @TABLE\ *)
-        e=${line#@TABLE }
+    @TABLE\ * | @GCTABLE\ * | @ROUNDS\ *)
+        set -- $line
+        directive=$1
+        e=$2
+        shift 2
         csv=experiments/results/$e/results.csv
-        if [ -f "$csv" ]; then
-            awk -F, -f experiments/summarize.awk "$csv" >> "$tmp"
-        else
+        if [ ! -f "$csv" ]; then
             echo "(not run yet: experiments/results/$e)" >> "$tmp"
+        elif [ "$directive" = @TABLE ]; then
+            awk -F, -f experiments/summarize.awk "$csv" >> "$tmp"
+        elif [ "$directive" = @GCTABLE ]; then
+            awk -F, -f experiments/gcsummary.awk "$csv" >> "$tmp"
+        else
+            awk -F, -v approaches="$*" -f experiments/rounds.awk "$csv" >> "$tmp"
         fi
         ;;
     *) printf '%s\n' "$line" >> "$tmp" ;;
