@@ -111,6 +111,9 @@ pub enum Staleness {
     PidReused,
     /// Another host, and the lock was not refreshed for [`STALE_AFTER`].
     NotRefreshed,
+    /// This very process took it and has dropped it since, but could not
+    /// remove it (its backend failed at that moment).
+    Abandoned,
 }
 
 impl std::fmt::Display for Staleness {
@@ -123,6 +126,9 @@ impl std::fmt::Display for Staleness {
                 "it was not refreshed for {} minutes",
                 STALE_AFTER.as_secs() / 60
             ),
+            Staleness::Abandoned => {
+                f.write_str("this process dropped it earlier but could not remove it")
+            }
         }
     }
 }
@@ -402,6 +408,7 @@ impl RepoLock {
     }
 
     fn start(held: Held, broken: Option<BrokenLock>) -> RepoLock {
+        live_tokens().insert(held.token.clone());
         let held = Arc::new(Mutex::new(held));
         let (stop, stopped) = mpsc::channel::<()>();
         let shared = held.clone();
@@ -488,6 +495,13 @@ impl Drop for RepoLock {
             self.released = true;
             let _ = self.remove();
         }
+        let token = self
+            .held
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .token
+            .clone();
+        live_tokens().remove(&token);
     }
 }
 
@@ -510,6 +524,28 @@ fn new_info(command: &str) -> LockInfo {
         reader: false,
         brief: false,
     }
+}
+
+/// Tokens of the locks this process holds now: a lock object that names
+/// this process but no live token was dropped by it and left behind (its
+/// removal failed), so it may be taken over.
+fn live_tokens() -> std::sync::MutexGuard<'static, std::collections::HashSet<String>> {
+    static LIVE: std::sync::OnceLock<Mutex<std::collections::HashSet<String>>> =
+        std::sync::OnceLock::new();
+    LIVE.get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+/// Whether the lock object `bytes` was left behind by this process.
+fn abandoned_here(holder: &LockInfo, bytes: &[u8]) -> bool {
+    if holder.pid != std::process::id() || holder.host != current_host() {
+        return false;
+    }
+    let token = serde_json::from_slice::<serde_json::Value>(bytes)
+        .ok()
+        .and_then(|v| v.get("token").and_then(|t| t.as_str()).map(str::to_owned));
+    token.is_some_and(|t| !live_tokens().contains(&t))
 }
 
 fn new_token(info: &LockInfo) -> String {
@@ -561,7 +597,9 @@ fn take_key(
             }
             Err(e) => return Err(e),
         };
-        match staleness(&holder, crate::clock::now()) {
+        let why = staleness(&holder, crate::clock::now())
+            .or_else(|| abandoned_here(&holder, &bytes).then_some(Staleness::Abandoned));
+        match why {
             Some(why) if broken.is_none() => {
                 // Remove exactly the lock we judged; if it changed
                 // meanwhile, the next round judges the new one.
