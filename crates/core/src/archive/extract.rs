@@ -34,6 +34,8 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
+use std::sync::{Arc, Mutex};
 
 use filetime::FileTime;
 use tar::Header;
@@ -58,6 +60,12 @@ const MAX_PAX: u64 = 8 * 1024 * 1024;
 /// restored file rather than written.
 const HOLE: usize = 4096;
 const COPY_BUF: usize = 256 * 1024;
+/// Files up to this size are read whole and handed to a writer thread;
+/// larger ones are streamed by the parsing thread (bounded memory).
+const POOLED_FILE: u64 = 1 << 20;
+/// Files queued for the writers, per writer: the read-ahead (and memory,
+/// at most this many [`POOLED_FILE`]s each).
+const QUEUED_PER_WRITER: usize = 16;
 
 /// Extract a tar stream into `target`, which is created if missing.
 ///
@@ -81,16 +89,29 @@ pub fn extract_selected(
     target: &Path,
     include: &[String],
 ) -> Result<ExtractReport> {
-    extract_as(input, target, include, running_as_root())
+    extract_with(input, target, include, 1)
 }
 
-/// [`extract_selected`], restoring owners, setuid/setgid bits and device
+/// [`extract_selected`] with `writers` threads creating and writing the
+/// regular files (up to [`POOLED_FILE`] bytes) while this thread parses
+/// the stream. The restored tree, and the report, are those of one writer.
+pub fn extract_with(
+    input: &mut dyn Read,
+    target: &Path,
+    include: &[String],
+    writers: usize,
+) -> Result<ExtractReport> {
+    extract_as(input, target, include, running_as_root(), writers)
+}
+
+/// [`extract_with`], restoring owners, setuid/setgid bits and device
 /// nodes only if `as_root` (so that tests run the unprivileged rules as root).
 pub(super) fn extract_as(
     input: &mut dyn Read,
     target: &Path,
     include: &[String],
     as_root: bool,
+    writers: usize,
 ) -> Result<ExtractReport> {
     let select = if include.is_empty() {
         None
@@ -115,30 +136,36 @@ pub(super) fn extract_as(
         0,
     )
     .ctx(|| format!("cannot open {}", target.display()))?;
-    let mut x = Extractor {
-        root_path: target.to_path_buf(),
-        root,
-        open: Vec::new(),
-        as_root,
-        report: ExtractReport::default(),
-        files: HashSet::new(),
-        refused: HashSet::new(),
-        dirs: HashMap::new(),
-        buf: vec![0; COPY_BUF],
-        select,
-    };
-    while let Some(entry) = next_entry(&mut stream)? {
-        let mut data = (&mut stream).take(entry.size);
-        if x.selected(&entry) {
-            x.entry(&entry, &mut data)?;
+    std::thread::scope(|scope| {
+        let mut x = Extractor {
+            root_path: target.to_path_buf(),
+            root: Arc::new(root),
+            open: Vec::new(),
+            as_root,
+            report: ExtractReport::default(),
+            seq: 0,
+            notes: Vec::new(),
+            files: HashSet::new(),
+            refused: HashSet::new(),
+            dirs: HashMap::new(),
+            buf: vec![0; COPY_BUF],
+            select,
+            pool: Writers::spawn(scope, writers),
+        };
+        while let Some(entry) = next_entry(&mut stream)? {
+            let mut data = (&mut stream).take(entry.size);
+            if x.selected(&entry) {
+                x.entry(&entry, &mut data)?;
+            }
+            x.seq += 1;
+            // Whatever the entry did not consume (refused entries, unexpected
+            // data on a link) is skipped, then the block padding.
+            let rest = data.limit();
+            stream.skip(rest)?;
+            stream.skip(padding(entry.size) as u64)?;
         }
-        // Whatever the entry did not consume (refused entries, unexpected
-        // data on a link) is skipped, then the block padding.
-        let rest = data.limit();
-        stream.skip(rest)?;
-        stream.skip(padding(entry.size) as u64)?;
-    }
-    x.finish()
+        x.finish()
+    })
 }
 
 /// List the entries of a tar stream (`tessera ls`): each is passed to
@@ -596,15 +623,20 @@ struct Extractor {
     /// The target, for messages.
     root_path: PathBuf,
     /// The target, opened once: every entry is created relative to it.
-    root: OwnedFd,
+    root: Arc<OwnedFd>,
     /// Directories opened along the previous entry's parents, from the root
     /// down: consecutive entries of a sorted stream share most of them. This
     /// extraction never removes or replaces anything, so a name opened once
-    /// keeps naming the same directory.
-    open: Vec<(Vec<u8>, OwnedFd)>,
+    /// keeps naming the same directory. Shared with the writers.
+    open: Vec<(Vec<u8>, Arc<OwnedFd>)>,
     /// Whether owners, setuid/setgid bits and device nodes are restored.
     as_root: bool,
     report: ExtractReport,
+    /// The entry being extracted, counted in stream order.
+    seq: u64,
+    /// Refusals, tagged with their entry's `seq`: writers finish out of
+    /// order, the report lists them in stream order.
+    notes: Vec<(u64, Refused)>,
     /// Regular files created by this extraction: the only hard link targets.
     files: HashSet<Vec<u8>>,
     /// Refused paths: nothing is created below them.
@@ -614,6 +646,130 @@ struct Extractor {
     buf: Vec<u8>,
     /// `--include`: which entries to restore (all without one).
     select: Option<Selection>,
+    /// Writer threads for small regular files; none with one writer.
+    pool: Option<Writers>,
+}
+
+/// What a restored regular file gets after its data.
+struct FileMeta {
+    owner: Option<(u64, u64)>,
+    xattrs: Vec<Xattr>,
+    /// Permission bits, already limited by [`Extractor::mode_bits`].
+    mode: u32,
+    mtime: (i64, u32),
+}
+
+/// A regular file for a writer thread, its data read whole.
+struct FileJob {
+    seq: u64,
+    /// The directory it is created in, opened by the parsing thread.
+    dir: Arc<OwnedFd>,
+    name: CString,
+    key: Vec<u8>,
+    shown: String,
+    path: PathBuf,
+    data: Vec<u8>,
+    meta: FileMeta,
+}
+
+/// A writer's answer: restored (with notes on what it could not give the
+/// file), refused, or an error that stops the extraction.
+struct FileDone {
+    seq: u64,
+    key: Vec<u8>,
+    shown: String,
+    size: u64,
+    outcome: Result<Check<Vec<Refused>>>,
+}
+
+/// The writer threads and what they have not answered yet.
+///
+/// Why: creating a file and giving it its metadata costs more system calls
+/// than writing its data; with many small files one thread spends the
+/// restore in the kernel while the other cores idle. The parsing thread
+/// still decides everything (paths, refusals, parents opened without
+/// following symlinks); a writer only creates one new name in a directory
+/// handle it is given. Any later entry whose name, or a parent's name, is a
+/// file still being written waits for the writers first, as do hard links
+/// to it and the directories' metadata at the end: so every check sees what
+/// a one-writer extraction would see.
+struct Writers {
+    jobs: SyncSender<FileJob>,
+    done: Receiver<FileDone>,
+    /// Keys of the files queued or being written.
+    pending: HashSet<Vec<u8>>,
+}
+
+impl Writers {
+    /// `writers` threads in `scope`, or none (everything is written by the
+    /// parsing thread) for one writer or if no thread can be started.
+    fn spawn<'scope>(
+        scope: &'scope std::thread::Scope<'scope, '_>,
+        writers: usize,
+    ) -> Option<Self> {
+        if writers <= 1 {
+            return None;
+        }
+        let (jobs, queue) = sync_channel::<FileJob>(writers * QUEUED_PER_WRITER);
+        let (answer, done) = channel::<FileDone>();
+        let queue = Arc::new(Mutex::new(queue));
+        let mut started = 0;
+        for _ in 0..writers {
+            let queue = Arc::clone(&queue);
+            let answer: Sender<FileDone> = answer.clone();
+            let spawned = std::thread::Builder::new()
+                .name("tessera-write".into())
+                .spawn_scoped(scope, move || {
+                    let mut buf = Vec::new();
+                    loop {
+                        // Hold the lock only to take a job.
+                        let job = match queue.lock() {
+                            Ok(q) => q.recv(),
+                            Err(_) => return,
+                        };
+                        let Ok(job) = job else { return };
+                        let size = job.data.len() as u64;
+                        let outcome = write_file(
+                            job.dir.as_raw_fd(),
+                            &job.name,
+                            &job.path,
+                            &job.shown,
+                            size,
+                            &mut &job.data[..],
+                            &mut buf,
+                            &job.meta,
+                        );
+                        let reply = FileDone {
+                            seq: job.seq,
+                            key: job.key,
+                            shown: job.shown,
+                            size,
+                            outcome,
+                        };
+                        // The parsing thread stopped (an error): nobody waits.
+                        let _ = answer.send(reply);
+                    }
+                });
+            if spawned.is_ok() {
+                started += 1;
+            }
+        }
+        (started > 0).then(|| Writers {
+            jobs,
+            done,
+            pending: HashSet::new(),
+        })
+    }
+
+    /// Whether `key` or one of its parents is a file not yet written.
+    fn blocks(&self, key: &[u8]) -> bool {
+        !self.pending.is_empty()
+            && (self.pending.contains(key)
+                || key
+                    .iter()
+                    .enumerate()
+                    .any(|(i, b)| *b == b'/' && self.pending.contains(&key[..i])))
+    }
 }
 
 /// The paths a partial restore asks for, as components.
@@ -658,10 +814,71 @@ impl Extractor {
         if let Some(key) = key {
             self.refused.insert(key);
         }
-        self.report.refused.push(Refused {
-            path: shown.to_string(),
-            reason: reason.into(),
-        });
+        self.notes.push((
+            self.seq,
+            Refused {
+                path: shown.to_string(),
+                reason: reason.into(),
+            },
+        ));
+    }
+
+    /// Take the writers' answers: all of them (`wait`), or those ready.
+    fn collect(&mut self, wait: bool) -> Result<()> {
+        let Some(pool) = self.pool.as_mut() else {
+            return Ok(());
+        };
+        let mut answers = Vec::new();
+        while !pool.pending.is_empty() {
+            let next = if wait {
+                pool.done.recv().ok()
+            } else {
+                pool.done.try_recv().ok()
+            };
+            let Some(d) = next else { break };
+            pool.pending.remove(&d.key);
+            answers.push(d);
+        }
+        if wait && !pool.pending.is_empty() {
+            return Err(Error::io(
+                "cannot write the restored files",
+                io::Error::other("a writer thread stopped"),
+            ));
+        }
+        let mut failed = None;
+        for d in answers {
+            match d.outcome {
+                Ok(Ok(notes)) => {
+                    self.notes.extend(notes.into_iter().map(|n| (d.seq, n)));
+                    self.files.insert(d.key);
+                    self.report.files += 1;
+                    self.report.bytes += d.size;
+                }
+                Ok(Err(reason)) => {
+                    self.refused.insert(d.key);
+                    self.notes.push((
+                        d.seq,
+                        Refused {
+                            path: d.shown,
+                            reason,
+                        },
+                    ));
+                }
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// Wait for the writers if `key` (or a parent) is a file they have not
+    /// written yet.
+    fn settle(&mut self, key: &[u8]) -> Result<()> {
+        if self.pool.as_ref().is_some_and(|p| p.blocks(key)) {
+            self.collect(true)?;
+        }
+        Ok(())
     }
 
     fn entry(&mut self, e: &Entry, data: &mut dyn Read) -> Result<()> {
@@ -681,6 +898,9 @@ impl Extractor {
             return Ok(());
         }
         let key = join(&comps);
+        // A file still being written under this name or a parent's: wait,
+        // so that the checks below see it as one writer would have left it.
+        self.settle(&key)?;
         if let Err(reason) = self.check_ancestors(&comps) {
             self.refuse(&shown, Some(key), reason);
             return Ok(());
@@ -750,7 +970,7 @@ impl Extractor {
                 opened = open_at(at, &name, DIR_FLAGS | libc::O_NOFOLLOW, 0);
             }
             match opened {
-                Ok(fd) => self.open.push((c.to_vec(), fd)),
+                Ok(fd) => self.open.push((c.to_vec(), Arc::new(fd))),
                 Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) => {
                     let what = if lstat_at(at, &name).is_ok_and(|m| is_type(&m, libc::S_IFLNK)) {
                         "is a symlink"
@@ -775,6 +995,11 @@ impl Extractor {
             .map_or(self.root.as_raw_fd(), |(_, fd)| fd.as_raw_fd())
     }
 
+    /// [`Self::current`], for a writer thread to hold.
+    fn current_shared(&self) -> Arc<OwnedFd> {
+        Arc::clone(self.open.last().map_or(&self.root, |(_, fd)| fd))
+    }
+
     /// Permission bits to apply: setuid and setgid only with the owner.
     fn mode_bits(&self, mode: u32) -> u32 {
         if self.as_root {
@@ -796,20 +1021,9 @@ impl Extractor {
     /// Extended attributes a restored entry did not get (an unsupported file
     /// system, `trusted.*` without root, …): reported, as a refused owner.
     fn xattr_failures(&mut self, shown: &str, failed: Vec<(String, io::Error)>) {
-        if failed.is_empty() {
-            return;
+        if let Some(n) = xattr_note(shown, failed) {
+            self.notes.push((self.seq, n));
         }
-        let list: Vec<String> = failed
-            .iter()
-            .map(|(name, err)| format!("{name} ({err})"))
-            .collect();
-        self.report.refused.push(Refused {
-            path: shown.to_string(),
-            reason: format!(
-                "restored, but not its extended attributes {}",
-                list.join(", ")
-            ),
-        });
     }
 
     /// Give a restored entry its owner with `chown`; a failure is reported
@@ -820,16 +1034,8 @@ impl Extractor {
         owner: Option<(u64, u64)>,
         chown: impl FnOnce(libc::uid_t, libc::gid_t) -> io::Result<()>,
     ) {
-        let Some((uid, gid)) = owner else { return };
-        let result = match (libc::uid_t::try_from(uid), libc::gid_t::try_from(gid)) {
-            (Ok(u), Ok(g)) => chown(u, g).map_err(|e| e.to_string()),
-            _ => Err("out of range".into()),
-        };
-        if let Err(err) = result {
-            self.report.refused.push(Refused {
-                path: shown.to_string(),
-                reason: format!("restored, but not its owner {uid}:{gid}: {err}"),
-            });
+        if let Some(n) = chown_note(shown, owner, chown) {
+            self.notes.push((self.seq, n));
         }
     }
 
@@ -846,60 +1052,61 @@ impl Extractor {
             Err(r) => return Ok(Err(r)),
         };
         let path = self.abs(key);
-        // O_EXCL never follows or replaces whatever is already there.
-        let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW;
-        let mut file = match open_at(at, &cstr(comps[comps.len() - 1]), flags, 0o600) {
-            Ok(fd) => File::from(fd),
-            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
-                return Ok(Err("already exists".into()))
-            }
-            Err(err) => return Err(Error::io(format!("cannot create {}", path.display()), err)),
+        let name = cstr(comps[comps.len() - 1]);
+        let meta = FileMeta {
+            owner: self.owner(e),
+            xattrs: e.xattrs.clone(),
+            mode: self.mode_bits(e.mode),
+            mtime: e.mtime,
         };
-        let mut written = 0u64;
-        let mut holes = false;
-        while written < e.size {
-            let want = self
-                .buf
-                .len()
-                .min(usize::try_from(e.size - written).unwrap_or(usize::MAX));
-            let n = match data.read(&mut self.buf[..want]) {
-                Ok(0) => {
-                    return Err(Error::corrupt(
-                        STREAM,
-                        format!("truncated in the data of {shown}"),
-                    ))
+        if self.pool.is_some() && e.size <= POOLED_FILE {
+            let mut bytes = vec![0; e.size as usize];
+            let mut got = 0;
+            while got < bytes.len() {
+                match data.read(&mut bytes[got..]) {
+                    Ok(0) => {
+                        return Err(Error::corrupt(
+                            STREAM,
+                            format!("truncated in the data of {shown}"),
+                        ))
+                    }
+                    Ok(n) => got += n,
+                    Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+                    Err(err) => return Err(read_error(err)),
                 }
-                Ok(n) => n,
-                Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
-                Err(err) => return Err(read_error(err)),
+            }
+            let job = FileJob {
+                seq: self.seq,
+                dir: self.current_shared(),
+                name,
+                key: key.to_vec(),
+                shown: shown.to_string(),
+                path,
+                data: bytes,
+                meta,
             };
-            holes |= write_sparse(&mut file, &self.buf[..n], written)
-                .ctx(|| format!("cannot write {}", path.display()))?;
-            written += n as u64;
+            let pool = self.pool.as_mut().expect("checked above");
+            pool.pending.insert(job.key.clone());
+            if pool.jobs.send(job).is_err() {
+                return Err(Error::io(
+                    "cannot write the restored files",
+                    io::Error::other("the writer threads stopped"),
+                ));
+            }
+            self.collect(false)?;
+            return Ok(Ok(()));
         }
-        if holes {
-            // A hole at the end is only a seek: the length makes it real.
-            file.set_len(e.size)
-                .ctx(|| format!("cannot write {}", path.display()))?;
+        let written = write_file(at, &name, &path, shown, e.size, data, &mut self.buf, &meta)?;
+        match written {
+            Ok(notes) => {
+                self.notes.extend(notes.into_iter().map(|n| (self.seq, n)));
+                self.files.insert(key.to_vec());
+                self.report.files += 1;
+                self.report.bytes += e.size;
+                Ok(Ok(()))
+            }
+            Err(reason) => Ok(Err(reason)),
         }
-        // Owner, extended attributes, mode and mtime through the open
-        // descriptor, after the last write, in this order because chown
-        // clears setuid, setgid and file capabilities (`security.capability`).
-        let fd = file.as_raw_fd();
-        self.chown(shown, self.owner(e), |u, g| {
-            // SAFETY: `fd` is an open descriptor owned by `file`.
-            cvt(unsafe { libc::fchown(fd, u, g) })
-        });
-        let failed = xattr::set_fd(fd, &e.xattrs);
-        self.xattr_failures(shown, failed);
-        file.set_permissions(Permissions::from_mode(self.mode_bits(e.mode)))
-            .ctx(|| format!("cannot set the permissions of {}", path.display()))?;
-        filetime::set_file_handle_times(&file, None, Some(file_time(e.mtime)))
-            .ctx(|| format!("cannot set the mtime of {}", path.display()))?;
-        self.files.insert(key.to_vec());
-        self.report.files += 1;
-        self.report.bytes += e.size;
-        Ok(Ok(()))
     }
 
     fn dir(&mut self, e: &Entry, comps: &[&[u8]], key: &[u8]) -> Result<Check<()>> {
@@ -970,6 +1177,7 @@ impl Extractor {
             Ok(_) => return Ok(Err("empty hard link target".into())),
             Err(reason) => return Ok(Err(format!("hard link target: {reason}"))),
         };
+        self.settle(&join(&target))?;
         if !self.files.contains(&join(&target)) {
             if self.select.is_some() {
                 // Its data is stored with the first path of the inode.
@@ -1061,6 +1269,9 @@ impl Extractor {
     /// Give directories their owner, mode and mtime, deepest first, now that
     /// nothing more is created inside them.
     fn finish(mut self) -> Result<ExtractReport> {
+        self.collect(true)?;
+        // Directory notes come after every entry's.
+        self.seq = u64::MAX;
         if let Some(sel) = self.select.take() {
             self.report.unmatched = sel
                 .names
@@ -1099,8 +1310,123 @@ impl Extractor {
             dir.set_permissions(Permissions::from_mode(meta.mode))
                 .ctx(|| format!("cannot set the permissions of {}", path.display()))?;
         }
+        // Stable: one entry's notes keep their order.
+        self.notes.sort_by_key(|(seq, _)| *seq);
+        self.report.refused = self.notes.into_iter().map(|(_, n)| n).collect();
         Ok(self.report)
     }
+}
+
+/// Create the regular file `name` in directory `at` with `size` bytes from
+/// `data`, zero blocks left as holes, then its owner, extended attributes,
+/// mode and mtime. Refused if the name exists; what the file could not be
+/// given (owner, attributes) comes back as notes.
+#[allow(clippy::too_many_arguments)]
+fn write_file(
+    at: RawFd,
+    name: &CStr,
+    path: &Path,
+    shown: &str,
+    size: u64,
+    data: &mut dyn Read,
+    buf: &mut Vec<u8>,
+    meta: &FileMeta,
+) -> Result<Check<Vec<Refused>>> {
+    // O_EXCL never follows or replaces whatever is already there.
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW;
+    let mut file = match open_at(at, name, flags, 0o600) {
+        Ok(fd) => File::from(fd),
+        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
+            return Ok(Err("already exists".into()))
+        }
+        Err(err) => return Err(Error::io(format!("cannot create {}", path.display()), err)),
+    };
+    if buf.is_empty() {
+        buf.resize(COPY_BUF, 0);
+    }
+    let mut written = 0u64;
+    let mut holes = false;
+    while written < size {
+        let want = buf
+            .len()
+            .min(usize::try_from(size - written).unwrap_or(usize::MAX));
+        // Whole pieces, so that every piece starts at a multiple of the
+        // buffer and every aligned zero block is seen whole (a hole).
+        let mut n = 0;
+        while n < want {
+            match data.read(&mut buf[n..want]) {
+                Ok(0) => {
+                    return Err(Error::corrupt(
+                        STREAM,
+                        format!("truncated in the data of {shown}"),
+                    ))
+                }
+                Ok(k) => n += k,
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+                Err(err) => return Err(read_error(err)),
+            }
+        }
+        holes |= write_sparse(&mut file, &buf[..n], written)
+            .ctx(|| format!("cannot write {}", path.display()))?;
+        written += n as u64;
+    }
+    if holes {
+        // A hole at the end is only a seek: the length makes it real.
+        file.set_len(size)
+            .ctx(|| format!("cannot write {}", path.display()))?;
+    }
+    // Owner, extended attributes, mode and mtime through the open
+    // descriptor, after the last write, in this order because chown
+    // clears setuid, setgid and file capabilities (`security.capability`).
+    let fd = file.as_raw_fd();
+    let mut notes = Vec::new();
+    notes.extend(chown_note(shown, meta.owner, |u, g| {
+        // SAFETY: `fd` is an open descriptor owned by `file`.
+        cvt(unsafe { libc::fchown(fd, u, g) })
+    }));
+    notes.extend(xattr_note(shown, xattr::set_fd(fd, &meta.xattrs)));
+    file.set_permissions(Permissions::from_mode(meta.mode))
+        .ctx(|| format!("cannot set the permissions of {}", path.display()))?;
+    filetime::set_file_handle_times(&file, None, Some(file_time(meta.mtime)))
+        .ctx(|| format!("cannot set the mtime of {}", path.display()))?;
+    Ok(Ok(notes))
+}
+
+/// Give an entry its owner with `chown`; a failure becomes a note (the
+/// entry stays) rather than stopping the restore.
+fn chown_note(
+    shown: &str,
+    owner: Option<(u64, u64)>,
+    chown: impl FnOnce(libc::uid_t, libc::gid_t) -> io::Result<()>,
+) -> Option<Refused> {
+    let (uid, gid) = owner?;
+    let result = match (libc::uid_t::try_from(uid), libc::gid_t::try_from(gid)) {
+        (Ok(u), Ok(g)) => chown(u, g).map_err(|e| e.to_string()),
+        _ => Err("out of range".into()),
+    };
+    result.err().map(|err| Refused {
+        path: shown.to_string(),
+        reason: format!("restored, but not its owner {uid}:{gid}: {err}"),
+    })
+}
+
+/// Extended attributes an entry did not get (an unsupported file system,
+/// `trusted.*` without root, …), as a note.
+fn xattr_note(shown: &str, failed: Vec<(String, io::Error)>) -> Option<Refused> {
+    if failed.is_empty() {
+        return None;
+    }
+    let list: Vec<String> = failed
+        .iter()
+        .map(|(name, err)| format!("{name} ({err})"))
+        .collect();
+    Some(Refused {
+        path: shown.to_string(),
+        reason: format!(
+            "restored, but not its extended attributes {}",
+            list.join(", ")
+        ),
+    })
 }
 
 /// Write `data`, found at offset `at` of the file, leaving whole aligned

@@ -63,7 +63,7 @@ pub(crate) mod walk;
 mod xattr;
 
 pub(crate) use self::extract::list_with_offsets;
-pub use self::extract::{extract, extract_selected, include_paths, list, Listed};
+pub use self::extract::{extract, extract_selected, extract_with, include_paths, list, Listed};
 pub use self::meta::{Kind, Record};
 pub use self::select::Selection;
 pub use self::serialize::write_tree;

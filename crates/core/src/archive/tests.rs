@@ -581,7 +581,8 @@ fn setuid_and_setgid_bits_are_kept_only_by_root() {
     let runs: &[bool] = if is_root() { &[false, true] } else { &[false] };
     for &as_root in runs {
         let dst = tempfile::tempdir().unwrap();
-        let report = super::extract::extract_as(&mut &tar[..], dst.path(), &[], as_root).unwrap();
+        let report =
+            super::extract::extract_as(&mut &tar[..], dst.path(), &[], as_root, 1).unwrap();
         assert!(report.refused.is_empty(), "{:#?}", report.refused);
         let mode = |p: &str| fs::metadata(dst.path().join(p)).unwrap().mode() & 0o7777;
         if as_root {
@@ -685,7 +686,7 @@ fn hostile_run(as_root: bool) {
         .hardlink("ok2", "ok.txt")
         .hardlink("same", "ok.txt")
         .finish();
-    let report = super::extract::extract_as(&mut &tar[..], &target, &[], as_root).unwrap();
+    let report = super::extract::extract_as(&mut &tar[..], &target, &[], as_root, 1).unwrap();
 
     let refused: Vec<(&str, &str)> = report
         .refused
@@ -1390,7 +1391,7 @@ fn unprivileged_restore_reports_devices_and_restores_the_rest() {
     build_every_kind(&src, is_root());
     let (tar, _) = tar_of(&src);
     let out = dir.path().join("out");
-    let report = super::extract::extract_as(&mut &tar[..], &out, &[], false).unwrap();
+    let report = super::extract::extract_as(&mut &tar[..], &out, &[], false, 1).unwrap();
     let refused: Vec<_> = report
         .refused
         .iter()
@@ -1703,4 +1704,172 @@ fn extended_attributes_that_cannot_be_set_are_reported() {
             "{name}"
         );
     }
+}
+
+/// Small files (written by the writer threads) of every shape beside
+/// [`build_every_kind`]'s: many in several directories, a sparse one, a
+/// hard-link group, one in a read-only directory, each with its own mode.
+fn add_small_files(root: &Path) {
+    for d in 0..5 {
+        let dir = root.join(format!("many{d}"));
+        fs::create_dir(&dir).unwrap();
+        for i in 0..40u32 {
+            let len = (i as usize * 997 + d * 13) % 20_000;
+            let data: Vec<u8> = (0..len).map(|j| (j as u32 ^ i) as u8).collect();
+            let p = dir.join(format!("f{i}"));
+            fs::write(&p, &data).unwrap();
+            chmod(&p, 0o600 | (i % 8) << 3);
+        }
+    }
+    let mut small_sparse = vec![0u8; 512 << 10];
+    small_sparse[..10].fill(1);
+    small_sparse[(512 << 10) - 10..].fill(2);
+    fs::write(root.join("many0/sparse.small"), &small_sparse).unwrap();
+    fs::write(root.join("many1/linked"), b"one inode, three names").unwrap();
+    fs::hard_link(root.join("many1/linked"), root.join("many2/link2")).unwrap();
+    fs::hard_link(root.join("many1/linked"), root.join("many4/link3")).unwrap();
+    chmod(&root.join("many3"), 0o555);
+    if user_xattrs_supported(root).is_ok() {
+        set_xattr(
+            &root.join("many1/f3"),
+            b"user.small",
+            b"attr on a small file",
+        )
+        .unwrap();
+    }
+}
+
+#[test]
+fn restores_with_many_writers_give_exactly_the_tree_of_one_writer() {
+    let as_root = is_root();
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    fs::create_dir(&src).unwrap();
+    build_every_kind(&src, as_root);
+    add_small_files(&src);
+    stamp_mtimes(&src, 1_000_000_000);
+
+    let location = dir.path().join("repo");
+    let backend = crate::backend::create(location.to_str().unwrap()).unwrap();
+    crate::Repository::init(backend.clone(), &crate::InitOptions::default()).unwrap();
+    let mut w = crate::Repository::open_writer(backend.clone(), "writers").unwrap();
+    let opts = crate::BackupOptions::new("src", crate::catalog::SourceKind::Tree);
+    let (backup, _) = w.backup_tree(&opts, &src, &mut |_| {}).unwrap();
+    w.close().unwrap();
+
+    let mut r = crate::Repository::open(backend).unwrap();
+    let entry = r.resolve(&backup.backup.id.to_string()).unwrap().clone();
+    let blocks = |root: &Path| -> BTreeMap<PathBuf, u64> {
+        all_paths(root)
+            .into_iter()
+            .filter(|p| fs::symlink_metadata(p).unwrap().is_file())
+            .map(|p| {
+                let b = fs::metadata(&p).unwrap().blocks();
+                (p.strip_prefix(root).unwrap().to_path_buf(), b)
+            })
+            .collect()
+    };
+    let mut trees = Vec::new();
+    for writers in [1, 4] {
+        r.set_threads(writers);
+        let out = dir.path().join(format!("out{writers}"));
+        let (_, ext) = r
+            .restore_into(&entry, &out, &crate::RestoreOptions::default(), &mut |_| {})
+            .unwrap();
+        assert!(ext.refused.is_empty(), "{:#?}", ext.refused);
+        let counts = (
+            ext.files,
+            ext.dirs,
+            ext.symlinks,
+            ext.hardlinks,
+            ext.specials,
+            ext.bytes,
+        );
+        trees.push((counts, lstat_tree(&out, as_root), blocks(&out)));
+    }
+    let (one, many) = (&trees[0], &trees[1]);
+    assert_eq!(one.0, many.0);
+    assert_eq!(one.1.len(), many.1.len());
+    for ((path, a), (path_b, b)) in one.1.iter().zip(&many.1) {
+        assert_eq!(path, path_b);
+        assert_eq!(a, b, "{}", String::from_utf8_lossy(path));
+    }
+    // Holes stay holes, also in files the writers wrote.
+    assert_eq!(one.2, many.2);
+    assert!(many.2[Path::new("many0/sparse.small")] * 512 < 64 << 10);
+    // And both are the source.
+    assert_eq!(lstat_tree(&src, as_root), many.1);
+    let group = &many.1[&b"many4/link3"[..]];
+    assert_eq!(group.nlink, 3);
+}
+
+/// A hostile stream names files again, as parents, and as hard link
+/// targets while they are still being written: the writers must leave
+/// the tree, and give the refusals in the order, of one writer.
+#[test]
+fn writers_refuse_exactly_what_one_writer_refuses() {
+    let tar = RawTar::default()
+        .file("a", b"first")
+        .file("a", b"again")
+        .file("a/under", b"below a file")
+        .dir("a/")
+        .symlink("a", "elsewhere")
+        .hardlink("h", "a")
+        .file("b", b"b")
+        .hardlink("b", "a")
+        .file("c", &[3; 5000])
+        .dir("c/d/")
+        .file("c/d/e", b"e")
+        .hardlink("c2", "c")
+        .file("dup", b"1")
+        .file("dup", b"2")
+        .hardlink("dup2", "dup")
+        .dir("z/")
+        .file("z/x", b"x")
+        .file("z/x/y", b"y")
+        .finish();
+    let dir = tempfile::tempdir().unwrap();
+    let mut runs = Vec::new();
+    for writers in [1, 2, 4] {
+        let target = dir.path().join(format!("t{writers}"));
+        let report =
+            super::extract::extract_as(&mut &tar[..], &target, &[], false, writers).unwrap();
+        let refused: Vec<(String, String)> = report
+            .refused
+            .iter()
+            .map(|r| (r.path.clone(), r.reason.clone()))
+            .collect();
+        runs.push((
+            refused,
+            (report.files, report.hardlinks, report.dirs, report.bytes),
+            lstat_tree(&target, false),
+        ));
+    }
+    // What one writer does, spelled out.
+    let reasons: Vec<(&str, &str)> = runs[0]
+        .0
+        .iter()
+        .map(|(p, r)| (p.as_str(), r.as_str()))
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            ("a", "already exists"),
+            ("a/under", "parent a was refused"),
+            ("a/", "already exists"),
+            ("a", "already exists"),
+            ("b", "already exists"),
+            ("c/d/", "parent c is not a directory"),
+            ("c/d/e", "parent c/d was refused"),
+            ("dup", "already exists"),
+            ("z/x/y", "parent z/x is not a directory"),
+        ]
+    );
+    for other in &runs[1..] {
+        assert_eq!(other.0, runs[0].0);
+        assert_eq!(other.1, runs[0].1);
+        assert_eq!(other.2, runs[0].2);
+    }
+    assert_eq!(fs::read(dir.path().join("t4/a")).unwrap(), b"first");
+    assert_eq!(fs::read(dir.path().join("t4/dup2")).unwrap(), b"1");
 }

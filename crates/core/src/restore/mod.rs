@@ -28,6 +28,7 @@ use std::sync::mpsc::sync_channel;
 use std::time::Instant;
 
 mod loader;
+mod pipe;
 mod plan;
 pub mod range;
 
@@ -339,12 +340,13 @@ pub(crate) fn restore_into_selected(
         };
         return Ok((r, ext));
     }
-    let (restored, extracted) = into_directory(
+    let (restored, extracted) = into_directory_with(
         backup,
         target,
         include,
         |out| repo.restore_to(backup, out, opts, progress),
         |r| r.restored_bytes,
+        repo.threads(),
     )?;
     match restored {
         // Damage explains the truncated stream the extractor saw; name
@@ -447,6 +449,19 @@ pub(crate) fn into_directory<R>(
     produce: impl FnOnce(&mut dyn Write) -> Result<R>,
     restored_bytes: impl Fn(&R) -> u64,
 ) -> Result<(Result<R>, Result<ExtractReport>)> {
+    into_directory_with(backup, target, include, produce, restored_bytes, 1)
+}
+
+/// [`into_directory`], a directory backup's files written by `writers`
+/// threads ([`crate::archive::extract_with`]).
+fn into_directory_with<R>(
+    backup: &BackupEntry,
+    target: &Path,
+    include: &[String],
+    produce: impl FnOnce(&mut dyn Write) -> Result<R>,
+    restored_bytes: impl Fn(&R) -> u64,
+    writers: usize,
+) -> Result<(Result<R>, Result<ExtractReport>)> {
     match backup.source {
         SourceKind::Trace => Err(Error::invalid(format!(
             "backup {} is a fingerprint trace: it has no bytes to restore into a directory",
@@ -488,19 +503,18 @@ pub(crate) fn into_directory<R>(
             Ok((Ok(report), Ok(ext)))
         }
         SourceKind::Tree => {
-            let (mut reader, writer) = std::io::pipe().ctx(|| "cannot create a pipe".into())?;
+            let (mut reader, mut w) = pipe::pipe(4);
             let dir = target.to_path_buf();
             let include = include.to_vec();
             let extractor = std::thread::Builder::new()
                 .name("tessera-extract".into())
                 .spawn(move || {
-                    let r = crate::archive::extract_selected(&mut reader, &dir, &include);
+                    let r = crate::archive::extract_with(&mut reader, &dir, &include, writers);
                     // Drain, so the restore side never blocks on a full pipe.
                     let _ = std::io::copy(&mut reader, &mut std::io::sink());
                     r
                 })
                 .ctx(|| "cannot start the extraction thread".into())?;
-            let mut w = std::io::BufWriter::with_capacity(1 << 20, writer);
             let restored = produce(&mut w);
             drop(w);
             let extracted = extractor
