@@ -299,10 +299,7 @@ impl RepoLock {
         );
         let started = std::time::Instant::now();
         let mut broken = None;
-        loop {
-            let Some(holder) = read_holder(&*backend, &ObjectKey::Lock)? else {
-                break;
-            };
+        while let Some(holder) = read_holder(&*backend, &ObjectKey::Lock)? {
             match staleness(&holder.info, crate::clock::now()) {
                 Some(why) => {
                     holder.remove_if_unchanged(&*backend, &ObjectKey::Lock)?;

@@ -70,7 +70,7 @@ impl Bloom {
         let hashes = u32::from_le_bytes(b.get(..4)?.try_into().ok()?);
         let words = &b[4..];
         let n = words.len() / 8;
-        if words.len() % 8 != 0 || !n.is_power_of_two() || !(1..=16).contains(&hashes) {
+        if !words.len().is_multiple_of(8) || !n.is_power_of_two() || !(1..=16).contains(&hashes) {
             return None;
         }
         let bits: Vec<u64> = words

@@ -178,19 +178,19 @@ const DEAD_FP_RATE: f64 = 0.01;
 impl DeadFilter {
     /// The dead chunks of `plan` in the containers it reclaims.
     pub(crate) fn of_plan(repo: &crate::repo::Repository, plan: &super::GcPlan) -> Self {
-        let dead: Vec<Fingerprint> = repo
-            .index
-            .entries()
-            .filter(|e| plan.reclaimed.contains(&e.container))
-            .filter(|e| match e.kind {
-                ChunkKind::Data => !plan.mark.is_valid(&e.fp, e.copy),
-                ChunkKind::Recipe => !plan.mark.valid_recipe.contains(&e.fp),
-            })
-            .map(|e| e.fp)
-            .collect();
-        let mut b = super::bloom::Bloom::new(dead.len(), DEAD_FP_RATE);
-        for fp in &dead {
-            b.insert(fp);
+        // Two passes (count, then insert) rather than a list of them.
+        let dead = || {
+            repo.index
+                .entries()
+                .filter(|e| plan.reclaimed.contains(&e.container))
+                .filter(|e| match e.kind {
+                    ChunkKind::Data => !plan.mark.is_valid(&e.fp, e.copy),
+                    ChunkKind::Recipe => !plan.mark.valid_recipe.contains(&e.fp),
+                })
+        };
+        let mut b = super::bloom::Bloom::new(dead().count(), DEAD_FP_RATE);
+        for e in dead() {
+            b.insert(&e.fp);
         }
         DeadFilter(b)
     }
@@ -859,6 +859,36 @@ mod tests {
             s.threatens(Generation(8), ContainerId(77)),
             "forgotten runs"
         );
+    }
+
+    #[test]
+    fn dead_filters_round_trip_and_reject_damage() {
+        let mut b = crate::gc::bloom::Bloom::new(50, DEAD_FP_RATE);
+        let fps: Vec<Fingerprint> = (0..50u8).map(|i| Fingerprint([i; FP_LEN])).collect();
+        for fp in &fps {
+            b.insert(fp);
+        }
+        let enc = DeadFilter(b).encode();
+        let f = DeadFilter::decode(&enc, "d").unwrap();
+        assert!(fps.iter().all(|fp| f.may_drop(fp)), "no false negative");
+        let misses = (100..=255u8)
+            .filter(|&i| f.may_drop(&Fingerprint([i; FP_LEN])))
+            .count();
+        assert!(misses < 20, "{misses} false positives of 156");
+        for i in 0..enc.len() {
+            let mut bad = enc.clone();
+            bad[i] ^= 1;
+            assert!(DeadFilter::decode(&bad, "d").is_err(), "flip at {i}");
+        }
+        assert!(DeadFilter::decode(&enc[..enc.len() - 8], "d").is_err());
+    }
+
+    #[test]
+    fn a_state_without_dead_filters_still_reads() {
+        let old = r#"{"next_seq":1,"runs":[{"seq":0,"phase":"sweeping","reclaimed":[5]}],"pruned_through":0}"#;
+        let s: GcState = serde_json::from_str(old).unwrap();
+        assert!(!s.runs[0].dead_filter);
+        assert!(s.threatens(Generation(0), ContainerId(5)));
     }
 
     #[test]
