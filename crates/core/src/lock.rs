@@ -1084,6 +1084,31 @@ mod tests {
     }
 
     #[test]
+    fn corrupt_shared_lock_names_itself_and_is_skipped_by_holder_lists() {
+        let b = mem();
+        let key = ObjectKey::SharedLock("1-2-3".into());
+        b.put(&key, b"{not json").unwrap();
+        let msg = RepoLock::acquire(b.clone(), "tessera init")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("locks/1-2-3") && msg.contains("tessera unlock"),
+            "{msg}"
+        );
+        assert!(shared_holders(&*b).unwrap().is_empty());
+        let held = RepoLock::acquire_shared(b.clone(), "tessera backup", false).unwrap();
+        let holders = shared_holders(&*b).unwrap();
+        assert_eq!(holders.len(), 1);
+        assert_eq!(holders[0].0, held.token());
+        // The token read back is the acquisition's: not abandoned while held.
+        let h = read_holder(&*b, &ObjectKey::SharedLock(held.token()))
+            .unwrap()
+            .unwrap();
+        assert_eq!(h.token.as_deref(), Some(&held.token()[..]));
+        assert!(!abandoned_here(&h));
+    }
+
+    #[test]
     fn break_lock_returns_the_holder_and_unlocks() {
         let b = mem();
         assert_eq!(break_lock(&*b).unwrap(), None, "nothing to break");

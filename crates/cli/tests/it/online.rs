@@ -15,7 +15,9 @@
 //! deduplicated), in another while it is stopped after its cutoff (the
 //! backup must store its own copies); the GC's test hook
 //! `TESSERA_TEST_GC_PAUSE` stops it there, so these interleavings do not
-//! depend on timing. The third round is left to timing alone.
+//! depend on timing. The third round is left to timing alone, which
+//! rarely resurrects: here a GC's mark takes under a millisecond, and a
+//! backup of this size writes its one record just before it commits.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
