@@ -1579,15 +1579,17 @@ fn assert_no_dead_copy_of(repo: &Repository, deleted: &HashSet<(Fingerprint, u16
             continue;
         }
         for m in &repo.store().read(c.id).unwrap().meta {
-            let copies: Vec<u16> = repo
-                .index()
-                .copy_list(&m.fp)
-                .in_container(c.id)
-                .collect();
+            let copies: Vec<u16> = repo.index().copy_list(&m.fp).in_container(c.id).collect();
             let dead = copies.iter().all(|n| !data.contains(&(m.fp, *n)));
             let deleted_here = copies.iter().any(|n| deleted.contains(&(m.fp, *n)));
             assert!(
-                !(dead && deleted_here) && !copies.is_empty(),
+                !copies.is_empty(),
+                "container {} holds unindexed {:?}",
+                c.id,
+                m.fp
+            );
+            assert!(
+                !(dead && deleted_here),
                 "container {} holds dead {:?}",
                 c.id,
                 m.fp
@@ -1764,8 +1766,8 @@ fn focused_gccdf_clusters_match_full_mark() {
     };
     let fm = repo.plan_gc(&opts).unwrap();
     assert!(!fm.selection.copy.is_empty());
-    let clusters = tessera_core::gc::gccdf::clusters(&repo, &fm.mark, &fm.selection.copy, 4, 1)
-        .unwrap();
+    let clusters =
+        tessera_core::gc::gccdf::clusters(&repo, &fm.mark, &fm.selection.copy, 4, 1).unwrap();
     assert!(clusters.iter().any(|seg| seg.len() > 2), "ownership splits");
     drop(fm);
     let r = repo.gc(&opts).unwrap();
@@ -1785,4 +1787,134 @@ fn focused_gccdf_clusters_match_full_mark() {
     for (id, data) in &model {
         assert_eq!(&restore(&repo, *id).unwrap(), data);
     }
+}
+
+/// A copy of a repository's objects (locks and online-GC records left
+/// out), to try a deletion on without touching the original.
+fn copy_repository(b: &Arc<dyn ObjectStore>) -> Arc<dyn ObjectStore> {
+    let to = mem();
+    for key in list_all(&**b).unwrap() {
+        if matches!(
+            key.kind(),
+            Some(KeyKind::Lock | KeyKind::SharedLock | KeyKind::Gc)
+        ) {
+            continue;
+        }
+        to.put(&key, &b.get(&key).unwrap()).unwrap();
+    }
+    to
+}
+
+/// The reference graph a merged publish produced is one the focused mark
+/// can trust: on a copy of the repository, forgetting any one retained
+/// backup, the focused mark (on the recorded graph, not a rebuilt one)
+/// judges every copy of the forgotten backup as the full mark does.
+fn assert_graph_serves_every_deletion(b: &Arc<dyn ObjectStore>) {
+    let ids: Vec<BackupId> = Repository::open(b.clone())
+        .unwrap()
+        .backups()
+        .iter()
+        .map(|e| e.id)
+        .collect();
+    for id in ids {
+        let copy = copy_repository(b);
+        let mut w = Repository::open_writer(copy, "t").unwrap();
+        assert!(w.manifest().refgraph.is_some(), "the graph was dropped");
+        w.forget(&[id]).unwrap();
+        let stats = assert_focused_agrees(&w);
+        assert!(!stats.rebuilt, "backup {id}: graph rebuilt");
+    }
+}
+
+/// Two writers commit at once (each publish merges with the other's
+/// generation, with renumbering), and a focused GC commits while a backup
+/// deduplicating against the chunks it finds dead commits (online GC): the
+/// reference graph is merged, not dropped, every single deletion is then
+/// judged by the focused mark exactly as by the full mark, and focused GCs
+/// lose nothing.
+#[test]
+fn merged_publishes_keep_a_reference_graph_the_focused_mark_can_trust() {
+    let b: Arc<dyn ObjectStore> = mem();
+    init_small(b.clone(), false);
+    let open = || Repository::open_writer(b.clone(), "t").unwrap();
+    let mut setup = open();
+    setup.rebuild_refgraph(0).unwrap();
+    drop(setup);
+    let mut model: BTreeMap<BackupId, Vec<u8>> = BTreeMap::new();
+    let s1 = bytes(71, 50_000);
+    let s2 = bytes(72, 50_000);
+    let mut shared = s1[..20_000].to_vec();
+    shared.extend_from_slice(&s2[10_000..30_000]);
+    // Writers A and B open on one generation; B's publishes merge.
+    let mut a = open();
+    let mut wb = open();
+    for (w, data) in [(0, &s1), (1, &s2), (1, &shared)] {
+        let w = if w == 0 { &mut a } else { &mut wb };
+        let id = backup(w, "s", data).unwrap();
+        model.insert(id, data.clone());
+    }
+    // A, still on its generation, deduplicates against its own chunks
+    // and stores again what B stored meanwhile.
+    let a2 = {
+        let mut d = mutate(&s1, 1);
+        d.extend_from_slice(&s2[..15_000]);
+        d
+    };
+    let id = backup(&mut a, "s", &a2).unwrap();
+    model.insert(id, a2.clone());
+    assert!(
+        Repository::open(b.clone())
+            .unwrap()
+            .manifest()
+            .refgraph
+            .is_some(),
+        "merged publishes keep the graph"
+    );
+    assert_graph_serves_every_deletion(&b);
+
+    // Online focused GC: mark, then a backup re-referencing the dead
+    // chunks commits, then cutoff and commit (the GC's publish merges).
+    let first = *model.keys().next().unwrap();
+    a.forget(&[first]).unwrap();
+    let gone = model.remove(&first).unwrap();
+    let opts = GcOptions {
+        mark: MarkSpec::Focused,
+        strategy: GcStrategy::Gccdf,
+        ..Default::default()
+    };
+    let mut run = a.gc_begin(&opts).unwrap();
+    let again = {
+        let mut d = mutate(&gone, 9);
+        d.extend_from_slice(&a2[..10_000]);
+        d
+    };
+    let id = backup(&mut wb, "s", &again).unwrap();
+    model.insert(id, again);
+    a.gc_cutoff(&mut run).unwrap();
+    a.gc_finish(run).unwrap();
+    drop((a, wb));
+    {
+        let r = Repository::open(b.clone()).unwrap();
+        assert!(r.manifest().refgraph.is_some(), "the GC's merge keeps it");
+        for (id, data) in &model {
+            assert_eq!(&restore(&r, *id).unwrap(), data, "backup {id}");
+        }
+    }
+    assert_graph_serves_every_deletion(&b);
+
+    // And focused GCs on the merged graph lose nothing.
+    let mut w = open();
+    for _ in 0..2 {
+        let id = *model.keys().next().unwrap();
+        w.forget(&[id]).unwrap();
+        model.remove(&id);
+        let stats = assert_focused_agrees(&w);
+        assert!(!stats.rebuilt);
+        w.gc(&opts).unwrap();
+        for (id, data) in &model {
+            assert_eq!(&restore(&w, *id).unwrap(), data, "backup {id}");
+        }
+    }
+    let c = w.check(&Default::default()).unwrap();
+    assert!(c.ok(), "{:?}", c.problems);
 }

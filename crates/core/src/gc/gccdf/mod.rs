@@ -27,6 +27,9 @@ pub fn segment_tree(
     })
 }
 
+/// Clusters per segment, each a list of (fingerprint, live copies).
+pub type Clusters = Vec<Vec<Vec<(Fingerprint, Vec<CopyNo>)>>>;
+
 /// The clusters GCCDF's sweep would write for data containers `ids`, per
 /// segment, left to right, each chunk as (fingerprint, the live copies it
 /// stands for). Reads the containers as the sweep does; writes nothing
@@ -37,7 +40,7 @@ pub fn clusters(
     ids: &[ContainerId],
     segment_containers: usize,
     split_threshold: usize,
-) -> Result<Vec<Vec<Vec<(Fingerprint, Vec<CopyNo>)>>>> {
+) -> Result<Clusters> {
     let mut placed = CopySet::default();
     let mut out = Vec::new();
     for segment in ids.chunks(segment_containers.max(1)) {

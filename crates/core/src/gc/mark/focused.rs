@@ -214,27 +214,33 @@ fn focus(
     });
     for (id, parts) in &correlative {
         let b = retained[id];
-        walk_parts(&mut reader, &graph, b, parts, &mut |kind, fp, copy, offset, _| {
-            match kind {
-                ChunkKind::Data => {
-                    live_data.insert_valid(*fp, copy);
-                    if let Some(o) = owners.as_mut() {
-                        o.saw(repo, b, fp, copy);
+        walk_parts(
+            &mut reader,
+            &graph,
+            b,
+            parts,
+            &mut |kind, fp, copy, offset, _| {
+                match kind {
+                    ChunkKind::Data => {
+                        live_data.insert_valid(*fp, copy);
+                        if let Some(o) = owners.as_mut() {
+                            o.saw(repo, b, fp, copy);
+                        }
+                    }
+                    ChunkKind::Recipe => {
+                        live_recipe.insert(*fp);
                     }
                 }
-                ChunkKind::Recipe => {
-                    live_recipe.insert(*fp);
+                if graph.bases(kind).get(&(*fp, copy)).is_some_and(&gone) {
+                    let here = graph.vfile(*id, kind, offset);
+                    rebase
+                        .entry((kind == ChunkKind::Recipe, *fp, copy))
+                        .or_default()
+                        .insert(here);
                 }
-            }
-            if graph.bases(kind).get(&(*fp, copy)).is_some_and(&gone) {
-                let here = graph.vfile(*id, kind, offset);
-                rebase
-                    .entry((kind == ChunkKind::Recipe, *fp, copy))
-                    .or_default()
-                    .insert(here);
-            }
-            Ok(())
-        })?;
+                Ok(())
+            },
+        )?;
     }
 
     // A copy a deleted backup names is live if its base is retained or a
