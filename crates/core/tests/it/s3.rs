@@ -523,11 +523,19 @@ fn s3_online_gc_through_the_metadata_cache() {
     // Listings taken before the other writer's commit (a cache that kept
     // them would hide its record and its generation).
     let listed = a.list(KeyKind::Gc).unwrap();
-    assert!(a.list(KeyKind::Manifest).unwrap().len() >= 1);
+    let newest = |s: &CachedStore<Arc<CountingStore<S3Store>>>| {
+        s.list(KeyKind::Manifest)
+            .unwrap()
+            .iter()
+            .filter_map(|k| k.generation())
+            .max()
+    };
+    let generation = newest(&a);
     let (_, b) = open("b");
     let mut other = writer(b.clone());
     let again = backup(&mut other, "again", &old).unwrap();
     assert!(a.list(KeyKind::Gc).unwrap().len() > listed.len());
+    assert!(newest(&a) > generation);
     let before = a_count.counters_of(KeyKind::Gc);
     gcw.gc_cutoff(&mut run).unwrap();
     assert!(
