@@ -597,7 +597,12 @@ pub fn commit(
     });
     // Once the manifest is out, the in-memory index must follow it, even if
     // deleting the superseded objects failed (the next writer removes them).
-    if repo.manifest.generation != generation {
+    // A publish merged with other writers' generations (online GC) has
+    // reloaded the index from what was published: our changes are in it,
+    // and applying them again would drop the copies a backup stored again
+    // of chunks this GC deleted (same fingerprint and copy number).
+    let merged = repo.manifest.generation != generation.next();
+    if repo.manifest.generation != generation && !merged {
         for e in dropped {
             repo.index.remove_copy(e.kind, &e.fp, e.copy);
         }
