@@ -15,7 +15,7 @@
 //! dropping the older ones (dynamic duplicate removal, FAST'17 §3.4.2).
 //! `--max-read-rate`/`--max-write-rate` pace the copy ([`Throttle`]).
 
-use super::gccdf::{analyze, plan, preprocess};
+use super::gccdf::{plan, preprocess};
 use super::mark::{FpFilter, Mark};
 use super::select::Selection;
 use super::{GcOptions, GcStrategy};
@@ -404,11 +404,7 @@ pub fn gccdf_sweep(
         stats.read_throttle.consume(read);
         stats.cache_peak_bytes = stats.cache_peak_bytes.max(cache.logical);
         let t = Instant::now();
-        let backups = preprocess::involved_backups(mark, segment);
-        let filters: Vec<_> = backups.iter().map(|b| mark.owners.get(b)).collect();
-        let tree = analyze::analyze(cache.len(), filters.len(), split_threshold, |r, c| {
-            filters[r].is_some_and(|f| f.contains(&cache.fps[c as usize]))
-        });
+        let tree = super::gccdf::segment_tree(mark, &cache, segment, split_threshold);
         let order = plan::migration_order(&tree);
         stats.tree_peak_bytes = stats.tree_peak_bytes.max(tree.memory_bytes());
         drop(tree);
