@@ -250,31 +250,18 @@ impl RepoLock {
         // Shared holders wrote their lock before reading ours: any that we
         // do not see now will see ours and back off.
         for key in backend.list(KeyKind::SharedLock)? {
-            let bytes = match backend.get(&key) {
-                Ok(b) => b,
-                Err(Error::MissingObject(_)) => continue,
-                Err(e) => return Err(e),
+            let Some(holder) = read_holder(&*backend, &key)? else {
+                continue;
             };
-            let holder = match parse_at(&*backend, &key, &bytes) {
-                Ok(h) => h,
-                Err(Error::Corrupt { reason, .. }) => {
-                    return Err(Error::Locked(format!(
-                        "repository {} has a corrupt lock {key} ({reason}); \
-                         if no other tessera process uses it, run `tessera unlock` to remove it",
-                        backend.location()
-                    )))
-                }
-                Err(e) => return Err(e),
-            };
-            match staleness(&holder, crate::clock::now()) {
+            match staleness(&holder.info, crate::clock::now()) {
                 Some(why) => {
-                    if backend.get(&key).ok().as_deref() == Some(&bytes[..]) {
-                        backend.delete(&key)?;
-                        backend.barrier()?;
-                    }
-                    broken.get_or_insert(BrokenLock { holder, why });
+                    holder.remove_if_unchanged(&*backend, &key)?;
+                    broken.get_or_insert(BrokenLock {
+                        holder: holder.info,
+                        why,
+                    });
                 }
-                None => return Err(Error::Locked(held_message(&holder))),
+                None => return Err(Error::Locked(held_message(&holder.info))),
             }
         }
         let mut lock = lock;
@@ -312,35 +299,19 @@ impl RepoLock {
         );
         let started = std::time::Instant::now();
         let mut broken = None;
-        loop {
-            let bytes = match backend.get(&ObjectKey::Lock) {
-                Ok(b) => b,
-                Err(Error::MissingObject(_)) => break,
-                Err(e) => return Err(e),
-            };
-            let holder = match parse(&*backend, &bytes) {
-                Ok(h) => h,
-                Err(Error::Corrupt { reason, .. }) => {
-                    return Err(Error::Locked(format!(
-                        "repository {} is locked by a corrupt lock ({reason}); \
-                         if no other tessera process uses it, run `tessera unlock` to remove the lock",
-                        backend.location()
-                    )))
-                }
-                Err(e) => return Err(e),
-            };
-            match staleness(&holder, crate::clock::now()) {
+        while let Some(holder) = read_holder(&*backend, &ObjectKey::Lock)? {
+            match staleness(&holder.info, crate::clock::now()) {
                 Some(why) => {
-                    if backend.get(&ObjectKey::Lock).ok().as_deref() == Some(&bytes[..]) {
-                        backend.delete(&ObjectKey::Lock)?;
-                        backend.barrier()?;
-                    }
-                    broken.get_or_insert(BrokenLock { holder, why });
+                    holder.remove_if_unchanged(&*backend, &ObjectKey::Lock)?;
+                    broken.get_or_insert(BrokenLock {
+                        holder: holder.info,
+                        why,
+                    });
                 }
-                None if holder.brief && started.elapsed() < BRIEF_WAIT => {
+                None if holder.info.brief && started.elapsed() < BRIEF_WAIT => {
                     std::thread::sleep(Duration::from_millis(20));
                 }
-                None => return Err(Error::Locked(held_message(&holder))),
+                None => return Err(Error::Locked(held_message(&holder.info))),
             }
         }
         let mut lock = lock;
@@ -537,15 +508,71 @@ fn live_tokens() -> std::sync::MutexGuard<'static, std::collections::HashSet<Str
         .unwrap_or_else(|p| p.into_inner())
 }
 
-/// Whether the lock object `bytes` was left behind by this process.
-fn abandoned_here(holder: &LockInfo, bytes: &[u8]) -> bool {
-    if holder.pid != std::process::id() || holder.host != current_host() {
+/// Whether the lock object `holder` was left behind by this process.
+fn abandoned_here(holder: &Holder) -> bool {
+    if holder.info.pid != std::process::id() || holder.info.host != current_host() {
         return false;
     }
-    let token = serde_json::from_slice::<serde_json::Value>(bytes)
-        .ok()
-        .and_then(|v| v.get("token").and_then(|t| t.as_str()).map(str::to_owned));
-    token.is_some_and(|t| !live_tokens().contains(&t))
+    holder
+        .token
+        .as_ref()
+        .is_some_and(|t| !live_tokens().contains(t))
+}
+
+/// A lock object as read: who holds it, its acquisition's token (absent
+/// in locks written before tokens) and its exact bytes.
+struct Holder {
+    info: LockInfo,
+    token: Option<String>,
+    bytes: Vec<u8>,
+}
+
+impl Holder {
+    /// Remove the lock object `key` if it still is exactly the one judged
+    /// (if it changed meanwhile, its new holder is judged afresh).
+    fn remove_if_unchanged(&self, backend: &dyn ObjectStore, key: &ObjectKey) -> Result<()> {
+        if backend.get(key).ok().as_deref() == Some(&self.bytes[..]) {
+            backend.delete(key)?;
+            backend.barrier()?;
+        }
+        Ok(())
+    }
+}
+
+/// Read the lock object `key`: `Ok(None)` when there is none (released
+/// meanwhile); one that cannot be parsed is [`Error::Locked`] telling the
+/// operator to run `tessera unlock`.
+fn read_holder(backend: &dyn ObjectStore, key: &ObjectKey) -> Result<Option<Holder>> {
+    #[derive(serde::Deserialize)]
+    struct Stored {
+        #[serde(flatten)]
+        info: LockInfo,
+        #[serde(default)]
+        token: Option<String>,
+    }
+    let bytes = match backend.get(key) {
+        Ok(b) => b,
+        Err(Error::MissingObject(_)) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    match serde_json::from_slice::<Stored>(&bytes) {
+        Ok(s) => Ok(Some(Holder {
+            info: s.info,
+            token: s.token,
+            bytes,
+        })),
+        Err(e) => {
+            let (what, remove) = match key {
+                ObjectKey::SharedLock(_) => (format!("has a corrupt lock {key}"), "it"),
+                _ => ("is locked by a corrupt lock".to_string(), "the lock"),
+            };
+            Err(Error::Locked(format!(
+                "repository {} {what} (not a valid lock record: {e}); \
+                 if no other tessera process uses it, run `tessera unlock` to remove {remove}",
+                backend.location()
+            )))
+        }
+    }
 }
 
 fn new_token(info: &LockInfo) -> String {
@@ -581,35 +608,21 @@ fn take_key(
             };
             return Ok((held, broken));
         }
-        let bytes = match backend.get(&key) {
-            Ok(b) => b,
-            Err(Error::MissingObject(_)) => continue,
-            Err(e) => return Err(e),
+        let Some(holder) = read_holder(&*backend, &key)? else {
+            continue;
         };
-        let holder = match parse_at(&*backend, &key, &bytes) {
-            Ok(h) => h,
-            Err(Error::Corrupt { reason, .. }) => {
-                return Err(Error::Locked(format!(
-                    "repository {} is locked by a corrupt lock ({reason}); \
-                     if no other tessera process uses it, run `tessera unlock` to remove the lock",
-                    backend.location()
-                )))
-            }
-            Err(e) => return Err(e),
-        };
-        let why = staleness(&holder, crate::clock::now())
-            .or_else(|| abandoned_here(&holder, &bytes).then_some(Staleness::Abandoned));
+        let why = staleness(&holder.info, crate::clock::now())
+            .or_else(|| abandoned_here(&holder).then_some(Staleness::Abandoned));
         match why {
             Some(why) if broken.is_none() => {
-                // Remove exactly the lock we judged; if it changed
-                // meanwhile, the next round judges the new one.
-                if backend.get(&key).ok().as_deref() == Some(&bytes[..]) {
-                    backend.delete(&key)?;
-                    backend.barrier()?;
-                }
-                broken = Some(BrokenLock { holder, why });
+                // If it changed meanwhile, the next round judges the new one.
+                holder.remove_if_unchanged(&*backend, &key)?;
+                broken = Some(BrokenLock {
+                    holder: holder.info,
+                    why,
+                });
             }
-            _ => return Err(Error::Locked(held_message(&holder))),
+            _ => return Err(Error::Locked(held_message(&holder.info))),
         }
     }
     Err(Error::Locked(format!(
@@ -626,12 +639,9 @@ pub fn shared_holders(backend: &dyn ObjectStore) -> Result<Vec<(String, LockInfo
         let ObjectKey::SharedLock(token) = &key else {
             continue;
         };
-        let Ok(bytes) = backend.get(&key) else {
-            continue;
-        };
-        if let Ok(info) = parse_at(backend, &key, &bytes) {
-            if !is_stale(&info) {
-                out.push((token.clone(), info));
+        if let Ok(Some(h)) = read_holder(backend, &key) {
+            if !is_stale(&h.info) {
+                out.push((token.clone(), h.info));
             }
         }
     }
@@ -639,13 +649,9 @@ pub fn shared_holders(backend: &dyn ObjectStore) -> Result<Vec<(String, LockInfo
 }
 
 fn parse(backend: &dyn ObjectStore, bytes: &[u8]) -> Result<LockInfo> {
-    parse_at(backend, &ObjectKey::Lock, bytes)
-}
-
-fn parse_at(backend: &dyn ObjectStore, key: &ObjectKey, bytes: &[u8]) -> Result<LockInfo> {
     serde_json::from_slice(bytes).map_err(|e| {
         Error::corrupt(
-            format!("lock {}/{}", backend.location(), key),
+            format!("lock {}/{}", backend.location(), ObjectKey::Lock),
             format!("not a valid lock record: {e}"),
         )
     })
@@ -1075,6 +1081,31 @@ mod tests {
         assert_eq!(break_lock(&*b).unwrap(), None);
         assert_eq!(read_lock(&*b).unwrap(), None);
         RepoLock::acquire(b, "tessera backup").unwrap();
+    }
+
+    #[test]
+    fn corrupt_shared_lock_names_itself_and_is_skipped_by_holder_lists() {
+        let b = mem();
+        let key = ObjectKey::SharedLock("1-2-3".into());
+        b.put(&key, b"{not json").unwrap();
+        let msg = RepoLock::acquire(b.clone(), "tessera init")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("locks/1-2-3") && msg.contains("tessera unlock"),
+            "{msg}"
+        );
+        assert!(shared_holders(&*b).unwrap().is_empty());
+        let held = RepoLock::acquire_shared(b.clone(), "tessera backup", false).unwrap();
+        let holders = shared_holders(&*b).unwrap();
+        assert_eq!(holders.len(), 1);
+        assert_eq!(holders[0].0, held.token());
+        // The token read back is the acquisition's: not abandoned while held.
+        let h = read_holder(&*b, &ObjectKey::SharedLock(held.token()))
+            .unwrap()
+            .unwrap();
+        assert_eq!(h.token.as_deref(), Some(&held.token()[..]));
+        assert!(!abandoned_here(&h));
     }
 
     #[test]

@@ -426,12 +426,32 @@ pub(crate) fn commit_backup(
         let superseded = stage(writer, state, &graph)?;
         return Ok((superseded, Some((state.segments.clone(), graph))));
     }
-    let key = ObjectKey::RefGraph(state.next_segment);
-    state.next_segment += 1;
+    let key = next_key(writer, state);
     writer.objects.put(&key, r.seen.encode())?;
     state.segments.push(key);
     graph.merge(r.seen);
     Ok((Vec::new(), Some((state.segments.clone(), graph))))
+}
+
+/// The key of a new segment: a writer that joined others takes it from its
+/// reserved segment range (the counter in the manifest is shared: two
+/// writers on one generation would otherwise both write `refgraph/<n>`,
+/// one over the other); a writer alone takes the manifest's counter.
+fn next_key(writer: &Writer, state: &mut RefGraphState) -> ObjectKey {
+    let n = match &writer.reserved {
+        Some(r) => {
+            let n = r.segment.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            // Past the whole reserved range, so a writer allocating from
+            // the counter never enters it (as for index segments).
+            state.next_segment = state
+                .next_segment
+                .max(n + 1 + crate::repo::RESERVE_SEGMENTS);
+            n
+        }
+        None => state.next_segment,
+    };
+    state.next_segment = state.next_segment.max(n + 1);
+    ObjectKey::RefGraph(n)
 }
 
 /// Write `graph` whole as the only segment of `state`; returns the
@@ -441,8 +461,7 @@ pub(crate) fn stage(
     state: &mut RefGraphState,
     graph: &RefGraph,
 ) -> Result<Vec<ObjectKey>> {
-    let key = ObjectKey::RefGraph(state.next_segment);
-    state.next_segment += 1;
+    let key = next_key(writer, state);
     state.granularity = graph.granularity;
     writer.objects.put(&key, graph.encode())?;
     Ok(std::mem::replace(&mut state.segments, vec![key]))
@@ -461,6 +480,269 @@ impl Writer {
         self.publish(next, &superseded)?;
         Ok(graph)
     }
+}
+
+/// Merging the graph when a publish has to merge with another writer's
+/// generation (`Writer::publish_merged`): made before the compare-and-swap
+/// loop, asked at each merge, finished after it.
+///
+/// One side's change to the graph is a *delta* appended to the base
+/// generation's segments (a backup: new bases and edges); the other side's
+/// graph is taken whole (the newest generation's, or a focused GC's
+/// rewritten one), and the delta is grafted onto it ([`graft`]). Where
+/// neither side only appended (both rewrote the graph, e.g. a compaction
+/// meeting a GC), the granularities differ, or a segment cannot be read,
+/// the graph is dropped as before (the next focused GC rebuilds it from
+/// the recipes: slower, never wrong).
+pub(crate) struct GraphMerge {
+    base: Option<RefGraphState>,
+    ours: Option<RefGraphState>,
+    /// The writer's graph as of `ours`' segments, if it kept it in memory.
+    mem: Option<(Vec<ObjectKey>, RefGraph)>,
+    objects: crate::seal::SealedStore,
+    /// Joining writers: segment ids taken from the reserved range up front
+    /// (the loop cannot reach the writer); alone: the counter.
+    reserved: Vec<u64>,
+    /// Segments written by merge attempts (the last one is listed if the
+    /// publish merged), and our own delta segments a merge left unlisted.
+    written: Vec<ObjectKey>,
+    unlisted: Vec<ObjectKey>,
+    /// Whether the graph was dropped after all (for tests and reports).
+    pub(crate) dropped: bool,
+}
+
+/// Merge attempts a joining writer reserves segment ids for; a publish
+/// that has to merge more often than this drops the graph.
+const MERGE_KEYS: u64 = 4;
+
+impl GraphMerge {
+    pub(crate) fn new(writer: &mut Writer, next: &Manifest) -> GraphMerge {
+        let reserved = match &writer.reserved {
+            Some(r) if next.refgraph.is_some() => {
+                let n = r
+                    .segment
+                    .fetch_add(MERGE_KEYS, std::sync::atomic::Ordering::Relaxed);
+                (n..n + MERGE_KEYS).collect()
+            }
+            _ => Vec::new(),
+        };
+        GraphMerge {
+            base: writer.manifest.refgraph.clone(),
+            ours: next.refgraph.clone(),
+            mem: writer.refgraph_mem.take(),
+            objects: writer.objects.clone(),
+            reserved,
+            written: Vec::new(),
+            unlisted: Vec::new(),
+            dropped: false,
+        }
+    }
+
+    /// Set `m.refgraph` (`m`: our change applied to `newest`; our added
+    /// backups renumbered by `remap`).
+    pub(crate) fn merge(
+        &mut self,
+        newest: &Manifest,
+        m: &mut Manifest,
+        remap: &std::collections::HashMap<BackupId, BackupId>,
+    ) {
+        self.unlisted.clear();
+        // A segment that cannot be read: drop the graph (never wrong).
+        m.refgraph = self.merged(newest, remap).unwrap_or_default();
+        self.dropped = m.refgraph.is_none() && self.ours.is_some();
+    }
+
+    fn merged(
+        &mut self,
+        newest: &Manifest,
+        remap: &std::collections::HashMap<BackupId, BackupId>,
+    ) -> Result<Option<RefGraphState>> {
+        let (Some(base), Some(ours), Some(theirs)) = (&self.base, &self.ours, &newest.refgraph)
+        else {
+            return Ok(None);
+        };
+        let (base, ours, theirs) = (base.clone(), ours.clone(), theirs.clone());
+        if ours.granularity != theirs.granularity {
+            return Ok(None);
+        }
+        let extends = |st: &RefGraphState| {
+            st.granularity == base.granularity && st.segments.starts_with(&base.segments)
+        };
+        if ours.segments == base.segments {
+            // We did not touch the graph (a forget): theirs stands.
+            return Ok(Some(theirs));
+        }
+        if theirs.segments == base.segments && remap.is_empty() {
+            // They did not touch it: ours stands.
+            let mut st = ours;
+            st.next_segment = st.next_segment.max(theirs.next_segment);
+            return Ok(Some(st));
+        }
+        let rename = |v: VFile| VFile {
+            backup: remap.get(&v.backup).copied().unwrap_or(v.backup),
+            part: v.part,
+        };
+        let (mut state, start, delta, reference) = if extends(&ours) {
+            // Our backups' delta onto the newest graph.
+            let extra = &ours.segments[base.segments.len()..];
+            let delta = self.load(extra, ours.granularity)?.renamed(&rename);
+            let reference = match &self.mem {
+                Some((keys, g)) if *keys == ours.segments => g.clone(),
+                _ => self.load(&ours.segments, ours.granularity)?,
+            }
+            .renamed(&rename);
+            let start = self.load(&theirs.segments, theirs.granularity)?;
+            self.unlisted = extra.to_vec();
+            let mut st = theirs.clone();
+            st.next_segment = st.next_segment.max(ours.next_segment);
+            (st, start, delta, reference)
+        } else if extends(&theirs) && remap.is_empty() {
+            // Our rewritten graph (a focused GC's) plus their backups' delta.
+            let extra = &theirs.segments[base.segments.len()..];
+            let delta = self.load(extra, theirs.granularity)?;
+            let reference = self.load(&theirs.segments, theirs.granularity)?;
+            let start = self.load(&ours.segments, ours.granularity)?;
+            let mut st = ours.clone();
+            st.next_segment = st.next_segment.max(theirs.next_segment);
+            (st, start, delta, reference)
+        } else {
+            return Ok(None);
+        };
+        let grafted = graft(&start, &delta, &reference);
+        let n = if self.reserved.is_empty() {
+            state.next_segment
+        } else {
+            self.reserved.remove(0)
+        };
+        state.next_segment = state.next_segment.max(n + 1);
+        let key = ObjectKey::RefGraph(n);
+        self.objects.put(&key, grafted.encode())?;
+        self.written.push(key.clone());
+        state.segments.push(key);
+        Ok(Some(state))
+    }
+
+    fn load(&self, keys: &[ObjectKey], granularity: u64) -> Result<RefGraph> {
+        let mut g = RefGraph::new(granularity);
+        for key in keys {
+            let name = ObjectRef::Object(key.clone());
+            let seg = RefGraph::decode(&self.objects.get(key)?, name)?;
+            if seg.granularity != granularity {
+                return Err(Error::corrupt(
+                    ObjectRef::Object(key.clone()),
+                    "reference graph segment of another granularity",
+                ));
+            }
+            g.merge(seg);
+        }
+        Ok(g)
+    }
+
+    /// After the loop: our delta segments the merged generation does not
+    /// list, and segments of earlier merge attempts, are removed (best
+    /// effort: no generation lists them); the writer's in-memory graph is
+    /// given back if no merge happened.
+    pub(crate) fn finish(mut self, writer: &mut Writer, published: Option<&Manifest>) {
+        let listed: Vec<ObjectKey> = published
+            .and_then(|m| m.refgraph.as_ref())
+            .map(|g| g.segments.clone())
+            .unwrap_or_default();
+        if published.is_some() {
+            for key in self.unlisted.iter().chain(&self.written) {
+                if !listed.contains(key) {
+                    let _ = self.objects.delete(key);
+                }
+            }
+        }
+        if writer.refgraph_mem.is_none() {
+            writer.refgraph_mem = self.mem.take();
+        }
+    }
+}
+
+impl RefGraph {
+    /// The graph with every vertex renamed by `f`.
+    fn renamed(self, f: &dyn Fn(VFile) -> VFile) -> RefGraph {
+        RefGraph {
+            granularity: self.granularity,
+            data_bases: self
+                .data_bases
+                .into_iter()
+                .map(|(k, v)| (k, f(v)))
+                .collect(),
+            recipe_bases: self
+                .recipe_bases
+                .into_iter()
+                .map(|(k, v)| (k, f(v)))
+                .collect(),
+            edges: self.edges.into_iter().map(|(l, b)| (f(l), f(b))).collect(),
+        }
+    }
+}
+
+/// The additions that graft `delta` (one side's appended segments) onto
+/// `start` (the other side's whole graph); `reference` is the delta's side
+/// as its recorder saw it (base generation plus delta). Why the result
+/// never misses an edge a live chunk needs — the invariant of
+/// [`crate::refgraph`]: every retained virtual file `w` referencing a copy
+/// is in its base's backup or has an edge to its base:
+/// - `w` on `start`'s side: `start` keeps it, and the graft never changes
+///   a base `start` has (it only adds bases `start` lacks, and edges).
+/// - `w` in the delta, the copy new to it (a base in the delta): it stays
+///   the base if `start` has none; else the other side stored or based
+///   the copy too, and `w` gets an edge to `start`'s base.
+/// - `w` in the delta, the copy held with base `b0` (the delta's edge
+///   `(w, b0)`, kept): if `start` still bases the copy on `b0`, done; if
+///   not — a concurrent focused GC deleted `b0` and re-based the copy
+///   (edge to the new base) or found no retained referencer (then `w`
+///   becomes its base: `w` may be its only referencer, a resurrected
+///   copy), or a rebuild chose another base — every leaf of `b0` in the
+///   delta gets the edge to the new base, or becomes the base. The edges
+///   carry no chunk, so this covers each copy `reference` bases on `b0`:
+///   it may add edges and bases a chunk did not need, which only makes a
+///   focused mark walk more (never judge a live copy dead).
+pub(crate) fn graft(start: &RefGraph, delta: &RefGraph, reference: &RefGraph) -> RefGraph {
+    let mut out = RefGraph::new(start.granularity);
+    for kind in [ChunkKind::Data, ChunkKind::Recipe] {
+        for (k, v) in delta.bases(kind) {
+            match start.bases(kind).get(k).or(out.bases(kind).get(k)) {
+                Some(b) if b.backup == v.backup => {}
+                Some(b) => {
+                    out.edges.insert((*v, *b));
+                }
+                None => {
+                    out.bases_mut(kind).insert(*k, *v);
+                }
+            }
+        }
+    }
+    let mut leaves: std::collections::HashMap<VFile, Vec<VFile>> = Default::default();
+    for (leaf, base) in &delta.edges {
+        out.edges.insert((*leaf, *base));
+        leaves.entry(*base).or_default().push(*leaf);
+    }
+    for kind in [ChunkKind::Data, ChunkKind::Recipe] {
+        for (k, b0) in reference.bases(kind) {
+            let Some(ls) = leaves.get(b0) else { continue };
+            let mut now = start.bases(kind).get(k).or(out.bases(kind).get(k)).copied();
+            if now == Some(*b0) {
+                continue;
+            }
+            for leaf in ls {
+                match now {
+                    Some(nb) if nb.backup == leaf.backup => {}
+                    Some(nb) => {
+                        out.edges.insert((*leaf, nb));
+                    }
+                    None => {
+                        out.bases_mut(kind).insert(*k, *leaf);
+                        now = Some(*leaf);
+                    }
+                }
+            }
+        }
+    }
+    out
 }
 
 fn is_mfdedup(repo: &Repository) -> bool {

@@ -130,7 +130,7 @@ pub(crate) struct Reserved {
 pub const RESERVE_CONTAINERS: u64 = 1 << 20;
 const RESERVE_GAP: u64 = 1 << 24;
 /// Index segment ids a joining writer reserves (and their gap).
-const RESERVE_SEGMENTS: u64 = 1 << 16;
+pub(crate) const RESERVE_SEGMENTS: u64 = 1 << 16;
 const RESERVE_SEGMENT_GAP: u64 = 1 << 20;
 /// How often opening retries when a newer generation superseded (and
 /// deleted) what it was reading.
@@ -1404,20 +1404,29 @@ impl Writer {
             .filter(|b| !known.contains(&b.id))
             .cloned()
             .collect();
+        let mut graph = crate::refgraph::GraphMerge::new(self, &next);
+        let ours_ids: Vec<BackupId> = added.iter().map(|b| b.id).collect();
         let mut first = Some(next);
-        self.commit_with(|newest, ours| match first.take() {
+        let done = self.commit_with(|newest, ours| match first.take() {
             Some(n) if ours => Ok(n),
             _ => {
                 let (mut m, a) = change.apply(newest)?;
-                // FGC's reference graph is not merged edge by edge: after
-                // another writer's publish it is dropped, and the next
-                // focused GC rebuilds it from the recipes (slower, never
-                // wrong; a graph missing an edge could lose a live chunk).
-                m.refgraph = None;
+                // FGC's reference graph: our delta grafted onto theirs, or
+                // theirs onto our rewritten one (see `refgraph::graft`).
+                let remap = ours_ids
+                    .iter()
+                    .zip(&a)
+                    .filter(|(o, n)| **o != n.id)
+                    .map(|(o, n)| (*o, n.id))
+                    .collect();
+                graph.merge(newest, &mut m, &remap);
                 added = a;
                 Ok(m)
             }
-        })?;
+        });
+        let published = done.is_ok().then(|| self.manifest.clone());
+        graph.finish(self, published.as_ref());
+        done?;
         for key in superseded {
             self.objects.delete(key)?;
         }
@@ -1513,9 +1522,15 @@ impl Writer {
         self.commit_with(|newest, _| {
             let mut m = newest.clone();
             let c = m.next_container_id.0 + RESERVE_GAP;
-            let s = m.next_segment_id + RESERVE_SEGMENT_GAP;
+            // One range serves index and reference graph segments (two
+            // key spaces), above both counters.
+            let graph = m.refgraph.as_ref().map_or(0, |g| g.next_segment);
+            let s = m.next_segment_id.max(graph) + RESERVE_SEGMENT_GAP;
             m.next_container_id = ContainerId(c + RESERVE_CONTAINERS);
             m.next_segment_id = s + RESERVE_SEGMENTS;
+            if let Some(g) = m.refgraph.as_mut() {
+                g.next_segment = s + RESERVE_SEGMENTS;
+            }
             range = (c, s);
             Ok(m)
         })?;

@@ -174,6 +174,45 @@ fn print_freed(f: &ForgetSpace, dry_run: bool) {
     );
 }
 
+/// Test hook of online GC across processes: with this set to a directory,
+/// `gc` stops at two points of its run until the test lets it go on.
+/// After marking and selecting (before its cutoff) it creates `DIR/planned`
+/// and waits for `DIR/planned.go`; after its cutoff (reclaimed containers
+/// announced, records read) it creates `DIR/cut` and waits for `DIR/cut.go`.
+/// So a test makes a backup commit exactly between mark and cutoff (GC
+/// then resurrects what it deduplicated) or after the cutoff (the backup
+/// then stores its own copies), without depending on timing.
+const PAUSE_ENV: &str = "TESSERA_TEST_GC_PAUSE";
+
+/// How long a paused GC waits for the test before it gives up.
+const PAUSE_LIMIT: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// [`Writer::gc`](tessera_core::repo::Writer::gc) in its online steps,
+/// pausing between them as [`PAUSE_ENV`] says.
+fn paused_gc(
+    r: &mut tessera_core::repo::Writer,
+    opts: &tessera_core::gc::GcOptions,
+    dir: &std::path::Path,
+) -> Result<GcReport> {
+    let pause = |step: &str| -> Result<()> {
+        std::fs::write(dir.join(step), b"")?;
+        let go = dir.join(format!("{step}.go"));
+        let since = std::time::Instant::now();
+        while !go.exists() {
+            if since.elapsed() > PAUSE_LIMIT {
+                bail!("{PAUSE_ENV}: {} did not appear", go.display());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        Ok(())
+    };
+    let mut run = r.gc_begin(opts)?;
+    pause("planned")?;
+    r.gc_cutoff(&mut run)?;
+    pause("cut")?;
+    Ok(r.gc_finish(run)?)
+}
+
 pub fn gc(repo: &RepoArg, a: &GcArgs, json: bool) -> Result<ExitCode> {
     let opts = a.options();
     opts.validate().map_err(anyhow::Error::msg)?;
@@ -198,7 +237,10 @@ pub fn gc(repo: &RepoArg, a: &GcArgs, json: bool) -> Result<ExitCode> {
     }
     let pb = ui::progress(None, "garbage collection", json);
     pb.enable_steady_tick(std::time::Duration::from_millis(120));
-    let report = r.gc(&opts);
+    let report = match std::env::var_os(PAUSE_ENV) {
+        Some(dir) if !opts.dry_run => paused_gc(&mut r, &opts, std::path::Path::new(&dir)),
+        _ => r.gc(&opts).map_err(Into::into),
+    };
     pb.finish_and_clear();
     let report = report?;
     r.close()?;

@@ -5,7 +5,13 @@ use std::path::Path;
 
 /// `tessera` on the repository `repo`, without `RUST_BACKTRACE`.
 pub fn tessera(repo: &Path) -> Command {
-    let mut c = Command::cargo_bin("tessera").unwrap();
+    Command::from_std(tessera_process(repo))
+}
+
+/// [`tessera`] as a plain process command, for tests that spawn `tessera`
+/// processes, run them at once and kill them.
+pub fn tessera_process(repo: &Path) -> std::process::Command {
+    let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("tessera"));
     // Encrypted by default: a test password, and the cheapest key
     // derivation (the default costs seconds in a debug build).
     c.env("TESSERA_REPO", repo)
@@ -18,6 +24,60 @@ pub fn tessera(repo: &Path) -> Command {
         std::env::temp_dir().join("tessera-cli-tests-cache"),
     );
     c
+}
+
+/// xorshift64*: a test's only randomness, so a seed replays a run.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// The listed backups as (id, name), from `snapshots --json`.
+pub fn snapshots(repo: &Path) -> Vec<(u64, String)> {
+    let out = tessera_process(repo)
+        .args(["snapshots", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "snapshots failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|b| {
+            (
+                b["id"].as_u64().unwrap(),
+                b["name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Backup `id` restored to stdout; panics with stderr on failure.
+pub fn restored(repo: &Path, id: u64) -> Vec<u8> {
+    let out = tessera_process(repo)
+        .args(["restore", &id.to_string(), "--stdout"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "restore of backup {id} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
 }
 
 /// Run and return stdout; panics with stderr on failure.

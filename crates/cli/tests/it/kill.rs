@@ -9,43 +9,11 @@
 //! `TESSERA_KILL_ITERATIONS=1000 cargo test -p tessera --test it kill -- --ignored`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-fn bin() -> PathBuf {
-    assert_cmd::cargo::cargo_bin("tessera")
-}
-
-fn tessera(repo: &Path) -> Command {
-    let mut c = Command::new(bin());
-    // Encrypted by default: a test password, and the cheapest key
-    // derivation (the default costs seconds in a debug build).
-    c.env("TESSERA_REPO", repo)
-        .env("TESSERA_PASSWORD", "test password")
-        .env("TESSERA_KDF", "m=8,t=1,p=1")
-        .env_remove("RUST_BACKTRACE");
-    // The files cache of directory backups: not in the user's cache dir.
-    c.env(
-        "TESSERA_CACHE_DIR",
-        std::env::temp_dir().join("tessera-cli-tests-cache"),
-    );
-    c
-}
-
-/// xorshift64*: the test's only randomness, so a seed replays a run.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
+use crate::common::{restored, snapshots, tessera_process as tessera, Rng};
 
 /// Version `k` of the data: a shared base with version-specific edits, so
 /// versions deduplicate against each other.
@@ -71,41 +39,20 @@ enum Op {
 
 /// Listed backups: id → version.
 fn listed(repo: &Path, names: &BTreeMap<String, u64>) -> BTreeMap<u64, u64> {
-    let out = tessera(repo)
-        .args(["snapshots", "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "snapshots failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|b| {
-            let name = b["name"].as_str().unwrap();
+    snapshots(repo)
+        .into_iter()
+        .map(|(id, name)| {
             let k = *names
-                .get(name)
+                .get(&name)
                 .unwrap_or_else(|| panic!("unknown backup {name}"));
-            (b["id"].as_u64().unwrap(), k)
+            (id, k)
         })
         .collect()
 }
 
 fn restores_exactly(repo: &Path, id: u64, k: u64) {
-    let out = tessera(repo)
-        .args(["restore", &id.to_string(), "--stdout"])
-        .output()
-        .unwrap();
     assert!(
-        out.status.success(),
-        "restore of backup {id} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.stdout == version(k),
+        restored(repo, id) == version(k),
         "backup {id} (version {k}) restored wrong bytes"
     );
 }

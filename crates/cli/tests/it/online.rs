@@ -8,44 +8,27 @@
 //!
 //! Each round forgets one family of versions first (its chunks die), then
 //! starts at once: a GC, a backup that brings the forgotten version back
-//! (deduplicating against the dead chunks: a resurrection when it commits
-//! while the GC marks), a backup of a new version, a forget of an older
-//! backup, and a restore.
+//! (deduplicating against the dead chunks), a backup of a new version, a
+//! forget of an older backup, and a restore. In one round of three the
+//! backup that brings the version back commits while the GC is stopped
+//! between its mark and its cutoff (GC must resurrect what it
+//! deduplicated), in another while it is stopped after its cutoff (the
+//! backup must store its own copies); the GC's test hook
+//! `TESSERA_TEST_GC_PAUSE` stops it there, so these interleavings do not
+//! depend on timing. The third round is left to timing alone, which
+//! rarely resurrects: here a GC's mark takes under a millisecond, and a
+//! backup of this size writes its one record just before it commits.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn tessera(repo: &Path) -> Command {
-    let mut c = Command::new(assert_cmd::cargo::cargo_bin("tessera"));
-    c.env("TESSERA_REPO", repo)
-        .env_remove("RUST_BACKTRACE")
-        // Encrypted (the default), with a cheap key derivation.
-        .env("TESSERA_PASSWORD", "test password")
-        .env("TESSERA_KDF", "m=8,t=1,p=1");
-    c.env(
-        "TESSERA_CACHE_DIR",
-        std::env::temp_dir().join("tessera-cli-tests-cache"),
-    );
-    c
-}
-
-/// xorshift64*: the test's only randomness, so a seed replays a run.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
+use crate::common::{restored, snapshots, tessera_process as tessera, Rng};
 
 const FAMILIES: u64 = 4;
+/// Rounds of a run.
+const ROUNDS: u64 = 12;
 
 /// Version `edit` of family `fam`: the family's own bytes with a few
 /// edits, so versions of a family deduplicate against each other and
@@ -67,38 +50,29 @@ fn version(fam: u64, edit: u64) -> Vec<u8> {
 type Names = BTreeMap<String, (u64, u64)>;
 
 fn listed(repo: &Path, names: &Names) -> BTreeMap<u64, String> {
-    let out = tessera(repo)
-        .args(["snapshots", "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "snapshots failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|b| {
-            let name = b["name"].as_str().unwrap().to_string();
+    snapshots(repo)
+        .into_iter()
+        .map(|(id, name)| {
             assert!(names.contains_key(&name), "unknown backup {name}");
-            (b["id"].as_u64().unwrap(), name)
+            (id, name)
         })
         .collect()
 }
 
-fn restored(repo: &Path, id: u64) -> Vec<u8> {
-    let out = tessera(repo)
-        .args(["restore", &id.to_string(), "--stdout"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "restore of backup {id} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
+/// Wait until the paused GC `gc` created `dir/step` (or ended: then the
+/// round reports its failure).
+fn wait_for_pause(gc: &mut Child, dir: &Path, step: &str) {
+    while !dir.join(step).exists() {
+        if gc.try_wait().unwrap().is_some() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Let the paused GC go on past `step`.
+fn release(dir: &Path, step: &str) {
+    std::fs::write(dir.join(format!("{step}.go")), b"").unwrap();
 }
 
 /// A process of the round, perhaps to be killed at `kill_at`.
@@ -162,12 +136,17 @@ fn backups_forgets_gcs_and_restores_at_once() {
     }
     let marks = ["logical", "physical", "physical+"];
     let (mut resurrections, mut gcs_done, mut kills, mut restores) = (0u64, 0, 0, 0);
-    let started = Instant::now();
+    let mut paused_rounds = 0u64;
     let mut round = 0u64;
-    while round < 12
-        || (resurrections == 0 && round < 60 && started.elapsed() < Duration::from_secs(90))
-    {
+    while round < ROUNDS {
         round += 1;
+        // Where the GC stops while the forgotten version comes back.
+        let pause = match round % 3 {
+            1 => Some("planned"),
+            2 => Some("cut"),
+            _ => None,
+        };
+        let pause_dir = dir.join(format!("pause-{round}"));
         let now = listed(&repo, &names);
         // Forget one family whole: its chunks are dead until a GC.
         let fam_dead = round % FAMILIES;
@@ -212,8 +191,9 @@ fn backups_forgets_gcs_and_restores_at_once() {
                 gc: false,
             }
         };
-        // The GC, of each mark in turn (GCCDF's sweep every fourth round).
-        let mark = marks[(round % 3) as usize];
+        // The GC, of each mark in turn, each pause seeing every mark
+        // (GCCDF's sweep every fourth round).
+        let mark = marks[((round / 3) % 3) as usize];
         let strategy = if round.is_multiple_of(4) {
             "gccdf"
         } else {
@@ -221,19 +201,23 @@ fn backups_forgets_gcs_and_restores_at_once() {
         };
         let mut c = tessera(&repo);
         c.args(["gc", "--json", "--mark", mark, "--strategy", strategy]);
+        if pause.is_some() {
+            std::fs::create_dir(&pause_dir).unwrap();
+            c.env("TESSERA_TEST_GC_PAUSE", &pause_dir);
+        }
         let mut j = spawn(
             format!("gc --mark {mark} --strategy {strategy}"),
             c,
-            true,
+            pause.is_none(),
             &mut r,
         );
         j.gc = true;
         jobs.push(j);
         // The forgotten version again: deduplicates against dead chunks.
-        if let Some((fam, edit)) = revive {
-            let p = write(fam, edit, &mut names);
+        let revive = revive.map(|(fam, edit)| write(fam, edit, &mut names));
+        if let (Some(p), None) = (&revive, pause) {
             let mut c = tessera(&repo);
-            c.arg("backup").arg(&p);
+            c.arg("backup").arg(p);
             let mut j = spawn(format!("backup {}", p.display()), c, true, &mut r);
             j.name = Some(p.display().to_string());
             jobs.push(j);
@@ -281,6 +265,33 @@ fn backups_forgets_gcs_and_restores_at_once() {
                 n,
             )
         });
+        // With the GC stopped at `step`, the forgotten version comes back
+        // in a backup run to its end; then the GC goes on.
+        if let Some(step) = pause {
+            let (first, then) = match step {
+                "planned" => ("planned", "cut"),
+                _ => ("cut", "planned"),
+            };
+            release(&pause_dir, then);
+            wait_for_pause(&mut jobs[0].child, &pause_dir, first);
+            let gc_paused = pause_dir.join(first).exists();
+            let out = revive
+                .as_ref()
+                .map(|p| tessera(&repo).arg("backup").arg(p).output().unwrap());
+            release(&pause_dir, first);
+            if let (Some(p), Some(out)) = (&revive, out) {
+                assert!(
+                    out.status.success(),
+                    "round {round}: backup {} with the GC stopped at {step} failed: {}",
+                    p.display(),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                committed.insert(p.display().to_string());
+                if gc_paused {
+                    paused_rounds += 1;
+                }
+            }
+        }
         // Run them out, killing the chosen ones.
         let t0 = Instant::now();
         for j in &mut jobs {
@@ -353,20 +364,16 @@ fn backups_forgets_gcs_and_restores_at_once() {
         "check: {v}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(gcs_done > 0 && restores > 0);
-    // Resurrections need a backup to record its deduplicated chunks
-    // before a GC's cutoff; since the merges of 2026-11-23 (s3fgc, meta,
-    // ondisk, parallel) this test's timing no longer produces one here
-    // (issue 15 stays open on it). The deterministic interleavings in
-    // tessera-core's `online` tests assert resurrections; this test keeps
-    // asserting that no interleaving loses a committed backup.
-    if resurrections == 0 {
-        eprintln!(
-            "online: {round} rounds, {gcs_done} GCs, {kills} kills: no resurrection happened"
-        );
-    }
     eprintln!(
-        "online: {round} rounds, {gcs_done} GCs done, {kills} kills, {restores} restores, {resurrections} resurrections, {} backups listed",
+        "online: {round} rounds ({paused_rounds} with a backup inside a stopped GC), \
+         {gcs_done} GCs done, {kills} kills, {restores} restores, \
+         {resurrections} resurrections, {} backups listed",
         all.len()
+    );
+    assert!(gcs_done > 0 && restores > 0);
+    assert!(paused_rounds > 0, "no backup ran inside a stopped GC");
+    assert!(
+        resurrections > 0,
+        "no GC resurrected a chunk that a backup deduplicated between its mark and its cutoff"
     );
 }

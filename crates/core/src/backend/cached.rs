@@ -13,6 +13,17 @@
 //!
 //! Data containers are not cached (they are the bulk of a repository);
 //! a container is recognised as a recipe container by its header.
+//!
+//! Never cached: the mutable objects of concurrent writers and online GC
+//! (`lock`, `locks/*`, `gc/lock`, `gc/state`, `gc/resurrect/*`, the config
+//! and key slots) and every listing (the newest generation is found by
+//! listing `manifests/` on the server each time). Nor an object this
+//! handle wrote: until a manifest lists it, it may be abandoned (a crash
+//! before the publish), removed as a leftover and its number taken again
+//! with other bytes; objects read from others are read because a published
+//! manifest lists them, and published numbers are never reused.
+//! `s3::s3_online_gc_through_the_metadata_cache` runs two writers and an
+//! online GC through two caches on MinIO.
 
 use super::{KeyKind, ObjectBytes, ObjectKey, ObjectStore};
 use crate::container::format::{decode_header, ChunkKind, HEADER_LEN};
@@ -34,6 +45,8 @@ pub struct CacheCounters {
 pub struct CachedStore<B: ObjectStore> {
     inner: B,
     dir: PathBuf,
+    /// Keys this handle wrote: read from the server, never cached.
+    written: std::sync::Mutex<std::collections::HashSet<ObjectKey>>,
     hits: AtomicU64,
     misses: AtomicU64,
     damaged: AtomicU64,
@@ -45,6 +58,7 @@ impl<B: ObjectStore> CachedStore<B> {
         CachedStore {
             inner,
             dir,
+            written: Default::default(),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
             damaged: AtomicU64::new(0),
@@ -153,7 +167,28 @@ impl<B: ObjectStore> CachedStore<B> {
         }
     }
 
+    /// Before writing `key`: drop any cached copy and never cache it.
+    fn wrote(&self, key: &ObjectKey) {
+        if self.file(key).is_some() {
+            self.written
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(key.clone());
+        }
+        self.forget(key);
+    }
+
+    fn ours(&self, key: &ObjectKey) -> bool {
+        self.written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(key)
+    }
+
     fn fetch(&self, key: &ObjectKey) -> Result<Vec<u8>> {
+        if self.ours(key) {
+            return self.inner.get(key);
+        }
         if let Some(b) = self.lookup(key) {
             return Ok(b);
         }
@@ -181,7 +216,7 @@ impl<B: ObjectStore> ObjectStore for CachedStore<B> {
     }
 
     fn get_range(&self, key: &ObjectKey, offset: u64, len: u64) -> Result<Vec<u8>> {
-        if let Some(b) = self.lookup(key) {
+        if let Some(b) = self.lookup(key).filter(|_| !self.ours(key)) {
             let size = b.len() as u64;
             if let Some(end) = offset.checked_add(len).filter(|e| *e <= size) {
                 return Ok(b[offset as usize..end as usize].to_vec());
@@ -195,17 +230,17 @@ impl<B: ObjectStore> ObjectStore for CachedStore<B> {
     }
 
     fn put(&self, key: &ObjectKey, data: &[u8]) -> Result<()> {
-        self.forget(key);
+        self.wrote(key);
         self.inner.put(key, data)
     }
 
     fn put_owned(&self, key: &ObjectKey, data: Vec<u8>) -> Result<()> {
-        self.forget(key);
+        self.wrote(key);
         self.inner.put_owned(key, data)
     }
 
     fn put_if_absent(&self, key: &ObjectKey, data: &[u8]) -> Result<bool> {
-        self.forget(key);
+        self.wrote(key);
         self.inner.put_if_absent(key, data)
     }
 
@@ -228,5 +263,54 @@ impl<B: ObjectStore> ObjectStore for CachedStore<B> {
 
     fn clean_interrupted(&self) -> Result<usize> {
         self.inner.clean_interrupted()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{Generation, MemoryStore};
+    use std::sync::Arc;
+
+    /// Mutable objects and this handle's own writes are read from the
+    /// server every time; another handle caches a published object.
+    #[test]
+    fn mutable_and_own_objects_are_never_served_from_the_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let server = Arc::new(MemoryStore::new());
+        let a = CachedStore::new(server.clone(), dir.path().join("c"));
+        let manifest = ObjectKey::Manifest(Generation(7));
+        let mutable = [
+            ObjectKey::Lock,
+            ObjectKey::SharedLock("t1".into()),
+            ObjectKey::Gc("lock".into()),
+            ObjectKey::Gc("state".into()),
+            ObjectKey::Gc("resurrect/t1-0".into()),
+        ];
+        a.put(&manifest, b"one").unwrap();
+        for k in &mutable {
+            a.put(k, b"v1").unwrap();
+            assert_eq!(a.get(k).unwrap(), b"v1");
+        }
+        assert_eq!(a.get(&manifest).unwrap(), b"one");
+        // Another writer replaces the mutable objects and, say, an
+        // abandoned unpublished object under a reused number.
+        for k in &mutable {
+            server.put(k, b"v2").unwrap();
+            assert_eq!(a.get(k).unwrap(), b"v2", "{k:?}");
+        }
+        server.put(&manifest, b"two").unwrap();
+        assert_eq!(a.get(&manifest).unwrap(), b"two", "own write cached");
+        assert_eq!(a.counters().hits, 0);
+        // Another handle caches what it reads (published objects).
+        let b = CachedStore::new(server.clone(), dir.path().join("c"));
+        assert_eq!(b.get(&manifest).unwrap(), b"two");
+        assert_eq!(b.get(&manifest).unwrap(), b"two");
+        assert_eq!(b.counters().hits, 1);
+        let names: Vec<String> = std::fs::read_dir(dir.path().join("c"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names, vec![manifest.name().replace('/', "-")]);
     }
 }

@@ -271,8 +271,11 @@ pub fn open_chunks(
     logical_len: u64,
     mut plain: Vec<u8>,
 ) -> Result<Vec<u8>> {
-    plain.clear();
+    // Not zeroed first: the entries tile `0..logical_len` exactly (checked
+    // by `format::decode_meta`), so every byte is written below, and a
+    // buffer left half written by an error is dropped with it.
     plain.resize(logical_len as usize, 0);
+    plain.truncate(logical_len as usize);
     for m in meta {
         let stored = chunk_stored(object, m);
         let out = &mut plain[m.offset as usize..m.offset as usize + m.len as usize];

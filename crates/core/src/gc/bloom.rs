@@ -52,6 +52,37 @@ impl Bloom {
     pub fn memory_bytes(&self) -> usize {
         self.bits.len() * 8
     }
+
+    /// The filter as bytes: the hash count (u32 LE), then the bit words
+    /// (u64 LE each).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(4 + self.bits.len() * 8);
+        b.extend_from_slice(&self.hashes.to_le_bytes());
+        for w in &self.bits {
+            b.extend_from_slice(&w.to_le_bytes());
+        }
+        b
+    }
+
+    /// [`to_bytes`](Self::to_bytes) read back; `None` unless it is a
+    /// power-of-two number of words with 1–16 hashes.
+    pub fn from_bytes(b: &[u8]) -> Option<Self> {
+        let hashes = u32::from_le_bytes(b.get(..4)?.try_into().ok()?);
+        let words = &b[4..];
+        let n = words.len() / 8;
+        if !words.len().is_multiple_of(8) || !n.is_power_of_two() || !(1..=16).contains(&hashes) {
+            return None;
+        }
+        let bits: Vec<u64> = words
+            .chunks_exact(8)
+            .map(|w| u64::from_le_bytes(w.try_into().unwrap()))
+            .collect();
+        Some(Bloom {
+            mask: n as u64 * 64 - 1,
+            bits,
+            hashes,
+        })
+    }
 }
 
 #[cfg(test)]

@@ -390,14 +390,11 @@ pub(crate) fn plan_gc(repo: &Repository, opts: &GcOptions) -> Result<GcPlan> {
         }
         MarkSpec::PhysicalPlus => repo.plan_gc_marked(opts, &opts.physical_marker(true)),
         MarkSpec::Focused => {
-            if opts.strategy == GcStrategy::Gccdf {
-                return Err(Error::invalid(
-                    "the focused mark works with the naive sweep: GCCDF's sweep needs every backup's ownership, which only a full mark reads",
-                ));
-            }
             let marker = mark::FocusedMark {
                 vc: opts.vc,
                 granularity: opts.fgc_granularity,
+                owners_fp_rate: (opts.strategy == GcStrategy::Gccdf)
+                    .then_some(opts.ownership_fp_rate),
             };
             repo.plan_gc_marked(opts, &marker)
         }

@@ -78,6 +78,15 @@ pub struct GcRun {
     /// The generation its commit published (`done`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub committed: Option<Generation>,
+    /// Whether it wrote its dead filter `gc/dead/<seq>` before announcing
+    /// `reclaimed` (see [`DeadFilter`]); without one, every chunk in a
+    /// reclaimed container counts as threatened.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub dead_filter: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// `gc/state`: the recent GC runs, oldest first.
@@ -96,10 +105,18 @@ impl GcState {
     /// started from generation `base`, may be deleted by a run that will
     /// not see a record written before this state was read.
     pub fn threatens(&self, base: Generation, container: ContainerId) -> bool {
-        if self.pruned_through > base {
-            return true;
-        }
-        self.runs.iter().any(|r| {
+        self.pruned_through > base || self.reclaiming(base, container).next().is_some()
+    }
+
+    /// The runs past their cutoff that reclaim `container` and that a
+    /// backup started from generation `base` cannot tell apart from its
+    /// own view (sweeping, or done after `base`).
+    pub fn reclaiming(
+        &self,
+        base: Generation,
+        container: ContainerId,
+    ) -> impl Iterator<Item = &GcRun> + '_ {
+        self.runs.iter().filter(move |r| {
             let past_cutoff = match r.phase {
                 Phase::Marking | Phase::Failed => false,
                 Phase::Sweeping => true,
@@ -140,6 +157,94 @@ fn write_state(objects: &SealedStore, s: &GcState) -> Result<()> {
     let json = serde_json::to_vec(s).expect("gc state serializes");
     objects.put(&state_key(), json)?;
     objects.barrier()
+}
+
+/// A run's dead filter, `gc/dead/<seq>`: a Bloom filter over the
+/// fingerprints of the chunks its sweep drops (copies its mark found dead
+/// in the containers it reclaims, per its index), written before the
+/// cutoff announces those containers. A backup past that cutoff stores
+/// again only the deduplicated chunks the filter may contain: the others
+/// are live in the run's plan, so its sweep carries them forward under the
+/// same fingerprint and copy number (or keeps them where they are), and
+/// the backup's reference stays good. A false positive only stores a chunk
+/// once more. Resurrections at the cutoff only make more chunks live.
+pub struct DeadFilter(super::bloom::Bloom);
+
+const DEAD_MAGIC: [u8; 8] = *b"TSRADEAD";
+const DEAD_VERSION: u32 = 1;
+/// False-positive rate of a dead filter (~9.6 bits per dead chunk).
+const DEAD_FP_RATE: f64 = 0.01;
+
+impl DeadFilter {
+    /// The dead chunks of `plan` in the containers it reclaims.
+    pub(crate) fn of_plan(repo: &crate::repo::Repository, plan: &super::GcPlan) -> Self {
+        // Two passes (count, then insert) rather than a list of them.
+        let dead = || {
+            repo.index
+                .entries()
+                .filter(|e| plan.reclaimed.contains(&e.container))
+                .filter(|e| match e.kind {
+                    ChunkKind::Data => !plan.mark.is_valid(&e.fp, e.copy),
+                    ChunkKind::Recipe => !plan.mark.valid_recipe.contains(&e.fp),
+                })
+        };
+        let mut b = super::bloom::Bloom::new(dead().count(), DEAD_FP_RATE);
+        for e in dead() {
+            b.insert(&e.fp);
+        }
+        DeadFilter(b)
+    }
+
+    /// Whether the run may drop chunk `fp` (false: it surely does not).
+    pub fn may_drop(&self, fp: &Fingerprint) -> bool {
+        self.0.contains(fp)
+    }
+
+    /// magic | version u32 | the Bloom filter (hash count u32, bit words
+    /// u64 each) | XXH3-128 of all before (docs/FORMAT.md).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = DEAD_MAGIC.to_vec();
+        b.extend_from_slice(&DEAD_VERSION.to_le_bytes());
+        b.extend_from_slice(&self.0.to_bytes());
+        let sum = checksum(&b);
+        b.extend_from_slice(&sum);
+        b
+    }
+
+    pub fn decode(b: &[u8], name: &str) -> Result<Self> {
+        let bad = |why: &str| Error::corrupt(name.to_string(), why.to_string());
+        if b.len() < 12 + 16 || b[..8] != DEAD_MAGIC {
+            return Err(bad("not a dead filter"));
+        }
+        let (body, sum) = b.split_at(b.len() - 16);
+        if checksum(body)[..] != *sum {
+            return Err(bad("checksum mismatch"));
+        }
+        if u32::from_le_bytes(body[8..12].try_into().unwrap()) != DEAD_VERSION {
+            return Err(bad("unknown dead filter version"));
+        }
+        super::bloom::Bloom::from_bytes(&body[12..])
+            .map(DeadFilter)
+            .ok_or_else(|| bad("malformed Bloom filter"))
+    }
+}
+
+fn dead_key(seq: u64) -> ObjectKey {
+    ObjectKey::Gc(format!("dead/{seq}"))
+}
+
+/// Run `seq`'s dead filter; `None` if it is gone (its run left the
+/// history) or unreadable: then every chunk it reclaims is threatened.
+fn read_dead_filter(objects: &SealedStore, seq: u64) -> Option<DeadFilter> {
+    let key = dead_key(seq);
+    let b = objects.get(&key).ok()?;
+    DeadFilter::decode(&b, &key.name()).ok()
+}
+
+/// Delete run `seq`'s dead filter, if any (best effort: an orphan filter
+/// is never read again, since sequence numbers are not reused).
+fn remove_dead_filter(objects: &SealedStore, seq: u64) {
+    let _ = objects.delete(&dead_key(seq));
 }
 
 /// One deduplicated chunk copy a record names.
@@ -259,6 +364,8 @@ pub(crate) struct Resurrector {
     pub(crate) records: Vec<ObjectKey>,
     /// Chunks stored again because a GC past its cutoff may delete them.
     pub(crate) stored_again: u64,
+    /// Dead filters read, by run (`None`: the run has none readable).
+    filters: std::collections::HashMap<u64, Option<DeadFilter>>,
 }
 
 impl Resurrector {
@@ -280,7 +387,31 @@ impl Resurrector {
             pending_bytes: 0,
             records: Vec::new(),
             stored_again: 0,
+            filters: Default::default(),
         }
+    }
+
+    /// Whether a run past its cutoff may delete the chunk `r` names, as
+    /// `state` says: one that reclaims its container and whose dead filter
+    /// (if it wrote one) may hold it.
+    fn threatened(&mut self, state: &GcState, r: &Ref) -> bool {
+        if state.pruned_through > self.base {
+            return true;
+        }
+        for run in state.reclaiming(self.base, r.container) {
+            if !run.dead_filter {
+                return true;
+            }
+            let objects = &self.objects;
+            let f = self
+                .filters
+                .entry(run.seq)
+                .or_insert_with(|| read_dead_filter(objects, run.seq));
+            if f.as_ref().is_none_or(|f| f.may_drop(&r.fp)) {
+                return true;
+            }
+        }
+        false
     }
 
     /// A chunk deduplicated against copy `copy` in `container`; true when
@@ -320,7 +451,7 @@ impl Resurrector {
         self.pending_bytes = 0;
         let threatened: Vec<Pending> = std::mem::take(&mut self.pending)
             .into_iter()
-            .filter(|p| state.threatens(self.base, p.r.container))
+            .filter(|p| self.threatened(&state, &p.r))
             .collect();
         if let Some(p) = threatened.iter().find(|p| p.bytes.is_none()) {
             return Err(Error::Locked(format!(
@@ -381,14 +512,23 @@ pub(crate) fn begin(objects: &SealedStore, newest: &crate::catalog::Manifest) ->
         phase: Phase::Marking,
         reclaimed: Vec::new(),
         committed: None,
+        dead_filter: false,
     });
+    let mut pruned = Vec::new();
     while s.runs.len() > HISTORY {
         let r = s.runs.remove(0);
         if let Some(g) = r.committed {
             s.pruned_through = s.pruned_through.max(g);
         }
+        if r.dead_filter {
+            pruned.push(r.seq);
+        }
     }
     write_state(objects, &s)?;
+    // No backup consults a run the state no longer lists.
+    for seq in pruned {
+        remove_dead_filter(objects, seq);
+    }
     Ok(seq)
 }
 
@@ -404,10 +544,17 @@ pub(crate) fn cutoff(
     let mut s = read_state(objects)?;
     let mut reclaimed: Vec<ContainerId> = plan.reclaimed.iter().copied().collect();
     reclaimed.sort_unstable();
+    // The dead filter is durable before the state names it.
+    let dead_filter = !reclaimed.is_empty();
+    if dead_filter {
+        objects.put(&dead_key(seq), DeadFilter::of_plan(repo, plan).encode())?;
+        objects.barrier()?;
+    }
     {
         let r = s.run(seq)?;
         r.phase = Phase::Sweeping;
         r.reclaimed = reclaimed;
+        r.dead_filter = dead_filter;
     }
     write_state(objects, &s)?;
     let records = list_records(objects)?;
@@ -481,9 +628,15 @@ pub(crate) fn finish(objects: &SealedStore, seq: u64, committed: Option<Generati
         None => {
             r.phase = Phase::Failed;
             r.reclaimed.clear();
+            r.dead_filter = false;
         }
     }
-    write_state(objects, &s)
+    write_state(objects, &s)?;
+    if committed.is_none() {
+        // A failed run threatens nothing: no backup reads its filter.
+        remove_dead_filter(objects, seq);
+    }
+    Ok(())
 }
 
 /// Delete the records listed at a cutoff whose writers hold no lock any
@@ -680,6 +833,7 @@ mod tests {
                 phase: Phase::Marking,
                 reclaimed: vec![],
                 committed: None,
+                dead_filter: false,
             }],
             pruned_through: Generation(0),
         };
@@ -705,6 +859,36 @@ mod tests {
             s.threatens(Generation(8), ContainerId(77)),
             "forgotten runs"
         );
+    }
+
+    #[test]
+    fn dead_filters_round_trip_and_reject_damage() {
+        let mut b = crate::gc::bloom::Bloom::new(50, DEAD_FP_RATE);
+        let fps: Vec<Fingerprint> = (0..50u8).map(|i| Fingerprint([i; FP_LEN])).collect();
+        for fp in &fps {
+            b.insert(fp);
+        }
+        let enc = DeadFilter(b).encode();
+        let f = DeadFilter::decode(&enc, "d").unwrap();
+        assert!(fps.iter().all(|fp| f.may_drop(fp)), "no false negative");
+        let misses = (100..=255u8)
+            .filter(|&i| f.may_drop(&Fingerprint([i; FP_LEN])))
+            .count();
+        assert!(misses < 20, "{misses} false positives of 156");
+        for i in 0..enc.len() {
+            let mut bad = enc.clone();
+            bad[i] ^= 1;
+            assert!(DeadFilter::decode(&bad, "d").is_err(), "flip at {i}");
+        }
+        assert!(DeadFilter::decode(&enc[..enc.len() - 8], "d").is_err());
+    }
+
+    #[test]
+    fn a_state_without_dead_filters_still_reads() {
+        let old = r#"{"next_seq":1,"runs":[{"seq":0,"phase":"sweeping","reclaimed":[5]}],"pruned_through":0}"#;
+        let s: GcState = serde_json::from_str(old).unwrap();
+        assert!(!s.runs[0].dead_filter);
+        assert!(s.threatens(Generation(0), ContainerId(5)));
     }
 
     #[test]

@@ -15,7 +15,7 @@
 //! dropping the older ones (dynamic duplicate removal, FAST'17 §3.4.2).
 //! `--max-read-rate`/`--max-write-rate` pace the copy ([`Throttle`]).
 
-use super::gccdf::{analyze, plan, preprocess};
+use super::gccdf::{plan, preprocess};
 use super::mark::{FpFilter, Mark};
 use super::select::Selection;
 use super::{GcOptions, GcStrategy};
@@ -404,11 +404,7 @@ pub fn gccdf_sweep(
         stats.read_throttle.consume(read);
         stats.cache_peak_bytes = stats.cache_peak_bytes.max(cache.logical);
         let t = Instant::now();
-        let backups = preprocess::involved_backups(mark, segment);
-        let filters: Vec<_> = backups.iter().map(|b| mark.owners.get(b)).collect();
-        let tree = analyze::analyze(cache.len(), filters.len(), split_threshold, |r, c| {
-            filters[r].is_some_and(|f| f.contains(&cache.fps[c as usize]))
-        });
+        let tree = super::gccdf::segment_tree(mark, &cache, segment, split_threshold);
         let order = plan::migration_order(&tree);
         stats.tree_peak_bytes = stats.tree_peak_bytes.max(tree.memory_bytes());
         drop(tree);
@@ -601,7 +597,12 @@ pub fn commit(
     });
     // Once the manifest is out, the in-memory index must follow it, even if
     // deleting the superseded objects failed (the next writer removes them).
-    if repo.manifest.generation != generation {
+    // A publish merged with other writers' generations (online GC) has
+    // reloaded the index from what was published: our changes are in it,
+    // and applying them again would drop the copies a backup stored again
+    // of chunks this GC deleted (same fingerprint and copy number).
+    let merged = repo.manifest.generation != generation.next();
+    if repo.manifest.generation != generation && !merged {
         for e in dropped {
             repo.index.remove_copy(e.kind, &e.fp, e.copy);
         }

@@ -414,6 +414,10 @@ impl Writer {
         } = sink;
         *L::index(self) = index;
         // Published entries: renumbered if another writer took their ids.
+        // The graph as of this backup's segments: kept before publishing,
+        // so a publish that has to merge can graft this backup's delta (a
+        // kept graph is only used while the manifest lists its segments).
+        self.refgraph_mem = graph_after;
         let published = outcome.and_then(|(mut next, _entries)| {
             let mut superseded = self.compact_segments(&mut next)?;
             superseded.extend(graph_superseded);
@@ -422,7 +426,6 @@ impl Writer {
         if published.is_err() {
             sink::undo(L::index(self), &new_entries);
         } else {
-            self.refgraph_mem = graph_after;
             if let Some(o) = online {
                 // Best effort: a record left behind only keeps chunks live
                 // until the next GC removes it.

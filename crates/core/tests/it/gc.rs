@@ -546,7 +546,7 @@ enum Op {
         bloom: bool,
         /// Perfect-hash-vector VC (exact for stored chunks), unless `bloom`.
         phv: bool,
-        /// The mark: logical, physical or physical+.
+        /// The mark: logical, physical, physical+ or focused.
         mark: MarkSpec,
         /// Physical marks: a live-vector budget small enough to sample.
         sample: bool,
@@ -568,7 +568,7 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         5 => (proptest::option::weighted(0.8, 0usize..8), any::<u64>(), rewrite_spec()).prop_map(|(base, seed, rewrite)| Op::Backup { base, seed, rewrite }),
         3 => (0usize..8).prop_map(|pick| Op::Forget { pick }),
-        2 => (any::<bool>(), prop_oneof![2 => Just(1.0), 1 => 0.0f64..1.0], 1usize..6, 1usize..300, proptest::bool::weighted(0.2), proptest::bool::weighted(0.3), prop_oneof![Just(MarkSpec::Logical), Just(MarkSpec::Physical), Just(MarkSpec::PhysicalPlus)], proptest::bool::weighted(0.2))
+        2 => (any::<bool>(), prop_oneof![2 => Just(1.0), 1 => 0.0f64..1.0], 1usize..6, 1usize..300, proptest::bool::weighted(0.2), proptest::bool::weighted(0.3), prop_oneof![Just(MarkSpec::Logical), Just(MarkSpec::Physical), Just(MarkSpec::PhysicalPlus), Just(MarkSpec::Focused)], proptest::bool::weighted(0.2))
             .prop_map(|(gccdf, threshold, segment, split, bloom, phv, mark, sample)| Op::Gc { gccdf, threshold, segment, split, bloom, phv, mark, sample }),
     ]
 }
@@ -651,7 +651,15 @@ proptest! {
                     let strategy = if gccdf { GcStrategy::Gccdf } else { GcStrategy::Naive };
                     // Every mark finds the same live set.
                     assert_marks_agree(&repo, strategy);
-                    let sample = sample && mark != MarkSpec::Logical;
+                    let focused = mark == MarkSpec::Focused;
+                    let forgotten = forgotten_chunks(&repo).0;
+                    if focused {
+                        // The focused mark judges the deleted backups'
+                        // chunks as the full mark does, and under GCCDF
+                        // gives the sweep the same ownership.
+                        assert_focused_ownership_agrees(&repo, strategy, segment, split);
+                    }
+                    let sample = sample && matches!(mark, MarkSpec::Physical | MarkSpec::PhysicalPlus);
                     let r = repo.gc(&GcOptions {
                         strategy,
                         mark,
@@ -663,11 +671,16 @@ proptest! {
                         ..Default::default()
                     }).unwrap();
                     prop_assert!(r.reclaimed_containers <= r.involved_containers);
-                    if threshold >= 1.0 && !bloom && !sample {
+                    if threshold >= 1.0 && !bloom && !sample && !focused {
                         assert_only_live_chunks(&repo);
                         // Nothing is left for a second full GC.
                         let again = repo.gc(&GcOptions { strategy, ..Default::default() }).unwrap();
                         prop_assert_eq!(again.involved_containers + again.recipe_involved_containers, 0);
+                    }
+                    if threshold >= 1.0 && !bloom && focused {
+                        // No dead copy of a deleted backup is left (garbage
+                        // from before the deletions waits for a full mark).
+                        assert_no_dead_copy_of(&repo, &forgotten);
                     }
                     repo.close().unwrap();
                     repo = Repository::open_writer(b.clone(), "t").unwrap();
@@ -1550,4 +1563,358 @@ fn reference_graph_segments_are_sealed() {
     let repo = Repository::open_with(b, &|| Ok(pw())).unwrap();
     assert_eq!(restore(&repo, ids[1]).unwrap(), v2);
     assert_eq!(restore(&repo, ids[2]).unwrap(), v3);
+}
+
+/// After a GC with full selection: no copy the given (deleted) backups
+/// named is still stored or indexed unless a retained backup names it.
+fn assert_no_dead_copy_of(repo: &Repository, deleted: &HashSet<(Fingerprint, u16)>) {
+    let (data, _) = referenced(repo);
+    for e in repo.index().entries() {
+        if e.kind == ChunkKind::Data && deleted.contains(&(e.fp, e.copy)) {
+            assert!(data.contains(&(e.fp, e.copy)), "dead copy {e:?} indexed");
+        }
+    }
+    for c in &repo.manifest().containers {
+        if c.kind != ChunkKind::Data {
+            continue;
+        }
+        for m in &repo.store().read(c.id).unwrap().meta {
+            let copies: Vec<u16> = repo.index().copy_list(&m.fp).in_container(c.id).collect();
+            let dead = copies.iter().all(|n| !data.contains(&(m.fp, *n)));
+            let deleted_here = copies.iter().any(|n| deleted.contains(&(m.fp, *n)));
+            assert!(
+                !copies.is_empty(),
+                "container {} holds unindexed {:?}",
+                c.id,
+                m.fp
+            );
+            assert!(
+                !(dead && deleted_here),
+                "container {} holds dead {:?}",
+                c.id,
+                m.fp
+            );
+        }
+    }
+}
+
+/// The ownership a plan gives GCCDF's sweep, over containers `ids`:
+/// the RRT entries and the clusters, each chunk kept only if `keep` says
+/// its copy is live (and its copies filtered likewise), empty clusters
+/// dropped.
+#[allow(clippy::type_complexity)]
+fn ownership_of(
+    repo: &Repository,
+    plan: &tessera_core::gc::GcPlan,
+    ids: &[ContainerId],
+    keep: &dyn Fn(&Fingerprint, u16) -> bool,
+) -> (
+    Vec<(ContainerId, Vec<BackupId>)>,
+    Vec<Vec<Vec<(Fingerprint, Vec<u16>)>>>,
+) {
+    let rrt = ids
+        .iter()
+        .map(|c| (*c, plan.mark.rrt.get(c).cloned().unwrap_or_default()))
+        .collect();
+    let clusters = tessera_core::gc::gccdf::clusters(
+        repo,
+        &plan.mark,
+        ids,
+        plan.options.segment_containers,
+        plan.options.split_threshold_for(repo),
+    )
+    .unwrap()
+    .into_iter()
+    .map(|seg| {
+        seg.into_iter()
+            .map(|leaf| {
+                leaf.into_iter()
+                    .filter_map(|(fp, copies)| {
+                        let copies: Vec<u16> =
+                            copies.into_iter().filter(|&n| keep(&fp, n)).collect();
+                        (!copies.is_empty()).then_some((fp, copies))
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .filter(|l| !l.is_empty())
+            .collect()
+    })
+    .collect();
+    (rrt, clusters)
+}
+
+/// Plan a full and a focused GC with `strategy` (exact tables): the
+/// focused mark judges the deleted backups' copies as the full mark does;
+/// under GCCDF, for the containers the focused plan sweeps, both give the
+/// same RRT, and the same ownership clusters of the chunks both find live.
+/// Where the focused plan also caches no chunk the full mark finds dead
+/// (no garbage from before the deletions there), the clusters are equal
+/// as they come. Returns the focused plan's statistics.
+fn assert_focused_ownership_agrees(
+    repo: &Repository,
+    strategy: GcStrategy,
+    segment: usize,
+    split: usize,
+) -> tessera_core::gc::mark::FocusStats {
+    let opts = |mark| GcOptions {
+        strategy,
+        mark,
+        segment_containers: segment,
+        split_threshold: split,
+        ownership_fp_rate: 0.0,
+        dry_run: true,
+        ..Default::default()
+    };
+    let full = repo.plan_gc(&opts(MarkSpec::Logical)).unwrap();
+    let fm = repo.plan_gc(&opts(MarkSpec::Focused)).unwrap();
+    let (data, recipes) = forgotten_chunks(repo);
+    for (fp, copy) in &data {
+        assert_eq!(
+            full.mark.is_valid(fp, *copy),
+            fm.mark.is_valid(fp, *copy),
+            "data chunk {fp:?} copy {copy}"
+        );
+    }
+    for fp in &recipes {
+        assert_eq!(
+            full.mark.valid_recipe.contains(fp),
+            fm.mark.valid_recipe.contains(fp),
+            "recipe chunk {fp:?}"
+        );
+    }
+    let stats = fm.mark.fgc.clone().unwrap();
+    if strategy != GcStrategy::Gccdf {
+        return stats;
+    }
+    let ids = &fm.selection.copy;
+    let live = |fp: &Fingerprint, n: u16| full.mark.is_valid(fp, n);
+    let (frrt, fclusters) = ownership_of(repo, &full, ids, &live);
+    let (mrrt, mclusters) = ownership_of(repo, &fm, ids, &live);
+    assert_eq!(mrrt, frrt, "RRT of the swept containers");
+    assert_eq!(mclusters, fclusters, "clusters of live chunks");
+    let (_, raw) = ownership_of(repo, &fm, ids, &|_, _| true);
+    if raw == mclusters {
+        assert_eq!(
+            ownership_of(repo, &full, ids, &|_, _| true).1,
+            raw,
+            "clusters"
+        );
+    }
+    stats
+}
+
+/// Focused mark with GCCDF's sweep: many sources sharing chunks across
+/// sources, a GC that packs chunks of many backups into shared containers,
+/// then a few deletions. The focused mark walks only part of the
+/// repository, yet gives GCCDF the same RRT and ownership clusters for the
+/// swept containers as the full mark, including owners that are not
+/// correlative backups (chunks the deleted backups never referenced, in
+/// containers an earlier GC packed); then the GC keeps every retained
+/// backup byte for byte and the graph stays right for the next one.
+#[test]
+fn focused_gccdf_clusters_match_full_mark() {
+    let b = mem();
+    init_small(b.clone(), false);
+    let mut repo = Repository::open_writer(b.clone(), "t").unwrap();
+    repo.rebuild_refgraph(0).unwrap();
+    let mut model: BTreeMap<BackupId, Vec<u8>> = BTreeMap::new();
+    let mut last: Vec<Vec<u8>> = (0..8u64).map(|s| bytes(500 + s, 40_000)).collect();
+    let mut ids: Vec<Vec<BackupId>> = vec![Vec::new(); 8];
+    for round in 0..4u64 {
+        for s in 0..8usize {
+            let mut data = mutate(&last[s], round * 8 + s as u64);
+            // Cross-source sharing: a piece of the next source.
+            let o = &last[(s + 1) % 8];
+            let from = (round as usize * 3_000) % (o.len() - 8_000);
+            data.extend_from_slice(&o[from..from + 8_000]);
+            let id = backup(&mut repo, "s", &data).unwrap();
+            ids[s].push(id);
+            model.insert(id, data.clone());
+            last[s] = data;
+        }
+        if round == 1 {
+            // A first GC packs live chunks of many backups together.
+            for s in [0, 4] {
+                repo.forget(&[ids[s][0]]).unwrap();
+                model.remove(&ids[s][0]);
+            }
+            repo.gc(&GcOptions {
+                strategy: GcStrategy::Gccdf,
+                mark: MarkSpec::Focused,
+                split_threshold: 1,
+                ..Default::default()
+            })
+            .unwrap();
+        }
+    }
+    for s in [2, 5] {
+        repo.forget(&[ids[s][1]]).unwrap();
+        model.remove(&ids[s][1]);
+    }
+    let stats = assert_focused_ownership_agrees(&repo, GcStrategy::Gccdf, 4, 1);
+    assert!(stats.skipped_backups > 0, "{stats:?}");
+    assert!(
+        stats.owner_backups > 0,
+        "owners beyond the correlative backups: {stats:?}"
+    );
+    let opts = GcOptions {
+        strategy: GcStrategy::Gccdf,
+        mark: MarkSpec::Focused,
+        segment_containers: 4,
+        split_threshold: 1,
+        ..Default::default()
+    };
+    let fm = repo.plan_gc(&opts).unwrap();
+    assert!(!fm.selection.copy.is_empty());
+    let clusters =
+        tessera_core::gc::gccdf::clusters(&repo, &fm.mark, &fm.selection.copy, 4, 1).unwrap();
+    assert!(clusters.iter().any(|seg| seg.len() > 2), "ownership splits");
+    drop(fm);
+    let r = repo.gc(&opts).unwrap();
+    assert!(r.reclaimed_containers > 0);
+    assert_only_live_chunks(&repo);
+    for (id, data) in &model {
+        assert_eq!(&restore(&repo, *id).unwrap(), data);
+    }
+    // The updated graph serves the next focused GCCDF GC as well.
+    for s in [1, 6] {
+        repo.forget(&[ids[s][2]]).unwrap();
+        model.remove(&ids[s][2]);
+    }
+    assert_focused_ownership_agrees(&repo, GcStrategy::Gccdf, 4, 1);
+    repo.gc(&opts).unwrap();
+    assert_only_live_chunks(&repo);
+    for (id, data) in &model {
+        assert_eq!(&restore(&repo, *id).unwrap(), data);
+    }
+}
+
+/// A copy of a repository's objects (locks and online-GC records left
+/// out), to try a deletion on without touching the original.
+fn copy_repository(b: &Arc<dyn ObjectStore>) -> Arc<dyn ObjectStore> {
+    let to = mem();
+    for key in list_all(&**b).unwrap() {
+        if matches!(
+            key.kind(),
+            Some(KeyKind::Lock | KeyKind::SharedLock | KeyKind::Gc)
+        ) {
+            continue;
+        }
+        to.put(&key, &b.get(&key).unwrap()).unwrap();
+    }
+    to
+}
+
+/// The reference graph a merged publish produced is one the focused mark
+/// can trust: on a copy of the repository, forgetting any one retained
+/// backup, the focused mark (on the recorded graph, not a rebuilt one)
+/// judges every copy of the forgotten backup as the full mark does.
+fn assert_graph_serves_every_deletion(b: &Arc<dyn ObjectStore>) {
+    let ids: Vec<BackupId> = Repository::open(b.clone())
+        .unwrap()
+        .backups()
+        .iter()
+        .map(|e| e.id)
+        .collect();
+    for id in ids {
+        let copy = copy_repository(b);
+        let mut w = Repository::open_writer(copy, "t").unwrap();
+        assert!(w.manifest().refgraph.is_some(), "the graph was dropped");
+        w.forget(&[id]).unwrap();
+        let stats = assert_focused_agrees(&w);
+        assert!(!stats.rebuilt, "backup {id}: graph rebuilt");
+    }
+}
+
+/// Two writers commit at once (each publish merges with the other's
+/// generation, with renumbering), and a focused GC commits while a backup
+/// deduplicating against the chunks it finds dead commits (online GC): the
+/// reference graph is merged, not dropped, every single deletion is then
+/// judged by the focused mark exactly as by the full mark, and focused GCs
+/// lose nothing.
+#[test]
+fn merged_publishes_keep_a_reference_graph_the_focused_mark_can_trust() {
+    let b: Arc<dyn ObjectStore> = mem();
+    init_small(b.clone(), false);
+    let open = || Repository::open_writer(b.clone(), "t").unwrap();
+    let mut setup = open();
+    setup.rebuild_refgraph(0).unwrap();
+    drop(setup);
+    let mut model: BTreeMap<BackupId, Vec<u8>> = BTreeMap::new();
+    let s1 = bytes(71, 50_000);
+    let s2 = bytes(72, 50_000);
+    let mut shared = s1[..20_000].to_vec();
+    shared.extend_from_slice(&s2[10_000..30_000]);
+    // Writers A and B open on one generation; B's publishes merge.
+    let mut a = open();
+    let mut wb = open();
+    for (w, data) in [(0, &s1), (1, &s2), (1, &shared)] {
+        let w = if w == 0 { &mut a } else { &mut wb };
+        let id = backup(w, "s", data).unwrap();
+        model.insert(id, data.clone());
+    }
+    // A, still on its generation, deduplicates against its own chunks
+    // and stores again what B stored meanwhile.
+    let a2 = {
+        let mut d = mutate(&s1, 1);
+        d.extend_from_slice(&s2[..15_000]);
+        d
+    };
+    let id = backup(&mut a, "s", &a2).unwrap();
+    model.insert(id, a2.clone());
+    assert!(
+        Repository::open(b.clone())
+            .unwrap()
+            .manifest()
+            .refgraph
+            .is_some(),
+        "merged publishes keep the graph"
+    );
+    assert_graph_serves_every_deletion(&b);
+
+    // Online focused GC: mark, then a backup re-referencing the dead
+    // chunks commits, then cutoff and commit (the GC's publish merges).
+    let first = *model.keys().next().unwrap();
+    a.forget(&[first]).unwrap();
+    let gone = model.remove(&first).unwrap();
+    let opts = GcOptions {
+        mark: MarkSpec::Focused,
+        strategy: GcStrategy::Gccdf,
+        ..Default::default()
+    };
+    let mut run = a.gc_begin(&opts).unwrap();
+    let again = {
+        let mut d = mutate(&gone, 9);
+        d.extend_from_slice(&a2[..10_000]);
+        d
+    };
+    let id = backup(&mut wb, "s", &again).unwrap();
+    model.insert(id, again);
+    a.gc_cutoff(&mut run).unwrap();
+    a.gc_finish(run).unwrap();
+    drop((a, wb));
+    {
+        let r = Repository::open(b.clone()).unwrap();
+        assert!(r.manifest().refgraph.is_some(), "the GC's merge keeps it");
+        for (id, data) in &model {
+            assert_eq!(&restore(&r, *id).unwrap(), data, "backup {id}");
+        }
+    }
+    assert_graph_serves_every_deletion(&b);
+
+    // And focused GCs on the merged graph lose nothing.
+    let mut w = open();
+    for _ in 0..2 {
+        let id = *model.keys().next().unwrap();
+        w.forget(&[id]).unwrap();
+        model.remove(&id);
+        let stats = assert_focused_agrees(&w);
+        assert!(!stats.rebuilt);
+        w.gc(&opts).unwrap();
+        for (id, data) in &model {
+            assert_eq!(&restore(&w, *id).unwrap(), data, "backup {id}");
+        }
+    }
+    let c = w.check(&Default::default()).unwrap();
+    assert!(c.ok(), "{:?}", c.problems);
 }

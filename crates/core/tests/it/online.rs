@@ -117,6 +117,11 @@ fn backup_after_cutoff_stores_its_own_copies() {
         );
         gc.gc_finish(run).unwrap();
         verify(&b, &[(kept_id, &kept), (again, &old)]);
+        // The GC's writer, whose commit merged with the backup's, still
+        // indexes the copies the backup stored: its next GC keeps them.
+        drop(w);
+        gc.gc(&options(mark, strategy)).unwrap();
+        verify(&b, &[(kept_id, &kept), (again, &old)]);
     }
 }
 
@@ -324,4 +329,222 @@ fn reader_keeps_its_containers_until_it_closes() {
     });
     assert!(r.reclaimed_containers > 0);
     verify(&b, &[(kept_id, &kept)]);
+}
+
+/// How a backup reaches the chunks it deduplicates.
+#[derive(Clone, Copy, Debug)]
+enum DedupPath {
+    /// A stream, one ingest thread, in-memory index.
+    Stream,
+    /// A stream cut and fingerprinted by parallel workers (sealed,
+    /// encrypted objects).
+    Parallel,
+    /// A stream against the on-disk index.
+    DiskIndex,
+    /// A stream whose duplicates go through a rewriting policy's segments.
+    Rewriting,
+    /// A directory backup whose files the files cache names (their chunk
+    /// lists reused, the files not read).
+    FilesCache,
+}
+
+/// Every way a backup can deduplicate against a chunk GC found dead
+/// records it, so GC resurrects it at its cutoff: each path backs up the
+/// same data again between GC's mark and its cutoff.
+#[test]
+fn every_dedup_path_records_what_it_deduplicates() {
+    use tessera_core::chunking::ChunkerConfig as C;
+    use tessera_core::index::IndexKind;
+    use tessera_core::ingest::FilesCacheOptions;
+    use tessera_core::layout::LayoutKind;
+    use tessera_core::rewrite::RewriteSpec;
+    use tessera_core::{InitOptions, KdfParams, Password, RestoreOptions, SealOptions};
+    const PW: &str = "pw";
+    let password = || Ok(Password::new(PW));
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    std::fs::create_dir_all(src.join("d")).unwrap();
+    let files: Vec<(String, Vec<u8>)> = (0..6u64)
+        .map(|i| {
+            (
+                format!("d/f{i}"),
+                bytes(40 + i, 20_000 + 3_000 * i as usize),
+            )
+        })
+        .collect();
+    for (p, d) in &files {
+        std::fs::write(src.join(p), d).unwrap();
+        // An old mtime: no file is racily clean for the files cache.
+        filetime::set_file_mtime(
+            src.join(p),
+            filetime::FileTime::from_unix_time(1_600_000_000, 0),
+        )
+        .unwrap();
+    }
+    // Files changed (ctime) in the second a backup starts are re-read.
+    let s = tessera_core::clock::now();
+    while tessera_core::clock::now() == s {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let old = bytes(30, 150_000);
+    let kept = bytes(31, 40_000);
+    for path in [
+        DedupPath::Stream,
+        DedupPath::Parallel,
+        DedupPath::DiskIndex,
+        DedupPath::Rewriting,
+        DedupPath::FilesCache,
+    ] {
+        for (mark, strategy) in MARKS {
+            let b: Arc<dyn ObjectStore> = mem();
+            let encrypt = matches!(path, DedupPath::Parallel | DedupPath::FilesCache);
+            Repository::init_with_index(
+                b.clone(),
+                &InitOptions {
+                    chunker: C::Fastcdc {
+                        min: 256,
+                        avg: 1024,
+                        max: 4096,
+                    },
+                    container_size: 16 * 1024,
+                    ..Default::default()
+                },
+                LayoutKind::Containers,
+                &SealOptions {
+                    encryption: encrypt.then(|| (Password::new(PW), KdfParams::INSECURE_FAST)),
+                    ..Default::default()
+                },
+                match path {
+                    DedupPath::DiskIndex => IndexKind::Disk,
+                    _ => IndexKind::Memory,
+                },
+            )
+            .unwrap();
+            let open = || {
+                let mut w = Repository::open_writer_with(b.clone(), "test", &password).unwrap();
+                w.set_threads(if matches!(path, DedupPath::Parallel) {
+                    3
+                } else {
+                    1
+                });
+                w.set_files_cache(Some(FilesCacheOptions {
+                    dir: tmp.path().join(format!("cache-{path:?}-{mark}-{strategy}")),
+                    force_read: false,
+                }));
+                w
+            };
+            let mut opts = BackupOptions::new("old", SourceKind::Stream);
+            if matches!(path, DedupPath::Rewriting) {
+                // Generous: duplicates are referenced, not rewritten.
+                opts.rewrite = RewriteSpec::Capping { level: 1000 };
+            }
+            let tree = BackupOptions::new("tree", SourceKind::Tree);
+            let back_up = |w: &mut Writer| -> BackupId {
+                match path {
+                    DedupPath::FilesCache => {
+                        let (r, _) = w.backup_tree(&tree, &src, &mut |_| {}).unwrap();
+                        r.backup.id
+                    }
+                    _ => {
+                        w.backup_reader(&opts, &mut &old[..], &mut |_| {})
+                            .unwrap()
+                            .backup
+                            .id
+                    }
+                }
+            };
+            let mut gc = open();
+            let gone = back_up(&mut gc);
+            let kept_id = backup(&mut gc, "kept", &kept).unwrap();
+            gc.forget(&[gone]).unwrap();
+            let mut run = gc.gc_begin(&options(mark, strategy)).unwrap();
+            assert!(!run.plan().unwrap().reclaimed.is_empty(), "{path:?} {mark}");
+            let mut w = open();
+            let again = match path {
+                DedupPath::FilesCache => {
+                    let (r, _) = w.backup_tree(&tree, &src, &mut |_| {}).unwrap();
+                    assert_eq!(r.files_from_cache, files.len() as u64, "every file cached");
+                    r.backup.id
+                }
+                _ => back_up(&mut w),
+            };
+            gc.gc_cutoff(&mut run).unwrap();
+            assert!(
+                run.resurrected() > 0,
+                "{path:?} {mark}/{strategy}: no resurrection"
+            );
+            gc.gc_finish(run).unwrap();
+            drop(w);
+            let repo = Repository::open_with(b.clone(), &password).unwrap();
+            assert_eq!(restore(&repo, kept_id).unwrap(), kept);
+            match path {
+                DedupPath::FilesCache => {
+                    let e = repo.manifest().backup(again).unwrap().clone();
+                    let out = tmp.path().join(format!("out-{mark}-{strategy}"));
+                    repo.restore_into(&e, &out, &RestoreOptions::default(), &mut |_| {})
+                        .unwrap();
+                    for (p, d) in &files {
+                        assert!(&std::fs::read(out.join(p)).unwrap() == d, "{p}");
+                    }
+                }
+                _ => assert!(restore(&repo, again).unwrap() == old, "{path:?} {mark}"),
+            }
+            let report = repo.check(&CheckOptions::default()).unwrap();
+            assert!(report.ok(), "{path:?} {mark}: {:?}", report.problems);
+        }
+    }
+}
+
+/// A backup after GC's cutoff stores again only the chunks GC drops (its
+/// dead filter): live chunks in containers GC copies are carried forward
+/// under the same fingerprint and copy number, so the backup keeps
+/// referencing them; dead ones it must store itself.
+#[test]
+fn backup_after_cutoff_stores_again_only_what_gc_drops() {
+    for (mark, strategy) in MARKS {
+        let b: Arc<dyn ObjectStore> = mem();
+        init(b.clone());
+        // Every container holds chunks of both: live ones (kept) and dead
+        // ones (forgotten).
+        let (kb, ob) = (bytes(50, 60_000), bytes(51, 120_000));
+        let kept: Vec<u8> = kb.chunks(6_000).flatten().copied().collect();
+        let both: Vec<u8> = kb
+            .chunks(6_000)
+            .zip(ob.chunks(12_000))
+            .flat_map(|(k, o)| k.iter().chain(o))
+            .copied()
+            .collect();
+        let mut gc = writer(&b);
+        let gone = backup(&mut gc, "both", &both).unwrap();
+        let kept_id = backup(&mut gc, "kept", &kept).unwrap();
+        gc.forget(&[gone]).unwrap();
+        let mut run = gc.gc_begin(&options(mark, strategy)).unwrap();
+        gc.gc_cutoff(&mut run).unwrap();
+        let mut w = writer(&b);
+        let stored = || {
+            Repository::open(b.clone())
+                .unwrap()
+                .stats()
+                .stored_data_bytes
+        };
+        let s0 = stored();
+        let again = backup(&mut w, "kept again", &kept).unwrap();
+        let s1 = stored();
+        assert!(
+            s1 - s0 < kept.len() as u64 / 4,
+            "{mark}/{strategy}: live chunks of copied containers stored again ({s0} → {s1})"
+        );
+        let old = backup(&mut w, "old again", &ob).unwrap();
+        let s2 = stored();
+        assert!(
+            s2 - s1 >= ob.len() as u64 * 8 / 10,
+            "{mark}/{strategy}: dead chunks not stored again ({s1} → {s2})"
+        );
+        let r = gc.gc_finish(run).unwrap();
+        assert!(r.reclaimed_containers > 0, "{mark}/{strategy}");
+        verify(&b, &[(kept_id, &kept), (again, &kept), (old, &ob)]);
+        drop(w);
+        gc.gc(&options(mark, strategy)).unwrap();
+        verify(&b, &[(kept_id, &kept), (again, &kept), (old, &ob)]);
+    }
 }

@@ -476,3 +476,105 @@ fn s3_bench_backup_restore_and_gc_traffic() {
         w.close().unwrap();
     }
 }
+
+/// Two writers (two repository handles, each behind its own metadata
+/// cache, as on two machines) and an online focused GC on one bucket: the
+/// GC's writer warms its cache, marks, the other writer backs up data the
+/// GC found dead (its resurrection record and its generation go to the
+/// server), and the GC — reading `gc/resurrect/*`, locks and the newest
+/// generation through its cache — resurrects the chunks and merges its
+/// publish with the other writer's. Every backup restores through either
+/// cache; no mutable object or listing is ever cached.
+#[test]
+fn s3_online_gc_through_the_metadata_cache() {
+    use tessera_core::gc::{GcStrategy, MarkSpec};
+    let Some(m) = Minio::start() else { return };
+    let loc = m.location(&folder("online-cache"));
+    let caches = tempfile::tempdir().unwrap();
+    let open = |name: &str| {
+        let counted = Arc::new(CountingStore::new(
+            S3Store::open(&loc, quick_options()).unwrap(),
+        ));
+        let cached = Arc::new(CachedStore::new(counted.clone(), caches.path().join(name)));
+        (counted, cached)
+    };
+    let (_, first) = open("a");
+    init(first.clone());
+    let (old, kept) = (bytes(41, 300_000), bytes(42, 200_000));
+    let (a_count, a) = open("a");
+    let mut gcw = writer(a.clone());
+    gcw.rebuild_refgraph(0).unwrap();
+    let gone = backup(&mut gcw, "old", &old).unwrap();
+    let kept_id = backup(&mut gcw, "kept", &kept).unwrap();
+    gcw.forget(&[gone]).unwrap();
+    // Warm the GC machine's cache with every published metadata object.
+    {
+        let (_, warm) = open("a");
+        let r = Repository::open(warm).unwrap();
+        assert_eq!(restore(&r, kept_id).unwrap(), kept);
+    }
+    let opts = GcOptions {
+        mark: MarkSpec::Focused,
+        strategy: GcStrategy::Gccdf,
+        ..Default::default()
+    };
+    let mut run = gcw.gc_begin(&opts).unwrap();
+    assert!(!run.plan().unwrap().reclaimed.is_empty());
+    // Listings taken before the other writer's commit (a cache that kept
+    // them would hide its record and its generation).
+    let listed = a.list(KeyKind::Gc).unwrap();
+    let newest = |s: &CachedStore<Arc<CountingStore<S3Store>>>| {
+        s.list(KeyKind::Manifest)
+            .unwrap()
+            .iter()
+            .filter_map(|k| k.generation())
+            .max()
+    };
+    let generation = newest(&a);
+    let (_, b) = open("b");
+    let mut other = writer(b.clone());
+    let again = backup(&mut other, "again", &old).unwrap();
+    assert!(a.list(KeyKind::Gc).unwrap().len() > listed.len());
+    assert!(newest(&a) > generation);
+    let before = a_count.counters_of(KeyKind::Gc);
+    gcw.gc_cutoff(&mut run).unwrap();
+    assert!(
+        run.resurrected() > 0,
+        "the record was seen through the cache"
+    );
+    let r = gcw.gc_finish(run).unwrap();
+    assert!(r.resurrections > 0 && r.resurrection_records >= 1);
+    let gc_io = a_count.counters_of(KeyKind::Gc).since(&before);
+    assert!(gc_io.lists > 0 && gc_io.gets > 0, "{gc_io:?}");
+    drop((gcw, other));
+    for name in ["a", "b"] {
+        let (_, c) = open(name);
+        let r = Repository::open(c).unwrap();
+        assert!(r.manifest().refgraph.is_some(), "graph merged, not dropped");
+        assert_eq!(restore(&r, kept_id).unwrap(), kept);
+        assert_eq!(restore(&r, again).unwrap(), old);
+        assert!(r.manifest().backup(gone).is_none());
+        let report = r.check(&CheckOptions::default()).unwrap();
+        assert!(report.ok(), "{:?}", report.problems);
+    }
+    // Only immutable metadata was ever cached.
+    for name in ["a", "b"] {
+        for e in std::fs::read_dir(caches.path().join(name)).unwrap() {
+            let f = e.unwrap().file_name().into_string().unwrap();
+            assert!(
+                ["manifests-", "index-", "refgraph-", "containers-"]
+                    .iter()
+                    .any(|p| f.starts_with(p)),
+                "cached {f}"
+            );
+        }
+    }
+    // The next focused GC on the merged graph keeps both backups.
+    let mut w = writer(a.clone());
+    w.gc(&opts).unwrap();
+    drop(w);
+    let (_, c) = open("b");
+    let r = Repository::open(c).unwrap();
+    assert_eq!(restore(&r, kept_id).unwrap(), kept);
+    assert_eq!(restore(&r, again).unwrap(), old);
+}

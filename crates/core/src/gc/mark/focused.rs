@@ -42,6 +42,10 @@ pub struct FocusedMark {
     /// Virtual-file size for a graph built here (none recorded yet, or a
     /// rebuild asked for another); `None`: the recorded graph's, else 0.
     pub granularity: Option<u64>,
+    /// `Some(rate)`: also compute the ownership GCCDF's sweep needs (the
+    /// RRT and per-backup filters) for the containers holding dead chunks;
+    /// see [`ownership`].
+    pub owners_fp_rate: Option<f64>,
 }
 
 /// What a focused mark found, beyond the [`Mark`] (for reports and tests).
@@ -57,6 +61,10 @@ pub struct FocusStats {
     pub rebuilt: bool,
     pub dead_data_chunks: u64,
     pub dead_recipe_chunks: u64,
+    /// GCCDF: virtual files walked for ownership beyond the correlative
+    /// ones, and the backups they belong to (see [`ownership`]).
+    pub owner_vfiles: usize,
+    pub owner_backups: usize,
 }
 
 impl Marker for FocusedMark {
@@ -69,7 +77,7 @@ impl Marker for FocusedMark {
                 true,
             ),
         };
-        let (mut m, mut stats, graph) = focus(repo, graph, self.vc)?;
+        let (mut m, mut stats, graph) = focus(repo, graph, self.vc, self.owners_fp_rate)?;
         stats.rebuilt = rebuilt;
         m.memory_bytes += graph.memory_bytes() as u64;
         m.fgc = Some(stats);
@@ -85,10 +93,81 @@ struct Parts {
     parts: BTreeSet<u32>,
 }
 
+impl Parts {
+    fn add(&mut self, v: &VFile) {
+        if v.part == WHOLE {
+            self.whole = true;
+        } else {
+            self.parts.insert(v.part);
+        }
+    }
+
+    /// Whether walking these parts walks `v` (granularity `g`).
+    fn covers(&self, v: &VFile, g: u64) -> bool {
+        self.whole || g == 0 || self.parts.contains(&v.part)
+    }
+}
+
+/// Walk the `parts` of backup `b`, calling `visit` for each recipe chunk
+/// above them and each data chunk in them (as [`walk_backup`] does).
+fn walk_parts(
+    reader: &mut crate::recipe::RecipeReader<'_>,
+    graph: &RefGraph,
+    b: &BackupEntry,
+    parts: &Parts,
+    visit: &mut crate::refgraph::Visit<'_>,
+) -> Result<()> {
+    let g = graph.granularity;
+    let wanted = |start: u64, end: u64| {
+        parts.whole
+            || g == 0
+            || parts.parts.iter().any(|&p| {
+                let (lo, hi) = (p as u64 * g, (p as u64 + 1).saturating_mul(g));
+                start < hi && end > lo || (start == end && start >= lo && start < hi)
+            })
+    };
+    let data_wanted = |offset: u64| {
+        parts.whole
+            || g == 0
+            || parts
+                .parts
+                .contains(&graph.vfile(b.id, ChunkKind::Data, offset).part)
+    };
+    walk_backup(reader, b, &wanted, &mut |kind, fp, copy, offset, size| {
+        if kind == ChunkKind::Data && !data_wanted(offset) {
+            return Ok(());
+        }
+        visit(kind, fp, copy, offset, size)
+    })
+    .map_err(|e| e.in_backup(b.id, None))
+}
+
+/// GCCDF's ownership, gathered while walking: per backup the data
+/// fingerprints its walked parts reference, per container the backups
+/// referencing a copy there.
+struct Owners {
+    rate: f64,
+    filters: HashMap<BackupId, crate::gc::mark::FpFilter>,
+    rrt: HashMap<ContainerId, BTreeSet<BackupId>>,
+}
+
+impl Owners {
+    fn saw(&mut self, repo: &Repository, b: &BackupEntry, fp: &Fingerprint, copy: CopyNo) {
+        self.filters
+            .entry(b.id)
+            .or_insert_with(|| FpFilter::new(b.chunks as usize, self.rate))
+            .insert(*fp);
+        if let Some(c) = repo.locate_copy(ChunkKind::Data, fp, copy) {
+            self.rrt.entry(c).or_default().insert(b.id);
+        }
+    }
+}
+
 fn focus(
     repo: &Repository,
     mut graph: RefGraph,
     vc: VcSpec,
+    owners_fp_rate: Option<f64>,
 ) -> Result<(Mark, FocusStats, RefGraph)> {
     let retained: HashMap<BackupId, &BackupEntry> =
         repo.manifest.backups.iter().map(|b| (b.id, b)).collect();
@@ -108,14 +187,8 @@ fn focus(
         if !gone(base) || gone(leaf) {
             continue;
         }
-        let v = leaf;
-        n_vfiles.insert(*v);
-        let p = correlative.entry(v.backup).or_default();
-        if v.part == WHOLE {
-            p.whole = true;
-        } else {
-            p.parts.insert(v.part);
-        }
+        n_vfiles.insert(*leaf);
+        correlative.entry(leaf.backup).or_default().add(leaf);
     }
     stats.correlative_vfiles = n_vfiles.len();
     stats.correlative_backups = correlative.len();
@@ -134,46 +207,40 @@ fn focus(
     let mut live_recipe = FpSet::default();
     let mut rebase: HashMap<(bool, Fingerprint, CopyNo), BTreeSet<VFile>> = HashMap::new();
     let mut reader = repo.recipe_reader(16);
-    let g = graph.granularity;
+    let mut owners = owners_fp_rate.map(|rate| Owners {
+        rate,
+        filters: HashMap::new(),
+        rrt: HashMap::new(),
+    });
     for (id, parts) in &correlative {
         let b = retained[id];
-        let wanted = |start: u64, end: u64| {
-            parts.whole
-                || g == 0
-                || parts.parts.iter().any(|&p| {
-                    let (lo, hi) = (p as u64 * g, (p as u64 + 1).saturating_mul(g));
-                    start < hi && end > lo || (start == end && start >= lo && start < hi)
-                })
-        };
-        let data_wanted = |offset: u64| {
-            parts.whole
-                || g == 0
-                || parts
-                    .parts
-                    .contains(&graph.vfile(*id, ChunkKind::Data, offset).part)
-        };
-        walk_backup(&mut reader, b, &wanted, &mut |kind, fp, copy, offset, _| {
-            if kind == ChunkKind::Data && !data_wanted(offset) {
-                return Ok(());
-            }
-            match kind {
-                ChunkKind::Data => {
-                    live_data.insert_valid(*fp, copy);
+        walk_parts(
+            &mut reader,
+            &graph,
+            b,
+            parts,
+            &mut |kind, fp, copy, offset, _| {
+                match kind {
+                    ChunkKind::Data => {
+                        live_data.insert_valid(*fp, copy);
+                        if let Some(o) = owners.as_mut() {
+                            o.saw(repo, b, fp, copy);
+                        }
+                    }
+                    ChunkKind::Recipe => {
+                        live_recipe.insert(*fp);
+                    }
                 }
-                ChunkKind::Recipe => {
-                    live_recipe.insert(*fp);
+                if graph.bases(kind).get(&(*fp, copy)).is_some_and(&gone) {
+                    let here = graph.vfile(*id, kind, offset);
+                    rebase
+                        .entry((kind == ChunkKind::Recipe, *fp, copy))
+                        .or_default()
+                        .insert(here);
                 }
-            }
-            if graph.bases(kind).get(&(*fp, copy)).is_some_and(&gone) {
-                let here = graph.vfile(*id, kind, offset);
-                rebase
-                    .entry((kind == ChunkKind::Recipe, *fp, copy))
-                    .or_default()
-                    .insert(here);
-            }
-            Ok(())
-        })
-        .map_err(|e| e.in_backup(*id, None))?;
+                Ok(())
+            },
+        )?;
     }
 
     // A copy a deleted backup names is live if its base is retained or a
@@ -299,6 +366,27 @@ fn focus(
         }
     }
 
+    if let Some(mut o) = owners {
+        let swept: HashSet<ContainerId> = dead_in
+            .iter()
+            .filter(|(_, d)| d.chunks > 0)
+            .map(|(c, _)| *c)
+            .collect();
+        let (vfiles, backups) = ownership(
+            repo,
+            &graph,
+            &retained,
+            &correlative,
+            &swept,
+            &dead_data,
+            &mut reader,
+            &mut o,
+        )?;
+        stats.owner_vfiles = vfiles;
+        stats.owner_backups = backups;
+        owners = Some(o);
+    }
+
     let walk = crate::recipe::WalkStats {
         visited: reader.loads(),
         ..Default::default()
@@ -311,6 +399,14 @@ fn focus(
         .map(|(fp, _)| *fp)
         .collect();
     let mut m = Mark::new(FpFilter::AllBut(dead_first));
+    if let Some(o) = owners {
+        m.owners = o.filters;
+        m.rrt = o
+            .rrt
+            .into_iter()
+            .map(|(c, b)| (c, b.into_iter().collect()))
+            .collect();
+    }
     m.valid_copies = valid_copies;
     m.valid_recipe = valid_recipe;
     m.live = Some(live);
@@ -321,4 +417,99 @@ fn focus(
         + live_recipe.capacity() * 33
         + dead_data.capacity() * 44) as u64;
     Ok((m, stats, graph))
+}
+
+/// GCCDF's ownership input after a focused mark: the RRT and per-backup
+/// fingerprint filters for the containers that hold a dead chunk (`swept`:
+/// the only ones select can send to GCCDF's sweep, whose live counts are
+/// the catalog's less the dead ones).
+///
+/// Why the correlative walk alone is not enough: a container that holds a
+/// dead chunk of a deleted backup also holds chunks the deleted backups
+/// never referenced (an earlier GC packed chunks of many backups together;
+/// a backup's containers hold every chunk new in it), and a chunk the
+/// deleted backups did reference may have a retained base the mark never
+/// needed to walk (the base pointer already says it is live). Their
+/// owners are not among the correlative backups.
+///
+/// What is walked instead, and why it is exact: for every live copy in a
+/// swept container — and every other copy of the same fingerprint, since
+/// GCCDF's ownership is by fingerprint as the full mark's filters are — its
+/// base (after this mark's re-basing, so a retained virtual file) and the
+/// leaves with an edge to that base. By the graph's invariant (see
+/// [`crate::refgraph`]) every retained virtual file referencing a copy is
+/// its base, another part of the base's backup, or has an edge to its base,
+/// so every retained backup referencing the copy is walked in at least one
+/// part that references it: each filter holds every swept fingerprint its
+/// backup references, and each swept container's RRT entry lists exactly
+/// the retained backups referencing a copy there — what the full mark
+/// finds for those containers (`gc::focused_gccdf_clusters_match_full_mark`
+/// checks it). Filters of backups walked only in part miss fingerprints
+/// outside the swept containers, which the sweep never asks about.
+///
+/// Chunks with no base are referenced by no retained backup (garbage from
+/// before the deletions, which the focused mark leaves live): they have no
+/// owners, as under the full mark, and form their own cluster.
+///
+/// The virtual files the correlative walk covered are not walked again.
+/// Returns the virtual files and backups walked here.
+#[allow(clippy::too_many_arguments)]
+fn ownership(
+    repo: &Repository,
+    graph: &RefGraph,
+    retained: &HashMap<BackupId, &BackupEntry>,
+    correlative: &BTreeMap<BackupId, Parts>,
+    swept: &HashSet<ContainerId>,
+    dead_data: &CopyMap<u64>,
+    reader: &mut crate::recipe::RecipeReader<'_>,
+    owners: &mut Owners,
+) -> Result<(usize, usize)> {
+    let index = &repo.index;
+    let mut fps = FpSet::default();
+    for e in index.entries() {
+        if e.kind == ChunkKind::Data
+            && swept.contains(&e.container)
+            && !dead_data.contains_key(&(e.fp, e.copy))
+        {
+            fps.insert(e.fp);
+        }
+    }
+    let mut bases = HashSet::new();
+    for fp in &fps {
+        for (n, _) in index.copy_list(fp).iter() {
+            if let Some(b) = graph.data_bases.get(&(*fp, n)) {
+                bases.insert(*b);
+            }
+        }
+    }
+    let mut need: BTreeSet<VFile> = bases.iter().copied().collect();
+    need.extend(
+        graph
+            .edges
+            .iter()
+            .filter(|(_, base)| bases.contains(base))
+            .map(|(leaf, _)| *leaf),
+    );
+    let g = graph.granularity;
+    let mut todo: BTreeMap<BackupId, Parts> = BTreeMap::new();
+    let mut vfiles = 0;
+    for v in &need {
+        if !retained.contains_key(&v.backup)
+            || correlative.get(&v.backup).is_some_and(|p| p.covers(v, g))
+        {
+            continue;
+        }
+        vfiles += 1;
+        todo.entry(v.backup).or_default().add(v);
+    }
+    for (id, parts) in &todo {
+        let b = retained[id];
+        walk_parts(reader, graph, b, parts, &mut |kind, fp, copy, _, _| {
+            if kind == ChunkKind::Data {
+                owners.saw(repo, b, fp, copy);
+            }
+            Ok(())
+        })?;
+    }
+    Ok((vfiles, todo.len()))
 }
