@@ -57,7 +57,7 @@ pub fn init(
             encryption,
             compression,
         })?;
-    } else {
+    } else if !ui::quiet() {
         let c = r.config();
         println!(
             "created repository {} at {}\n  fingerprints {}{}, chunker {}, containers {}{}\n  encryption {}, compression {}",

@@ -21,6 +21,28 @@ fn make_tree(root: &Path) {
 }
 
 #[test]
+fn quiet_init_prints_nothing_but_its_warning() {
+    let t = tempfile::tempdir().unwrap();
+    let quiet = t.path().join("quiet");
+    let out = tessera(&quiet)
+        .args(["init", "-q", "--encryption", "none"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "",
+        "no summary with -q"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("NOT encrypted"),
+        "the unencrypted warning stays"
+    );
+    let loud = t.path().join("loud");
+    assert!(ok(tessera(&loud).arg("init")).starts_with("created repository "));
+}
+
+#[test]
 fn init_backup_snapshots_restore_forget_stats() {
     let t = tempfile::tempdir().unwrap();
     let repo = t.path().join("repo");
