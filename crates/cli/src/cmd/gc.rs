@@ -258,6 +258,9 @@ pub fn gc(repo: &RepoArg, a: &GcArgs, json: bool) -> Result<ExitCode> {
         })?;
         return Ok(ExitCode::SUCCESS);
     }
+    if ui::quiet() {
+        return Ok(ExitCode::SUCCESS);
+    }
     let s = &report;
     let verb = if s.dry_run {
         "would reclaim"

@@ -178,7 +178,7 @@ pub fn forget(repo: &RepoArg, specs: &[String], json: bool) -> Result<ExitCode> 
     r.close()?;
     if json {
         ui::print_json(&report)?;
-    } else {
+    } else if !ui::quiet() {
         for b in &report.forgotten {
             println!(
                 "forgot backup {} ({}, {})",

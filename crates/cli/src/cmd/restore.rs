@@ -103,7 +103,8 @@ pub fn restore(
             ),
             None => line,
         };
-        if to_stdout {
+        if ui::quiet() {
+        } else if to_stdout {
             eprintln!("{line}");
         } else {
             println!("{line}");

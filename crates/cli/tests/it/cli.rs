@@ -21,7 +21,7 @@ fn make_tree(root: &Path) {
 }
 
 #[test]
-fn quiet_init_prints_nothing_but_its_warning() {
+fn quiet_commands_print_no_summary() {
     let t = tempfile::tempdir().unwrap();
     let quiet = t.path().join("quiet");
     let out = tessera(&quiet)
@@ -40,6 +40,30 @@ fn quiet_init_prints_nothing_but_its_warning() {
     );
     let loud = t.path().join("loud");
     assert!(ok(tessera(&loud).arg("init")).starts_with("created repository "));
+
+    let src = t.path().join("file");
+    std::fs::write(&src, b"quiet bytes").unwrap();
+    ok(tessera(&quiet).arg("backup").arg(&src));
+    let out = tessera(&quiet)
+        .args(["restore", "-q", "latest", "--target"])
+        .arg(t.path().join("out"))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "",
+        "no restore summary with -q"
+    );
+    assert_eq!(
+        std::fs::read(t.path().join("out/file")).unwrap(),
+        b"quiet bytes"
+    );
+    for args in [&["forget", "-q", "1"][..], &["gc", "-q"][..]] {
+        let out = tessera(&quiet).args(args).output().unwrap();
+        assert!(out.status.success(), "{args:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "", "{args:?} with -q");
+    }
 }
 
 #[test]
