@@ -20,22 +20,22 @@ fn make_tree(root: &Path) {
     std::os::unix::fs::symlink("a.txt", root.join("link")).unwrap();
 }
 
+/// Run `cmd` with `-q` among its arguments: it succeeds and prints nothing
+/// on stdout; returns its stderr.
+fn quiet_run(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{cmd:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "", "{cmd:?} with -q");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 #[test]
 fn quiet_commands_print_no_summary() {
     let t = tempfile::tempdir().unwrap();
     let quiet = t.path().join("quiet");
-    let out = tessera(&quiet)
-        .args(["init", "-q", "--encryption", "none"])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
-        "",
-        "no summary with -q"
-    );
+    let stderr = quiet_run(tessera(&quiet).args(["init", "-q", "--encryption", "none"]));
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("NOT encrypted"),
+        stderr.contains("NOT encrypted"),
         "the unencrypted warning stays"
     );
     let loud = t.path().join("loud");
@@ -44,26 +44,17 @@ fn quiet_commands_print_no_summary() {
     let src = t.path().join("file");
     std::fs::write(&src, b"quiet bytes").unwrap();
     ok(tessera(&quiet).arg("backup").arg(&src));
-    let out = tessera(&quiet)
-        .args(["restore", "-q", "latest", "--target"])
-        .arg(t.path().join("out"))
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
-        "",
-        "no restore summary with -q"
+    quiet_run(
+        tessera(&quiet)
+            .args(["restore", "-q", "latest", "--target"])
+            .arg(t.path().join("out")),
     );
     assert_eq!(
         std::fs::read(t.path().join("out/file")).unwrap(),
         b"quiet bytes"
     );
-    for args in [&["forget", "-q", "1"][..], &["gc", "-q"][..]] {
-        let out = tessera(&quiet).args(args).output().unwrap();
-        assert!(out.status.success(), "{args:?}");
-        assert_eq!(String::from_utf8_lossy(&out.stdout), "", "{args:?} with -q");
-    }
+    quiet_run(tessera(&quiet).args(["forget", "-q", "1"]));
+    quiet_run(tessera(&quiet).args(["gc", "-q"]));
 }
 
 #[test]

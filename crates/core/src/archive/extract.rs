@@ -264,6 +264,18 @@ fn read_error(e: io::Error) -> Error {
     Error::io("cannot read the tar stream", e)
 }
 
+/// Fill `buf` with the next bytes of the data of file `shown`; a stream
+/// that ends first is corrupt (truncated), not a short file.
+fn read_file_data(data: &mut dyn Read, buf: &mut [u8], shown: &str) -> Result<()> {
+    data.read_exact(buf).map_err(|err| {
+        if err.kind() == io::ErrorKind::UnexpectedEof {
+            Error::corrupt(STREAM, format!("truncated in the data of {shown}"))
+        } else {
+            read_error(err)
+        }
+    })
+}
+
 impl Stream<'_> {
     /// Fill `buf` as far as the input allows; returns the bytes read.
     fn fill(&mut self, buf: &mut [u8]) -> Result<usize> {
@@ -1061,20 +1073,7 @@ impl Extractor {
         };
         if self.pool.is_some() && e.size <= POOLED_FILE {
             let mut bytes = vec![0; e.size as usize];
-            let mut got = 0;
-            while got < bytes.len() {
-                match data.read(&mut bytes[got..]) {
-                    Ok(0) => {
-                        return Err(Error::corrupt(
-                            STREAM,
-                            format!("truncated in the data of {shown}"),
-                        ))
-                    }
-                    Ok(n) => got += n,
-                    Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
-                    Err(err) => return Err(read_error(err)),
-                }
-            }
+            read_file_data(data, &mut bytes, shown)?;
             let job = FileJob {
                 seq: self.seq,
                 dir: self.current_shared(),
@@ -1352,23 +1351,10 @@ fn write_file(
             .min(usize::try_from(size - written).unwrap_or(usize::MAX));
         // Whole pieces, so that every piece starts at a multiple of the
         // buffer and every aligned zero block is seen whole (a hole).
-        let mut n = 0;
-        while n < want {
-            match data.read(&mut buf[n..want]) {
-                Ok(0) => {
-                    return Err(Error::corrupt(
-                        STREAM,
-                        format!("truncated in the data of {shown}"),
-                    ))
-                }
-                Ok(k) => n += k,
-                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
-                Err(err) => return Err(read_error(err)),
-            }
-        }
-        holes |= write_sparse(&mut file, &buf[..n], written)
+        read_file_data(data, &mut buf[..want], shown)?;
+        holes |= write_sparse(&mut file, &buf[..want], written)
             .ctx(|| format!("cannot write {}", path.display()))?;
-        written += n as u64;
+        written += want as u64;
     }
     if holes {
         // A hole at the end is only a seek: the length makes it real.

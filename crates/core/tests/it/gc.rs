@@ -1104,6 +1104,30 @@ fn forgotten_chunks(repo: &Repository) -> (HashSet<(Fingerprint, u16)>, HashSet<
     (data, recipes)
 }
 
+/// The focused mark `focused` judges every copy and recipe chunk of the
+/// forgotten backups as the full mark `full` does.
+fn assert_same_verdicts_on_forgotten(
+    repo: &Repository,
+    full: &tessera_core::gc::Mark,
+    focused: &tessera_core::gc::Mark,
+) {
+    let (data, recipes) = forgotten_chunks(repo);
+    for (fp, copy) in &data {
+        assert_eq!(
+            full.is_valid(fp, *copy),
+            focused.is_valid(fp, *copy),
+            "data chunk {fp:?} copy {copy}"
+        );
+    }
+    for fp in &recipes {
+        assert_eq!(
+            full.valid_recipe.contains(fp),
+            focused.valid_recipe.contains(fp),
+            "recipe chunk {fp:?}"
+        );
+    }
+}
+
 /// Plan a full and a focused GC and check that the focused mark judges
 /// every copy and recipe chunk of the forgotten backups as the full mark
 /// does, and that its live counts are never below the full mark's.
@@ -1111,21 +1135,7 @@ fn forgotten_chunks(repo: &Repository) -> (HashSet<(Fingerprint, u16)>, HashSet<
 fn assert_focused_agrees(repo: &Writer) -> tessera_core::gc::mark::FocusStats {
     let full = repo.plan_gc(&GcOptions::default()).unwrap();
     let fm = repo.plan_gc(&focused()).unwrap();
-    let (data, recipes) = forgotten_chunks(repo);
-    for (fp, copy) in &data {
-        assert_eq!(
-            full.mark.is_valid(fp, *copy),
-            fm.mark.is_valid(fp, *copy),
-            "data chunk {fp:?} copy {copy}"
-        );
-    }
-    for fp in &recipes {
-        assert_eq!(
-            full.mark.valid_recipe.contains(fp),
-            fm.mark.valid_recipe.contains(fp),
-            "recipe chunk {fp:?}"
-        );
-    }
+    assert_same_verdicts_on_forgotten(repo, &full.mark, &fm.mark);
     // Live counts only ever err towards live (garbage from before the
     // deletions stays): never below the full mark's, or a container could
     // be dropped unread while it holds a live copy.
@@ -1667,21 +1677,7 @@ fn assert_focused_ownership_agrees(
     };
     let full = repo.plan_gc(&opts(MarkSpec::Logical)).unwrap();
     let fm = repo.plan_gc(&opts(MarkSpec::Focused)).unwrap();
-    let (data, recipes) = forgotten_chunks(repo);
-    for (fp, copy) in &data {
-        assert_eq!(
-            full.mark.is_valid(fp, *copy),
-            fm.mark.is_valid(fp, *copy),
-            "data chunk {fp:?} copy {copy}"
-        );
-    }
-    for fp in &recipes {
-        assert_eq!(
-            full.mark.valid_recipe.contains(fp),
-            fm.mark.valid_recipe.contains(fp),
-            "recipe chunk {fp:?}"
-        );
-    }
+    assert_same_verdicts_on_forgotten(repo, &full.mark, &fm.mark);
     let stats = fm.mark.fgc.clone().unwrap();
     if strategy != GcStrategy::Gccdf {
         return stats;
