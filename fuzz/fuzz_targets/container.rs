@@ -12,7 +12,7 @@ use libfuzzer_sys::fuzz_target;
 use tessera_core::container::format::{self, checksum, HEADER_LEN, META_ENTRY_LEN};
 use tessera_core::container::open_chunk;
 use tessera_core::seal::keys::MasterKey;
-use tessera_core::seal::{Compression, Sealer};
+use tessera_core::seal::{CipherKind, Compression, Sealer};
 
 fn repair(b: &mut Vec<u8>, sealed: bool) {
     if b.len() < HEADER_LEN {
@@ -61,7 +61,13 @@ fuzz_target!(|input: &[u8]| {
     };
     let sealed = mode & 2 != 0;
     let sealer = if sealed {
-        Sealer::new(Some(MasterKey::from_bytes([7; 32]).cipher()), Compression::Off)
+        // Bit 3 picks the cipher (both share the sealed layout).
+        let kind = if mode & 8 != 0 {
+            CipherKind::Xchacha20Poly1305
+        } else {
+            CipherKind::Xaes256Gcm
+        };
+        Sealer::new(Some(MasterKey::from_bytes([7; 32]).cipher(kind)), Compression::Off)
     } else {
         Sealer::identity()
     };

@@ -8,13 +8,19 @@
 use libfuzzer_sys::fuzz_target;
 use tessera_core::backend::ObjectKey;
 use tessera_core::seal::keys::{KeySlot, MasterKey};
-use tessera_core::seal::{Compression, RepoSeal, Sealer};
+use tessera_core::seal::{CipherKind, Compression, RepoSeal, Sealer};
 
 fuzz_target!(|input: &[u8]| {
     let Some((&mode, body)) = input.split_first() else {
         return;
     };
-    let cipher = (mode & 1 != 0).then(|| MasterKey::from_bytes([3; 32]).cipher());
+    // Bit 3 picks the cipher (both share the sealed layout).
+    let kind = if mode & 8 != 0 {
+        CipherKind::Xchacha20Poly1305
+    } else {
+        CipherKind::Xaes256Gcm
+    };
+    let cipher = (mode & 1 != 0).then(|| MasterKey::from_bytes([3; 32]).cipher(kind));
     let compression = if mode & 2 != 0 {
         Compression::Auto
     } else {

@@ -149,8 +149,8 @@ pub enum Command {
         /// Trace mode: the repository ingests fingerprint traces and stores metadata only
         #[arg(long)]
         trace: bool,
-        /// Encryption of every stored object: xchacha20-poly1305 (a random master key wrapped by an Argon2id key from the password) or none (anyone who can read the repository reads every backup)
-        #[arg(long, default_value = "xchacha20-poly1305", value_name = "NAME", value_parser = Checked(prefixed::<Encryption>))]
+        /// Encryption of every stored object under a random master key wrapped by an Argon2id key from the password: xaes-256-gcm (AES-256-GCM with 24-byte nonces; fastest with hardware AES), xchacha20-poly1305 (for CPUs without AES instructions), or none (anyone who can read the repository reads every backup)
+        #[arg(long, default_value = "xaes-256-gcm", value_name = "NAME", value_parser = Checked(prefixed::<Encryption>))]
         encryption: Encryption,
         /// Default compression of chunks and metadata: off, auto (zstd 3, skipping chunks that do not compress), fastest, better, max, or zstd:1..22
         #[arg(long, default_value = "auto", value_name = "LEVEL", value_parser = Checked(prefixed::<Compression>))]

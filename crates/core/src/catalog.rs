@@ -30,8 +30,9 @@ const MAGIC: [u8; 8] = *b"TSRAMANI";
 /// unsealed `config` object (issue 12); 6 = FGC's reference graph
 /// (`refgraph/` segments and the manifest's `refgraph` field, issue 16);
 /// 7 = extended attributes and ACLs in a directory stream's metadata
-/// (issue 13).
-pub const VERSION: u32 = 7;
+/// (issue 13); 8 = XAES-256-GCM, the new default object cipher, named in
+/// the config's `encryption` (issue 12).
+pub const VERSION: u32 = 8;
 
 /// Fixed at `init`: how every backup of this repository is chunked and stored.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

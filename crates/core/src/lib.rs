@@ -44,4 +44,4 @@ pub use ingest::{BackupOptions, BackupReport};
 pub use repo::{InitOptions, PasswordSource, Repository, SealOptions, Writer};
 pub use restore::{RestoreOptions, RestoreReport};
 pub use seal::keys::{KdfParams, Password};
-pub use seal::{Compression, Encryption};
+pub use seal::{CipherKind, Compression, Encryption};

@@ -30,7 +30,7 @@ use crate::recipe::reader::RecipeReader;
 use crate::restore::{RestoreOptions, RestoreReport};
 use crate::salvage::SalvageReport;
 use crate::seal::keys::{KdfParams, KeySlot, MasterKey, Password};
-use crate::seal::{Compression, Encryption, RepoSeal, SealedStore, Sealer};
+use crate::seal::{CipherKind, Compression, Encryption, RepoSeal, SealedStore, Sealer};
 use serde::Serialize;
 use std::collections::HashSet;
 use std::io::{Read, Write};
@@ -68,6 +68,8 @@ pub struct SealOptions {
     pub compression: Compression,
     /// Encrypt, with the first key slot's password and KDF parameters.
     pub encryption: Option<(Password, KdfParams)>,
+    /// The object cipher when encrypted (XAES-256-GCM by default).
+    pub cipher: CipherKind,
 }
 
 /// Where the password of an encrypted repository comes from: asked only
@@ -326,11 +328,7 @@ impl Repository {
         let repo_seal = RepoSeal {
             version: crate::catalog::VERSION,
             repo_id: config.repo_id.clone(),
-            encryption: if seal.encryption.is_some() {
-                Encryption::Xchacha20Poly1305
-            } else {
-                Encryption::None
-            },
+            encryption: Encryption::from_cipher(seal.encryption.as_ref().map(|_| seal.cipher)),
             compression: seal.compression,
         };
         // Slots left by an interrupted init belong to no repository.
@@ -343,7 +341,7 @@ impl Repository {
                 let master = MasterKey::generate();
                 let slot = KeySlot::wrap(&master, password, *params, &repo_seal.repo_id, 1)?;
                 backend.put_owned(&ObjectKey::KeySlot(1), slot.encode())?;
-                Sealer::new(Some(master.cipher()), seal.compression)
+                Sealer::new(Some(master.cipher(seal.cipher)), seal.compression)
             }
         };
         backend.put_owned(&ObjectKey::Config, repo_seal.encode())?;
@@ -479,10 +477,11 @@ impl Repository {
         let seal = Self::read_seal(&*backend, generation)?;
         let (sealer, key) = match seal.encryption {
             Encryption::None => (Sealer::new(None, seal.compression), None),
-            Encryption::Xchacha20Poly1305 => {
+            Encryption::Xaes256Gcm | Encryption::Xchacha20Poly1305 => {
                 let (master, slot) = Self::unlock(&*backend, &seal, password)?;
+                let kind = seal.encryption.cipher().expect("encrypted");
                 (
-                    Sealer::new(Some(master.cipher()), seal.compression),
+                    Sealer::new(Some(master.cipher(kind)), seal.compression),
                     Some((Arc::new(master), slot)),
                 )
             }

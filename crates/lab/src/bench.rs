@@ -391,6 +391,7 @@ fn backup_into_fresh_repo(
                 tessera_core::KdfParams::INSECURE_FAST,
             )
         }),
+        ..Default::default()
     };
     Repository::init_sealed(
         backend.clone(),

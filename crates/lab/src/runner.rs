@@ -561,6 +561,7 @@ fn open_repo(exp: &Experiment, a: &Approach, work: &Path) -> Result<(Writer, Cou
         encryption: exp
             .encrypted
             .then(|| (lab_password(), tessera_core::KdfParams::INSECURE_FAST)),
+        ..Default::default()
     };
     Repository::init_with_index(
         counted.clone(),

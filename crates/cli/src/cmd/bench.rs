@@ -57,7 +57,7 @@ pub fn run(
         "  compression {}, encryption {}: repository {} ({:.1} % of the stream)",
         r.compression,
         if r.encrypted {
-            "xchacha20-poly1305"
+            tessera_core::CipherKind::default().name()
         } else {
             "none"
         },

@@ -29,6 +29,7 @@ pub fn init(
             Encryption::None => None,
             _ => Some((super::key::new_password(repo, None, true)?, kdf)),
         },
+        cipher: encryption.cipher().unwrap_or_default(),
     };
     let password = seal.encryption.as_ref().map(|(p, _)| p.clone());
     let backend = backend::create(&repo.repo)?;

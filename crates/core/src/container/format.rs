@@ -498,8 +498,14 @@ mod tests {
         vec![
             Sealer::identity(),
             Sealer::new(None, Compression::Auto),
-            Sealer::new(Some(key.cipher()), Compression::Off),
-            Sealer::new(Some(key.cipher()), Compression::Max),
+            Sealer::new(
+                Some(key.cipher(crate::seal::CipherKind::Xchacha20Poly1305)),
+                Compression::Off,
+            ),
+            Sealer::new(
+                Some(key.cipher(crate::seal::CipherKind::Xaes256Gcm)),
+                Compression::Max,
+            ),
         ]
     }
 
@@ -621,7 +627,7 @@ mod tests {
         assert!(err.contains("does not authenticate"), "{err}");
         // Another repository's key.
         let other = Sealer::new(
-            Some(MasterKey::from_bytes([6; 32]).cipher()),
+            Some(MasterKey::from_bytes([6; 32]).cipher(crate::seal::CipherKind::Xaes256Gcm)),
             Compression::Off,
         );
         assert!(decode(ID, &obj, &other).is_err());

@@ -12,11 +12,16 @@
 //! Key material lives in [`Zeroizing`] buffers (wiped on drop) and has no
 //! `Debug` that prints it.
 
-use super::aead::Cipher;
+use super::aead::{Cipher, CipherKind};
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use zeroize::Zeroizing;
+
+/// Key slots wrap the master key with XChaCha20-Poly1305 whatever the
+/// repository's object cipher: a slot is read before the config's cipher
+/// matters, and one random nonce per slot is all it needs.
+const SLOT_CIPHER: CipherKind = CipherKind::Xchacha20Poly1305;
 
 /// Fill `buf` from the operating system's random source.
 pub fn random(buf: &mut [u8]) {
@@ -140,10 +145,10 @@ impl MasterKey {
         MasterKey(Zeroizing::new(bytes))
     }
 
-    /// The object cipher.
-    pub fn cipher(&self) -> Cipher {
+    /// The object cipher of a repository sealed with `kind`.
+    pub fn cipher(&self, kind: CipherKind) -> Cipher {
         let k = Zeroizing::new(blake3::derive_key(CTX_CIPHER, &self.0[..]));
-        Cipher::new(&k)
+        Cipher::new(kind, &k)
     }
 
     /// The key of the chunk fingerprints.
@@ -204,7 +209,11 @@ impl KeySlot {
     ) -> Result<KeySlot> {
         let kek = params.derive(password, salt)?;
         let mut wrapped = Vec::new();
-        Cipher::new(&kek).seal_into(&slot_ad(repo_id, id), &master.0[..], &mut wrapped);
+        Cipher::new(SLOT_CIPHER, &kek).seal_into(
+            &slot_ad(repo_id, id),
+            &master.0[..],
+            &mut wrapped,
+        );
         Ok(KeySlot {
             id,
             kdf: "argon2id".into(),
@@ -232,7 +241,11 @@ impl KeySlot {
         let wrapped = hex::decode(&self.wrapped).map_err(|_| bad("bad wrapped key"))?;
         let kek = self.params.derive(password, &salt)?;
         let mut key = Zeroizing::new([0u8; 32]);
-        match Cipher::new(&kek).open_into(&slot_ad(repo_id, self.id), &wrapped, &mut key[..]) {
+        match Cipher::new(SLOT_CIPHER, &kek).open_into(
+            &slot_ad(repo_id, self.id),
+            &wrapped,
+            &mut key[..],
+        ) {
             Ok(()) => Ok(Some(MasterKey(key))),
             Err(_) => Ok(None),
         }

@@ -34,18 +34,24 @@ use crate::container::{ChunkKind, ContainerId};
 use crate::error::{Error, ObjectRef, Result};
 use crate::fingerprint::Fingerprint;
 use aead::Cipher;
+pub use aead::CipherKind;
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
 use std::sync::Arc;
 pub use zstd::{Codec, Compression};
 
-/// Whether stored objects are encrypted.
+/// Whether stored objects are encrypted, and with which AEAD.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Encryption {
     #[default]
     None,
-    /// XChaCha20-Poly1305 under a random master key (Argon2id key slots).
+    /// XAES-256-GCM under a random master key (Argon2id key slots): the
+    /// default (hardware AES).
+    #[serde(rename = "xaes-256-gcm")]
+    Xaes256Gcm,
+    /// XChaCha20-Poly1305 under a random master key: for CPUs without AES
+    /// instructions.
     Xchacha20Poly1305,
 }
 
@@ -54,9 +60,24 @@ impl Encryption {
         self != Encryption::None
     }
     pub fn name(self) -> &'static str {
+        match self.cipher() {
+            None => "none",
+            Some(kind) => kind.name(),
+        }
+    }
+    /// The object cipher, when encrypted.
+    pub fn cipher(self) -> Option<CipherKind> {
         match self {
-            Encryption::None => "none",
-            Encryption::Xchacha20Poly1305 => "xchacha20-poly1305",
+            Encryption::None => None,
+            Encryption::Xaes256Gcm => Some(CipherKind::Xaes256Gcm),
+            Encryption::Xchacha20Poly1305 => Some(CipherKind::Xchacha20Poly1305),
+        }
+    }
+    pub fn from_cipher(kind: Option<CipherKind>) -> Self {
+        match kind {
+            None => Encryption::None,
+            Some(CipherKind::Xaes256Gcm) => Encryption::Xaes256Gcm,
+            Some(CipherKind::Xchacha20Poly1305) => Encryption::Xchacha20Poly1305,
         }
     }
 }
@@ -72,11 +93,10 @@ impl std::str::FromStr for Encryption {
     fn from_str(s: &str) -> std::result::Result<Self, String> {
         match s.to_ascii_lowercase().as_str() {
             "none" | "off" => Ok(Encryption::None),
-            "xchacha20-poly1305" | "xchacha20" | "on" | "default" => {
-                Ok(Encryption::Xchacha20Poly1305)
-            }
+            "xaes-256-gcm" | "xaes" | "aes" | "on" | "default" => Ok(Encryption::Xaes256Gcm),
+            "xchacha20-poly1305" | "xchacha20" | "chacha" => Ok(Encryption::Xchacha20Poly1305),
             _ => Err(format!(
-                "unknown encryption '{s}' (expected xchacha20-poly1305 or none)"
+                "unknown encryption '{s}' (expected xaes-256-gcm, xchacha20-poly1305 or none)"
             )),
         }
     }
@@ -155,17 +175,17 @@ impl Sealer {
         }
     }
 
-    /// Short name for reports (`zstd:auto+xchacha20-poly1305`).
+    /// Short name for reports.
     pub fn name(&self) -> String {
         format!(
             "compression {} + encryption {}",
             self.compression,
-            if self.cipher.is_some() {
-                Encryption::Xchacha20Poly1305
-            } else {
-                Encryption::None
-            }
+            self.encryption()
         )
+    }
+
+    pub fn encryption(&self) -> Encryption {
+        Encryption::from_cipher(self.cipher.as_ref().map(Cipher::kind))
     }
 
     pub fn encrypted(&self) -> bool {
@@ -269,9 +289,12 @@ impl Sealer {
         out: &mut Vec<u8>,
     ) -> Codec {
         let start = out.len();
+        if self.cipher.is_some() {
+            out.resize(start + aead::NONCE_LEN, 0);
+        }
         let codec = compression.compress_into(plain, out);
         if let Some(c) = &self.cipher {
-            c.seal_tail(&chunk_ad(kind, codec, fp), out, start);
+            c.seal_reserved(&chunk_ad(kind, codec, fp), out, start);
         }
         codec
     }
@@ -456,7 +479,9 @@ mod tests {
         let mut out = Vec::new();
         for c in Compression::NAMED {
             out.push(Sealer::new(None, c));
-            out.push(Sealer::new(Some(key.cipher()), c));
+            for kind in CipherKind::ALL {
+                out.push(Sealer::new(Some(key.cipher(kind)), c));
+            }
         }
         out
     }
@@ -535,7 +560,7 @@ mod tests {
     #[test]
     fn mixed_modes_are_refused() {
         let key = keys::MasterKey::from_bytes([9; 32]);
-        let enc = Sealer::new(Some(key.cipher()), Compression::Auto);
+        let enc = Sealer::new(Some(key.cipher(CipherKind::Xaes256Gcm)), Compression::Auto);
         let plain = Sealer::identity();
         let k = ObjectKey::Manifest(Generation(2));
         let sealed = enc.seal(&k, b"manifest".to_vec()).unwrap();

@@ -1546,6 +1546,7 @@ fn reference_graph_segments_are_sealed() {
     let seal = SealOptions {
         compression: Default::default(),
         encryption: Some((pw(), KdfParams::INSECURE_FAST)),
+        ..Default::default()
     };
     Repository::init_sealed(b.clone(), &opts, &seal).unwrap();
     let mut repo = Repository::open_writer_with(b.clone(), "t", &|| Ok(pw())).unwrap();

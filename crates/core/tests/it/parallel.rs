@@ -65,6 +65,7 @@ fn init(backend: Arc<dyn ObjectStore>, compression: Compression, encrypt: bool) 
     let seal = SealOptions {
         compression,
         encryption: encrypt.then(|| (Password::new(PW), KdfParams::INSECURE_FAST)),
+        ..Default::default()
     };
     Repository::init_sealed(backend, &opts, &seal).unwrap();
 }

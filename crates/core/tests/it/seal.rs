@@ -10,7 +10,8 @@ use tessera_core::chunking::ChunkerConfig;
 use tessera_core::container::ChunkKind;
 use tessera_core::gc::GcOptions;
 use tessera_core::{
-    Compression, Error, HashAlgo, InitOptions, KdfParams, Password, Repository, SealOptions, Writer,
+    CipherKind, Compression, Error, HashAlgo, InitOptions, KdfParams, Password, Repository,
+    SealOptions, Writer,
 };
 
 const PW: &str = "correct horse battery staple";
@@ -20,6 +21,20 @@ fn pw() -> Password {
 }
 
 fn init(backend: Arc<dyn ObjectStore>, hash: HashAlgo, compression: Compression, encrypt: bool) {
+    init_cipher(
+        backend,
+        hash,
+        compression,
+        encrypt.then(CipherKind::default),
+    )
+}
+
+fn init_cipher(
+    backend: Arc<dyn ObjectStore>,
+    hash: HashAlgo,
+    compression: Compression,
+    cipher: Option<CipherKind>,
+) {
     let opts = InitOptions {
         hash,
         chunker: ChunkerConfig::Fastcdc {
@@ -32,7 +47,8 @@ fn init(backend: Arc<dyn ObjectStore>, hash: HashAlgo, compression: Compression,
     };
     let seal = SealOptions {
         compression,
-        encryption: encrypt.then(|| (pw(), KdfParams::INSECURE_FAST)),
+        encryption: cipher.map(|_| (pw(), KdfParams::INSECURE_FAST)),
+        cipher: cipher.unwrap_or_default(),
     };
     Repository::init_sealed(backend, &opts, &seal).unwrap();
 }
@@ -92,10 +108,15 @@ fn round_trips_over_every_setting() {
     for hash in [HashAlgo::Blake3, HashAlgo::Sha1, HashAlgo::Sha256] {
         let mut plain_size = 0;
         for compression in settings.iter().copied() {
-            for encrypt in [false, true] {
-                let what = format!("{hash:?} {compression} encrypted={encrypt}");
+            for cipher in [
+                None,
+                Some(CipherKind::Xaes256Gcm),
+                Some(CipherKind::Xchacha20Poly1305),
+            ] {
+                let encrypt = cipher.is_some();
+                let what = format!("{hash:?} {compression} cipher={cipher:?}");
                 let m = mem();
-                init(m.clone(), hash, compression, encrypt);
+                init_cipher(m.clone(), hash, compression, cipher);
                 let mut w = writer(m.clone());
                 let a = backup(&mut w, "a", &v1).unwrap();
                 let b = backup(&mut w, "b", &v2).unwrap();
@@ -469,13 +490,23 @@ fn tampered_config_or_key_slot_is_refused() {
     let m = mem();
     init(m.clone(), HashAlgo::Blake3, Compression::Auto, true);
     let cfg = String::from_utf8(m.get(&ObjectKey::Config).unwrap()).unwrap();
-    let downgraded = cfg.replace("xchacha20-poly1305", "none");
+    assert!(cfg.contains("\"xaes-256-gcm\""), "{cfg}");
+    let downgraded = cfg.replace("xaes-256-gcm", "none");
     m.put(&ObjectKey::Config, downgraded.as_bytes()).unwrap();
     let err = Repository::open(m.clone()).err().unwrap().to_string();
     assert!(
         err.contains("is encrypted, but the repository config says it is not"),
         "{err}"
     );
+    // A config naming the other cipher opens no object: the first one read
+    // is named as not authenticating.
+    let swapped = cfg.replace("xaes-256-gcm", "xchacha20-poly1305");
+    m.put(&ObjectKey::Config, swapped.as_bytes()).unwrap();
+    let err = Repository::open_with(m.clone(), &|| Ok(pw()))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("does not authenticate"), "{err}");
     m.put(&ObjectKey::Config, cfg.as_bytes()).unwrap();
     let slot = ObjectKey::KeySlot(1);
     let good = m.get(&slot).unwrap();

@@ -641,6 +641,7 @@ fn directory_backups_round_trip_on_the_mfdedup_layout() {
                 tessera_core::Compression::Off
             },
             encryption: sealed.then(|| (pw(), tessera_core::KdfParams::INSECURE_FAST)),
+            ..Default::default()
         };
         Repository::init_with(
             backend.clone(),

@@ -1,0 +1,111 @@
+//! Single-thread throughput of each per-chunk step of a backup and a
+//! restore on real bytes (issue 12's cost targets): hashing, compression,
+//! sealing, and their inverses, on 8 KiB pieces of the files under a
+//! directory. `cargo run --release -p tessera-core --example seal_speed -- DIR [MiB]`
+use std::time::Instant;
+use tessera_core::container::ChunkKind;
+use tessera_core::fingerprint::{Fingerprinter, HashAlgo};
+use tessera_core::seal::aead::{Cipher, CipherKind};
+use tessera_core::seal::{Codec, Compression, Sealer};
+
+fn load(dir: &std::path::Path, limit: usize, out: &mut Vec<u8>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut entries: Vec<_> = rd.flatten().collect();
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        if out.len() >= limit {
+            return;
+        }
+        let Ok(ft) = e.file_type() else { continue };
+        if ft.is_dir() {
+            load(&e.path(), limit, out);
+        } else if ft.is_file() {
+            if let Ok(b) = std::fs::read(e.path()) {
+                out.extend_from_slice(&b);
+            }
+        }
+    }
+}
+
+fn rate(label: &str, bytes: usize, t: Instant) {
+    let s = t.elapsed().as_secs_f64();
+    println!("{label:<34} {:>8.0} MB/s", bytes as f64 / s / 1e6);
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let dir = args.next().unwrap_or_else(|| "/usr/share".into());
+    let mib: usize = args.next().map(|s| s.parse().unwrap()).unwrap_or(256);
+    let mut data = Vec::new();
+    load(dir.as_ref(), mib << 20, &mut data);
+    data.truncate(mib << 20);
+    let pieces: Vec<&[u8]> = data.chunks(8192).collect();
+    let n = data.len();
+    println!("{} MiB in {} pieces of 8 KiB", n >> 20, pieces.len());
+
+    let t = Instant::now();
+    let plain = HashAlgo::Blake3;
+    let fps: Vec<_> = pieces.iter().map(|p| plain.hash(p)).collect();
+    rate("blake3", n, t);
+    let keyed = Fingerprinter::keyed(HashAlgo::Blake3, &[9; 32]);
+    let t = Instant::now();
+    for p in &pieces {
+        std::hint::black_box(keyed.hash(p));
+    }
+    rate("blake3 keyed", n, t);
+
+    let mut runs = vec![
+        (
+            "seal auto".to_string(),
+            Sealer::new(None, Compression::Auto),
+            Compression::Auto,
+        ),
+        (
+            "seal fastest".to_string(),
+            Sealer::new(None, Compression::Fastest),
+            Compression::Fastest,
+        ),
+    ];
+    for kind in CipherKind::ALL {
+        let cipher = || Some(Cipher::new(kind, &[7; 32]));
+        for comp in [Compression::Off, Compression::Auto] {
+            runs.push((
+                format!("seal {comp}+{}", kind.name()),
+                Sealer::new(cipher(), comp),
+                comp,
+            ));
+        }
+    }
+    for (label, sealer, comp) in runs {
+        let mut out = Vec::with_capacity(n + n / 2);
+        let mut ents: Vec<(Codec, usize, usize)> = Vec::with_capacity(pieces.len());
+        // Once untimed, so the timed run does not pay first-touch page faults.
+        for (p, fp) in pieces.iter().zip(&fps) {
+            sealer.seal_chunk(ChunkKind::Data, fp, p, comp, &mut out);
+        }
+        out.clear();
+        let t = Instant::now();
+        for (p, fp) in pieces.iter().zip(&fps) {
+            let s = out.len();
+            let c = sealer.seal_chunk(ChunkKind::Data, fp, p, comp, &mut out);
+            ents.push((c, s, out.len()));
+        }
+        rate(&label, n, t);
+        println!(
+            "{:<34} {:>8.1} %",
+            "  stored",
+            out.len() as f64 * 100.0 / n as f64
+        );
+        let mut buf = vec![0u8; 8192];
+        let t = Instant::now();
+        for ((p, fp), &(c, s, e)) in pieces.iter().zip(&fps).zip(&ents) {
+            let b = &mut buf[..p.len()];
+            sealer
+                .unseal_chunk(ChunkKind::Data, fp, c, &out[s..e], b)
+                .unwrap();
+        }
+        rate(&format!("un{label}"), n, t);
+    }
+}
