@@ -44,6 +44,10 @@ fn main() {
     let pieces: Vec<&[u8]> = data.chunks(8192).collect();
     let n = data.len();
     println!("{} MiB in {} pieces of 8 KiB", n >> 20, pieces.len());
+    if std::env::var_os("LEVELS").is_some() {
+        levels(&pieces);
+        return;
+    }
 
     let t = Instant::now();
     let plain = HashAlgo::Blake3;
@@ -107,5 +111,27 @@ fn main() {
                 .unwrap();
         }
         rate(&format!("un{label}"), n, t);
+    }
+}
+
+/// zstd's levels on the same pieces: speed and stored share (is `auto`'s
+/// level the right trade?).
+fn levels(pieces: &[&[u8]]) {
+    let n: usize = pieces.iter().map(|p| p.len()).sum();
+    for level in [-5, -1, 1, 2, 3, 4, 6] {
+        let mut c = zstd::bulk::Compressor::new(level).unwrap();
+        let mut out = vec![0u8; 16384];
+        let mut stored = 0;
+        let t = Instant::now();
+        for p in pieces {
+            let k = c.compress_to_buffer(p, &mut out[..]).unwrap();
+            stored += k.min(p.len());
+        }
+        let s = t.elapsed().as_secs_f64();
+        println!(
+            "zstd level {level:>3}: {:>6.0} MB/s, stored {:.2} %",
+            n as f64 / s / 1e6,
+            stored as f64 * 100.0 / n as f64
+        );
     }
 }
