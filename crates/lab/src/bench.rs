@@ -55,8 +55,8 @@ pub struct BenchOptions {
     pub cache: CacheSpec,
     /// Compression of the benchmark repository.
     pub compression: tessera_core::Compression,
-    /// Whether the benchmark repository is encrypted.
-    pub encrypted: bool,
+    /// Encryption of the benchmark repository.
+    pub encryption: tessera_core::Encryption,
     /// Fresh pieces of the stream are text-like words (compressible about
     /// 3:1 by zstd) instead of random bytes.
     pub compressible: bool,
@@ -75,7 +75,7 @@ impl BenchOptions {
             runs: 3,
             cache: CacheSpec::default(),
             compression: tessera_core::Compression::Off,
-            encrypted: false,
+            encryption: tessera_core::Encryption::None,
             compressible: false,
             threads: 0,
         }
@@ -97,7 +97,7 @@ pub struct BenchReport {
     /// Compression and encryption of the repository, and whether the
     /// stream's fresh bytes were text-like.
     pub compression: tessera_core::Compression,
-    pub encrypted: bool,
+    pub encryption: tessera_core::Encryption,
     pub compressible: bool,
     /// Bytes the repository stores (every object) after the backup.
     pub stored_bytes: u64,
@@ -385,13 +385,13 @@ fn backup_into_fresh_repo(
     )?;
     let seal = tessera_core::SealOptions {
         compression: opts.compression,
-        encryption: opts.encrypted.then(|| {
+        encryption: opts.encryption.is_encrypted().then(|| {
             (
                 crate::runner::lab_password(),
                 tessera_core::KdfParams::INSECURE_FAST,
             )
         }),
-        ..Default::default()
+        cipher: opts.encryption.cipher().unwrap_or_default(),
     };
     Repository::init_sealed(
         backend.clone(),
@@ -451,7 +451,7 @@ fn report(opts: &BenchOptions, runs: Vec<RunFigures>, last: LastRun) -> BenchRep
         duplicate_fraction: backup.duplicate_bytes as f64 / size as f64,
         cache: opts.cache,
         compression: opts.compression,
-        encrypted: opts.encrypted,
+        encryption: opts.encryption,
         compressible: opts.compressible,
         stored_bytes,
         chunking_mb_s: med(|r| r.chunking_mb_s),

@@ -13,7 +13,11 @@ pub fn run(
     size: ByteSize,
     runs: u32,
     cache: CacheSpec,
-    (compression, encrypted, compressible): (tessera_core::Compression, bool, bool),
+    (compression, encryption, compressible): (
+        tessera_core::Compression,
+        tessera_core::Encryption,
+        bool,
+    ),
     threads: usize,
     json: bool,
 ) -> Result<ExitCode> {
@@ -21,7 +25,7 @@ pub fn run(
     opts.runs = runs as usize;
     opts.cache = cache;
     opts.compression = compression;
-    opts.encrypted = encrypted;
+    opts.encryption = encryption;
     opts.compressible = compressible;
     opts.threads = threads;
     let r = bench::run(&opts, &mut |s| {
@@ -56,11 +60,7 @@ pub fn run(
     println!(
         "  compression {}, encryption {}: repository {} ({:.1} % of the stream)",
         r.compression,
-        if r.encrypted {
-            tessera_core::CipherKind::default().name()
-        } else {
-            "none"
-        },
+        r.encryption,
         ui::bytes(r.stored_bytes),
         100.0 * r.stored_bytes as f64 / r.stream_bytes.max(1) as f64
     );

@@ -32,7 +32,7 @@ pub fn run(cmd: LabCommand) -> Result<ExitCode> {
             size,
             runs,
             cache,
-            (compression, encryption.is_encrypted(), compressible),
+            (compression, encryption, compressible),
             threads,
             json.json,
         ),
