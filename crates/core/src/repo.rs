@@ -366,17 +366,30 @@ impl Repository {
     /// version and sealing the other objects have. A repository without
     /// one is of format version 1, named as such.
     fn read_seal(backend: &dyn ObjectStore, generation: Generation) -> Result<RepoSeal> {
+        let repository = || -> Box<crate::error::Subject> {
+            Box::new(
+                format!("repository at {}", backend.location())
+                    .as_str()
+                    .into(),
+            )
+        };
         match backend.get(&ObjectKey::Config) {
-            Ok(b) => RepoSeal::decode(&b),
+            // The config's version is the repository's: name the repository.
+            Ok(b) => RepoSeal::decode(&b).map_err(|e| match e {
+                Error::UnsupportedVersion {
+                    found, supported, ..
+                } => Error::UnsupportedVersion {
+                    object: repository(),
+                    found,
+                    supported,
+                },
+                e => e,
+            }),
             Err(Error::MissingObject(_)) => {
                 let m = backend.get(&ObjectKey::Manifest(generation))?;
                 match m.get(..12) {
                     Some(h) if h[..8] == *b"TSRAMANI" => Err(Error::UnsupportedVersion {
-                        object: Box::new(
-                            format!("repository at {}", backend.location())
-                                .as_str()
-                                .into(),
-                        ),
+                        object: repository(),
                         found: u32::from_le_bytes(h[8..12].try_into().unwrap()),
                         supported: crate::catalog::VERSION,
                     }),

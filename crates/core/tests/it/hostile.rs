@@ -260,3 +260,32 @@ fn fuzz_crash_5d35984c_index_segment_with_reserved_bytes() {
     let mut input = &CRASH[..];
     assert!(tessera_core::archive::extract(&mut input, &dir.path().join("t")).is_err());
 }
+
+/// A repository of the previous sealed format (version 7, whose config
+/// could only name XChaCha20-Poly1305) fails at open with one line naming
+/// its version and this build's, for reading, writing and checking.
+#[test]
+fn repository_of_the_previous_sealed_version_is_named() {
+    let (_d, b, _) = repo_with_backup();
+    let cfg = String::from_utf8(b.get(&ObjectKey::Config).unwrap()).unwrap();
+    let current = format!("\"version\": {}", tessera_core::catalog::VERSION);
+    assert!(cfg.contains(&current), "{cfg}");
+    let old = cfg.replace(&current, "\"version\": 7");
+    b.put(&ObjectKey::Config, old.as_bytes()).unwrap();
+    let expect = format!(
+        "repository at {} has format version 7; this build of Tessera reads version {}",
+        b.location(),
+        tessera_core::catalog::VERSION
+    );
+    let err = Repository::open(b.clone()).err().unwrap();
+    assert!(
+        matches!(err, Error::UnsupportedVersion { found: 7, .. }),
+        "{err}"
+    );
+    assert_eq!(err.to_string(), expect);
+    let err = Repository::open_writer(b.clone(), "t").err().unwrap();
+    assert_eq!(err.to_string(), expect);
+    let report = tessera_core::check::check_backend(b.clone(), &Default::default()).unwrap();
+    assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+    assert_eq!(report.problems[0].problem, expect);
+}
