@@ -75,12 +75,18 @@ pub fn print_json<T: Serialize>(v: &T) -> anyhow::Result<()> {
 /// A byte progress bar on stderr, drawn only when stderr is a terminal,
 /// the output is not JSON and `--quiet` is not given. It is never coloured
 /// (so `NO_COLOR` holds trivially).
+/// Whether [`progress`] bars are drawn (stderr a terminal, not `--json`
+/// or `--quiet`): work that only feeds a bar is skipped otherwise.
+pub fn progress_shown(json: bool) -> bool {
+    !(json || quiet() || !std::io::stderr().is_terminal())
+}
+
 pub fn progress(total: Option<u64>, what: &str, json: bool) -> ProgressBar {
     let pb = match total {
         Some(t) => ProgressBar::new(t),
         None => ProgressBar::no_length(),
     };
-    if json || quiet() || !std::io::stderr().is_terminal() {
+    if !progress_shown(json) {
         pb.set_draw_target(ProgressDrawTarget::hidden());
         return pb;
     }

@@ -1225,7 +1225,20 @@ impl Writer {
         selection: &crate::archive::Selection,
         progress: &mut dyn FnMut(u64),
     ) -> Result<(BackupReport, crate::archive::TreeStats)> {
-        crate::ingest::backup_paths(self, opts, paths, selection, progress)
+        let scan = crate::archive::Scan::start(paths.to_vec(), selection.clone());
+        crate::ingest::backup_paths(self, opts, scan, progress)
+    }
+
+    /// [`backup_paths`](Self::backup_paths) of a walk already started
+    /// ([`crate::archive::Scan::start`]), for instance before this writer
+    /// was opened, so that the walk overlaps the key derivation.
+    pub fn backup_scan(
+        &mut self,
+        opts: &BackupOptions,
+        scan: crate::archive::Scan,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<(BackupReport, crate::archive::TreeStats)> {
+        crate::ingest::backup_paths(self, opts, scan, progress)
     }
 
     /// Use a files cache for the directory backups of this writer (none by

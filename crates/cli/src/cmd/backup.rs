@@ -135,6 +135,19 @@ pub fn backup(
     if let Some(t) = &trace_file {
         meta.paths = vec![filter::absolute(t)];
     }
+    // A directory backup's walk starts now, on a thread of its own, so
+    // that it overlaps the opening of the repository (the key derivation
+    // of an encrypted one takes ~0.1 s of CPU); so does the progress bar's
+    // sizing walk, and only when there is a bar to show.
+    let is_tree = stdin_name.is_none()
+        && trace_file.is_none()
+        && (paths.len() > 1 || std::fs::metadata(&paths[0]).is_ok_and(|m| m.is_dir()));
+    let mut scan =
+        is_tree.then(|| tessera_core::archive::Scan::start(paths.clone(), selection.clone()));
+    let sizing = (is_tree && ui::progress_shown(json)).then(|| {
+        let paths = paths.clone();
+        std::thread::spawn(move || paths.iter().try_fold(0u64, |t, p| Some(t + tree_size(p)?)))
+    });
     let backend = open_backend(repo)?;
     let mut r = super::open_writer(repo, backend.clone(), "tessera backup")?;
     if let Some(c) = compression {
@@ -216,11 +229,13 @@ pub fn backup(
                 backend: IoCounters::default(),
             }
         } else {
-            let total = paths.iter().try_fold(0u64, |t, p| Some(t + tree_size(p)?));
+            let total = sizing.and_then(|t| t.join().ok().flatten());
             let pb = ui::progress(total, "backup", json);
             let opts = options(name.clone(), SourceKind::Tree);
-            let (rep, tree) =
-                r.backup_paths(&opts, &paths, &selection, &mut |n| pb.set_position(n))?;
+            let scan = scan.take().unwrap_or_else(|| {
+                tessera_core::archive::Scan::start(paths.clone(), selection.clone())
+            });
+            let (rep, tree) = r.backup_scan(&opts, scan, &mut |n| pb.set_position(n))?;
             pb.finish_and_clear();
             Report {
                 backup: rep,

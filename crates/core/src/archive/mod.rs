@@ -67,7 +67,7 @@ pub use self::extract::{extract, extract_selected, extract_with, include_paths, 
 pub use self::meta::{Kind, Record};
 pub use self::select::Selection;
 pub use self::serialize::write_tree;
-pub use self::walk::FileId;
+pub use self::walk::{FileId, Scan};
 
 /// Summary of a serialized tree.
 #[derive(Debug, Clone, Default, Serialize)]

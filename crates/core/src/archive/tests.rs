@@ -1873,3 +1873,62 @@ fn writers_refuse_exactly_what_one_writer_refuses() {
     assert_eq!(fs::read(dir.path().join("t4/a")).unwrap(), b"first");
     assert_eq!(fs::read(dir.path().join("t4/dup2")).unwrap(), b"1");
 }
+
+/// The walk runs on its own thread ahead of the store (issue 17): a tree of
+/// many batches still comes out complete, in stream order, with the files'
+/// bytes after their entries.
+#[test]
+fn scan_ahead_keeps_stream_order_over_many_batches() {
+    let src = tempfile::tempdir().unwrap();
+    let r = src.path();
+    let mut expected = Vec::new();
+    for d in 0..12 {
+        let dir = format!("d{d:02}");
+        fs::create_dir(r.join(&dir)).unwrap();
+        expected.push(format!("{dir}/"));
+        for f in 0..150 {
+            let name = format!("{dir}/f{f:03}");
+            fs::write(r.join(&name), name.as_bytes()).unwrap();
+            expected.push(name);
+        }
+    }
+    expected.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+    let (tar, stats) = tar_of(r);
+    assert_eq!(tar_crate_paths(&tar), expected);
+    assert_eq!((stats.files, stats.dirs), (1800, 12));
+    let mut a = tar::Archive::new(&tar[..]);
+    for e in a.entries().unwrap() {
+        let mut e = e.unwrap();
+        if e.header().entry_type() == EntryType::Regular {
+            let path = e.path_bytes().into_owned();
+            let mut data = Vec::new();
+            e.read_to_end(&mut data).unwrap();
+            assert_eq!(data, path, "contents follow their entry");
+        }
+    }
+}
+
+/// A scan nobody stores stops when dropped (its thread is joined, not left
+/// walking), and a scan of a missing path fails in the store, naming it.
+#[test]
+fn dropped_scan_stops_and_missing_path_fails_in_the_store() {
+    let src = tempfile::tempdir().unwrap();
+    for d in 0..40 {
+        let dir = src.path().join(format!("d{d}"));
+        fs::create_dir(&dir).unwrap();
+        for f in 0..100 {
+            fs::write(dir.join(format!("f{f}")), b"x").unwrap();
+        }
+    }
+    drop(Scan::start(
+        vec![src.path().to_path_buf()],
+        Selection::default(),
+    ));
+
+    let missing = src.path().join("not-there");
+    let scan = Scan::start(vec![missing], Selection::default());
+    let mut out = Vec::new();
+    let mut tar = super::serialize::TarOut::new(&mut out);
+    let err = super::walk::store(scan, &mut tar, &mut |_| {}).unwrap_err();
+    assert!(err.to_string().contains("not-there"), "{err}");
+}

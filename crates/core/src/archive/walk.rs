@@ -11,6 +11,8 @@ use std::io::{self, Write};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::thread::JoinHandle;
 
 use super::meta::{Kind, Record};
 use super::serialize::{copy_exactly, CopyError};
@@ -81,44 +83,210 @@ pub(crate) fn walk(
     out: &mut dyn TreeOut,
     on_bytes: &mut dyn FnMut(u64),
 ) -> Result<TreeStats> {
-    let roots = match paths {
-        [] => return Err(Error::invalid("nothing to back up: no paths given")),
-        [one] => {
-            let meta = fs::metadata(one).ctx(|| format!("cannot read {}", one.display()))?;
-            if !meta.is_dir() {
-                return Err(Error::invalid(format!(
-                    "{} is not a directory",
-                    one.display()
-                )));
+    store(
+        Scan::start(paths.to_vec(), selection.clone()),
+        out,
+        on_bytes,
+    )
+}
+
+/// Entries a scan hands over at once (one channel message).
+const SCAN_BATCH: usize = 128;
+/// Batches a scan may run ahead of the store (~64 k entries): deep enough
+/// to cover the key derivation of an encrypted repository opened while
+/// the scan starts, bounded so a huge tree does not pile up in memory.
+const SCAN_AHEAD: usize = 512;
+
+/// The directory walk of a backup, running on a thread of its own ahead of
+/// the store (which reads files and feeds the ingest): listing, `lstat`,
+/// extended attributes and symlink targets of what comes next overlap the
+/// reading of what comes now, and the walk can start before the
+/// repository is open (its key derived). Dropping a scan stops it.
+pub struct Scan {
+    paths: Vec<PathBuf>,
+    rx: Option<Receiver<Vec<Scanned>>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// One step of a scan, in stream order.
+pub(crate) enum Scanned {
+    /// An entry to store.
+    Entry(Box<Found>),
+    /// A directory that cannot be listed (stored empty), as `unreadable`.
+    Unreadable(Vec<u8>, io::Error),
+    /// A path left out, with the reason.
+    Skip(Vec<u8>, String),
+    /// The scan failed here and stopped.
+    Failed(Error),
+}
+
+/// An entry the scan found: what the store needs to record it.
+pub(crate) struct Found {
+    rel: Vec<u8>,
+    abs: PathBuf,
+    meta: Metadata,
+    xattrs: io::Result<Vec<super::meta::Xattr>>,
+    /// A symlink's target; a device's (major, minor).
+    link: Vec<u8>,
+    device: (u32, u32),
+}
+
+impl Scan {
+    /// Start walking `paths` on a new thread, leaving out what `selection`
+    /// excludes. Errors (a path that is not there) come out of the store.
+    pub fn start(paths: Vec<PathBuf>, selection: Selection) -> Scan {
+        let (tx, rx) = sync_channel(SCAN_AHEAD);
+        let for_thread = paths.clone();
+        let thread = std::thread::Builder::new()
+            .name("tessera-scan".into())
+            .spawn(move || {
+                let mut s = Scanner {
+                    roots: Roots::One(PathBuf::new()),
+                    selection,
+                    batch: Vec::with_capacity(SCAN_BATCH),
+                    tx,
+                };
+                if let Err(e) = s.scan(&for_thread) {
+                    s.batch.push(Scanned::Failed(e));
+                }
+                let batch = std::mem::take(&mut s.batch);
+                let _ = s.tx.send(batch);
+            });
+        match thread {
+            Ok(t) => Scan {
+                paths,
+                rx: Some(rx),
+                thread: Some(t),
+            },
+            Err(e) => {
+                // No thread: the store sees the failure at once.
+                let (tx, rx) = sync_channel(1);
+                let _ = tx.send(vec![Scanned::Failed(Error::io(
+                    "cannot start the directory walk",
+                    e,
+                ))]);
+                Scan {
+                    paths,
+                    rx: Some(rx),
+                    thread: None,
+                }
             }
-            Roots::One(one.clone())
         }
-        many => many_roots(many)?,
-    };
-    let mut w = Walker {
-        roots,
-        selection,
+    }
+
+    /// The backup paths, as given.
+    pub fn paths(&self) -> &[PathBuf] {
+        &self.paths
+    }
+}
+
+impl Drop for Scan {
+    fn drop(&mut self) {
+        // A closed channel stops the scanner at its next send.
+        self.rx = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The scan's side: the walk itself.
+struct Scanner {
+    roots: Roots,
+    selection: Selection,
+    batch: Vec<Scanned>,
+    tx: SyncSender<Vec<Scanned>>,
+}
+
+/// The store's side: records, file contents, statistics.
+struct Store<'a> {
+    out: &'a mut dyn TreeOut,
+    on_bytes: &'a mut dyn FnMut(u64),
+    stats: TreeStats,
+    /// Stream path of the first regular file seen for each multiply linked
+    /// (device, inode): later paths become hard links to it.
+    first_path: HashMap<(u64, u64), Vec<u8>>,
+    buf: Vec<u8>,
+}
+
+/// Store what `scan` finds into `out`.
+pub(crate) fn store(
+    mut scan: Scan,
+    out: &mut dyn TreeOut,
+    on_bytes: &mut dyn FnMut(u64),
+) -> Result<TreeStats> {
+    let mut st = Store {
         out,
         on_bytes,
         stats: TreeStats::default(),
         first_path: HashMap::new(),
         buf: vec![0; COPY_BUF],
     };
-    // Paths still to visit, last one first, so that `pop` walks the tree in
-    // order without recursion (deep trees must not overflow a thread's
-    // stack). Each carries the device of its backup path (for
-    // `--one-file-system`), or None above the backup paths.
-    let root_dev = match &w.roots {
-        Roots::One(p) => Some(fs::metadata(p).map(|m| m.dev()).unwrap_or(0)),
-        Roots::Many { .. } => None,
+    let Some(rx) = scan.rx.take() else {
+        return Err(Error::invalid("this directory walk was already used"));
     };
-    let mut pending = w.children(&[], root_dev)?;
-    while let Some((rel, dev)) = pending.pop() {
-        if let Some(children) = w.entry(&rel, dev)? {
-            pending.extend(children);
+    let mut finished = false;
+    for batch in rx.iter() {
+        for step in batch {
+            match step {
+                Scanned::Entry(found) => st.entry(*found)?,
+                Scanned::Unreadable(rel, e) => st.unreadable(&rel, &e),
+                Scanned::Skip(rel, reason) => st.skip(&rel, &reason),
+                Scanned::Failed(e) => return Err(e),
+            }
         }
+        finished = true;
     }
-    Ok(w.stats)
+    if !finished {
+        return Err(Error::invalid("the directory walk stopped unexpectedly"));
+    }
+    Ok(st.stats)
+}
+
+impl Scanner {
+    fn push(&mut self, step: Scanned) -> Result<()> {
+        self.batch.push(step);
+        if self.batch.len() >= SCAN_BATCH {
+            let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(SCAN_BATCH));
+            // The store went away (it failed, or was dropped): stop.
+            self.tx
+                .send(batch)
+                .map_err(|_| Error::invalid("the directory walk was stopped"))?;
+        }
+        Ok(())
+    }
+
+    fn scan(&mut self, paths: &[PathBuf]) -> Result<()> {
+        self.roots = match paths {
+            [] => return Err(Error::invalid("nothing to back up: no paths given")),
+            [one] => {
+                let meta = fs::metadata(one).ctx(|| format!("cannot read {}", one.display()))?;
+                if !meta.is_dir() {
+                    return Err(Error::invalid(format!(
+                        "{} is not a directory",
+                        one.display()
+                    )));
+                }
+                Roots::One(one.clone())
+            }
+            many => many_roots(many)?,
+        };
+        // Paths still to visit, last one first, so that `pop` walks the tree
+        // in order without recursion (deep trees must not overflow a
+        // thread's stack). Each carries the device of its backup path (for
+        // `--one-file-system`), or None above the backup paths.
+        let root_dev = match &self.roots {
+            Roots::One(p) => Some(fs::metadata(p).map(|m| m.dev()).unwrap_or(0)),
+            Roots::Many { .. } => None,
+        };
+        let mut pending = self.children(&[], root_dev, None)?;
+        while let Some((rel, dev)) = pending.pop() {
+            if let Some(children) = self.entry(rel, dev)? {
+                pending.extend(children);
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Several backup paths: made absolute (parents resolved, the last
@@ -178,24 +346,12 @@ fn many_roots(paths: &[PathBuf]) -> Result<Roots> {
     Ok(Roots::Many { virt, whole })
 }
 
-struct Walker<'a> {
-    roots: Roots,
-    selection: &'a Selection,
-    out: &'a mut dyn TreeOut,
-    on_bytes: &'a mut dyn FnMut(u64),
-    stats: TreeStats,
-    /// Stream path of the first regular file seen for each multiply linked
-    /// (device, inode): later paths become hard links to it.
-    first_path: HashMap<(u64, u64), Vec<u8>>,
-    buf: Vec<u8>,
-}
-
 fn write_error(abs: &Path, e: io::Error) -> Error {
     // The ingest's errors (a stopped worker) come back through here.
     Error::io(format!("cannot store {}", abs.display()), e)
 }
 
-impl Walker<'_> {
+impl Scanner {
     fn abs(&self, rel: &[u8]) -> PathBuf {
         match &self.roots {
             Roots::One(root) if rel.is_empty() => root.clone(),
@@ -228,7 +384,14 @@ impl Walker<'_> {
     /// backup path) in reverse stream order. Siblings sort by their stream
     /// name (a directory's with its trailing `/`), which makes the whole
     /// stream sorted by path bytes. Excluded children are left out.
-    fn children(&self, rel: &[u8], dev: Option<u64>) -> Result<Vec<(Vec<u8>, Option<u64>)>> {
+    /// `listing` is the directory, already opened (a virtual directory has
+    /// none).
+    fn children(
+        &self,
+        rel: &[u8],
+        dev: Option<u64>,
+        listing: Option<fs::ReadDir>,
+    ) -> Result<Vec<(Vec<u8>, Option<u64>)>> {
         let join = |name: &[u8]| {
             let mut path = Vec::with_capacity(rel.len() + name.len() + 1);
             if !rel.is_empty() {
@@ -261,7 +424,11 @@ impl Walker<'_> {
         } else {
             let dir = self.abs(rel);
             let cannot = |e| Error::io(format!("cannot read {}", dir.display()), e);
-            for entry in fs::read_dir(&dir).map_err(cannot)? {
+            let listing = match listing {
+                Some(l) => l,
+                None => fs::read_dir(&dir).map_err(cannot)?,
+            };
+            for entry in listing {
                 let entry = entry.map_err(cannot)?;
                 let name = entry.file_name();
                 let is_dir = entry
@@ -283,6 +450,99 @@ impl Walker<'_> {
         Ok(kids.into_iter().map(|(_, path, d)| (path, d)).collect())
     }
 
+    /// Hand one path over; for a directory, return its children.
+    #[allow(clippy::type_complexity)]
+    fn entry(
+        &mut self,
+        rel: Vec<u8>,
+        dev: Option<u64>,
+    ) -> Result<Option<Vec<(Vec<u8>, Option<u64>)>>> {
+        let abs = self.abs(&rel);
+        let meta = match fs::symlink_metadata(&abs) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                self.push(Scanned::Skip(rel, "vanished during the backup".into()))?;
+                return Ok(None);
+            }
+            Err(e) => return Err(Error::io(format!("cannot read {}", abs.display()), e)),
+        };
+        let ft = meta.file_type();
+        let below_root = dev.is_some() && !self.is_root(&rel);
+        let mut found = Found {
+            rel,
+            abs,
+            meta,
+            xattrs: Ok(Vec::new()),
+            link: Vec::new(),
+            device: (0, 0),
+        };
+        if ft.is_dir() {
+            if below_root && self.selection.skips_dir(&found.abs) {
+                return Ok(None);
+            }
+            found.xattrs = read_xattrs(&found.abs);
+            let crosses = below_root
+                && self.selection.one_file_system
+                && dev.is_some_and(|d| d != found.meta.dev());
+            let rel = found.rel.clone();
+            let abs = found.abs.clone();
+            self.push(Scanned::Entry(Box::new(found)))?;
+            if crosses {
+                return Ok(Some(Vec::new()));
+            }
+            // A directory that cannot be listed is stored empty and
+            // reported: the backup is then incomplete, not failed.
+            let listing = match fs::read_dir(&abs) {
+                Ok(l) => Some(l),
+                Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                    self.push(Scanned::Unreadable(rel, e))?;
+                    return Ok(Some(Vec::new()));
+                }
+                Err(_) => None,
+            };
+            return self.children(&rel, dev, listing).map(Some);
+        }
+        if ft.is_symlink() {
+            let target =
+                fs::read_link(&found.abs).ctx(|| format!("cannot read {}", found.abs.display()))?;
+            found.link = target.into_os_string().into_vec();
+        } else if ft.is_char_device() || ft.is_block_device() {
+            let rdev = found.meta.rdev();
+            found.device = (libc::major(rdev), libc::minor(rdev));
+            if found.device.0 > MAX_DEVICE_NUMBER || found.device.1 > MAX_DEVICE_NUMBER {
+                let rel = found.rel;
+                self.push(Scanned::Skip(
+                    rel,
+                    "device number too large for the tar header (not stored)".into(),
+                ))?;
+                return Ok(None);
+            }
+        } else if !ft.is_file() && !ft.is_fifo() {
+            let what = if ft.is_socket() {
+                "socket"
+            } else {
+                "unknown file type"
+            };
+            let rel = found.rel;
+            self.push(Scanned::Skip(rel, format!("{what} (not stored)")))?;
+            return Ok(None);
+        }
+        found.xattrs = read_xattrs(&found.abs);
+        self.push(Scanned::Entry(Box::new(found)))?;
+        Ok(None)
+    }
+}
+
+/// The extended attributes of `abs`; a path gone since is taken as having
+/// none (the store finds it gone).
+fn read_xattrs(abs: &Path) -> io::Result<Vec<super::meta::Xattr>> {
+    match super::xattr::read(abs) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+        r => r,
+    }
+}
+
+impl Store<'_> {
     fn record(kind: Kind, path: Vec<u8>, meta: &Metadata) -> Record {
         Record {
             kind,
@@ -299,123 +559,68 @@ impl Walker<'_> {
         }
     }
 
-    /// The extended attributes of `abs` for its record; one that cannot be
-    /// read makes the backup incomplete (reported, as an unreadable file).
-    fn xattrs(&mut self, rel: &[u8], abs: &Path) -> Vec<super::meta::Xattr> {
-        match super::xattr::read(abs) {
+    /// The extended attributes the scan read; one that could not be read
+    /// makes the backup incomplete (reported, as an unreadable file).
+    fn xattrs(&mut self, f: &mut Found) -> Vec<super::meta::Xattr> {
+        match std::mem::replace(&mut f.xattrs, Ok(Vec::new())) {
             Ok(x) => x,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
             Err(e) => {
                 self.stats.unreadable.push(format!(
                     "{}: extended attributes not stored: {e}",
-                    String::from_utf8_lossy(rel)
+                    String::from_utf8_lossy(&f.rel)
                 ));
                 Vec::new()
             }
         }
     }
 
-    /// Store one path; for a directory, return its children.
-    #[allow(clippy::type_complexity)]
-    fn entry(
-        &mut self,
-        rel: &[u8],
-        dev: Option<u64>,
-    ) -> Result<Option<Vec<(Vec<u8>, Option<u64>)>>> {
-        let abs = self.abs(rel);
-        let meta = match fs::symlink_metadata(&abs) {
-            Ok(m) => m,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                self.skip(rel, "vanished during the backup");
-                return Ok(None);
-            }
-            Err(e) => return Err(Error::io(format!("cannot read {}", abs.display()), e)),
-        };
-        let ft = meta.file_type();
-        let below_root = dev.is_some() && !self.is_root(rel);
-        if ft.is_dir() {
-            if below_root && self.selection.skips_dir(&abs) {
-                return Ok(None);
-            }
-            let mut name = rel.to_vec();
+    /// Store one entry the scan found.
+    fn entry(&mut self, mut f: Found) -> Result<()> {
+        let ft = f.meta.file_type();
+        if ft.is_file() {
+            return self.file(f);
+        }
+        let (kind, rel) = if ft.is_dir() {
+            let mut name = f.rel.clone();
             name.push(b'/');
-            let mut r = Self::record(Kind::Dir, name, &meta);
-            r.xattrs = self.xattrs(rel, &abs);
-            self.out.entry(&r).map_err(|e| write_error(&abs, e))?;
-            self.stats.dirs += 1;
-            let crosses = below_root
-                && self.selection.one_file_system
-                && dev.is_some_and(|d| d != meta.dev());
-            if crosses {
-                return Ok(Some(Vec::new()));
-            }
-            // A directory that cannot be listed is stored empty and
-            // reported: the backup is then incomplete, not failed.
-            if let Err(e) = fs::read_dir(&abs) {
-                if e.kind() == io::ErrorKind::PermissionDenied {
-                    self.unreadable(rel, &e);
-                    return Ok(Some(Vec::new()));
-                }
-            }
-            return self.children(rel, dev).map(Some);
-        }
-        if ft.is_symlink() {
-            let target = fs::read_link(&abs).ctx(|| format!("cannot read {}", abs.display()))?;
-            let mut r = Self::record(Kind::Symlink, rel.to_vec(), &meta);
-            r.link = target.into_os_string().into_vec();
-            r.xattrs = self.xattrs(rel, &abs);
-            self.out.entry(&r).map_err(|e| write_error(&abs, e))?;
-            self.stats.symlinks += 1;
-        } else if ft.is_file() {
-            self.file(rel, &abs, &meta)?;
+            (Kind::Dir, name)
+        } else if ft.is_symlink() {
+            (Kind::Symlink, f.rel.clone())
         } else if ft.is_fifo() {
-            let mut r = Self::record(Kind::Fifo, rel.to_vec(), &meta);
-            r.xattrs = self.xattrs(rel, &abs);
-            self.out.entry(&r).map_err(|e| write_error(&abs, e))?;
-            self.stats.specials += 1;
-        } else if ft.is_char_device() || ft.is_block_device() {
-            let kind = if ft.is_char_device() {
-                Kind::CharDevice
-            } else {
-                Kind::BlockDevice
-            };
-            let (major, minor) = (libc::major(meta.rdev()), libc::minor(meta.rdev()));
-            if major > MAX_DEVICE_NUMBER || minor > MAX_DEVICE_NUMBER {
-                self.skip(
-                    rel,
-                    "device number too large for the tar header (not stored)",
-                );
-            } else {
-                let mut r = Self::record(kind, rel.to_vec(), &meta);
-                r.device = (major, minor);
-                r.xattrs = self.xattrs(rel, &abs);
-                self.out.entry(&r).map_err(|e| write_error(&abs, e))?;
-                self.stats.specials += 1;
-            }
+            (Kind::Fifo, f.rel.clone())
+        } else if ft.is_char_device() {
+            (Kind::CharDevice, f.rel.clone())
         } else {
-            let what = if ft.is_socket() {
-                "socket"
-            } else {
-                "unknown file type"
-            };
-            self.skip(rel, &format!("{what} (not stored)"));
+            (Kind::BlockDevice, f.rel.clone())
+        };
+        let mut r = Self::record(kind, rel, &f.meta);
+        r.xattrs = self.xattrs(&mut f);
+        r.link = std::mem::take(&mut f.link);
+        r.device = f.device;
+        self.out.entry(&r).map_err(|e| write_error(&f.abs, e))?;
+        match kind {
+            Kind::Dir => self.stats.dirs += 1,
+            Kind::Symlink => self.stats.symlinks += 1,
+            _ => self.stats.specials += 1,
         }
-        Ok(None)
+        Ok(())
     }
 
-    fn file(&mut self, rel: &[u8], abs: &Path, meta: &Metadata) -> Result<()> {
+    fn file(&mut self, mut f: Found) -> Result<()> {
+        let (rel, abs, meta) = (&f.rel, &f.abs, &f.meta);
         let inode = (meta.dev(), meta.ino());
         if meta.nlink() > 1 {
             if let Some(first) = self.first_path.get(&inode) {
-                let mut r = Self::record(Kind::Hardlink, rel.to_vec(), meta);
+                let mut r = Self::record(Kind::Hardlink, rel.clone(), meta);
                 r.link = first.clone();
                 self.out.entry(&r).map_err(|e| write_error(abs, e))?;
                 self.stats.hardlinks += 1;
                 return Ok(());
             }
         }
-        let xattrs = self.xattrs(rel, abs);
-        let mut r = Self::record(Kind::File, rel.to_vec(), meta);
+        let xattrs = self.xattrs(&mut f);
+        let (rel, abs, meta) = (&f.rel, &f.abs, &f.meta);
+        let mut r = Self::record(Kind::File, rel.clone(), meta);
         r.size = meta.len();
         r.xattrs.clone_from(&xattrs);
         if self
@@ -454,7 +659,7 @@ impl Walker<'_> {
         }
         // The size seen now is the size stored, whatever happens to the file
         // while it is copied: the entry is already recorded by then.
-        let mut r = Self::record(Kind::File, rel.to_vec(), &fmeta);
+        let mut r = Self::record(Kind::File, rel.clone(), &fmeta);
         r.size = fmeta.len();
         r.xattrs = xattrs;
         self.out.entry(&r).map_err(|e| write_error(abs, e))?;

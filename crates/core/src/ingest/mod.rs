@@ -476,8 +476,11 @@ pub(crate) fn backup_tree(
     root: &std::path::Path,
     progress: &mut dyn FnMut(u64),
 ) -> Result<(BackupReport, crate::archive::TreeStats)> {
-    let selection = crate::archive::Selection::default();
-    tree::backup_paths(repo, opts, &[root.to_path_buf()], &selection, progress)
+    let scan = crate::archive::Scan::start(
+        vec![root.to_path_buf()],
+        crate::archive::Selection::default(),
+    );
+    tree::backup_paths(repo, opts, scan, progress)
 }
 
 pub(crate) use tree::backup_paths;

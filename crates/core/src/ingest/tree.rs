@@ -12,8 +12,8 @@ use super::files_cache::{cache_path, CacheWriter, FilesCache, FilesCacheOptions}
 use super::pipeline::Ingest;
 use super::{BackupOptions, BackupReport};
 use crate::archive::meta::{Kind, MetaWriter, Record};
-use crate::archive::walk::{walk, TreeOut};
-use crate::archive::{FileId, Selection, TreeStats};
+use crate::archive::walk::{store, TreeOut};
+use crate::archive::{FileId, Scan, TreeStats};
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::repo::Writer;
@@ -90,8 +90,7 @@ impl TreeOut for TreeIngest<'_> {
 pub(crate) fn backup_paths(
     repo: &mut Writer,
     opts: &BackupOptions,
-    paths: &[PathBuf],
-    selection: &Selection,
+    scan: Scan,
     progress: &mut dyn FnMut(u64),
 ) -> Result<(BackupReport, TreeStats)> {
     if repo.manifest.config.trace {
@@ -99,7 +98,11 @@ pub(crate) fn backup_paths(
             "this repository is in trace mode; it stores fingerprint traces, not directories",
         ));
     }
+    // Before any file is read (the scan may have stat-ed some already):
+    // the files cache's racy-file guard counts from here.
     let started = crate::clock::now();
+    let paths: Vec<PathBuf> = scan.paths().to_vec();
+    let mut scan = Some(scan);
     // The cache hands chunks over without their bytes, which a rewrite
     // policy would need to store duplicates again.
     let cache_opts: Option<FilesCacheOptions> = repo
@@ -108,7 +111,7 @@ pub(crate) fn backup_paths(
         .cloned();
     let cache_file = cache_opts
         .as_ref()
-        .map(|c| cache_path(&c.dir, &repo.manifest.config.repo_id, paths));
+        .map(|c| cache_path(&c.dir, &repo.manifest.config.repo_id, &paths));
     let old = match (&cache_opts, &cache_file) {
         (Some(c), Some(f)) if !c.force_read => {
             let mut old = FilesCache::load(f);
@@ -134,7 +137,10 @@ pub(crate) fn backup_paths(
             done += n;
             progress(done)
         };
-        stats = Some(walk(paths, selection, &mut out, &mut on_bytes)?);
+        let scan = scan
+            .take()
+            .ok_or_else(|| Error::invalid("the directory walk ran twice"))?;
+        stats = Some(store(scan, &mut out, &mut on_bytes)?);
         let io_err = |e| Error::io("backup", e);
         let (names, times) = std::mem::take(&mut out.meta).finish();
         learnt = out.learnt.take();
