@@ -326,25 +326,25 @@ impl FpTable {
     /// hit elsewhere moves the cursor after it.
     #[inline]
     pub fn contains_seq(&self, cursor: &mut usize, fp: &Fingerprint) -> bool {
+        self.get_seq(cursor, fp).is_some()
+    }
+
+    /// [`get`](Self::get) for one key of a stream, as
+    /// [`contains_seq`](Self::contains_seq).
+    #[inline]
+    pub fn get_seq(&self, cursor: &mut usize, fp: &Fingerprint) -> Option<u64> {
         let k = key_of(fp);
         if vacant(&k) {
-            return self.zero.is_some();
+            return self.zero;
         }
         if self.keys.get(*cursor).is_some_and(|x| same(x, &k)) {
             *cursor += 1;
-            return true;
+            return Some(self.vals[*cursor - 1]);
         }
-        let Some(s) = &self.slots else {
-            return false;
-        };
-        let s = s.as_slice();
-        match self.find(s, &k) {
-            Ok(i) => {
-                *cursor = Self::at(s, i) + 1;
-                true
-            }
-            Err(_) => false,
-        }
+        let s = self.slots.as_ref()?.as_slice();
+        let at = Self::at(s, self.find(s, &k).ok()?);
+        *cursor = at + 1;
+        Some(self.vals[at])
     }
 
     /// Insert or replace; returns the previous value.

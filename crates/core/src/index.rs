@@ -322,10 +322,21 @@ impl Index {
     /// Exact: the log only ever holds fingerprints the index holds.
     #[inline]
     pub fn contains_data_seq(&mut self, cursor: &mut DataCursor, fp: &Fingerprint) -> bool {
+        self.get_data_seq(cursor, fp).is_some()
+    }
+    /// [`get`](Self::get) of a data chunk, for consecutive chunks of one
+    /// stream, as [`contains_data_seq`](Self::contains_data_seq).
+    #[inline]
+    pub fn get_data_seq(
+        &mut self,
+        cursor: &mut DataCursor,
+        fp: &Fingerprint,
+    ) -> Option<ContainerId> {
         match &mut self.data {
-            DataTable::Mem(t) => t.contains_seq(&mut cursor.log, fp),
-            DataTable::Disk(t) => t.contains_seq(&mut cursor.disk, fp),
+            DataTable::Mem(t) => t.get_seq(&mut cursor.log, fp),
+            DataTable::Disk(t) => t.get_seq(&mut cursor.disk, fp),
         }
+        .map(ContainerId)
     }
     /// Hint that the insertion-log entry `ahead` after `cursor` will be read
     /// soon (by [`prefetch_data_seq`](Self::prefetch_data_seq)).
@@ -594,7 +605,12 @@ pub trait DedupIndex: Default + Send + Sync + 'static {
     /// Whether a data chunk is held, for consecutive chunks of one stream.
     /// Takes the index mutably: an on-disk index loads container lists
     /// into its cache (a backup owns its index).
-    fn contains_data_seq(&mut self, cursor: &mut Self::Cursor, fp: &Fingerprint) -> bool;
+    fn contains_data_seq(&mut self, cursor: &mut Self::Cursor, fp: &Fingerprint) -> bool {
+        self.get_data_seq(cursor, fp).is_some()
+    }
+    /// The location of a data chunk (as [`get`](Self::get)), for
+    /// consecutive chunks of one stream.
+    fn get_data_seq(&mut self, cursor: &mut Self::Cursor, fp: &Fingerprint) -> Option<ContainerId>;
     /// Hint that the log entry `ahead` after `cursor` will be read soon.
     fn prefetch_data_log(&self, cursor: Self::Cursor, ahead: usize);
     /// Hint that `fp` is looked up `ahead` lookups after `cursor`.
@@ -647,8 +663,8 @@ impl DedupIndex for Index {
     type Saved = Vec<(CopyNo, ContainerId)>;
 
     #[inline]
-    fn contains_data_seq(&mut self, cursor: &mut DataCursor, fp: &Fingerprint) -> bool {
-        Index::contains_data_seq(self, cursor, fp)
+    fn get_data_seq(&mut self, cursor: &mut DataCursor, fp: &Fingerprint) -> Option<ContainerId> {
+        Index::get_data_seq(self, cursor, fp)
     }
     #[inline]
     fn prefetch_data_log(&self, cursor: DataCursor, ahead: usize) {

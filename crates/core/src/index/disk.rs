@@ -4,8 +4,9 @@
 //!
 //! * **Runs**: immutable files of 40-byte records (fingerprint, container
 //!   u64 LE; `u64::MAX` marks a removed fingerprint), sorted by fingerprint.
-//!   RAM holds only each run's *fences* (the first key of every
-//!   [`FENCE_EVERY`] records), so a probe reads one 5 KiB group. Runs are
+//!   RAM holds only each run's *fences* (the first 8 bytes of the first
+//!   key of every [`FENCE_EVERY`] records), so a probe compares integers
+//!   in RAM and then reads one 1.25 KiB group. Runs are
 //!   tiered: [`FANOUT`] runs of one level merge into one of the next (newest
 //!   record of a key wins; removal marks are dropped once no older run can
 //!   hold the key), so a stream of N inserts rewrites each record
@@ -19,7 +20,9 @@
 //!   list*, as a DDFS container's metadata section). When a lookup finds a
 //!   chunk in a run, the whole list of its container is loaded into an LRU
 //!   cache, so the duplicates that follow it in a version series hit in
-//!   memory; a cursor walks the list so a repeated stream needs no hashing.
+//!   memory: a cursor walks the list (looking a few places ahead, and
+//!   where the stream left the last lists it used), so a repeated stream
+//!   needs no hashing and the cache no per-fingerprint map.
 //!
 //! Exact: the cache holds only current entries. A change to a fingerprint
 //! drops it from the cache and invalidates the container list it was listed
@@ -33,7 +36,7 @@
 //! and a guessed answer would change dedup decisions.
 
 use super::bloom::Bloom;
-use crate::fingerprint::{Fingerprint, FpMap, FP_LEN};
+use crate::fingerprint::{Fingerprint, FP_LEN};
 use crate::fptable::FpTable;
 use memmap2::Mmap;
 use std::fs::File;
@@ -45,9 +48,9 @@ use std::sync::Mutex;
 const REC: usize = FP_LEN + 8;
 /// A removed fingerprint's value in a run.
 const TOMB: u64 = u64::MAX;
-/// Records per fence: one 5 KiB group read per probe, 0.25 bytes of
+/// Records per fence: one 1.25 KiB group read per probe, 0.25 bytes of
 /// fence RAM per record.
-pub const FENCE_EVERY: usize = 128;
+pub const FENCE_EVERY: usize = 32;
 /// Runs of one level merged into one run of the next.
 pub const FANOUT: usize = 4;
 
@@ -89,7 +92,22 @@ struct Run {
     map: Option<Mmap>,
     len: usize,
     level: u32,
-    fences: Vec<Fingerprint>,
+    /// [`head`] of the first key of every [`FENCE_EVERY`] records.
+    fences: Vec<u64>,
+}
+
+/// Key order, decided by the first 8 bytes as one integer comparison in
+/// all but a 2^-64 share of cases.
+#[inline(always)]
+fn key_cmp(a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+    head(a).cmp(&head(b)).then_with(|| a.cmp(b))
+}
+
+/// The first 8 bytes of a key as an integer ordered as the key is: a fence
+/// or a cursor comparison is one integer comparison.
+#[inline(always)]
+fn head(k: &[u8]) -> u64 {
+    u64::from_be_bytes(k[..8].try_into().expect("a fingerprint has 8 bytes"))
 }
 
 impl Run {
@@ -104,17 +122,22 @@ impl Run {
 
     /// The record of `fp` (its value, maybe [`TOMB`]).
     fn find(&self, fp: &Fingerprint) -> Option<u64> {
-        let g = self.fences.partition_point(|f| f.0 <= fp.0);
-        if g == 0 {
+        // Groups whose first key's head is <= the key's may hold it; of
+        // those, the ones before the last with a smaller head cannot (heads
+        // are equal across groups only in a 2^-64 case, still exact here).
+        let h = head(&fp.0);
+        let last = self.fences.partition_point(|&f| f <= h);
+        if last == 0 {
             return None;
         }
-        let lo = (g - 1) * FENCE_EVERY;
-        let hi = (lo + FENCE_EVERY).min(self.len);
+        let first = self.fences[..last].partition_point(|&f| f < h).max(1);
+        let lo = (first - 1) * FENCE_EVERY;
+        let hi = (last * FENCE_EVERY).min(self.len);
         let (mut a, mut b) = (lo, hi);
         while a < b {
             let m = (a + b) / 2;
             let (k, v) = self.rec(m);
-            match k.cmp(&fp.0[..]) {
+            match key_cmp(k, &fp.0) {
                 std::cmp::Ordering::Less => a = m + 1,
                 std::cmp::Ordering::Greater => b = m,
                 std::cmp::Ordering::Equal => return Some(v),
@@ -135,7 +158,7 @@ impl Run {
         let mut len = 0;
         for (fp, v) in records {
             if len % FENCE_EVERY == 0 {
-                fences.push(fp);
+                fences.push(head(&fp.0));
             }
             w.write_all(&fp.0).unwrap_or_else(|e| fail(&path, e));
             w.write_all(&v.to_le_bytes())
@@ -168,11 +191,17 @@ struct ListFile {
 type Extent = (u32, u64, u32);
 
 /// The locality-preserved cache: the lists of recently used containers.
+/// No map from fingerprint to slot: filling and emptying one cost two hash
+/// operations for every fingerprint of every list loaded, twice what the
+/// in-memory index spends per lookup. A stream finds its duplicates at a
+/// cursor instead (with a short look-ahead, and the places it left the
+/// lists it used last), and a chunk met out of order is found in the runs,
+/// then in its container's cached list by a scan.
 #[derive(Default)]
 struct Cache {
-    /// fp → (slot, position in the slot's list).
-    map: FpMap<(u32, u32)>,
     slots: Vec<Slot>,
+    /// Container → its slot.
+    by_container: FpLikeMap<u32>,
     tick: u64,
     counts: DiskCounts,
 }
@@ -180,9 +209,10 @@ struct Cache {
 /// Where lookups were answered (for benchmarks and tests).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct DiskCounts {
-    /// At the stream cursor in a cached container list (no hashing).
+    /// At the stream cursor in a cached container list, or a few places
+    /// past it, or where the stream left a recently used list (no hashing).
     pub cursor: u64,
-    /// In the locality cache by hash.
+    /// In a cached container list after a run probe (no list loaded).
     pub cache: u64,
     /// In the overlay (changes not yet flushed).
     pub overlay: u64,
@@ -200,30 +230,98 @@ struct Slot {
     used: u64,
 }
 
+/// Places past the cursor a stream's next duplicate is looked for: the
+/// chunks of an older version that the new one dropped or changed.
+const LOOKAHEAD: usize = 64;
+/// Lists a stream's cursor remembers where it left (duplicates of a
+/// version series alternate between the containers of a few older ones).
+const RECENT: usize = 4;
+
 impl Cache {
     fn slot_of(&self, container: u64) -> Option<usize> {
-        self.slots.iter().position(|s| s.container == container)
+        self.by_container.get(&container).map(|&s| s as usize)
     }
 
     fn evict(&mut self, slot: usize) {
         let s = &mut self.slots[slot];
-        for (pos, fp) in s.fps.iter().enumerate() {
-            if self.map.get(fp) == Some(&(slot as u32, pos as u32)) {
-                self.map.remove(fp);
-            }
+        if s.container != TOMB {
+            self.by_container.remove(&s.container);
         }
         s.fps.clear();
         s.container = TOMB;
     }
+
+    /// `fp` at `pos` of `slot`'s list or up to [`LOOKAHEAD`] places
+    /// later: the position after it.
+    #[inline]
+    fn near(&self, slot: u32, pos: u32, fp: &Fingerprint) -> Option<u32> {
+        let fps = &self.slots.get(slot as usize)?.fps;
+        let from = (pos as usize).min(fps.len());
+        let to = (from + LOOKAHEAD).min(fps.len());
+        fps[from..to]
+            .iter()
+            .position(|k| k == fp)
+            .map(|i| (from + i + 1) as u32)
+    }
+
+    /// The position of `fp` in `slot`'s list, scanning from `hint`.
+    fn find_in(&self, slot: usize, hint: u32, fp: &Fingerprint) -> Option<u32> {
+        let fps = &self.slots[slot].fps;
+        let hint = (hint as usize).min(fps.len());
+        fps[hint..]
+            .iter()
+            .position(|k| k == fp)
+            .map(|i| hint + i)
+            .or_else(|| fps[..hint].iter().position(|k| k == fp))
+            .map(|i| i as u32)
+    }
+
+    fn touch(&mut self, slot: u32) {
+        self.tick += 1;
+        if let Some(s) = self.slots.get_mut(slot as usize) {
+            s.used = self.tick;
+        }
+    }
 }
 
 /// Where a stream of lookups expects its next fingerprint: the overlay's
-/// insertion order, or a cached container list.
-#[derive(Clone, Copy, Debug, Default)]
+/// insertion order, or a cached container list; and where it left the
+/// lists it used before.
+#[derive(Clone, Copy, Debug)]
 pub struct DiskCursor {
     overlay: usize,
     slot: u32,
     pos: u32,
+    /// (slot, position) of lists left, most recent first.
+    recent: [(u32, u32); RECENT],
+}
+
+impl Default for DiskCursor {
+    fn default() -> Self {
+        DiskCursor {
+            overlay: 0,
+            slot: u32::MAX,
+            pos: 0,
+            recent: [(u32::MAX, 0); RECENT],
+        }
+    }
+}
+
+impl DiskCursor {
+    /// Move to `slot` at `pos`, remembering where the list it leaves was.
+    fn go(&mut self, slot: u32, pos: u32) {
+        if slot != self.slot {
+            let mut left = (self.slot, self.pos);
+            for r in self.recent.iter_mut() {
+                std::mem::swap(r, &mut left);
+                if left.0 == slot || left.0 == u32::MAX {
+                    break;
+                }
+            }
+        }
+        self.slot = slot;
+        self.pos = pos;
+    }
 }
 
 /// Fingerprint → u64 on disk (see the module documentation).
@@ -304,14 +402,14 @@ impl DiskTable {
     /// (Mapped run and list pages are the kernel's page cache.)
     pub fn memory_bytes(&self) -> usize {
         let t = &self.t;
-        let fences: usize = t.runs.iter().map(|r| r.fences.capacity() * FP_LEN).sum();
+        let fences: usize = t.runs.iter().map(|r| r.fences.capacity() * 8).sum();
         let extents: usize = t
             .extents
             .values()
             .map(|v| 32 + v.capacity() * std::mem::size_of::<Extent>())
             .sum();
         let c = self.cache();
-        let cache = c.map.capacity() * (FP_LEN + 8 + 8)
+        let cache = c.by_container.capacity() * 16
             + c.slots
                 .iter()
                 .map(|s| s.fps.capacity() * FP_LEN)
@@ -350,35 +448,83 @@ impl DiskTable {
     /// cached list position or overlay position after the previous hit.
     #[inline]
     pub fn contains_seq(&mut self, cursor: &mut DiskCursor, fp: &Fingerprint) -> bool {
+        self.get_seq(cursor, fp).is_some()
+    }
+
+    /// [`get`](Self::get) for one key of a stream, as
+    /// [`contains_seq`](Self::contains_seq).
+    #[inline]
+    pub fn get_seq(&mut self, cursor: &mut DiskCursor, fp: &Fingerprint) -> Option<u64> {
         let (t, c) = self.split();
+        // Every fingerprint in a cached list maps to its container (see the
+        // module documentation), so a hit anywhere in one is an answer.
+        // First the place after the previous hit: one comparison.
         if let Some(s) = c.slots.get(cursor.slot as usize) {
             if s.fps.get(cursor.pos as usize) == Some(fp) {
                 cursor.pos += 1;
                 c.counts.cursor += 1;
-                return true;
+                return Some(s.container);
             }
         }
         if let Some(v) = t.overlay.value_logged_at(cursor.overlay, fp) {
             // Overlay entries may be removal marks.
             cursor.overlay += 1;
             c.counts.overlay += 1;
-            return v != TOMB;
+            return (v != TOMB).then_some(v);
         }
-        match t.lookup(c, fp) {
-            (Some(_), Some((slot, pos))) => {
-                cursor.slot = slot;
-                cursor.pos = pos + 1;
-                true
-            }
-            (Some(_), None) => {
-                let mut o = cursor.overlay;
-                if t.overlay.contains_seq(&mut o, fp) {
-                    cursor.overlay = o;
-                }
-                true
-            }
-            (None, _) => false,
+        // A new chunk: nothing to look for.
+        if !t.bloom.may_contain(fp) {
+            c.counts.bloom_new += 1;
+            return None;
         }
+        // A few places on (chunks the new version dropped), or where the
+        // stream left a list it used lately.
+        if let Some(next) = c.near(cursor.slot, cursor.pos, fp) {
+            cursor.pos = next;
+            c.counts.cursor += 1;
+            return Some(c.slots[cursor.slot as usize].container);
+        }
+        for i in 0..RECENT {
+            let (slot, pos) = cursor.recent[i];
+            if slot == u32::MAX {
+                break;
+            }
+            if let Some(next) = c.near(slot, pos, fp) {
+                cursor.go(slot, next);
+                c.touch(slot);
+                c.counts.cursor += 1;
+                return Some(c.slots[slot as usize].container);
+            }
+        }
+        if let Some(v) = t.overlay.get(fp) {
+            c.counts.overlay += 1;
+            let mut o = cursor.overlay;
+            if t.overlay.contains_seq(&mut o, fp) {
+                cursor.overlay = o;
+            }
+            return (v != TOMB).then_some(v);
+        }
+        c.counts.run_probes += 1;
+        let v = match t.in_runs(fp) {
+            None | Some(TOMB) => return None,
+            Some(v) => v,
+        };
+        // Its container's list, searched from where the stream was in it.
+        let hint = |slot: usize| {
+            if slot as u32 == cursor.slot {
+                cursor.pos
+            } else {
+                cursor
+                    .recent
+                    .iter()
+                    .find(|r| r.0 == slot as u32)
+                    .map_or(0, |r| r.1)
+            }
+        };
+        if let Some((slot, pos)) = t.load_list(c, v, fp, hint) {
+            cursor.go(slot, pos + 1);
+        }
+        Some(v)
     }
 
     /// Hint that `fp` will be looked up soon.
@@ -395,7 +541,7 @@ impl DiskTable {
         if old == Some(v) {
             return old;
         }
-        t.forget_cached(c, &fp, old);
+        t.forget_cached(c, old);
         if old.is_none() {
             t.len += 1;
             t.bloom.insert(&fp);
@@ -410,7 +556,7 @@ impl DiskTable {
         let (t, c) = self.split();
         let old = t.lookup(c, fp).0;
         old?;
-        t.forget_cached(c, fp, old);
+        t.forget_cached(c, old);
         t.len -= 1;
         if t.bloom.may_contain(fp) && t.in_runs(fp).is_some_and(|v| v != TOMB) {
             t.overlay.insert(*fp, TOMB);
@@ -442,13 +588,6 @@ impl Tables {
     /// The current value of `fp`, and the cache slot and position when it
     /// came from (or was just loaded into) the cache.
     fn lookup(&self, c: &mut Cache, fp: &Fingerprint) -> (Option<u64>, Option<(u32, u32)>) {
-        if let Some(&(slot, pos)) = c.map.get(fp) {
-            c.tick += 1;
-            c.counts.cache += 1;
-            let s = &mut c.slots[slot as usize];
-            s.used = c.tick;
-            return (Some(s.container), Some((slot, pos)));
-        }
         if let Some(v) = self.overlay.get(fp) {
             c.counts.overlay += 1;
             return ((v != TOMB).then_some(v), None);
@@ -460,18 +599,27 @@ impl Tables {
         c.counts.run_probes += 1;
         match self.in_runs(fp) {
             None | Some(TOMB) => (None, None),
-            Some(v) => (Some(v), self.load_list(c, v, fp)),
+            Some(v) => (Some(v), self.load_list(c, v, fp, |_| 0)),
         }
     }
 
     /// Load container `c`'s list into the cache (evicting the least
     /// recently used one) unless it is there or invalidated; the slot and
     /// position of `fp` in it.
-    fn load_list(&self, cache: &mut Cache, c: u64, fp: &Fingerprint) -> Option<(u32, u32)> {
-        let ext = self.extents.get(&c)?;
-        if cache.slot_of(c).is_some() {
-            return None;
+    fn load_list(
+        &self,
+        cache: &mut Cache,
+        c: u64,
+        fp: &Fingerprint,
+        hint: impl Fn(usize) -> u32,
+    ) -> Option<(u32, u32)> {
+        if let Some(slot) = cache.slot_of(c) {
+            let pos = cache.find_in(slot, hint(slot), fp)?;
+            cache.counts.cache += 1;
+            cache.touch(slot as u32);
+            return Some((slot as u32, pos));
         }
+        let ext = self.extents.get(&c)?;
         let slot = if cache.slots.len() < self.cfg.cache_containers.max(1) {
             cache.slots.push(Slot {
                 container: TOMB,
@@ -495,13 +643,11 @@ impl Tables {
                     .map(|k| Fingerprint(k.try_into().unwrap())),
             );
         }
-        let mut at = None;
-        for (pos, k) in fps.iter().enumerate() {
-            cache.map.insert(*k, (slot as u32, pos as u32));
-            if k == fp {
-                at = Some((slot as u32, pos as u32));
-            }
-        }
+        let at = fps
+            .iter()
+            .position(|k| k == fp)
+            .map(|pos| (slot as u32, pos as u32));
+        cache.by_container.insert(c, slot as u32);
         cache.tick += 1;
         cache.counts.lists_loaded += 1;
         cache.slots[slot] = Slot {
@@ -512,14 +658,13 @@ impl Tables {
         at
     }
 
-    /// A change to `fp`, whose value was `old`: drop it from the cache and
-    /// invalidate `old`'s list, which names it.
-    fn forget_cached(&mut self, c: &mut Cache, fp: &Fingerprint, old: Option<u64>) {
+    /// A change to a fingerprint whose value was `old`: drop `old`'s list
+    /// from the cache and invalidate it, as it names the fingerprint.
+    fn forget_cached(&mut self, c: &mut Cache, old: Option<u64>) {
         let Some(old) = old else { return };
         if let Some(slot) = c.slot_of(old) {
             c.evict(slot);
         }
-        c.map.remove(fp);
         self.extents.remove(&old);
     }
 
@@ -581,7 +726,7 @@ impl Tables {
             self.lists.push(ListFile { map });
         }
         let mut sorted = entries;
-        sorted.sort_unstable_by_key(|a| a.0);
+        sorted.sort_unstable_by(|a, b| key_cmp(&a.0 .0, &b.0 .0));
         let path = self.file("run");
         let run = Run::write(path, 0, sorted.into_iter());
         self.runs.push(run);
@@ -615,22 +760,27 @@ impl Tables {
             // Min-heap on (key, newest run first).
             for (r, run) in runs.iter().enumerate() {
                 if run.len > 0 {
-                    heap.push(std::cmp::Reverse((run.fp(0), usize::MAX - r)));
+                    heap.push(std::cmp::Reverse((
+                        head(&run.fp(0).0),
+                        run.fp(0),
+                        usize::MAX - r,
+                    )));
                 }
             }
             let next = std::iter::from_fn(|| loop {
-                let std::cmp::Reverse((fp, rr)) = heap.pop()?;
+                let std::cmp::Reverse((_, fp, rr)) = heap.pop()?;
                 let r = usize::MAX - rr;
                 let v = runs[r].rec(heads[r]).1;
                 // Advance every run at this key (older ones are shadowed).
                 let mut advance = |r: usize, heap: &mut std::collections::BinaryHeap<_>| {
                     heads[r] += 1;
                     if heads[r] < runs[r].len {
-                        heap.push(std::cmp::Reverse((runs[r].fp(heads[r]), usize::MAX - r)));
+                        let k = runs[r].fp(heads[r]);
+                        heap.push(std::cmp::Reverse((head(&k.0), k, usize::MAX - r)));
                     }
                 };
                 advance(r, &mut heap);
-                while let Some(std::cmp::Reverse((k, rr2))) = heap.peek().copied() {
+                while let Some(std::cmp::Reverse((_, k, rr2))) = heap.peek().copied() {
                     if k != fp {
                         break;
                     }
@@ -675,7 +825,7 @@ impl Tables {
     /// Every live entry, in fingerprint order (runs merged, overlay on top).
     pub fn iter(&self) -> impl Iterator<Item = (Fingerprint, u64)> + '_ {
         let mut over: Vec<(Fingerprint, u64)> = self.overlay.iter().collect();
-        over.sort_unstable_by_key(|a| a.0);
+        over.sort_unstable_by(|a, b| key_cmp(&a.0 .0, &b.0 .0));
         // Sources newest first: overlay, then runs newest to oldest.
         let n = self.runs.len();
         let mut heads = vec![0usize; n + 1];

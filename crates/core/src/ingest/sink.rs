@@ -133,10 +133,14 @@ impl<L: Layout> Sink<L> {
         len: u32,
         bytes: &[u8],
     ) -> Result<(CopyNo, bool)> {
-        let held = match kind {
-            ChunkKind::Data => self.index.contains_data_seq(&mut self.cursor, &fp),
-            ChunkKind::Recipe => self.index.contains(kind, &fp),
+        // The container comes with the answer: the online GC needs it for
+        // every duplicate, and a second probe costs the disk index a run
+        // search when the chunk was found at its cursor.
+        let at = match kind {
+            ChunkKind::Data => self.index.get_data_seq(&mut self.cursor, &fp),
+            ChunkKind::Recipe => self.index.get(kind, &fp),
         };
+        let held = at.is_some();
         let copy = match kind {
             ChunkKind::Data if held => self.index.newest_copy(&fp),
             _ => 0,
@@ -147,7 +151,6 @@ impl<L: Layout> Sink<L> {
         }
         if held {
             if self.online.is_some() {
-                let at = self.index.get(kind, &fp);
                 self.deduplicated(kind, fp, copy, len, bytes, at)?;
             }
             return Ok((copy, false));
