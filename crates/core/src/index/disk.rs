@@ -910,7 +910,7 @@ mod tests {
                 2 => assert_eq!(t.remove(&key), m.remove(&key)),
                 _ => {
                     let seq = fp(step % 2000);
-                    assert_eq!(t.contains_seq(&mut cursor, &seq), m.contains_key(&seq));
+                    assert_eq!(t.get_seq(&mut cursor, &seq), m.get(&seq).copied());
                     assert_eq!(t.get(&key), m.get(&key).copied());
                 }
             }
@@ -960,6 +960,24 @@ mod tests {
         );
         assert_eq!(c.cursor - before.cursor, 9_900, "{c:?}");
         assert!(c.bloom_new - before.bloom_new > 9_500, "{c:?}");
+        // A new version that drops chunks of a container (within the
+        // look-ahead) and alternates between two containers: one probe
+        // and one list load per container, every other lookup at a cursor
+        // or where the stream left the other list.
+        let before = t.counts();
+        let mut cursor = DiskCursor::default();
+        let stream = (0..50)
+            .chain(100..150)
+            .chain((50..100).filter(|i| i % 5 != 0))
+            .chain(150..200);
+        for i in stream {
+            assert_eq!(t.get_seq(&mut cursor, &fp(i)), Some(i / 100));
+        }
+        let c = t.counts();
+        assert_eq!(c.lists_loaded - before.lists_loaded, 2, "{c:?}");
+        assert_eq!(c.run_probes - before.run_probes, 2, "{c:?}");
+        assert_eq!(c.cursor - before.cursor, 188, "{c:?}");
+
         // A moved chunk invalidates its old container's list: the lookup
         // still answers exactly, from the overlay.
         t.insert(fp(5), 999);
