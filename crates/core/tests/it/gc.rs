@@ -1597,7 +1597,7 @@ fn assert_no_dead_copy_of(repo: &Repository, deleted: &HashSet<(Fingerprint, u16
             // still lie here, unnamed, until a full mark selects this
             // container (copies_merged_by_gc_leave_garbage_the_next_full_gc_reclaims).
             assert!(
-                repo.index().copy_list(&m.fp).len() > 0,
+                !repo.index().copy_list(&m.fp).is_empty(),
                 "container {} holds unindexed {:?}",
                 c.id,
                 m.fp
@@ -1994,7 +1994,7 @@ fn copies_merged_by_gc_leave_garbage_the_next_full_gc_reclaims() {
             for m in &repo.store().read(c.id).unwrap().meta {
                 let list = repo.index().copy_list(&m.fp);
                 assert!(
-                    list.len() > 0,
+                    !list.is_empty(),
                     "container {} holds {:?}, indexed nowhere",
                     c.id,
                     m.fp
