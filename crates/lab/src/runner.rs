@@ -64,6 +64,10 @@ pub struct BackupRow {
     /// fingerprint index (on the mfdedup layout only its recipe chunks; the
     /// NDF index a backup holds is `ndf_memory_bytes`).
     pub index_memory_bytes: u64,
+    /// `index = "disk"`: where the disk index answered its lookups so far
+    /// (cursor, cache, overlay, Bloom, run probes, lists loaded).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk_index: Option<tessera_core::index::disk::DiskCounts>,
     /// MFDedup: the layout of this backup's chain after it.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub mfdedup: Option<MfdedupBackup>,
@@ -782,6 +786,7 @@ impl ApproachRun<'_> {
             throughput_mb_s: report.throughput_mb_s,
             chunk_refs_per_s: report.chunks as f64 / report.seconds.max(1e-9),
             index_memory_bytes: st.index_memory_bytes as u64,
+            disk_index: self.repo.index().disk_counts(),
             mfdedup,
             io: io.into(),
         }));

@@ -343,6 +343,9 @@ struct Tables {
     /// Container → its list extents in the list files.
     extents: FpLikeMap<Vec<Extent>>,
     bloom: Bloom,
+    /// The last fingerprint a stream lookup found absent, while nothing
+    /// changed since: ingest inserts it next, and need not search again.
+    last_miss: Option<Fingerprint>,
     /// Live fingerprints.
     len: usize,
     next_file: u64,
@@ -371,6 +374,7 @@ impl DiskTable {
                 lists: Vec::new(),
                 extents: Default::default(),
                 bloom: Bloom::new(1 << 16),
+                last_miss: None,
                 len: 0,
                 next_file: 0,
             },
@@ -475,6 +479,7 @@ impl DiskTable {
         // A new chunk: nothing to look for.
         if !t.bloom.may_contain(fp) {
             c.counts.bloom_new += 1;
+            t.last_miss = Some(*fp);
             return None;
         }
         // A few places on (chunks the new version dropped), or where the
@@ -506,7 +511,10 @@ impl DiskTable {
         }
         c.counts.run_probes += 1;
         let v = match t.in_runs(fp) {
-            None | Some(TOMB) => return None,
+            None | Some(TOMB) => {
+                t.last_miss = Some(*fp);
+                return None;
+            }
             Some(v) => v,
         };
         // Its container's list, searched from where the stream was in it.
@@ -537,7 +545,12 @@ impl DiskTable {
     pub fn insert(&mut self, fp: Fingerprint, v: u64) -> Option<u64> {
         assert_ne!(v, TOMB, "container id reserved by the on-disk index");
         let (t, c) = self.split();
-        let old = t.lookup(c, &fp).0;
+        let old = if t.last_miss == Some(fp) {
+            None
+        } else {
+            t.lookup(c, &fp).0
+        };
+        t.last_miss = None;
         if old == Some(v) {
             return old;
         }
@@ -554,6 +567,7 @@ impl DiskTable {
     /// Remove; returns the value.
     pub fn remove(&mut self, fp: &Fingerprint) -> Option<u64> {
         let (t, c) = self.split();
+        t.last_miss = None;
         let old = t.lookup(c, fp).0;
         old?;
         t.forget_cached(c, old);
