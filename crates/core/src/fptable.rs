@@ -4,7 +4,7 @@
 //!
 //! * Entries live once, in insertion order, in two dense arrays (keys and
 //!   values): the order is the *insertion log* a repeated stream is checked
-//!   against sequentially ([`FpTable::contains_seq`]), so the log costs no
+//!   against sequentially ([`FpTable::get_seq`]), so the log costs no
 //!   second copy of the keys. The arrays grow by an eighth at a time (a large
 //!   reallocation remaps pages instead of copying), so little is allocated
 //!   beyond the entries.
@@ -250,7 +250,7 @@ impl FpTable {
     }
 
     /// Whether the log has `fp` at position `at` (then
-    /// [`contains_seq`](Self::contains_seq) from there needs no probe).
+    /// [`get_seq`](Self::get_seq) from there needs no probe).
     #[inline]
     pub fn logged_at(&self, at: usize, fp: &Fingerprint) -> bool {
         let k = key_of(fp);
@@ -319,18 +319,11 @@ impl FpTable {
         }
     }
 
-    /// [`contains`](Self::contains) for one key of a stream: `cursor` is
-    /// where the log is expected to hold the key (the position after the
-    /// stream's previous hit). A logged entry is always present in the table
+    /// [`get`](Self::get) for one key of a stream: `cursor` is where the
+    /// log is expected to hold the key (the position after the stream's
+    /// previous hit). A logged entry is always present in the table
     /// (removal zeroes it), so a match there answers without probing; a
     /// hit elsewhere moves the cursor after it.
-    #[inline]
-    pub fn contains_seq(&self, cursor: &mut usize, fp: &Fingerprint) -> bool {
-        self.get_seq(cursor, fp).is_some()
-    }
-
-    /// [`get`](Self::get) for one key of a stream, as
-    /// [`contains_seq`](Self::contains_seq).
     #[inline]
     pub fn get_seq(&self, cursor: &mut usize, fp: &Fingerprint) -> Option<u64> {
         let k = key_of(fp);
@@ -559,8 +552,8 @@ mod tests {
                 _ => {
                     // Replay a stretch of the log, then a random key.
                     let seq = fp(step % 5000);
-                    assert_eq!(t.contains_seq(&mut cursor, &seq), t.contains(&seq));
-                    assert_eq!(t.contains_seq(&mut cursor, &key), t.contains(&key));
+                    assert_eq!(t.get_seq(&mut cursor, &seq), t.get(&seq));
+                    assert_eq!(t.get_seq(&mut cursor, &key), t.get(&key));
                 }
             }
         }
@@ -577,7 +570,7 @@ mod tests {
         let mut c = 0;
         for i in 0..5000 {
             assert!(!t.logged_at(c, &fp(i)) || i % 3 == 0);
-            assert_eq!(t.contains_seq(&mut c, &fp(i)), i % 3 == 0);
+            assert_eq!(t.get_seq(&mut c, &fp(i)).is_some(), i % 3 == 0);
         }
         t.compact();
         t.grow();
@@ -585,7 +578,7 @@ mod tests {
         for i in 0..5000 {
             // Compacted: every surviving key follows the previous one.
             assert_eq!(t.logged_at(c, &fp(i)), i % 3 == 0);
-            assert_eq!(t.contains_seq(&mut c, &fp(i)), i % 3 == 0);
+            assert_eq!(t.get_seq(&mut c, &fp(i)).is_some(), i % 3 == 0);
         }
     }
 

@@ -118,6 +118,9 @@ pub(crate) enum Scanned {
     Skip(Vec<u8>, String),
     /// The scan failed here and stopped.
     Failed(Error),
+    /// The scan is complete: without it, a closed channel means the scan
+    /// thread died, and the stream would be silently short.
+    Done,
 }
 
 /// An entry the scan found: what the store needs to record it.
@@ -146,8 +149,9 @@ impl Scan {
                     batch: Vec::with_capacity(SCAN_BATCH),
                     tx,
                 };
-                if let Err(e) = s.scan(&for_thread) {
-                    s.batch.push(Scanned::Failed(e));
+                match s.scan(&for_thread) {
+                    Ok(()) => s.batch.push(Scanned::Done),
+                    Err(e) => s.batch.push(Scanned::Failed(e)),
                 }
                 let batch = std::mem::take(&mut s.batch);
                 let _ = s.tx.send(batch);
@@ -225,7 +229,6 @@ pub(crate) fn store(
     let Some(rx) = scan.rx.take() else {
         return Err(Error::invalid("this directory walk was already used"));
     };
-    let mut finished = false;
     for batch in rx.iter() {
         for step in batch {
             match step {
@@ -233,14 +236,11 @@ pub(crate) fn store(
                 Scanned::Unreadable(rel, e) => st.unreadable(&rel, &e),
                 Scanned::Skip(rel, reason) => st.skip(&rel, &reason),
                 Scanned::Failed(e) => return Err(e),
+                Scanned::Done => return Ok(st.stats),
             }
         }
-        finished = true;
     }
-    if !finished {
-        return Err(Error::invalid("the directory walk stopped unexpectedly"));
-    }
-    Ok(st.stats)
+    Err(Error::invalid("the directory walk stopped unexpectedly"))
 }
 
 impl Scanner {

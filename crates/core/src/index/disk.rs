@@ -501,12 +501,8 @@ impl DiskTable {
                 return Some(c.slots[slot as usize].container);
             }
         }
-        if let Some(v) = t.overlay.get(fp) {
+        if let Some(v) = t.overlay.get_seq(&mut cursor.overlay, fp) {
             c.counts.overlay += 1;
-            let mut o = cursor.overlay;
-            if t.overlay.contains_seq(&mut o, fp) {
-                cursor.overlay = o;
-            }
             return (v != TOMB).then_some(v);
         }
         c.counts.run_probes += 1;
