@@ -447,6 +447,19 @@ impl FpTable {
         }
     }
 
+    /// Remove every entry but keep the allocations: a table refilled to the
+    /// same size (the on-disk index's overlay after each flush) neither
+    /// regrows nor faults in fresh pages.
+    pub fn clear(&mut self) {
+        self.keys.clear();
+        self.vals.clear();
+        if let Some(s) = &mut self.slots {
+            s.as_mut_slice().fill(FREE);
+        }
+        self.len = 0;
+        self.zero = None;
+    }
+
     /// Double the slots (or allocate the first ones).
     fn grow(&mut self) {
         self.rebuild((self.capacity() * 2).max(MIN_CAPACITY));
@@ -513,6 +526,12 @@ mod tests {
             match (x >> 40) % 3 {
                 0 | 1 => assert_eq!(t.insert(key, step), m.insert(key, step)),
                 _ => assert_eq!(t.remove(&key), m.remove(&key)),
+            }
+            if step % 30_011 == 30_010 {
+                // Cleared with its allocations kept, then refilled.
+                t.clear();
+                m.clear();
+                assert!(t.get(&key).is_none() && t.iter().next().is_none());
             }
             assert_eq!(t.len(), m.len());
             if step % 1000 == 0 {

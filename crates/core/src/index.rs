@@ -349,17 +349,14 @@ impl Index {
     /// [`prefetch`](Self::prefetch) a data fingerprint expected `ahead`
     /// lookups after `cursor`, unless the log predicts it there.
     #[inline]
-    pub fn prefetch_data_seq(&self, cursor: DataCursor, ahead: usize, fp: &Fingerprint) {
-        match &self.data {
+    pub fn prefetch_data_seq(&mut self, cursor: DataCursor, ahead: usize, fp: &Fingerprint) {
+        match &mut self.data {
             DataTable::Mem(t) => {
                 if !t.logged_at(cursor.log + ahead, fp) {
                     t.prefetch(fp)
                 }
             }
-            // Most lookups of a version series hit the cached container
-            // list at the cursor: hashing every chunk to prefetch its Bloom
-            // block costs more than the few new chunks' misses.
-            DataTable::Disk(_) => {}
+            DataTable::Disk(t) => t.prefetch_seq(&cursor.disk, ahead, fp),
         }
     }
     /// The container of a chunk's newest copy (what dedup refers to).
@@ -614,7 +611,8 @@ pub trait DedupIndex: Default + Send + Sync + 'static {
     /// Hint that the log entry `ahead` after `cursor` will be read soon.
     fn prefetch_data_log(&self, cursor: Self::Cursor, ahead: usize);
     /// Hint that `fp` is looked up `ahead` lookups after `cursor`.
-    fn prefetch_data_seq(&self, cursor: Self::Cursor, ahead: usize, fp: &Fingerprint);
+    /// (Mutable: an on-disk index reads its cached list without locking.)
+    fn prefetch_data_seq(&mut self, cursor: Self::Cursor, ahead: usize, fp: &Fingerprint);
     fn contains(&self, kind: ChunkKind, fp: &Fingerprint) -> bool;
     /// The preferred location of a chunk (its newest copy).
     fn get(&self, kind: ChunkKind, fp: &Fingerprint) -> Option<ContainerId>;
@@ -671,7 +669,7 @@ impl DedupIndex for Index {
         Index::prefetch_data_log(self, cursor, ahead)
     }
     #[inline]
-    fn prefetch_data_seq(&self, cursor: DataCursor, ahead: usize, fp: &Fingerprint) {
+    fn prefetch_data_seq(&mut self, cursor: DataCursor, ahead: usize, fp: &Fingerprint) {
         Index::prefetch_data_seq(self, cursor, ahead, fp)
     }
     #[inline]

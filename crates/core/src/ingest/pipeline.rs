@@ -177,7 +177,7 @@ fn worker<L: Layout>(
                     // so the probes' cache misses overlap.
                     let ahead = if sink.rw.is_none() { PREFETCH } else { 0 };
                     for (j, &(fp, _)) in entries.iter().take(ahead).enumerate() {
-                        DedupIndex::prefetch_data_seq(&sink.index, sink.cursor, j, &fp);
+                        DedupIndex::prefetch_data_seq(&mut sink.index, sink.cursor, j, &fp);
                     }
                     let mut events = ev.events.iter().peekable();
                     for (i, &(fp, len)) in entries.iter().enumerate() {
@@ -188,7 +188,7 @@ fn worker<L: Layout>(
                             DedupIndex::prefetch_data_log(&sink.index, sink.cursor, 2 * ahead);
                             if let Some(&(next, _)) = entries.get(i + ahead) {
                                 DedupIndex::prefetch_data_seq(
-                                    &sink.index,
+                                    &mut sink.index,
                                     sink.cursor,
                                     ahead,
                                     &next,

@@ -30,6 +30,7 @@ fn base() -> std::path::PathBuf {
 const TINY: DiskConfig = DiskConfig {
     flush_at: 3,
     cache_containers: 2,
+    background_merges: true,
 };
 
 fn fp(i: u8) -> Fingerprint {
@@ -291,6 +292,7 @@ fn trace_series_is_identical_and_hits_the_cache() {
     d.tune_disk_index(DiskConfig {
         flush_at: 500,
         cache_containers: 8,
+        ..DiskConfig::default()
     })
     .unwrap();
     let chunk = |i: u64| (HashAlgo::Blake3.hash(&i.to_le_bytes()), 2048u32);
