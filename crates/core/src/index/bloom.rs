@@ -54,6 +54,11 @@ impl Bloom {
         self.words.capacity() * 8
     }
 
+    /// The bytes a filter for `capacity` keys takes (before building it).
+    pub fn bytes_for(capacity: usize) -> usize {
+        (capacity.max(1024) * BITS_PER_KEY).div_ceil(512) * 64
+    }
+
     #[inline]
     fn block(&self, a: u64) -> usize {
         ((a as u128 * self.blocks as u128) >> 64) as usize * 8
@@ -169,6 +174,7 @@ mod tests {
         // ~2.5 % expected for a blocked filter at 8 bits per key.
         assert!(fp < n as usize / 25, "{fp} false positives");
         assert!(b.memory_bytes() <= n as usize * BITS_PER_KEY / 8 + 64);
+        assert_eq!(b.memory_bytes(), Bloom::bytes_for(n as usize));
         // Short (zero-padded) fingerprints spread as well.
         let mut s = Bloom::new(n as usize);
         for i in 0..n {

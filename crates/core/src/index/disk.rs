@@ -491,7 +491,7 @@ impl DiskTable {
         self.t.len == 0
     }
 
-    /// Heap bytes: overlay, summary vector, fences, list extents, cache.
+    /// Heap bytes: overlays, summary vector(s), fences, list extents, cache.
     /// (Mapped run and list pages are the kernel's page cache.)
     pub fn memory_bytes(&self) -> usize {
         let t = &self.t;
@@ -515,7 +515,12 @@ impl DiskTable {
         let overlays = t.overlay.memory_bytes()
             + t.spare.memory_bytes()
             + t.frozen.as_ref().map_or(0, |f| f.memory_bytes());
-        overlays + t.bloom.memory_bytes() + fences + extents + cache + scratch
+        // A filter being rebuilt counts beside the one answering meanwhile.
+        let rebuilding = t
+            .rebuilding
+            .as_ref()
+            .map_or(0, |r| r.bytes + r.pending.capacity() * FP_LEN);
+        overlays + t.bloom.memory_bytes() + rebuilding + fences + extents + cache + scratch
     }
 
     /// Where lookups were answered so far.
@@ -994,6 +999,7 @@ impl Tables {
         self.rebuilding = Some(Rebuilding {
             handle,
             pending: Vec::new(),
+            bytes: Bloom::bytes_for(capacity),
         });
     }
 
@@ -1116,6 +1122,8 @@ fn write_flush(
 struct Rebuilding {
     handle: JoinHandle<Bloom>,
     pending: Vec<Fingerprint>,
+    /// The new filter's size: while it fills, both filters are in RAM.
+    bytes: usize,
 }
 
 /// A merge on its own thread: the inputs are `runs[first..first + FANOUT]`
