@@ -64,6 +64,14 @@ const TOMB: u64 = u64::MAX;
 pub const FENCE_EVERY: usize = 32;
 /// Runs of one level merged into one run of the next.
 pub const FANOUT: usize = 4;
+/// Changed keys tracked for largest-run-first searches (~3.7 MB at most);
+/// a workload that moves more (GC) searches newest first, as before.
+/// (Small in unit tests, so their model test crosses it; the integration
+/// tests keep every key tracked.)
+#[cfg(not(test))]
+const SHADOW_MAX: usize = 1 << 16;
+#[cfg(test)]
+const SHADOW_MAX: usize = 500;
 
 /// Tuning of a [`DiskTable`] (small values in tests exercise every path).
 #[derive(Clone, Copy, Debug)]
@@ -427,6 +435,12 @@ struct Tables {
     last_miss: Option<Fingerprint>,
     /// Live fingerprints.
     len: usize,
+    /// Keys changed or removed since inserted (see [`Tables::shadow`]).
+    shadowed: FpTable,
+    /// More than [`SHADOW_MAX`] were: every run search goes newest first.
+    shadow_full: bool,
+    /// Indexes of `runs`, largest first.
+    by_size: Vec<u32>,
     /// A flush's entries (kept: a fresh buffer per flush is page faults
     /// and zeroing).
     scratch: Vec<(Fingerprint, u64)>,
@@ -464,6 +478,9 @@ impl DiskTable {
                 bloom: Bloom::new(1 << 16),
                 last_miss: None,
                 len: 0,
+                shadowed: FpTable::default(),
+                shadow_full: false,
+                by_size: Vec::new(),
                 scratch: Vec::new(),
                 next_file: 0,
             },
@@ -520,7 +537,14 @@ impl DiskTable {
             .rebuilding
             .as_ref()
             .map_or(0, |r| r.bytes + r.pending.capacity() * FP_LEN);
-        overlays + t.bloom.memory_bytes() + rebuilding + fences + extents + cache + scratch
+        overlays
+            + t.shadowed.memory_bytes()
+            + t.bloom.memory_bytes()
+            + rebuilding
+            + fences
+            + extents
+            + cache
+            + scratch
     }
 
     /// Where lookups were answered so far.
@@ -673,6 +697,9 @@ impl DiskTable {
         if old == Some(v) {
             return old;
         }
+        if old.is_some() {
+            t.shadow(fp);
+        }
         t.forget_cached(c, old);
         if old.is_none() {
             t.len += 1;
@@ -692,6 +719,7 @@ impl DiskTable {
         t.last_miss = None;
         let old = t.lookup(c, fp).0;
         old?;
+        t.shadow(*fp);
         t.forget_cached(c, old);
         t.len -= 1;
         // A mark if an older layer (the frozen overlay, then the runs)
@@ -725,7 +753,38 @@ impl Tables {
     /// The value of `fp` from the runs (newest first), ignoring the
     /// overlay and cache; `Some(TOMB)` if removed.
     fn in_runs(&self, fp: &Fingerprint) -> Option<u64> {
-        self.runs.iter().rev().find_map(|r| r.find(fp))
+        if self.shadow_full || (!self.shadowed.is_empty() && self.shadowed.contains(fp)) {
+            return self.runs.iter().rev().find_map(|r| r.find(fp));
+        }
+        // Never changed since inserted: at most one run holds it, most
+        // likely the largest, so the search can stop at the first hit
+        // (a newest-first search visited every run before the old one
+        // that held it).
+        self.by_size
+            .iter()
+            .find_map(|&i| self.runs[i as usize].find(fp))
+    }
+
+    /// Note that `fp` changed or went: its records may now lie in several
+    /// runs (or be a removal mark), so [`in_runs`](Self::in_runs) must
+    /// search it newest first. Past [`SHADOW_MAX`] keys every key is.
+    fn shadow(&mut self, fp: Fingerprint) {
+        if self.shadow_full {
+            return;
+        }
+        if self.shadowed.len() >= SHADOW_MAX {
+            self.shadow_full = true;
+            self.shadowed = FpTable::default();
+        } else {
+            self.shadowed.insert(fp, 0);
+        }
+    }
+
+    /// Runs by size, largest first (after any change to the runs).
+    fn order_runs(&mut self) {
+        self.by_size = (0..self.runs.len() as u32).collect();
+        self.by_size
+            .sort_by_key(|&i| std::cmp::Reverse(self.runs[i as usize].len));
     }
 
     /// The value of `fp` in the overlay or the frozen one being flushed.
@@ -901,6 +960,7 @@ impl Tables {
         }
         self.invalidated.clear();
         self.runs.push(Arc::new(done.run));
+        self.order_runs();
         if let Some(mut f) = self.frozen.take() {
             f.clear();
             self.spare = f;
@@ -946,6 +1006,7 @@ impl Tables {
             }
             let merged = merge(&inputs, path, level, drop_tombs);
             self.runs.splice(first..first + FANOUT, [Arc::new(merged)]);
+            self.order_runs();
         }
     }
 
@@ -959,6 +1020,7 @@ impl Tables {
             .unwrap_or_else(|e| std::panic::resume_unwind(e));
         self.runs
             .splice(m.first..m.first + FANOUT, [Arc::new(merged)]);
+        self.order_runs();
     }
 
     /// Size the summary vector for twice the live fingerprints and fill it
