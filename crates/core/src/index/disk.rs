@@ -422,8 +422,9 @@ struct Tables {
     spare: FpTable,
     /// The flush in flight, if any.
     flushing: Option<JoinHandle<Flushed>>,
-    /// Containers whose lists were invalidated while a flush was in flight.
-    invalidated: Vec<u64>,
+    /// Containers whose lists were invalidated while a flush was in flight
+    /// (a set: a GC moving many chunks of one container records it once).
+    invalidated: std::collections::HashSet<u64>,
     /// The summary vector being rebuilt larger in the background, if any.
     rebuilding: Option<Rebuilding>,
     lists: Vec<ListFile>,
@@ -471,7 +472,7 @@ impl DiskTable {
                 frozen: None,
                 spare: FpTable::default(),
                 flushing: None,
-                invalidated: Vec::new(),
+                invalidated: Default::default(),
                 rebuilding: None,
                 lists: Vec::new(),
                 extents: Default::default(),
@@ -877,7 +878,7 @@ impl Tables {
         }
         self.extents.remove(&old);
         if self.flushing.is_some() {
-            self.invalidated.push(old);
+            self.invalidated.insert(old);
         }
     }
 
