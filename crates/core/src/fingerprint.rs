@@ -11,7 +11,9 @@ use std::hash::{BuildHasherDefault, Hasher};
 /// Width of a stored fingerprint in bytes.
 pub const FP_LEN: usize = 32;
 
+/// `repr(transparent)`: the on-disk index views list files as fingerprint slices.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[repr(transparent)]
 pub struct Fingerprint(pub [u8; FP_LEN]);
 
 impl Fingerprint {

@@ -18,22 +18,20 @@
 //!   their entries are dead.
 //! * The all-zero fingerprint marks a dead entry; a real all-zero
 //!   fingerprint (possible in traces) is kept beside the table.
-//! * A large slot array is an anonymous mapping advised to use transparent
-//!   huge pages: the table is far larger than the TLB's reach, and a 4 KiB
-//!   page walk per random probe costs as much as the probe.
+//! * A large slot array is on transparent huge pages ([`ZeroBuf`]): the
+//!   table is far larger than the TLB's reach, and a 4 KiB page walk per
+//!   random probe costs as much as the probe.
 //!
 //! Lookups compare the full 32 bytes: deduplication stays exact. An entry
 //! costs 40 bytes plus 8 / load factor (at most 3/4): 51–61 bytes.
 
 use crate::fingerprint::Fingerprint;
-use std::ptr::NonNull;
+use crate::zerobuf::ZeroBuf;
 
 type Key = [u64; 4];
 const EMPTY: Key = [0; 4];
 /// Smallest allocated capacity (slots).
 const MIN_CAPACITY: usize = 64;
-/// Arrays of at least this many bytes are mapped with huge pages.
-const MAP_BYTES: usize = 2 << 20;
 
 #[inline]
 fn key_of(fp: &Fingerprint) -> Key {
@@ -71,95 +69,6 @@ fn hash(k: &Key) -> u64 {
     // so fold every word in), and the high bits of the product are well mixed.
     (k[0] ^ k[1].rotate_left(21) ^ k[2].rotate_left(42) ^ k[3].rotate_left(11))
         .wrapping_mul(0x9e37_79b9_7f4a_7c15)
-}
-
-/// A zero-initialized array of `T` (for which all-zero bytes are a valid value).
-struct ZeroBuf<T: Copy> {
-    ptr: NonNull<T>,
-    len: usize,
-    mapped: bool,
-}
-
-// SAFETY: ZeroBuf owns its allocation exclusively, like a Box<[T]>.
-unsafe impl<T: Copy + Send> Send for ZeroBuf<T> {}
-unsafe impl<T: Copy + Sync> Sync for ZeroBuf<T> {}
-
-impl<T: Copy> ZeroBuf<T> {
-    fn layout(len: usize) -> std::alloc::Layout {
-        std::alloc::Layout::from_size_align(len * std::mem::size_of::<T>(), 64).expect("table size")
-    }
-
-    /// `len` zeroed elements; `len` must be > 0 and T must be valid as zeros.
-    fn zeroed(len: usize) -> Self {
-        debug_assert!(len > 0);
-        let bytes = len * std::mem::size_of::<T>();
-        if bytes >= MAP_BYTES {
-            // SAFETY: an anonymous private mapping, checked for failure;
-            // the kernel hands it out zero-filled and page aligned.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    bytes,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                )
-            };
-            if p != libc::MAP_FAILED {
-                #[cfg(target_os = "linux")]
-                // SAFETY: advice on the range just mapped; failure is harmless.
-                unsafe {
-                    libc::madvise(p, bytes, libc::MADV_HUGEPAGE);
-                }
-                return ZeroBuf {
-                    ptr: NonNull::new(p.cast()).expect("mmap returned null"),
-                    len,
-                    mapped: true,
-                };
-            }
-        }
-        let layout = Self::layout(len);
-        // SAFETY: the layout has a non-zero size.
-        let p = unsafe { std::alloc::alloc_zeroed(layout) };
-        let Some(ptr) = NonNull::new(p.cast()) else {
-            std::alloc::handle_alloc_error(layout)
-        };
-        ZeroBuf {
-            ptr,
-            len,
-            mapped: false,
-        }
-    }
-
-    #[inline]
-    fn as_slice(&self) -> &[T] {
-        // SAFETY: ptr points to len initialized (zeroed or written) elements.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
-    }
-
-    #[inline]
-    fn as_mut_slice(&mut self) -> &mut [T] {
-        // SAFETY: as above, and we hold the only reference.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
-    }
-}
-
-impl<T: Copy> Drop for ZeroBuf<T> {
-    fn drop(&mut self) {
-        if self.mapped {
-            // SAFETY: the mapping made in `zeroed`, with its length.
-            unsafe {
-                libc::munmap(
-                    self.ptr.as_ptr().cast(),
-                    self.len * std::mem::size_of::<T>(),
-                );
-            }
-        } else {
-            // SAFETY: allocated in `zeroed` with this layout.
-            unsafe { std::alloc::dealloc(self.ptr.as_ptr().cast(), Self::layout(self.len)) }
-        }
-    }
 }
 
 /// An empty slot.
@@ -203,7 +112,7 @@ impl FpTable {
 
     /// Allocated slots.
     pub fn capacity(&self) -> usize {
-        self.slots.as_ref().map_or(0, |s| s.len)
+        self.slots.as_ref().map_or(0, |s| s.len())
     }
 
     /// Bytes of the slot array and the entry arrays.
@@ -227,7 +136,7 @@ impl FpTable {
             // SAFETY: i < capacity; prefetching never faults.
             unsafe {
                 use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-                _mm_prefetch::<_MM_HINT_T0>(s.ptr.as_ptr().add(i).cast::<i8>());
+                _mm_prefetch::<_MM_HINT_T0>(s.as_ptr().add(i).cast::<i8>());
             }
         }
         #[cfg(not(target_arch = "x86_64"))]

@@ -34,6 +34,7 @@ pub mod salvage;
 pub mod seal;
 pub mod trace;
 pub mod units;
+mod zerobuf;
 
 pub use backend::{Generation, ObjectKey, ObjectStore};
 pub use catalog::BackupId;

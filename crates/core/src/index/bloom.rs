@@ -10,6 +10,7 @@
 //! positive until the filter is rebuilt from the runs.
 
 use crate::fingerprint::Fingerprint;
+use crate::zerobuf::ZeroBuf;
 
 /// Bits set per key.
 const K: u32 = 7;
@@ -17,8 +18,9 @@ const K: u32 = 7;
 pub const BITS_PER_KEY: usize = 12;
 
 pub struct Bloom {
-    /// 8 words (512 bits) per block.
-    words: Vec<u64>,
+    /// 8 words (512 bits) per block; on huge pages when large (each query
+    /// is a random access: with 4 KiB pages, a page walk each).
+    words: ZeroBuf<u64>,
     blocks: u64,
     /// Keys it is sized for.
     capacity: usize,
@@ -40,7 +42,7 @@ impl Bloom {
         let capacity = capacity.max(1024);
         let blocks = (capacity * BITS_PER_KEY).div_ceil(512) as u64;
         Bloom {
-            words: vec![0; blocks as usize * 8],
+            words: ZeroBuf::zeroed(blocks as usize * 8),
             blocks,
             capacity,
         }
@@ -51,7 +53,7 @@ impl Bloom {
     }
 
     pub fn memory_bytes(&self) -> usize {
-        self.words.capacity() * 8
+        self.words.len() * 8
     }
 
     /// The bytes a filter for `capacity` keys takes (before building it).
@@ -99,7 +101,7 @@ impl Bloom {
     fn set(&mut self, at: usize, mut b: u64) {
         for _ in 0..K {
             let bit = (b & 511) as usize;
-            self.words[at + bit / 64] |= 1 << (bit % 64);
+            self.words.as_mut_slice()[at + bit / 64] |= 1 << (bit % 64);
             b >>= 9;
         }
     }
@@ -124,7 +126,7 @@ impl Bloom {
         let mut all = true;
         for _ in 0..K {
             let bit = (b & 511) as usize;
-            all &= self.words[at + bit / 64] & (1 << (bit % 64)) != 0;
+            all &= self.words.as_slice()[at + bit / 64] & (1 << (bit % 64)) != 0;
             b >>= 9;
         }
         all
@@ -154,7 +156,7 @@ mod tests {
             keys.iter().for_each(|k| one.insert(k));
             let mut bulk = Bloom::new(4096);
             bulk.insert_all(keys.iter().copied());
-            assert!(one.words == bulk.words, "{n} keys");
+            assert!(one.words.as_slice() == bulk.words.as_slice(), "{n} keys");
         }
     }
 

@@ -48,6 +48,7 @@
 use super::bloom::Bloom;
 use crate::fingerprint::{Fingerprint, FP_LEN};
 use crate::fptable::FpTable;
+use crate::zerobuf::ZeroBuf;
 use memmap2::Mmap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -118,14 +119,14 @@ struct Run {
     len: usize,
     level: u32,
     /// [`head`] of the first key of every [`FENCE_EVERY`] records.
-    fences: Vec<u64>,
+    fences: ZeroBuf<u64>,
     /// Where the fences of each value of a head's top [`Run::bits`] bits
     /// begin (one more entry at the end): a probe searches only its
     /// bucket's few fences, not the whole array (a binary search over
     /// megabytes of fences missed the cache at every step: most of a run
     /// probe's time). Any key distribution stays exact; uniform
     /// fingerprints put one or two fences in a bucket.
-    dir: Vec<u32>,
+    dir: ZeroBuf<u32>,
     bits: u32,
 }
 
@@ -195,8 +196,9 @@ impl Run {
         // all above: both searches stay in the head's bucket.
         let h = head(&fp.0);
         let b = Self::bucket(self.bits, h);
-        let (lo, hi) = (self.dir[b] as usize, self.dir[b + 1] as usize);
-        let bucket = &self.fences[lo..hi];
+        let dir = self.dir.as_slice();
+        let (lo, hi) = (dir[b] as usize, dir[b + 1] as usize);
+        let bucket = &self.fences.as_slice()[lo..hi];
         let last = lo + bucket.partition_point(|&f| f <= h);
         if last == 0 {
             return None;
@@ -240,8 +242,9 @@ impl Run {
             .into_inner()
             .map_err(|e| e.into_error())
             .unwrap_or_else(|e| fail(&path, e));
-        fences.shrink_to_fit();
         let (dir, bits) = Self::directory(&fences);
+        // Both are probed at random: on huge pages when large (see ZeroBuf).
+        let (fences, dir) = (ZeroBuf::from_slice(&fences), ZeroBuf::from_slice(&dir));
         // SAFETY: the file is private to this table and never written again.
         let map = (len > 0).then(|| unsafe { Mmap::map(&f) }.unwrap_or_else(|e| fail(&path, e)));
         Run {
@@ -259,6 +262,17 @@ impl Run {
 /// One flush's container lists: fingerprints grouped by container.
 struct ListFile {
     map: Option<Mmap>,
+}
+
+impl ListFile {
+    /// `count` fingerprints from the `first`.
+    fn fps(&self, first: usize, count: usize) -> &[Fingerprint] {
+        let m = self.map.as_ref().expect("listed");
+        let b = &m[first * FP_LEN..(first + count) * FP_LEN];
+        // SAFETY: a Fingerprint is 32 bytes of alignment 1
+        // (`repr(transparent)` over `[u8; 32]`): any 32 bytes are one.
+        unsafe { std::slice::from_raw_parts(b.as_ptr().cast::<Fingerprint>(), count) }
+    }
 }
 
 /// Where a container's list lies: (list file, first fingerprint, count).
@@ -300,8 +314,64 @@ pub struct DiskCounts {
 
 struct Slot {
     container: u64,
-    fps: Vec<Fingerprint>,
+    /// The list (see [`Slot::fps`]): in its list file's mapping when it
+    /// lies in one extent (nearly always: no copy of 16 KiB per load),
+    /// else gathered into `owned`.
+    ptr: *const Fingerprint,
+    len: usize,
+    /// Keeps the mapping `ptr` points into alive.
+    file: Option<Arc<ListFile>>,
+    owned: Vec<Fingerprint>,
     used: u64,
+}
+
+// SAFETY: `ptr` points into memory the slot owns (`file`'s mapping, shared
+// read-only, or `owned`), like a Vec's pointer.
+unsafe impl Send for Slot {}
+
+impl Slot {
+    fn empty() -> Slot {
+        Slot {
+            container: TOMB,
+            ptr: std::ptr::NonNull::dangling().as_ptr(),
+            len: 0,
+            file: None,
+            owned: Vec::new(),
+            used: 0,
+        }
+    }
+
+    #[inline(always)]
+    fn fps(&self) -> &[Fingerprint] {
+        // SAFETY: `ptr` and `len` always describe `file`'s mapping range or
+        // `owned` (set together in `set_*`, `owned` untouched meanwhile), or
+        // are dangling and 0.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    fn clear(&mut self) {
+        self.ptr = std::ptr::NonNull::dangling().as_ptr();
+        self.len = 0;
+        self.file = None;
+        self.owned.clear();
+    }
+
+    /// Borrow `count` fingerprints from `first` of a list file.
+    fn set_borrowed(&mut self, file: &Arc<ListFile>, first: usize, count: usize) {
+        let fps = file.fps(first, count);
+        self.clear();
+        self.ptr = fps.as_ptr();
+        self.len = fps.len();
+        self.file = Some(Arc::clone(file));
+    }
+
+    /// Take `owned` as the list.
+    fn set_owned(&mut self, owned: Vec<Fingerprint>) {
+        self.clear();
+        self.owned = owned;
+        self.ptr = self.owned.as_ptr();
+        self.len = self.owned.len();
+    }
 }
 
 /// Places past the cursor a stream's next duplicate is looked for: the
@@ -321,7 +391,7 @@ impl Cache {
         if s.container != TOMB {
             self.by_container.remove(&s.container);
         }
-        s.fps.clear();
+        s.clear();
         s.container = TOMB;
     }
 
@@ -329,7 +399,7 @@ impl Cache {
     /// later: the position after it.
     #[inline]
     fn near(&self, slot: u32, pos: u32, fp: &Fingerprint) -> Option<u32> {
-        let fps = &self.slots.get(slot as usize)?.fps;
+        let fps = self.slots.get(slot as usize)?.fps();
         let from = (pos as usize).min(fps.len());
         let to = (from + LOOKAHEAD).min(fps.len());
         fps[from..to]
@@ -340,7 +410,7 @@ impl Cache {
 
     /// The position of `fp` in `slot`'s list, scanning from `hint`.
     fn find_in(&self, slot: usize, hint: u32, fp: &Fingerprint) -> Option<u32> {
-        let fps = &self.slots[slot].fps;
+        let fps = self.slots[slot].fps();
         let hint = (hint as usize).min(fps.len());
         fps[hint..]
             .iter()
@@ -427,7 +497,7 @@ struct Tables {
     invalidated: std::collections::HashSet<u64>,
     /// The summary vector being rebuilt larger in the background, if any.
     rebuilding: Option<Rebuilding>,
-    lists: Vec<ListFile>,
+    lists: Vec<Arc<ListFile>>,
     /// Container → its list extents in the list files.
     extents: FpLikeMap<Vec<Extent>>,
     bloom: Bloom,
@@ -516,7 +586,7 @@ impl DiskTable {
         let fences: usize = t
             .runs
             .iter()
-            .map(|r| r.fences.capacity() * 8 + r.dir.capacity() * 4)
+            .map(|r| r.fences.len() * 8 + r.dir.len() * 4)
             .sum();
         let extents: usize = t
             .extents
@@ -527,7 +597,7 @@ impl DiskTable {
         let cache = c.by_container.capacity() * 16
             + c.slots
                 .iter()
-                .map(|s| s.fps.capacity() * FP_LEN)
+                .map(|s| s.owned.capacity() * FP_LEN)
                 .sum::<usize>();
         let scratch = t.scratch.capacity() * std::mem::size_of::<(Fingerprint, u64)>();
         let overlays = t.overlay.memory_bytes()
@@ -591,7 +661,7 @@ impl DiskTable {
         // module documentation), so a hit anywhere in one is an answer.
         // First the place after the previous hit: one comparison.
         if let Some(s) = c.slots.get(cursor.slot as usize) {
-            if s.fps.get(cursor.pos as usize) == Some(fp) {
+            if s.fps().get(cursor.pos as usize) == Some(fp) {
                 cursor.pos += 1;
                 c.counts.cursor += 1;
                 return Some(s.container);
@@ -678,10 +748,12 @@ impl DiskTable {
         let predicted = c
             .slots
             .get(cursor.slot as usize)
-            .and_then(|s| s.fps.get(cursor.pos as usize + ahead))
+            .and_then(|s| s.fps().get(cursor.pos as usize + ahead))
             == Some(fp);
         if !predicted {
             t.bloom.prefetch(fp);
+            // A new chunk is inserted into the overlay: its slot too.
+            t.overlay.prefetch(fp);
         }
     }
 
@@ -832,11 +904,7 @@ impl Tables {
         }
         let ext = self.extents.get(&c)?;
         let slot = if cache.slots.len() < self.cfg.cache_containers.max(1) {
-            cache.slots.push(Slot {
-                container: TOMB,
-                fps: Vec::new(),
-                used: 0,
-            });
+            cache.slots.push(Slot::empty());
             cache.slots.len() - 1
         } else {
             let lru = (0..cache.slots.len())
@@ -845,27 +913,29 @@ impl Tables {
             cache.evict(lru);
             lru
         };
-        let mut fps = std::mem::take(&mut cache.slots[slot].fps);
-        for &(file, first, count) in ext {
-            let m = self.lists[file as usize].map.as_ref().expect("listed");
-            let b = &m[first as usize * FP_LEN..(first as usize + count as usize) * FP_LEN];
-            fps.extend(
-                b.chunks_exact(FP_LEN)
-                    .map(|k| Fingerprint(k.try_into().unwrap())),
-            );
+        let s = &mut cache.slots[slot];
+        if let [(file, first, count)] = ext[..] {
+            s.set_borrowed(&self.lists[file as usize], first as usize, count as usize);
+        } else {
+            let mut fps = std::mem::take(&mut s.owned);
+            fps.clear();
+            for &(file, first, count) in ext {
+                fps.extend_from_slice(
+                    self.lists[file as usize].fps(first as usize, count as usize),
+                );
+            }
+            s.set_owned(fps);
         }
-        let at = fps
+        s.container = c;
+        let at = s
+            .fps()
             .iter()
             .position(|k| k == fp)
             .map(|pos| (slot as u32, pos as u32));
         cache.by_container.insert(c, slot as u32);
         cache.tick += 1;
         cache.counts.lists_loaded += 1;
-        cache.slots[slot] = Slot {
-            container: c,
-            fps,
-            used: cache.tick,
-        };
+        cache.slots[slot].used = cache.tick;
         at
     }
 
@@ -953,7 +1023,7 @@ impl Tables {
     /// fingerprint), its run; the frozen overlay becomes the spare.
     fn install_flush(&mut self, done: Flushed) {
         debug_assert_eq!(self.lists.len(), done.file_no as usize);
-        self.lists.push(done.list);
+        self.lists.push(Arc::new(done.list));
         for (c, ext) in done.extents {
             if !self.invalidated.contains(&c) {
                 self.extents.entry(c).or_default().push(ext);
@@ -1408,5 +1478,38 @@ mod tests {
         t.insert(fp(5), 999);
         assert_eq!(t.get(&fp(5)), Some(999));
         assert_eq!(t.get(&fp(6)), Some(0));
+    }
+
+    /// A container whose chunks straddle flushes has its list in several
+    /// list files: loading it gathers them all, so the stream finds every
+    /// later chunk of the container at the cursor.
+    #[test]
+    fn a_list_split_across_flushes_is_loaded_whole() {
+        let dir = std::env::temp_dir().join("tessera-disk-unit");
+        let mut t = DiskTable::create(
+            &dir,
+            DiskConfig {
+                flush_at: 1000,
+                cache_containers: 4,
+                background_merges: false,
+            },
+        )
+        .unwrap();
+        // Containers of 300: 3 and 6 straddle the flushes at 1000 and 2000.
+        for i in 0..3_000u64 {
+            t.insert(fp(i), i / 300);
+        }
+        t.flush();
+        let split = t.t.extents.values().filter(|e| e.len() > 1).count();
+        assert_eq!(split, 2, "containers 3 and 6 in two list files");
+        let before = t.counts();
+        let mut cursor = DiskCursor::default();
+        for i in 0..3_000u64 {
+            assert_eq!(t.get_seq(&mut cursor, &fp(i)), Some(i / 300));
+        }
+        let c = t.counts();
+        assert_eq!(c.lists_loaded - before.lists_loaded, 10, "{c:?}");
+        assert_eq!(c.run_probes - before.run_probes, 10, "{c:?}");
+        assert_eq!(c.cursor - before.cursor, 2_990, "{c:?}");
     }
 }
