@@ -1332,6 +1332,17 @@ mod tests {
         crate::HashAlgo::Blake3.hash(&i.to_le_bytes())
     }
 
+    /// A table in its own directory under the tests' temporary one.
+    fn table(flush_at: usize, cache_containers: usize, background_merges: bool) -> DiskTable {
+        let dir = std::env::temp_dir().join("tessera-disk-unit");
+        let cfg = DiskConfig {
+            flush_at,
+            cache_containers,
+            background_merges,
+        };
+        DiskTable::create(&dir, cfg).unwrap()
+    }
+
     /// Random inserts, moves and removals with tiny flushes: every answer
     /// (get, contains, the cursor path, len, iteration) equals a hash map's.
     #[test]
@@ -1342,16 +1353,7 @@ mod tests {
     }
 
     fn matches_a_hash_map(background_merges: bool) {
-        let dir = std::env::temp_dir().join("tessera-disk-unit");
-        let mut t = DiskTable::create(
-            &dir,
-            DiskConfig {
-                flush_at: 37,
-                cache_containers: 3,
-                background_merges,
-            },
-        )
-        .unwrap();
+        let mut t = table(37, 3, background_merges);
         let mut m: HashMap<Fingerprint, u64> = HashMap::new();
         let mut x = 5u64;
         let mut cursor = DiskCursor::default();
@@ -1394,18 +1396,9 @@ mod tests {
     /// lookups stay exact, present and absent, through flushes and merges.
     #[test]
     fn skewed_keys_crowding_one_directory_bucket_are_found() {
-        let dir = std::env::temp_dir().join("tessera-disk-unit");
         let key = |i: u32| Fingerprint::from_slice(&i.to_be_bytes()).unwrap();
         for background_merges in [false, true] {
-            let mut t = DiskTable::create(
-                &dir,
-                DiskConfig {
-                    flush_at: 100,
-                    cache_containers: 2,
-                    background_merges,
-                },
-            )
-            .unwrap();
+            let mut t = table(100, 2, background_merges);
             for i in 0..5000u32 {
                 t.insert(key(i * 2 + 1), u64::from(i / 50));
             }
@@ -1424,16 +1417,7 @@ mod tests {
     /// at the cursor; new chunks are answered by the Bloom filter.
     #[test]
     fn repeated_stream_hits_the_locality_cache() {
-        let dir = std::env::temp_dir().join("tessera-disk-unit");
-        let mut t = DiskTable::create(
-            &dir,
-            DiskConfig {
-                flush_at: 1000,
-                cache_containers: 4,
-                ..DiskConfig::default()
-            },
-        )
-        .unwrap();
+        let mut t = table(1000, 4, true);
         for i in 0..10_000u64 {
             t.insert(fp(i), i / 100);
         }
@@ -1485,16 +1469,7 @@ mod tests {
     /// later chunk of the container at the cursor.
     #[test]
     fn a_list_split_across_flushes_is_loaded_whole() {
-        let dir = std::env::temp_dir().join("tessera-disk-unit");
-        let mut t = DiskTable::create(
-            &dir,
-            DiskConfig {
-                flush_at: 1000,
-                cache_containers: 4,
-                background_merges: false,
-            },
-        )
-        .unwrap();
+        let mut t = table(1000, 4, false);
         // Containers of 300: 3 and 6 straddle the flushes at 1000 and 2000.
         for i in 0..3_000u64 {
             t.insert(fp(i), i / 300);
