@@ -316,9 +316,11 @@ fn trace_series_is_identical_and_hits_the_cache() {
     let counts = d.index().disk_counts().unwrap();
     // Versions 1..5 look up ~14 100 duplicates. A container holds 8
     // chunks: one run probe loads its list, the other 7 hit at the cursor
-    // or in the cache (7/8 = 12 300).
+    // or in the cache (7/8 = 12 300) — or in the overlay, when a
+    // background flush had not yet been installed (timing decides how
+    // many: none of them is a run probe).
     assert!(
-        counts.cursor + counts.cache > 12_000,
+        counts.cursor + counts.cache + counts.overlay > 12_000,
         "{counts:?} (most duplicates should hit the locality cache)"
     );
     assert!(counts.run_probes < 2_200, "{counts:?}");
