@@ -48,6 +48,10 @@ fn main() {
         levels(&pieces);
         return;
     }
+    if std::env::var_os("ENTROPY").is_some() {
+        entropy(&pieces);
+        return;
+    }
 
     let t = Instant::now();
     let plain = HashAlgo::Blake3;
@@ -132,6 +136,42 @@ fn levels(pieces: &[&[u8]]) {
             "zstd level {level:>3}: {:>6.0} MB/s, stored {:.2} %",
             n as f64 / s / 1e6,
             stored as f64 * 100.0 / n as f64
+        );
+    }
+}
+
+/// Where `auto`'s time and savings go by the sampled entropy of a piece:
+/// is the threshold above which it does not try the right one?
+fn entropy(pieces: &[&[u8]]) {
+    let level = Compression::Auto.level().unwrap();
+    let mut c = zstd::bulk::Compressor::new(level).unwrap();
+    let mut out = vec![0u8; 16384];
+    // bucket (entropy in quarter bits) -> pieces, bytes, saved bytes, seconds
+    let mut b = [(0usize, 0usize, 0usize, 0f64); 33];
+    for p in pieces {
+        let e = tessera_core::seal::zstd::sample_entropy(p);
+        let t = Instant::now();
+        let k = c.compress_to_buffer(p, &mut out[..]).unwrap().min(p.len());
+        let s = t.elapsed().as_secs_f64();
+        let i = ((e * 4.0) as usize).min(32);
+        b[i].0 += 1;
+        b[i].1 += p.len();
+        b[i].2 += p.len() - k;
+        b[i].3 += s;
+    }
+    let (tb, ts, tt) = b
+        .iter()
+        .fold((0, 0, 0.0), |a, x| (a.0 + x.1, a.1 + x.2, a.2 + x.3));
+    println!("entropy  pieces  bytes%  saved%(of all saved)  time%  stored");
+    for (i, x) in b.iter().enumerate().filter(|x| x.1 .0 > 0) {
+        println!(
+            "{:>5.2}  {:>7} {:>6.1} {:>8.2} {:>6.1} {:>6.3}",
+            i as f64 / 4.0,
+            x.0,
+            x.1 as f64 * 100.0 / tb as f64,
+            x.2 as f64 * 100.0 / ts as f64,
+            x.3 * 100.0 / tt,
+            1.0 - x.2 as f64 / x.1 as f64
         );
     }
 }
