@@ -15,15 +15,19 @@
 //! file step edits the copy, never the caller's tree) and repositories are
 //! made afresh for every run; medians over runs are reported.
 //!
-//! Nothing is deleted between steps. ext4 passes over inodes freed in the
-//! last ~30 s when it allocates new ones (`recently_deleted`, checked one
-//! inode at a time), so a step that creates many files soon after many
-//! were deleted pays seconds of system time that belong to the deletion: a
-//! restore of 46 k files took 2.2 s into a fresh directory and 6.3 s right
-//! after the previous restore's files were removed, 4.6 s of it in the
-//! kernel. Restore targets and finished runs are therefore moved to
-//! `trash/` and removed after the last measurement, and the first restore
-//! waits until [`SETTLE`] after the work directory was cleared.
+//! Nothing is deleted between steps. ext4 without a journal (this
+//! machine's root file system) passes over inodes freed in the last 60 s
+//! when it allocates new ones, and over those freed in the last 360 s
+//! whose inode table block is dirty (`recently_deleted` in
+//! `fs/ext4/ialloc.c`, checked one inode at a time) — and a step that
+//! creates files keeps dirtying those blocks. So a step that creates many
+//! files within six minutes of a large deletion pays seconds of system time
+//! that belong to the deletion. Measured (2026-11-26, a restore of
+//! `/usr/share`, 46 k files, after deleting six such trees): 14.4 s right
+//! after, 9.8 s at +65 s, 8.8 s at +130 s, 8.9 s at +200 s, 7.3 s at +290 s,
+//! 1.35 s at +370 s. Restore targets and finished runs are therefore moved
+//! to `trash/` and removed after the last measurement, and the first
+//! restore waits until [`SETTLE`] after the work directory was cleared.
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
@@ -33,7 +37,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// A tool under comparison.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -109,9 +113,11 @@ pub struct PeersReport {
     pub skipped: Vec<String>,
 }
 
-/// How long ext4 treats freed inodes as recently deleted (see the module
-/// doc), with a second to spare.
-const SETTLE: std::time::Duration = std::time::Duration::from_secs(31);
+/// How long ext4 may treat freed inodes as recently deleted (60 s, plus
+/// 300 s while their inode table block is dirty; see the module doc), with
+/// a second to spare. It was 31 s, and the restores of the first runs
+/// (tessera's most, as it runs first) paid for clearing the work directory.
+const SETTLE: Duration = Duration::from_secs(361);
 
 /// Move `path` under `work/trash/` (a rename: no inode is freed until the
 /// comparison ends).
@@ -130,8 +136,14 @@ pub fn run(opts: &PeersOptions, note: &mut dyn FnMut(&str)) -> Result<PeersRepor
     if !opts.source.is_dir() {
         bail!("{} is not a directory", opts.source.display());
     }
-    prepare_work(&opts.work)?;
-    let settled = Instant::now() + SETTLE;
+    let cleared = prepare_work(&opts.work)?;
+    let settled = Instant::now() + if cleared { SETTLE } else { Duration::ZERO };
+    if cleared {
+        note(&format!(
+            "the work directory held an earlier comparison: the first restore waits until {} s after clearing it (ext4 shuns freshly freed inodes)",
+            SETTLE.as_secs()
+        ));
+    }
     let src = opts.work.join("source");
     note("copying the source into the work directory");
     copy_tree(&opts.source, &src)?;
@@ -219,9 +231,11 @@ pub fn run(opts: &PeersOptions, note: &mut dyn FnMut(&str)) -> Result<PeersRepor
 }
 
 /// The work directory must be new, empty, or an earlier comparison's
-/// (marked by a file), so a mistyped path never gets cleared.
-fn prepare_work(work: &Path) -> Result<()> {
+/// (marked by a file), so a mistyped path never gets cleared. Returns
+/// whether anything was deleted.
+fn prepare_work(work: &Path) -> Result<bool> {
     const MARK: &str = ".tessera-peers";
+    let mut cleared = false;
     if work.exists() {
         let empty = fs::read_dir(work)?.next().is_none();
         if !empty && !work.join(MARK).exists() {
@@ -231,10 +245,11 @@ fn prepare_work(work: &Path) -> Result<()> {
             );
         }
         fs::remove_dir_all(work).with_context(|| format!("cannot clear {}", work.display()))?;
+        cleared = !empty;
     }
     fs::create_dir_all(work).with_context(|| format!("cannot create {}", work.display()))?;
     fs::write(work.join(MARK), b"")?;
-    Ok(())
+    Ok(cleared)
 }
 
 fn copy_tree(from: &Path, to: &Path) -> Result<()> {
@@ -758,9 +773,11 @@ mod tests {
         assert!(prepare_work(d.path()).is_err());
         assert!(d.path().join("precious").exists());
         let w = d.path().join("w");
-        prepare_work(&w).unwrap();
+        // A new directory: nothing was deleted, no restore need wait.
+        assert!(!prepare_work(&w).unwrap());
         fs::write(w.join("junk"), b"x").unwrap();
-        prepare_work(&w).unwrap();
+        // An earlier comparison's: cleared, and the caller must settle.
+        assert!(prepare_work(&w).unwrap());
         assert!(!w.join("junk").exists());
     }
 }
