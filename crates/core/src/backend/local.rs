@@ -455,7 +455,7 @@ impl ObjectStore for LocalStore {
         // file than its header promises is caught by the container decoder.
         let map = unsafe { memmap2::MmapOptions::new().populate().map(&file) }
             .ctx(|| format!("cannot map {}", path.display()))?;
-        Ok(ObjectBytes::mapped(map, reuse))
+        Ok(ObjectBytes::mapped(map))
     }
 
     fn get_into(&self, key: &ObjectKey, buf: &mut Vec<u8>) -> Result<()> {

@@ -121,10 +121,7 @@ pub struct ObjectBytes(Repr);
 
 enum Repr {
     Owned(Vec<u8>),
-    /// The mapping, and the buffer the caller offered for reuse: kept, not
-    /// freed, so that [`ObjectBytes::into_buffer`] hands it back and the
-    /// next read or open reuses its pages instead of faulting in fresh ones.
-    Mapped(memmap2::Mmap, Vec<u8>),
+    Mapped(memmap2::Mmap),
 }
 
 impl std::ops::Deref for ObjectBytes {
@@ -132,7 +129,7 @@ impl std::ops::Deref for ObjectBytes {
     fn deref(&self) -> &[u8] {
         match &self.0 {
             Repr::Owned(v) => v,
-            Repr::Mapped(m, _) => m,
+            Repr::Mapped(m) => m,
         }
     }
 }
@@ -144,26 +141,21 @@ impl From<Vec<u8>> for ObjectBytes {
 }
 
 impl ObjectBytes {
-    /// Bytes of a mapped file (a [`LocalStore`] detail); `spare` is the
-    /// buffer the reader offered, returned by [`into_buffer`](Self::into_buffer).
-    pub(crate) fn mapped(map: memmap2::Mmap, spare: Vec<u8>) -> Self {
-        ObjectBytes(Repr::Mapped(map, spare))
+    /// Bytes of a mapped file (a [`LocalStore`] detail).
+    pub(crate) fn mapped(map: memmap2::Mmap) -> Self {
+        ObjectBytes(Repr::Mapped(map))
     }
 
     #[cfg(test)]
     pub(crate) fn is_mapped(&self) -> bool {
-        matches!(self.0, Repr::Mapped(..))
+        matches!(self.0, Repr::Mapped(_))
     }
 
-    /// The buffer, for the next read to reuse: the bytes' own, or for a
-    /// mapping the spare buffer offered with the read (its contents are
-    /// stale). Why: a restore opens each container into a buffer of its
-    /// own size; one dropped per mapped read made every open allocate,
-    /// zero and fault in 4 MiB afresh (7 % of a restore's CPU).
+    /// The buffer, for the next read to reuse (none for a mapping).
     pub fn into_buffer(self) -> Vec<u8> {
         match self.0 {
             Repr::Owned(v) => v,
-            Repr::Mapped(_, spare) => spare,
+            Repr::Mapped(_) => Vec::new(),
         }
     }
 }
