@@ -17,6 +17,7 @@ use crate::container::{ChunkKind, ContainerId};
 use crate::error::{Error, Result, Subject};
 use crate::fingerprint::{Fingerprint, HashAlgo};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 const MAGIC: [u8; 8] = *b"TSRAMANI";
 /// The repository format version: written in the unsealed `config` object
@@ -56,7 +57,47 @@ pub struct RepoConfig {
     pub index: crate::index::IndexKind,
 }
 
-pub use crate::layout::LayoutKind;
+/// Which layout a repository uses, fixed at `init --layout`.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum LayoutKind {
+    /// Fixed-size containers in stream order (`layout::ContainerLayout`).
+    #[default]
+    Containers,
+    /// MFDedup's lifecycle categories and volumes (`layout::MfdedupLayout`).
+    Mfdedup,
+}
+
+impl LayoutKind {
+    pub fn is_containers(&self) -> bool {
+        *self == LayoutKind::Containers
+    }
+}
+
+impl std::fmt::Display for LayoutKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LayoutKind::Containers => "containers",
+            LayoutKind::Mfdedup => "mfdedup",
+        })
+    }
+}
+
+impl std::str::FromStr for LayoutKind {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "containers" | "container" => Ok(LayoutKind::Containers),
+            "mfdedup" => Ok(LayoutKind::Mfdedup),
+            _ => Err(format!(
+                "unknown layout '{s}' (expected containers or mfdedup)"
+            )),
+        }
+    }
+}
+
 
 /// What a backup was made from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -159,26 +200,66 @@ pub struct Manifest {
     pub containers: Vec<ContainerEntry>,
     /// Index segment keys, oldest first.
     pub index_segments: Vec<ObjectKey>,
-    /// HAR history: data containers the last HAR backup used sparsely; the
-    /// next HAR backup rewrites duplicates held only there. Ids of
-    /// containers that no longer exist are ignored.
-    #[serde(default)]
-    pub har_sparse: Vec<ContainerId>,
     /// Backups forgotten since the last GC. Their recipes stay until a GC
     /// runs, which walks them to find the containers the deletion involves
     /// (the papers' GS list), then clears this list.
     #[serde(default)]
     pub forgotten: Vec<BackupEntry>,
-    /// MFDedup layout state: chains, their volumes, active categories and
-    /// NDF tables (empty on the container layout).
-    #[serde(
-        default,
-        skip_serializing_if = "crate::layout::mfdedup::MfState::is_empty"
-    )]
-    pub mfdedup: crate::layout::mfdedup::MfState,
-    /// FGC's reference graph, when the repository records one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub refgraph: Option<crate::refgraph::RefGraphState>,
+    /// Each technique's state, under its own name (see [`Sections`]).
+    #[serde(flatten)]
+    pub sections: Sections,
+}
+
+/// The techniques' state in the manifest, each under its own top-level
+/// key (`mfdedup`: MFDedup's chains and volumes; `refgraph`: FGC's
+/// reference graph; `har_sparse`: HAR's sparse containers). The catalog
+/// keeps them as JSON values and merges them as wholes; each technique
+/// encodes and decodes its own through [`Section`]. An absent section is
+/// the technique's empty state.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Sections(BTreeMap<String, serde_json::Value>);
+
+/// A technique's state kept in the manifest.
+pub trait Section: Serialize + serde::de::DeserializeOwned {
+    /// Its key in the manifest's JSON.
+    const NAME: &'static str;
+}
+
+impl Sections {
+    /// The section `S`, if present.
+    pub fn get<S: Section>(&self) -> Result<Option<S>> {
+        self.0
+            .get(S::NAME)
+            .map(|v| {
+                S::deserialize(v).map_err(|e| {
+                    Error::corrupt("manifest", format!("unreadable section {}: {e}", S::NAME))
+                })
+            })
+            .transpose()
+    }
+    /// Set the section `S` (`None` removes it).
+    pub fn put<S: Section>(&mut self, value: Option<&S>) {
+        match value {
+            Some(v) => {
+                let json = serde_json::to_value(v).expect("a section serializes");
+                self.0.insert(S::NAME.to_string(), json);
+            }
+            None => {
+                self.0.remove(S::NAME);
+            }
+        }
+    }
+    pub fn contains<S: Section>(&self) -> bool {
+        self.0.contains_key(S::NAME)
+    }
+    /// Every section of `other` set over these (a staged publish).
+    pub fn overlay(&mut self, other: Sections) {
+        self.0.extend(other.0);
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 impl Manifest {
@@ -192,10 +273,8 @@ impl Manifest {
             backups: Vec::new(),
             containers: Vec::new(),
             index_segments: Vec::new(),
-            har_sparse: Vec::new(),
             forgotten: Vec::new(),
-            mfdedup: Default::default(),
-            refgraph: None,
+            sections: Sections::default(),
         }
     }
 
@@ -268,10 +347,13 @@ impl Manifest {
 /// * containers and index segments: its removals removed, its additions
 ///   appended (in order: a later segment's entry wins, and index entries
 ///   naming a container no longer listed are ignored when loading);
-/// * `next_*` allocators: the larger; `har_sparse`: its value if it set one.
-///
-/// MFDedup's state is not merged: a change to it publishes only on the
-/// generation it started from (MFDedup writers hold the exclusive lock).
+/// * `next_*` allocators: the larger;
+/// * sections: a section it changed is taken whole from it when the newer
+///   generation left that section as it was, or when the caller names the
+///   section as one this change overwrites (HAR's sparse list; FGC's graph,
+///   which the publish then grafts); a section both sides changed
+///   otherwise refuses the merge (MFDedup's state: its writers hold the
+///   exclusive lock, so this only guards against a broken lock).
 #[derive(Clone, Debug, Default)]
 pub struct Change {
     base_next_backup: BackupId,
@@ -283,10 +365,10 @@ pub struct Change {
     removed_containers: Vec<ContainerId>,
     added_segments: Vec<ObjectKey>,
     removed_segments: Vec<ObjectKey>,
-    har_sparse: Option<Vec<ContainerId>>,
+    /// Sections it changed: (name, base's value, its value); `None`: absent.
+    sections: Vec<(String, Option<serde_json::Value>, Option<serde_json::Value>)>,
     next_container_id: ContainerId,
     next_segment_id: u64,
-    mfdedup_changed: bool,
 }
 
 impl Change {
@@ -350,10 +432,20 @@ impl Change {
                 .filter(|k| !ns.contains(k))
                 .cloned()
                 .collect(),
-            har_sparse: (next.har_sparse != base.har_sparse).then(|| next.har_sparse.clone()),
+            sections: base
+                .sections
+                .0
+                .keys()
+                .chain(next.sections.0.keys())
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .filter_map(|k| {
+                    let (b, n) = (base.sections.0.get(k), next.sections.0.get(k));
+                    (b != n).then(|| (k.clone(), b.cloned(), n.cloned()))
+                })
+                .collect(),
             next_container_id: next.next_container_id,
             next_segment_id: next.next_segment_id,
-            mfdedup_changed: next.mfdedup != base.mfdedup,
         }
     }
 
@@ -367,20 +459,31 @@ impl Change {
             && self.removed_containers.is_empty()
             && self.added_segments.is_empty()
             && self.removed_segments.is_empty()
-            && self.har_sparse.is_none()
-            && !self.mfdedup_changed
+            && self.sections.is_empty()
     }
 
     /// The change applied to `newer` (another writer's generation): the
     /// merged manifest (its generation still `newer`'s) and the backups
-    /// this change added, as merged (renumbered if need be).
-    pub fn apply(&self, newer: &Manifest) -> Result<(Manifest, Vec<BackupEntry>)> {
-        if self.mfdedup_changed {
-            return Err(Error::Locked(
-                "another writer published while this MFDedup writer held the exclusive lock".into(),
-            ));
-        }
+    /// this change added, as merged (renumbered if need be). `overwrites`
+    /// names the sections this change may take whole although `newer`
+    /// changed them too.
+    pub fn apply(
+        &self,
+        newer: &Manifest,
+        overwrites: &[&str],
+    ) -> Result<(Manifest, Vec<BackupEntry>)> {
         let mut m = newer.clone();
+        for (name, base, ours) in &self.sections {
+            if newer.sections.0.get(name) != base.as_ref() && !overwrites.contains(&name.as_str()) {
+                return Err(Error::Locked(format!(
+                    "another writer changed the manifest's {name} section meanwhile: this change cannot be merged (its writers hold the exclusive lock)"
+                )));
+            }
+            match ours {
+                Some(v) => m.sections.0.insert(name.clone(), v.clone()),
+                None => m.sections.0.remove(name),
+            };
+        }
         m.backups.retain(|b| !self.removed_backups.contains(&b.id));
         // Ids this change allocated that another writer allocated too.
         let renumber = m.next_backup_id > self.base_next_backup;
@@ -421,9 +524,6 @@ impl Change {
             if !m.index_segments.contains(k) {
                 m.index_segments.push(k.clone());
             }
-        }
-        if let Some(h) = &self.har_sparse {
-            m.har_sparse = h.clone();
         }
         m.next_container_id = m.next_container_id.max(self.next_container_id);
         m.next_segment_id = m.next_segment_id.max(self.next_segment_id);
@@ -471,12 +571,20 @@ mod tests {
         assert!(Manifest::decode(&b[..b.len() - 2], "m").is_err());
     }
 
-    /// The typed ids are serde-transparent: manifests keep bare numbers.
+    /// A section as HAR keeps its sparse containers.
+    #[derive(Serialize, Deserialize, PartialEq, Debug)]
+    struct Sparse(Vec<ContainerId>);
+    impl Section for Sparse {
+        const NAME: &'static str = "har_sparse";
+    }
+
+    /// The typed ids are serde-transparent: manifests keep bare numbers,
+    /// and a section is a top-level key of the manifest's JSON.
     #[test]
     fn ids_are_stored_as_bare_numbers() {
         let mut m = sample();
         m.next_backup_id = BackupId(5);
-        m.har_sparse.push(ContainerId(2));
+        m.sections.put(Some(&Sparse(vec![ContainerId(2)])));
         let json = serde_json::to_string(&m).unwrap();
         for field in [
             r#""generation":3,"#,
@@ -487,6 +595,35 @@ mod tests {
         ] {
             assert!(json.contains(field), "{field} not in {json}");
         }
+    }
+
+    /// A manifest written before sections existed (its technique fields
+    /// at the top level) decodes with those fields as sections.
+    #[test]
+    fn sections_are_the_top_level_technique_fields() {
+        let m = sample();
+        let mut json: serde_json::Value = serde_json::to_value(&m).unwrap();
+        json["har_sparse"] = serde_json::json!([2]);
+        let m2: Manifest = serde_json::from_value(json).unwrap();
+        assert_eq!(m2.sections.get::<Sparse>().unwrap(), Some(Sparse(vec![ContainerId(2)])));
+        assert_eq!(m2.backups, m.backups);
+    }
+
+    /// A section both writers changed is refused unless named as one the
+    /// change overwrites; one only this writer changed is taken.
+    #[test]
+    fn sections_merge_whole() {
+        let base = sample();
+        let mut ours = base.clone();
+        ours.sections.put(Some(&Sparse(vec![ContainerId(2)])));
+        let change = Change::between(&base, &ours);
+        let (m, _) = change.apply(&base, &[]).unwrap();
+        assert_eq!(m.sections, ours.sections);
+        let mut theirs = base.clone();
+        theirs.sections.put(Some(&Sparse(vec![])));
+        assert!(change.apply(&theirs, &[]).is_err());
+        let (m, _) = change.apply(&theirs, &["har_sparse"]).unwrap();
+        assert_eq!(m.sections, ours.sections);
     }
 
     #[test]

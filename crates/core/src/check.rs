@@ -23,7 +23,7 @@ use crate::container::{ChunkKind, ChunkMeta, ContainerId};
 use crate::error::{Error, Result, Subject};
 use crate::fingerprint::{Fingerprint, FpMap};
 use crate::recipe::RecipeReader;
-use crate::repo::Repository;
+use crate::context::Context;
 use crate::salvage;
 use serde::Serialize;
 use std::collections::{BTreeSet, HashMap};
@@ -127,7 +127,7 @@ struct Containers {
 /// the chunks whose bytes do not match their fingerprints (if read whole).
 type ReadContainer = (Vec<ChunkMeta>, ChunkKind, Vec<Fingerprint>);
 
-impl Repository {
+impl Context {
     /// Every listed container's header and metadata (and its data, when
     /// read whole) against the manifest.
     fn check_containers(&self, opts: &CheckOptions, report: &mut CheckReport) -> Containers {
@@ -379,7 +379,7 @@ impl Repository {
     }
 }
 /// [`Repository::check`](crate::Repository::check).
-pub(crate) fn check(repo: &Repository, opts: &CheckOptions) -> Result<CheckReport> {
+pub(crate) fn check(repo: &Context, opts: &CheckOptions) -> Result<CheckReport> {
     let m = &repo.manifest;
     let mut report = CheckReport {
         generation: m.generation,
@@ -436,7 +436,7 @@ pub fn check_backend(
     backend: std::sync::Arc<dyn crate::backend::ObjectStore>,
     opts: &CheckOptions,
 ) -> Result<CheckReport> {
-    check_backend_with(backend, opts, &crate::repo::no_password)
+    check_backend_with(backend, opts, &crate::context::no_password)
 }
 
 /// [`check_backend`] of a repository that may be encrypted: `password` is
@@ -446,7 +446,7 @@ pub fn check_backend(
 pub fn check_backend_with(
     backend: std::sync::Arc<dyn crate::backend::ObjectStore>,
     opts: &CheckOptions,
-    password: crate::repo::PasswordSource,
+    password: crate::context::PasswordSource,
 ) -> Result<CheckReport> {
     let problem = |object: &str, problem: String| CheckReport {
         problems: vec![Problem {
@@ -458,9 +458,9 @@ pub fn check_backend_with(
         ..Default::default()
     };
     let mut bad_segments = Vec::new();
-    match Repository::open_inner(backend.clone(), password, Some(&mut bad_segments)) {
-        Ok(repo) => {
-            let mut report = repo.check(opts)?;
+    match crate::layout::open(backend.clone(), password, Some(&mut bad_segments)) {
+        Ok((cx, _layout)) => {
+            let mut report = check(&cx, opts)?;
             let segments = bad_segments.into_iter().map(|(key, e)| Problem {
                 object: crate::error::ObjectRef::Object(key).to_string(),
                 problem: e.problem(),

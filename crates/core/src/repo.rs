@@ -1,44 +1,45 @@
-//! The repository's API in one place: [`Repository`] (read-only: restore,
-//! list, check, plan GC, stats) and [`Writer`] (the same, holding the
-//! exclusive lock, plus backup, forget and GC). Each method here is the
-//! documented face of an operation implemented in its module (`ingest`,
-//! `restore`, `salvage`, `check`, `gc`); this file also holds opening,
-//! locking and publishing manifest generations.
+//! The repository's face: [`Repository`] (read-only: restore, list,
+//! check, plan GC, stats) and [`Writer`] (the same, holding a writer lock,
+//! plus backup, forget, GC, keys). Opening chooses the repository's layout
+//! once ([`crate::layout::open`]); every other method is one command,
+//! delegating to the module that implements it (`ingest`, `restore`,
+//! `salvage`, `check`, `gc`, `layout`, `fgc`) over the lower
+//! [`Context`], which is all those modules see.
 //!
-//! Crash safety rests on one rule, enforced in `Writer::publish`: new
-//! objects are made durable, then the new manifest generation is put
-//! (atomically), then — and only then — superseded objects are deleted.
-//! Anything a crash leaves behind is not listed by any manifest and is removed
-//! by the next writer ([`Repository::open_writer`]).
+//! Read-only handles cannot mutate: a [`Repository`] derefs to its context
+//! for reading only; mutations are methods of [`Writer`].
 
 use crate::archive::ExtractReport;
 use crate::backend::{Generation, KeyKind, ObjectKey, ObjectStore};
-use crate::catalog::{BackupEntry, BackupId, ContainerEntry, Manifest, RepoConfig};
+use crate::catalog::{BackupEntry, BackupId, Manifest, RepoConfig};
 use crate::check::{CheckOptions, CheckReport};
 use crate::chunking::ChunkerConfig;
 use crate::clock::now;
-use crate::container::{ChunkKind, ContainerId, ContainerStore};
-use crate::error::{Error, ObjectRef, Result};
-use crate::fingerprint::HashAlgo;
-use crate::fingerprint::{Fingerprint, Fingerprinter};
+use crate::container::{ChunkKind, ContainerId};
+use crate::context::{
+    no_password, Context, Leftovers, PasswordSource, Reserved, RESERVE_CONTAINERS, RESERVE_GAP,
+    RESERVE_SEGMENTS, RESERVE_SEGMENT_GAP,
+};
+use crate::error::{Error, Result};
+use crate::fgc::{RefGraph, RefGraphState};
+use crate::fingerprint::{Fingerprint, HashAlgo};
+use crate::gc::online::OnlineGc;
 use crate::gc::{GcOptions, GcPlan, GcReport, Marker};
-use crate::index::{decode_segment, encode_segment, sort_entries, Index, IndexEntry};
-use crate::ingest::{BackupOptions, BackupReport, GroupInput, Ingest};
+use crate::ingest::{ArrangeReport, BackupOptions, BackupReport, FilesCacheOptions, GroupInput, Ingest};
+use crate::layout::mfdedup::forget::ForgetSpace;
+use crate::layout::mfdedup::{ChainStats, MfdedupLayout};
+use crate::layout::Layout;
 use crate::lock::RepoLock;
-use crate::metrics::Metrics;
-use crate::recipe::reader::RecipeReader;
 use crate::restore::{RestoreOptions, RestoreReport};
 use crate::salvage::SalvageReport;
 use crate::seal::keys::{KdfParams, KeySlot, MasterKey, Password};
 use crate::seal::{CipherKind, Compression, Encryption, RepoSeal, SealedStore, Sealer};
 use serde::Serialize;
-use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::path::Path;
 use std::sync::Arc;
 
-/// Index segments a manifest may list before they are merged into one.
-pub const MAX_SEGMENTS: usize = 32;
+pub use crate::context::MAX_SEGMENTS;
 
 /// Parameters fixed at `init`.
 #[derive(Clone, Debug)]
@@ -72,88 +73,42 @@ pub struct SealOptions {
     pub cipher: CipherKind,
 }
 
-/// Where the password of an encrypted repository comes from: asked only
-/// when the repository turns out to be encrypted.
-pub type PasswordSource<'a> = &'a dyn Fn() -> Result<Password>;
-
-/// For repositories opened without a password source.
-pub(crate) fn no_password() -> Result<Password> {
-    Err(Error::Key(
-        "the repository is encrypted: give its password (TESSERA_PASSWORD, --password-file, --password-command, or a terminal prompt)".into(),
-    ))
-}
-
-/// What a writer found and removed when it opened the repository.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Leftovers {
-    pub objects: Vec<String>,
-    pub temporaries: usize,
-}
-
 pub struct Repository {
-    /// Every object read and write goes through here (the lock excepted).
-    pub(crate) objects: SealedStore,
-    pub(crate) manifest: Manifest,
-    pub(crate) index: Index,
-    pub(crate) store: ContainerStore,
-    pub(crate) metrics: Arc<Metrics>,
-    /// Fingerprints of this repository (keyed when encrypted).
-    pub(crate) fingerprinter: Fingerprinter,
-    /// The unsealed config: format version, encryption, compression.
-    pub(crate) seal: RepoSeal,
-    /// The master key and the slot that opened it (encrypted repositories).
-    pub(crate) key: Option<(Arc<MasterKey>, u64)>,
-    /// Worker threads for ingest and restore (0: every core).
-    pub(crate) threads: usize,
-    /// MFDedup only: data chunk → a category part holding it (for check
-    /// and salvage), built on first use and dropped at each publish.
-    pub(crate) mf_located: std::sync::OnceLock<crate::fingerprint::FpMap<ContainerId>>,
-    /// A writer that joined others: the container and segment ids it
-    /// reserved (see [`Repository::open_writer`]); `None` allocates from
-    /// the manifest's allocators.
-    pub(crate) reserved: Option<Reserved>,
+    cx: Context,
+    /// The layout named in the manifest, chosen when the handle opened.
+    layout: Box<dyn Layout>,
     /// A reader's shared lock ([`Repository::open_reader`]), held while
     /// the handle lives so GC does not delete what it reads.
-    pub(crate) reader_lock: Option<RepoLock>,
-    /// A writer's lock token (its online-GC records carry it).
-    pub(crate) writer_token: Option<String>,
+    reader_lock: Option<RepoLock>,
 }
 
-/// Id ranges a joining writer reserved: the next id of each to hand out.
-#[derive(Debug)]
-pub(crate) struct Reserved {
-    pub(crate) container: std::sync::atomic::AtomicU64,
-    pub(crate) segment: std::sync::atomic::AtomicU64,
+/// Reads go to the context; nothing there mutates through `&`.
+impl std::ops::Deref for Repository {
+    type Target = Context;
+    fn deref(&self) -> &Context {
+        &self.cx
+    }
 }
 
-/// Container ids a joining writer reserves, and how far above the
-/// allocator it starts (a writer that opened alone allocates from the
-/// manifest's allocator upwards, and uses fewer ids than this in one go).
-pub const RESERVE_CONTAINERS: u64 = 1 << 20;
-const RESERVE_GAP: u64 = 1 << 24;
-/// Index segment ids a joining writer reserves (and their gap).
-pub(crate) const RESERVE_SEGMENTS: u64 = 1 << 16;
-const RESERVE_SEGMENT_GAP: u64 = 1 << 20;
-/// How often opening retries when a newer generation superseded (and
-/// deleted) what it was reading.
-const OPEN_ATTEMPTS: usize = 50;
+/// Unit tests of the modules below build repositories by hand through
+/// their context.
+#[cfg(test)]
+impl std::ops::DerefMut for Repository {
+    fn deref_mut(&mut self) -> &mut Context {
+        &mut self.cx
+    }
+}
 
-/// The repository opened for writing: a [`Repository`] plus the exclusive
-/// writer lock. Every mutation (backup, forget, gc) is a method of this
-/// type, so the compiler, not a run-time check, keeps read-only handles
-/// from mutating; reads go through `Deref`.
+/// The repository opened for writing: a [`Repository`] plus a writer lock.
+/// Every mutation (backup, forget, gc) is a method of this type, so the
+/// compiler, not a run-time check, keeps read-only handles from mutating;
+/// reads go through `Deref`.
 pub struct Writer {
     repo: Repository,
     lock: Option<RepoLock>,
     leftovers: Leftovers,
-    /// A reference graph a focused GC staged for its publish (and only
-    /// its publish: cleared when that ends, published or not).
-    pub(crate) staged_refgraph: Option<crate::refgraph::RefGraphState>,
-    /// The reference graph as of the segments listed, kept between backups
-    /// so each does not load it again.
-    pub(crate) refgraph_mem: Option<(Vec<ObjectKey>, crate::refgraph::RefGraph)>,
     /// Directory backups: the files cache to use, if any.
-    files_cache: Option<crate::ingest::FilesCacheOptions>,
+    files_cache: Option<FilesCacheOptions>,
 }
 
 impl std::ops::Deref for Writer {
@@ -163,9 +118,9 @@ impl std::ops::Deref for Writer {
     }
 }
 
-/// Mutations inside the engine change the catalog and index in place; no
-/// public method of [`Repository`] takes `&mut self`, so this grants
-/// nothing beyond the writer's own API.
+/// [`Repository`] has no public method taking `&mut self` but
+/// [`set_threads`](Repository::set_threads), so this grants nothing beyond
+/// the writer's own API.
 impl std::ops::DerefMut for Writer {
     fn deref_mut(&mut self) -> &mut Repository {
         &mut self.repo
@@ -203,31 +158,6 @@ pub struct RepoStats {
     /// MFDedup: each chain's volumes, active categories and trend.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub chains: Vec<crate::layout::mfdedup::ChainStats>,
-}
-
-/// Newest manifest generation listed by the store, if any.
-fn latest_generation(store: &dyn ObjectStore) -> Result<Option<Generation>> {
-    Ok(store
-        .list(KeyKind::Manifest)?
-        .iter()
-        .filter_map(ObjectKey::generation)
-        .max())
-}
-
-/// The newest generation's manifest, retrying when a newer generation
-/// superseded and removed it between the listing and the read.
-pub(crate) fn read_newest(objects: &SealedStore) -> Result<Manifest> {
-    let mut attempt = 0;
-    loop {
-        let generation = latest_generation(&**objects.store())?
-            .ok_or_else(|| Error::NoRepository(objects.location().into()))?;
-        let key = ObjectKey::Manifest(generation);
-        match objects.get(&key) {
-            Ok(b) => return Manifest::decode(&b, ObjectRef::Object(key)),
-            Err(Error::MissingObject(_)) if attempt + 1 < OPEN_ATTEMPTS => attempt += 1,
-            Err(e) => return Err(e),
-        }
-    }
 }
 
 impl Repository {
@@ -291,10 +221,8 @@ impl Repository {
         seal: &SealOptions,
         index: crate::index::IndexKind,
     ) -> Result<()> {
-        if !index.is_memory() && !layout.is_containers() {
-            return Err(Error::invalid(format!(
-                "--index {index} is not built for the {layout} layout yet (its NDF index is per version chain); use --index memory"
-            )));
+        if !index.is_memory() {
+            crate::layout::for_kind(layout).index_on_disk()?;
         }
         opts.chunker.validate().map_err(Error::invalid)?;
         if opts.container_size < 4096 {
@@ -362,94 +290,15 @@ impl Repository {
         Self::open_with(backend, &no_password)
     }
 
-    /// The repository's unsealed config, read first: it says which format
-    /// version and sealing the other objects have. A repository without
-    /// one is of format version 1, named as such.
-    fn read_seal(backend: &dyn ObjectStore, generation: Generation) -> Result<RepoSeal> {
-        let repository = || -> Box<crate::error::Subject> {
-            Box::new(
-                format!("repository at {}", backend.location())
-                    .as_str()
-                    .into(),
-            )
-        };
-        match backend.get(&ObjectKey::Config) {
-            // The config's version is the repository's: name the repository.
-            Ok(b) => RepoSeal::decode(&b).map_err(|e| match e {
-                Error::UnsupportedVersion {
-                    found, supported, ..
-                } => Error::UnsupportedVersion {
-                    object: repository(),
-                    found,
-                    supported,
-                },
-                e => e,
-            }),
-            Err(Error::MissingObject(_)) => {
-                let m = backend.get(&ObjectKey::Manifest(generation))?;
-                match m.get(..12) {
-                    Some(h) if h[..8] == *b"TSRAMANI" => Err(Error::UnsupportedVersion {
-                        object: repository(),
-                        found: u32::from_le_bytes(h[8..12].try_into().unwrap()),
-                        supported: crate::catalog::VERSION,
-                    }),
-                    _ => Err(Error::missing(ObjectRef::Object(ObjectKey::Config))),
-                }
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Open the master key with a password from `password`: the first key
-    /// slot it opens. Returns the key and that slot's id.
-    fn unlock(
-        backend: &dyn ObjectStore,
-        seal: &RepoSeal,
-        password: PasswordSource,
-    ) -> Result<(MasterKey, u64)> {
-        let slots = Self::read_slots(backend)?;
-        if slots.is_empty() {
-            return Err(Error::Key(format!(
-                "the repository at {} is encrypted but has no key slots (keys/ is empty): it cannot be opened",
-                backend.location()
-            )));
-        }
-        let password = password()?;
-        for slot in &slots {
-            if let Some(key) = slot.unwrap(&password, &seal.repo_id)? {
-                return Ok((key, slot.id));
-            }
-        }
-        Err(Error::Key(format!(
-            "wrong password: it opens none of the {} key slots of the repository at {}",
-            slots.len(),
-            backend.location()
-        )))
-    }
-
-    fn read_slots(backend: &dyn ObjectStore) -> Result<Vec<KeySlot>> {
-        let mut slots = Vec::new();
-        for key in backend.list(KeyKind::KeySlot)? {
-            if let ObjectKey::KeySlot(_) = key {
-                let b = backend.get(&key)?;
-                let slot = KeySlot::decode(&b, &key.name())?;
-                if ObjectKey::KeySlot(slot.id) != key {
-                    return Err(Error::corrupt(
-                        key.name().as_str(),
-                        format!("holds key slot {}", slot.id),
-                    ));
-                }
-                slots.push(slot);
-            }
-        }
-        slots.sort_by_key(|s| s.id);
-        Ok(slots)
-    }
-
     /// Open for reading; `password` is asked for only if the repository is
     /// encrypted.
     pub fn open_with(backend: Arc<dyn ObjectStore>, password: PasswordSource) -> Result<Self> {
-        Self::open_inner(backend, password, None)
+        let (cx, layout) = crate::layout::open(backend, password, None)?;
+        Ok(Repository {
+            cx,
+            layout,
+            reader_lock: None,
+        })
     }
 
     /// Open for reading holding a shared reader lock: a concurrent GC does
@@ -477,158 +326,6 @@ impl Repository {
         Ok(repo)
     }
 
-    /// [`open_with`](Self::open_with); with `bad_segments`, an index
-    /// segment that cannot be read is recorded there and skipped (for
-    /// `check`, which then reports it and goes on) instead of failing.
-    pub(crate) fn open_inner(
-        backend: Arc<dyn ObjectStore>,
-        password: PasswordSource,
-        bad_segments: Option<&mut Vec<(ObjectKey, Error)>>,
-    ) -> Result<Self> {
-        let generation = latest_generation(&*backend)?
-            .ok_or_else(|| Error::NoRepository(backend.location().into()))?;
-        let seal = Self::read_seal(&*backend, generation)?;
-        let (sealer, key) = match seal.encryption {
-            Encryption::None => (Sealer::new(None, seal.compression), None),
-            Encryption::Xaes256Gcm | Encryption::Xchacha20Poly1305 => {
-                let (master, slot) = Self::unlock(&*backend, &seal, password)?;
-                let kind = seal.encryption.cipher().expect("encrypted");
-                (
-                    Sealer::new(Some(master.cipher(kind)), seal.compression),
-                    Some((Arc::new(master), slot)),
-                )
-            }
-        };
-        let objects = SealedStore::new(backend, Arc::new(sealer));
-        Self::load_retrying(objects, seal, key, bad_segments)
-    }
-
-    /// Load the newest generation through `objects`, retrying when a
-    /// newer generation superseded and removed what was being read.
-    pub(crate) fn load_retrying(
-        objects: SealedStore,
-        seal: RepoSeal,
-        key: Option<(Arc<MasterKey>, u64)>,
-        mut bad_segments: Option<&mut Vec<(ObjectKey, Error)>>,
-    ) -> Result<Self> {
-        let mut attempt = 0;
-        loop {
-            if let Some(b) = bad_segments.as_deref_mut() {
-                b.clear();
-            }
-            let loaded = Self::load(
-                objects.clone(),
-                seal.clone(),
-                key.clone(),
-                bad_segments.as_deref_mut(),
-            );
-            match loaded {
-                Err(Error::MissingObject(_)) if attempt + 1 < OPEN_ATTEMPTS => {
-                    attempt += 1;
-                    std::thread::sleep(std::time::Duration::from_millis(5 * attempt as u64));
-                }
-                r => return r,
-            }
-        }
-    }
-
-    fn load(
-        objects: SealedStore,
-        seal: RepoSeal,
-        key: Option<(Arc<MasterKey>, u64)>,
-        mut bad_segments: Option<&mut Vec<(ObjectKey, Error)>>,
-    ) -> Result<Self> {
-        let generation = latest_generation(&**objects.store())?
-            .ok_or_else(|| Error::NoRepository(objects.location().into()))?;
-        let key_name = ObjectKey::Manifest(generation);
-        let name = ObjectRef::Object(key_name.clone());
-        let manifest = Manifest::decode(&objects.get(&key_name)?, name.clone())?;
-        if manifest.generation != generation {
-            return Err(Error::corrupt(
-                name,
-                format!("claims generation {}", manifest.generation),
-            ));
-        }
-        if manifest.config.repo_id != seal.repo_id {
-            return Err(Error::corrupt(
-                name,
-                format!(
-                    "belongs to repository {}, the config names {}",
-                    manifest.config.repo_id, seal.repo_id
-                ),
-            ));
-        }
-        let fingerprinter = match &key {
-            Some((master, _)) => {
-                Fingerprinter::keyed(manifest.config.hash, &master.fingerprint_key())
-            }
-            None => manifest.config.hash.into(),
-        };
-        let mut index = match manifest.config.index {
-            crate::index::IndexKind::Memory => Index::default(),
-            crate::index::IndexKind::Disk => disk_index(crate::index::disk::DiskConfig::default())?,
-        };
-        // Entries naming a container the manifest does not list are
-        // ignored: a segment merged from a concurrent writer may hold
-        // entries of containers a GC reclaimed (docs/FORMAT.md).
-        let listed: HashSet<ContainerId> = manifest.containers.iter().map(|c| c.id).collect();
-        let filter = manifest.config.layout == crate::layout::LayoutKind::Containers;
-        for seg in &manifest.index_segments {
-            let name = ObjectRef::Object(seg.clone());
-            let read = objects
-                .get(seg)
-                .map_err(|e| match e {
-                    Error::MissingObject(_) => e.about(name.clone()),
-                    e => e,
-                })
-                // The decoder names what it is given; the error names the key.
-                .and_then(|bytes| {
-                    decode_segment(&bytes, &name.to_string()).map_err(|e| e.about(name))
-                });
-            let entries = match (read, bad_segments.as_deref_mut()) {
-                (Ok(entries), _) => entries,
-                (Err(e), Some(bad)) => {
-                    bad.push((seg.clone(), e));
-                    continue;
-                }
-                (Err(e), None) => return Err(e),
-            };
-            for e in entries {
-                if !filter || listed.contains(&e.container) {
-                    index.insert(e);
-                }
-            }
-        }
-        // On disk: the loaded entries become sorted runs before the first lookup.
-        index.flush();
-        let metrics = Arc::new(Metrics::default());
-        let store = ContainerStore::new(
-            objects.clone(),
-            manifest.config.hash,
-            manifest.config.trace,
-            metrics.clone(),
-        );
-        let mut repo = Repository {
-            objects,
-            manifest,
-            index,
-            store,
-            metrics,
-            fingerprinter,
-            seal,
-            key,
-            mf_located: Default::default(),
-            reserved: None,
-            reader_lock: None,
-            writer_token: None,
-            threads: 0,
-        };
-        if repo.manifest.config.layout == crate::layout::LayoutKind::Mfdedup {
-            repo.index = crate::layout::mfdedup::recipe_index(&repo)?;
-        }
-        Ok(repo)
-    }
-
     /// Open for writing. Backups, forgets and GCs run at once from
     /// several processes: a writer that finds no other lock holder takes
     /// the exclusive lock for a moment, removes the leftovers of
@@ -636,8 +333,9 @@ impl Repository {
     /// others takes a shared lock, removes nothing (unlisted objects may be
     /// theirs, in flight), and reserves ranges of container and segment
     /// ids so its objects never collide with theirs. Each publishes by
-    /// compare-and-swap and merges on conflict (see [`Writer::publish`]).
-    /// The MFDedup layout keeps one writer at a time (exclusive lock).
+    /// compare-and-swap and merges on conflict (see [`crate::publish`]).
+    /// A layout without concurrent writers (MFDedup) keeps one writer at a
+    /// time (exclusive lock).
     pub fn open_writer(backend: Arc<dyn ObjectStore>, command: &str) -> Result<Writer> {
         Self::open_writer_with(backend, command, &no_password)
     }
@@ -651,45 +349,42 @@ impl Repository {
         if latest_generation(&*backend)?.is_none() {
             return Err(Error::NoRepository(backend.location().into()));
         }
-        let mfdedup =
-            |r: &Repository| r.manifest.config.layout == crate::layout::LayoutKind::Mfdedup;
         match RepoLock::acquire_brief(backend.clone(), command) {
             Ok(alone) => {
                 let mut repo = Self::open_with(backend, password)?;
-                let leftovers = repo.remove_leftovers()?;
-                let lock = if mfdedup(&repo) {
+                let leftovers = repo.cx.remove_leftovers()?;
+                let lock = if repo.layout.concurrent_writers() {
+                    let shared = alone.downgrade(false)?;
+                    // Its online-GC records carry the token.
+                    repo.cx.writer_token = Some(shared.token());
+                    shared
+                } else {
                     alone.settle()?;
                     alone
-                } else {
-                    let shared = alone.downgrade(false)?;
-                    // Only containers take part in online GC.
-                    repo.writer_token = Some(shared.token());
-                    shared
                 };
+                repo.cx.lock_token = Some(lock.token());
                 Ok(Writer {
                     repo,
                     lock: Some(lock),
                     leftovers,
-                    staged_refgraph: None,
-                    refgraph_mem: None,
                     files_cache: None,
                 })
             }
             Err(Error::Locked(why)) => {
                 let lock = RepoLock::acquire_shared(backend.clone(), command, false)?;
                 let mut repo = Self::open_with(backend, password)?;
-                if mfdedup(&repo) {
+                if !repo.layout.concurrent_writers() {
                     return Err(Error::Locked(format!(
-                        "the mfdedup layout has one writer at a time: {why}"
+                        "the {} layout has one writer at a time: {why}",
+                        repo.layout.kind()
                     )));
                 }
-                repo.writer_token = Some(lock.token());
+                repo.cx.writer_token = Some(lock.token());
+                repo.cx.lock_token = Some(lock.token());
                 let mut w = Writer {
                     repo,
                     lock: Some(lock),
                     leftovers: Leftovers::default(),
-                    staged_refgraph: None,
-                    refgraph_mem: None,
                     files_cache: None,
                 };
                 w.reserve_ids()?;
@@ -699,149 +394,36 @@ impl Repository {
         }
     }
 
-    /// The first container id a new writer of this repository allocates:
-    /// the reserved range's next, or the manifest's allocator.
-    pub(crate) fn first_container_id(&self) -> ContainerId {
-        match &self.reserved {
-            Some(r) => ContainerId(r.container.load(std::sync::atomic::Ordering::Relaxed)),
-            None => self.manifest.next_container_id,
-        }
+    /// The layout chosen when this handle opened.
+    pub fn layout(&self) -> &dyn Layout {
+        &*self.layout
     }
 
-    /// A writer's containers up to (not including) `next` are allocated:
-    /// a reserved range moves on past them.
-    pub(crate) fn containers_allocated(&self, next: ContainerId) {
-        if let Some(r) = &self.reserved {
-            r.container
-                .fetch_max(next.0, std::sync::atomic::Ordering::Relaxed);
-        }
+    /// Use `n` worker threads for backups and restores (0, the default:
+    /// every available core). Layouts and restored bytes do not depend on it.
+    pub fn set_threads(&mut self, n: usize) {
+        self.cx.set_threads(n);
     }
 
-    /// Objects no manifest lists: what an interrupted mutation left behind.
-    pub fn find_leftovers(&self) -> Result<Vec<String>> {
-        Ok(self.leftover_keys()?.iter().map(ObjectKey::name).collect())
-    }
-
-    /// [`find_leftovers`](Self::find_leftovers) as keys: unlisted containers
-    /// and index segments (strays under their prefixes included) and older
-    /// manifest generations.
-    pub fn leftover_keys(&self) -> Result<Vec<ObjectKey>> {
-        let listed: HashSet<ObjectKey> = self
-            .manifest
-            .containers
-            .iter()
-            .map(|c| ObjectKey::Container(c.id))
-            .chain(self.manifest.index_segments.iter().cloned())
-            .chain(self.manifest.mfdedup.keys())
-            .chain(
-                self.manifest
-                    .refgraph
-                    .iter()
-                    .flat_map(|g| g.segments.iter().cloned()),
-            )
-            .collect();
-        let mut out = Vec::new();
-        for kind in [
-            KeyKind::Container,
-            KeyKind::IndexSegment,
-            KeyKind::Volume,
-            KeyKind::NdfTable,
-            KeyKind::RefGraph,
-        ] {
-            out.extend(
-                self.objects
-                    .list(kind)?
-                    .into_iter()
-                    .filter(|k| !listed.contains(k)),
-            );
-        }
-        let current = self.manifest.generation;
-        out.extend(
-            self.objects
-                .list(KeyKind::Manifest)?
-                .into_iter()
-                .filter(|k| k.generation().is_some_and(|g| g < current)),
-        );
-        Ok(out)
-    }
-
-    fn remove_leftovers(&self) -> Result<Leftovers> {
-        let objects = self.leftover_keys()?;
-        for key in &objects {
-            self.objects.delete(key)?;
-        }
-        let temporaries = self.objects.store().clean_interrupted()?;
-        if !objects.is_empty() || temporaries > 0 {
-            self.objects.barrier()?;
-        }
-        Ok(Leftovers {
-            objects: objects.iter().map(ObjectKey::name).collect(),
-            temporaries,
+    fn mfdedup(&self, what: &str) -> Result<&MfdedupLayout> {
+        self.layout.mfdedup().ok_or_else(|| {
+            Error::invalid(format!(
+                "{what} need the mfdedup layout (this repository uses {})",
+                self.layout.kind()
+            ))
         })
-    }
-
-    /// Write the index entries a mutation added as one new segment and return
-    /// its key (to be listed in the next manifest).
-    pub(crate) fn write_segment(&self, next: &mut Manifest, entries: &[IndexEntry]) -> Result<()> {
-        if entries.is_empty() {
-            return Ok(());
-        }
-        let id = match &self.reserved {
-            Some(r) => r.segment.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            None => next.next_segment_id,
-        };
-        next.next_segment_id = next.next_segment_id.max(id + 1);
-        let key = ObjectKey::IndexSegment(id);
-        self.objects.put(&key, encode_segment(entries))?;
-        next.index_segments.push(key);
-        Ok(())
-    }
-
-    /// When the manifest lists more than [`MAX_SEGMENTS`] index segments,
-    /// replace them with one segment holding the whole in-memory index (which
-    /// must already include the mutation's entries). Returns the keys the new
-    /// manifest supersedes, to delete after publishing.
-    pub(crate) fn compact_segments(&self, next: &mut Manifest) -> Result<Vec<ObjectKey>> {
-        if next.index_segments.len() <= MAX_SEGMENTS {
-            return Ok(Vec::new());
-        }
-        // Every copy of every chunk (an older copy is still some backup's).
-        let (d, r) = self.index.len();
-        let mut entries: Vec<IndexEntry> = Vec::with_capacity(d + r + self.index.extra_copies());
-        entries.extend(self.index.entries());
-        sort_entries(&mut entries);
-        let superseded = std::mem::take(&mut next.index_segments);
-        self.write_segment(next, &entries)?;
-        Ok(superseded)
-    }
-
-    /// Where the chunk `fp` of `kind` is found (its newest copy): the one
-    /// place the repository's layout answers it (containers today;
-    /// MFDedup's categories when that layout is chosen at `init`). A recipe
-    /// entry's chunk is located with [`locate_copy`](Self::locate_copy).
-    /// (Unused since recipes name copies; kept as the layouts' contract.)
-    #[inline]
-    #[allow(dead_code)]
-    pub(crate) fn locate(&self, kind: ChunkKind, fp: &crate::Fingerprint) -> Option<ContainerId> {
-        use crate::layout::{Layout, LayoutKind};
-        match self.manifest.config.layout {
-            LayoutKind::Containers => crate::layout::ContainerLayout.locate(self, kind, fp),
-            LayoutKind::Mfdedup => crate::layout::MfdedupLayout.locate(self, kind, fp),
-        }
     }
 
     /// MFDedup: exactly what forgetting `ids` would free, from the volume
     /// headers (what `forget --dry-run` prints).
-    pub fn forget_space(
-        &self,
-        ids: &[BackupId],
-    ) -> Result<crate::layout::mfdedup::forget::ForgetSpace> {
-        self.require_mfdedup("forget --dry-run space answers")?;
-        crate::layout::mfdedup::forget::forget_space(self, ids)
+    pub fn forget_space(&self, ids: &[BackupId]) -> Result<ForgetSpace> {
+        self.mfdedup("forget --dry-run space answers")?;
+        crate::layout::mfdedup::forget::forget_space(&self.cx, ids)
     }
 
-    /// MFDedup: restore into a file by positional writes (out-of-order
-    /// restore, no temporary copy). Other layouts write it in order.
+    /// Restore into a file: by positional writes where the layout restores
+    /// so (MFDedup: out-of-order restore, no temporary copy); other layouts
+    /// write it in order.
     pub fn restore_to_file(
         &self,
         backup: &BackupEntry,
@@ -849,106 +431,17 @@ impl Repository {
         opts: &RestoreOptions,
         progress: &mut dyn FnMut(u64),
     ) -> Result<RestoreReport> {
-        match self.manifest.config.layout {
-            crate::layout::LayoutKind::Mfdedup => {
-                crate::layout::mfdedup::restore::restore_to_file(self, backup, file, opts, progress)
-            }
-            crate::layout::LayoutKind::Containers => {
-                let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
-                self.restore_to(backup, &mut w, opts, progress)
-            }
+        let via = self.layout.restorer();
+        if via.writes_in_place() {
+            return via.restore_to_file(&self.cx, backup, file, opts, progress);
         }
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
+        self.restore_to(backup, &mut w, opts, progress)
     }
 
     /// MFDedup: each chain's layout (volumes, active categories, trend).
-    pub fn chain_stats(&self) -> Vec<crate::layout::mfdedup::ChainStats> {
-        crate::layout::mfdedup::chain_stats(&self.manifest)
-    }
-
-    fn require_mfdedup(&self, what: &str) -> Result<()> {
-        if self.manifest.config.layout != crate::layout::LayoutKind::Mfdedup {
-            return Err(Error::invalid(format!(
-                "{what} need the mfdedup layout (this repository uses {})",
-                self.manifest.config.layout
-            )));
-        }
-        Ok(())
-    }
-
-    /// Where copy `copy` of the chunk `fp` is: what a restore, a mark or a
-    /// check reads for a recipe entry (each backup reads the copies its own
-    /// ingest chose).
-    #[inline]
-    pub(crate) fn locate_copy(
-        &self,
-        kind: ChunkKind,
-        fp: &crate::Fingerprint,
-        copy: crate::index::CopyNo,
-    ) -> Option<ContainerId> {
-        use crate::layout::{Layout, LayoutKind};
-        match self.manifest.config.layout {
-            LayoutKind::Containers => {
-                crate::layout::ContainerLayout.locate_copy(self, kind, fp, copy)
-            }
-            // MFDedup never rewrites: every chunk is copy 0.
-            LayoutKind::Mfdedup => crate::layout::MfdedupLayout.locate_copy(self, kind, fp, copy),
-        }
-    }
-
-    pub fn manifest(&self) -> &Manifest {
-        &self.manifest
-    }
-    pub fn config(&self) -> &RepoConfig {
-        &self.manifest.config
-    }
-    pub fn backups(&self) -> &[BackupEntry] {
-        &self.manifest.backups
-    }
-    pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.metrics
-    }
-    /// How this repository computes chunk fingerprints (keyed when
-    /// encrypted).
-    pub fn fingerprinter(&self) -> &Fingerprinter {
-        &self.fingerprinter
-    }
-    /// Use `n` worker threads for backups and restores (0, the default:
-    /// every available core). Layouts and restored bytes do not depend on it.
-    pub fn set_threads(&mut self, n: usize) {
-        self.threads = n;
-    }
-    /// Worker threads backups and restores use.
-    pub fn threads(&self) -> usize {
-        match self.threads {
-            0 => crate::ingest::default_threads(),
-            n => n,
-        }
-    }
-    /// The unsealed config: format version, encryption, default compression.
-    pub fn seal_config(&self) -> &RepoSeal {
-        &self.seal
-    }
-    /// The key slots (`tessera key list`); empty when not encrypted.
-    pub fn key_slots(&self) -> Result<Vec<KeySlot>> {
-        Self::read_slots(&**self.objects.store())
-    }
-    /// The key slot whose password opened this handle.
-    pub fn key_slot_used(&self) -> Option<u64> {
-        self.key.as_ref().map(|(_, id)| *id)
-    }
-    pub fn index(&self) -> &Index {
-        &self.index
-    }
-    pub fn store(&self) -> &ContainerStore {
-        &self.store
-    }
-    /// The object store underneath the sealing layer.
-    pub fn object_store(&self) -> &Arc<dyn ObjectStore> {
-        self.objects.store()
-    }
-    /// The sealed view every object read and write goes through.
-    pub fn objects(&self) -> &SealedStore {
-        &self.objects
+    pub fn chain_stats(&self) -> Vec<ChainStats> {
+        crate::layout::mfdedup::chain_stats(&self.cx.manifest)
     }
 
     /// Find a backup by `latest`, its numeric id, or a prefix (≥ 4 hex digits)
@@ -1031,13 +524,10 @@ impl Repository {
             } else {
                 mem as f64 / (de + re) as f64
             },
-            layout: m.config.layout,
+            layout: self.layout.kind(),
             chains: crate::layout::mfdedup::chain_stats(m),
         }
     }
-
-    // Restores, listings, check and GC planning: implemented in their
-    // modules (`restore`, `salvage`, `check`, `gc`, `recipe::reader`).
 
     /// The entries of a backup (`tessera ls`): a directory backup's tar
     /// entries in stream order; a file or stream backup is one file named
@@ -1048,7 +538,7 @@ impl Repository {
         backup: &BackupEntry,
         visit: &mut dyn FnMut(crate::archive::Listed) -> Result<()>,
     ) -> Result<()> {
-        crate::restore::list_entries(self, backup, visit)
+        crate::restore::list_entries(&self.cx, self.layout.restorer(), backup, visit)
     }
 
     /// Restore a backup's byte stream into `out` (nothing is written in trace
@@ -1060,7 +550,7 @@ impl Repository {
         opts: &RestoreOptions,
         progress: &mut dyn FnMut(u64),
     ) -> Result<RestoreReport> {
-        crate::restore::restore_to(self, backup, out, opts, progress)
+        crate::restore::restore_to(&self.cx, self.layout.restorer(), backup, out, opts, progress)
     }
 
     /// Restore a backup into a directory: a tree backup is extracted (unsafe
@@ -1073,7 +563,7 @@ impl Repository {
         opts: &RestoreOptions,
         progress: &mut dyn FnMut(u64),
     ) -> Result<(RestoreReport, ExtractReport)> {
-        crate::restore::restore_into(self, backup, target, opts, progress)
+        crate::restore::restore_into(&self.cx, self.layout.restorer(), backup, target, opts, progress)
     }
 
     /// [`restore_into`](Self::restore_into) only the entries at or below
@@ -1089,7 +579,8 @@ impl Repository {
         include: &[String],
         progress: &mut dyn FnMut(u64),
     ) -> Result<(RestoreReport, ExtractReport)> {
-        crate::restore::restore_into_selected(self, backup, target, opts, include, progress)
+        let via = self.layout.restorer();
+        crate::restore::restore_into_selected(&self.cx, via, backup, target, opts, include, progress)
     }
 
     /// Restore a backup's byte stream into `out`, writing damaged chunks as
@@ -1101,7 +592,7 @@ impl Repository {
         out: &mut dyn Write,
         progress: &mut dyn FnMut(u64),
     ) -> Result<SalvageReport> {
-        crate::salvage::restore_damaged_to(self, b, out, progress)
+        crate::salvage::restore_damaged_to(&self.cx, b, out, progress)
     }
 
     /// Restore a backup into a directory, damaged chunks as zeros: a tree is
@@ -1113,38 +604,28 @@ impl Repository {
         target: &Path,
         progress: &mut dyn FnMut(u64),
     ) -> Result<(SalvageReport, ExtractReport)> {
-        crate::salvage::restore_damaged_into(self, b, target, progress)
+        crate::salvage::restore_damaged_into(&self.cx, b, target, progress)
     }
 
     /// Mark (with the options' marker) and select: what [`gc`](Writer::gc)
     /// would do. Changes nothing.
     pub fn plan_gc(&self, opts: &GcOptions) -> Result<GcPlan> {
-        if self.manifest.config.layout == crate::layout::LayoutKind::Mfdedup {
-            return Err(crate::layout::mfdedup::not_gc());
-        }
-        crate::gc::plan_gc(self, opts)
+        self.layout.mark_sweep()?;
+        crate::gc::plan_gc(&self.cx, opts)
     }
 
     /// [`plan_gc`](Self::plan_gc) with another mark: where the physical and
     /// focused marks come in.
     pub fn plan_gc_marked(&self, opts: &GcOptions, marker: &dyn Marker) -> Result<GcPlan> {
-        if self.manifest.config.layout == crate::layout::LayoutKind::Mfdedup {
-            return Err(crate::layout::mfdedup::not_gc());
-        }
-        crate::gc::plan_gc_marked(self, opts, marker)
+        self.layout.mark_sweep()?;
+        crate::gc::plan_gc_marked(&self.cx, opts, marker)
     }
 
     /// Verify the repository. Errors are only returned for failures of the
     /// check itself (e.g. the backend cannot be listed); everything wrong
     /// with the repository is a [`Problem`](crate::check::Problem) in the report.
     pub fn check(&self, opts: &CheckOptions) -> Result<CheckReport> {
-        crate::check::check(self, opts)
-    }
-
-    /// A [`RecipeReader`] over this repository keeping up to `containers`
-    /// recipe containers.
-    pub fn recipe_reader(&self, containers: usize) -> RecipeReader<'_> {
-        crate::recipe::reader::recipe_reader(self, containers)
+        crate::check::check(&self.cx, opts)
     }
 
     /// Each data chunk of a backup in order, with the container its copy
@@ -1176,7 +657,10 @@ impl Repository {
 }
 
 impl Writer {
-    // Backups and GC: implemented in `ingest` and `gc`.
+    /// The context, to mutate (the modules below take it).
+    pub(crate) fn cx_mut(&mut self) -> &mut Context {
+        &mut self.repo.cx
+    }
 
     /// Run a backup: `feed` writes the backup's bytes (or trace entries) into
     /// the [`Ingest`]; then the recipe is closed, the containers and index
@@ -1187,7 +671,8 @@ impl Writer {
         opts: &BackupOptions,
         feed: impl FnOnce(&mut Ingest) -> Result<()>,
     ) -> Result<BackupReport> {
-        crate::ingest::backup_with(self, opts, feed)
+        let Repository { cx, layout, .. } = &mut self.repo;
+        crate::ingest::backup_with(cx, layout.backup_hooks(), opts, feed)
     }
 
     /// Back up a byte stream (a file, or stdin under a name).
@@ -1197,7 +682,8 @@ impl Writer {
         reader: &mut dyn Read,
         progress: &mut dyn FnMut(u64),
     ) -> Result<BackupReport> {
-        crate::ingest::backup_reader(self, opts, reader, progress)
+        let Repository { cx, layout, .. } = &mut self.repo;
+        crate::ingest::backup_reader(cx, layout.backup_hooks(), opts, reader, progress)
     }
 
     /// Back up a directory: its files' contents, then their metadata.
@@ -1207,7 +693,9 @@ impl Writer {
         root: &std::path::Path,
         progress: &mut dyn FnMut(u64),
     ) -> Result<(BackupReport, crate::archive::TreeStats)> {
-        crate::ingest::backup_tree(self, opts, root, progress)
+        let Repository { cx, layout, .. } = &mut self.repo;
+        let cache = self.files_cache.as_ref();
+        crate::ingest::backup_tree(cx, layout.backup_hooks(), cache, opts, root, progress)
     }
 
     /// Back up several paths (directories or files) as one backup, leaving
@@ -1226,7 +714,7 @@ impl Writer {
         progress: &mut dyn FnMut(u64),
     ) -> Result<(BackupReport, crate::archive::TreeStats)> {
         let scan = crate::archive::Scan::start(paths.to_vec(), selection.clone());
-        crate::ingest::backup_paths(self, opts, scan, progress)
+        self.backup_scan(opts, scan, progress)
     }
 
     /// [`backup_paths`](Self::backup_paths) of a walk already started
@@ -1238,18 +726,20 @@ impl Writer {
         scan: crate::archive::Scan,
         progress: &mut dyn FnMut(u64),
     ) -> Result<(BackupReport, crate::archive::TreeStats)> {
-        crate::ingest::backup_paths(self, opts, scan, progress)
+        let Repository { cx, layout, .. } = &mut self.repo;
+        let cache = self.files_cache.as_ref();
+        crate::ingest::backup_paths(cx, layout.backup_hooks(), cache, opts, scan, progress)
     }
 
     /// Use a files cache for the directory backups of this writer (none by
     /// default): unchanged files are not read again (see
     /// [`crate::ingest::FilesCacheOptions`]).
-    pub fn set_files_cache(&mut self, cache: Option<crate::ingest::FilesCacheOptions>) {
+    pub fn set_files_cache(&mut self, cache: Option<FilesCacheOptions>) {
         self.files_cache = cache;
     }
 
     /// The files cache set by [`set_files_cache`](Self::set_files_cache).
-    pub fn files_cache(&self) -> Option<&crate::ingest::FilesCacheOptions> {
+    pub fn files_cache(&self) -> Option<&FilesCacheOptions> {
         self.files_cache.as_ref()
     }
 
@@ -1259,41 +749,73 @@ impl Writer {
         opts: &BackupOptions,
         chunks: impl IntoIterator<Item = Result<(Fingerprint, u32)>>,
     ) -> Result<BackupReport> {
-        crate::ingest::backup_trace(self, opts, chunks)
+        let Repository { cx, layout, .. } = &mut self.repo;
+        crate::ingest::backup_trace(cx, layout.backup_hooks(), opts, chunks)
     }
 
-    /// Back up every member of `group` interleaved (see the module docs):
-    /// one chunk of each member in turn, into shared containers; then one
-    /// manifest generation lists them all, in order. All or nothing: on any
-    /// error none of them is published.
+    /// Back up every member of `group` interleaved (see
+    /// [`crate::ingest::interleave`]): one chunk of each member in turn,
+    /// into shared containers; then one manifest generation lists them all,
+    /// in order. All or nothing: on any error none of them is published.
     pub fn backup_interleaved(
         &mut self,
         group: Vec<(BackupOptions, GroupInput)>,
     ) -> Result<Vec<BackupReport>> {
-        crate::ingest::interleave::backup_interleaved(self, group)
+        let Repository { cx, layout, .. } = &mut self.repo;
+        crate::ingest::interleave::backup_interleaved(cx, layout.backup_hooks(), group)
     }
 
     /// Reclaim the space of chunks no retained backup references: mark,
     /// select, sweep (naive copy-forward or GCCDF reordering), then publish
     /// a new generation before deleting the old containers.
     pub fn gc(&mut self, opts: &GcOptions) -> Result<GcReport> {
-        if self.manifest.config.layout == crate::layout::LayoutKind::Mfdedup {
-            return Err(crate::layout::mfdedup::not_gc());
-        }
-        crate::gc::gc(self, opts)
+        self.layout.mark_sweep()?;
+        crate::gc::gc(self.cx_mut(), opts)
     }
 
     /// Carry out a plan: sweep, publish a new generation, then delete the
     /// reclaimed containers. A dry-run plan changes nothing; a plan with
     /// nothing to reclaim only records that the forgotten backups are done.
     pub fn gc_with(&mut self, plan: GcPlan) -> Result<GcReport> {
-        crate::gc::gc_with(self, plan)
+        crate::gc::gc_with(self.cx_mut(), plan)
+    }
+
+    /// Online GC, step 1: take the GC lock, announce a marking run, then
+    /// mark and select on the newest generation (see [`crate::gc::online`]).
+    pub fn gc_begin(&mut self, opts: &GcOptions) -> Result<OnlineGc> {
+        self.layout.mark_sweep()?;
+        self.cx_mut().gc_begin(opts)
+    }
+
+    /// Step 2, the cutoff: announce the containers to reclaim, then
+    /// resurrect the dead copies concurrent backups recorded.
+    pub fn gc_cutoff(&mut self, run: &mut OnlineGc) -> Result<()> {
+        self.cx_mut().gc_cutoff(run)
+    }
+
+    /// Step 3: sweep and commit (merging with what others published),
+    /// record the run as done, and delete the records of writers gone.
+    pub fn gc_finish(&mut self, run: OnlineGc) -> Result<GcReport> {
+        self.cx_mut().gc_finish(run)
+    }
+
+    /// Rebuild FGC's reference graph from the recipes (`tessera check
+    /// --rebuild-refgraph`) with virtual files of `granularity` bytes (0:
+    /// whole backups), and record it from now on.
+    pub fn rebuild_refgraph(&mut self, granularity: u64) -> Result<RefGraph> {
+        self.layout
+            .mark_sweep()
+            .map_err(|_| crate::fgc::no_gc_to_focus())?;
+        let (graph, next, superseded) = crate::fgc::rebuild(&self.repo.cx, granularity)?;
+        crate::publish::publish(self.cx_mut(), next, &superseded)?;
+        Ok(graph)
     }
 
     /// Compress the chunks of the following backups with `compression`
     /// instead of the repository's default (`backup --compression`).
     pub fn set_compression(&mut self, compression: Compression) {
-        self.repo.store = self.repo.store.with_compression(compression);
+        let cx = self.cx_mut();
+        cx.store = cx.store.with_compression(compression);
     }
 
     fn master(&self) -> Result<&Arc<MasterKey>> {
@@ -1349,7 +871,7 @@ impl Writer {
             .key_slot_used()
             .ok_or_else(|| Error::Key("the repository is not encrypted: it has no keys".into()))?;
         let id = self.add_key(password, params)?;
-        if let Some((_, used)) = &mut self.repo.key {
+        if let Some((_, used)) = &mut self.repo.cx.key {
             *used = id;
         }
         let store = self.objects.store();
@@ -1358,19 +880,13 @@ impl Writer {
         Ok(id)
     }
 
-    /// Leftovers removed when this writer opened the repository.
     /// Rebuild an on-disk index with other tuning (flush size, cache
     /// size): for tests and benchmarks. Refused on a memory index.
     pub fn tune_disk_index(&mut self, cfg: crate::index::disk::DiskConfig) -> Result<()> {
-        if self.repo.manifest.config.index != crate::index::IndexKind::Disk {
-            return Err(Error::invalid("the repository's index is not on disk"));
-        }
-        let mut index = disk_index(cfg)?;
-        load_segments(&self.repo.objects, &self.repo.manifest, &mut index)?;
-        self.repo.index = index;
-        Ok(())
+        self.cx_mut().tune_disk_index(cfg)
     }
 
+    /// Leftovers removed when this writer opened the repository.
     pub fn leftovers(&self) -> &Leftovers {
         &self.leftovers
     }
@@ -1381,8 +897,8 @@ impl Writer {
         self.lock.as_ref().and_then(|l| l.broken())
     }
 
-    /// Remove backups from the catalog (logical deletion). Their chunks stay
-    /// until garbage collection.
+    /// Remove backups from the catalog (logical deletion on containers: GC
+    /// reclaims their chunks; MFDedup deletes their categories at once).
     pub fn forget(&mut self, ids: &[BackupId]) -> Result<Vec<BackupEntry>> {
         for id in ids {
             if self.manifest.backup(*id).is_none() {
@@ -1391,152 +907,8 @@ impl Writer {
                 )));
             }
         }
-        if self.manifest.config.layout == crate::layout::LayoutKind::Mfdedup {
-            return crate::layout::mfdedup::forget::forget(self, ids).map(|(gone, _)| gone);
-        }
-        let mut next = self.manifest.clone();
-        let (gone, kept): (Vec<_>, Vec<_>) =
-            next.backups.into_iter().partition(|b| ids.contains(&b.id));
-        next.backups = kept;
-        next.forgotten.extend(gone.iter().cloned());
-        self.publish(next, &[])?;
-        Ok(gone)
-    }
-
-    /// Publish `next` as the new generation: make every new object durable,
-    /// put the manifest, then delete what it supersedes.
-    pub(crate) fn publish(&mut self, next: Manifest, superseded: &[ObjectKey]) -> Result<()> {
-        self.publish_merged(next, superseded).map(drop)
-    }
-
-    /// [`publish`](Self::publish), returning the backups `next` added as
-    /// they were published: when another writer published first, the
-    /// change from our generation to `next` is merged into theirs
-    /// ([`crate::catalog::Change`]), which may renumber them.
-    pub(crate) fn publish_merged(
-        &mut self,
-        mut next: Manifest,
-        superseded: &[ObjectKey],
-    ) -> Result<Vec<BackupEntry>> {
-        if let Some(graph) = self.staged_refgraph.take() {
-            next.refgraph = Some(graph);
-        }
-        let change = crate::catalog::Change::between(&self.manifest, &next);
-        let known: HashSet<BackupId> = self.manifest.backups.iter().map(|b| b.id).collect();
-        let mut added: Vec<BackupEntry> = next
-            .backups
-            .iter()
-            .filter(|b| !known.contains(&b.id))
-            .cloned()
-            .collect();
-        let mut graph = crate::refgraph::GraphMerge::new(self, &next);
-        let ours_ids: Vec<BackupId> = added.iter().map(|b| b.id).collect();
-        let mut first = Some(next);
-        let done = self.commit_with(|newest, ours| match first.take() {
-            Some(n) if ours => Ok(n),
-            _ => {
-                let (mut m, a) = change.apply(newest)?;
-                // FGC's reference graph: our delta grafted onto theirs, or
-                // theirs onto our rewritten one (see `refgraph::graft`).
-                let remap = ours_ids
-                    .iter()
-                    .zip(&a)
-                    .filter(|(o, n)| **o != n.id)
-                    .map(|(o, n)| (*o, n.id))
-                    .collect();
-                graph.merge(newest, &mut m, &remap);
-                added = a;
-                Ok(m)
-            }
-        });
-        let published = done.is_ok().then(|| self.manifest.clone());
-        graph.finish(self, published.as_ref());
-        done?;
-        for key in superseded {
-            self.objects.delete(key)?;
-        }
-        self.objects.barrier()?;
-        Ok(added)
-    }
-
-    /// The compare-and-swap loop every publish goes through: `make` turns
-    /// the newest generation (`true`: the one this writer holds) into the
-    /// next; it is put as `manifests/<g+1>` only if absent, else the newest
-    /// is read again and `make` asked again. After a merge the writer's
-    /// catalog and index are the newest again. Superseded generations are
-    /// removed only when no other writer holds a lock (a writer still
-    /// holding an older generation must never find its successor's key
-    /// free again); otherwise the next writer to open alone removes them.
-    pub(crate) fn commit_with(
-        &mut self,
-        mut make: impl FnMut(&Manifest, bool) -> Result<Manifest>,
-    ) -> Result<()> {
-        let mut base: Option<Manifest> = None;
-        let mut next = make(&self.manifest, true)?;
-        let mut attempts = 0u32;
-        loop {
-            let from = base.as_ref().unwrap_or(&self.manifest).generation;
-            next.generation = from.next();
-            self.objects.barrier()?;
-            if self
-                .objects
-                .put_if_absent(&ObjectKey::Manifest(next.generation), next.encode())?
-            {
-                break;
-            }
-            attempts += 1;
-            if attempts > 1000 {
-                return Err(Error::Locked(
-                    "could not publish: other writers kept publishing first".into(),
-                ));
-            }
-            let newest = read_newest(&self.objects)?;
-            next = make(&newest, false)?;
-            base = Some(newest);
-        }
-        let published = next.generation;
-        let merged = base.is_some();
-        self.manifest = next;
-        self.mf_located = Default::default();
-        if merged {
-            self.reload()?;
-        }
-        self.remove_old_generations(published)?;
-        Ok(())
-    }
-
-    /// Reload the newest catalog and index (after a merged publish the
-    /// in-memory index lacks the other writers' entries and may still name
-    /// containers a GC reclaimed).
-    pub(crate) fn reload(&mut self) -> Result<()> {
-        let fresh = Repository::load_retrying(
-            self.objects.clone(),
-            self.seal.clone(),
-            self.key.clone(),
-            None,
-        )?;
-        self.repo.manifest = fresh.manifest;
-        self.repo.index = fresh.index;
-        self.repo.mf_located = Default::default();
-        Ok(())
-    }
-
-    /// Delete manifest generations older than `published` if this writer
-    /// is the only lock holder (see [`commit_with`](Self::commit_with)).
-    fn remove_old_generations(&self, published: Generation) -> Result<()> {
-        let mine = self.lock.as_ref().map(|l| l.token());
-        let others = crate::lock::shared_holders(&**self.objects.store())?
-            .into_iter()
-            .any(|(t, _)| Some(&t) != mine.as_ref());
-        if others {
-            return Ok(());
-        }
-        for key in self.objects.list(KeyKind::Manifest)? {
-            if key.generation().is_some_and(|g| g < published) {
-                self.objects.delete(&key)?;
-            }
-        }
-        Ok(())
+        let Repository { cx, layout, .. } = &mut self.repo;
+        layout.forget(cx, ids)
     }
 
     /// A joining writer's id ranges: reserved in a generation of their own
@@ -1544,22 +916,24 @@ impl Writer {
     /// allocators that a writer allocating from them never reaches them.
     fn reserve_ids(&mut self) -> Result<()> {
         let mut range = (0, 0);
-        self.commit_with(|newest, _| {
+        self.cx_mut().commit_with(|newest, _| {
             let mut m = newest.clone();
             let c = m.next_container_id.0 + RESERVE_GAP;
-            // One range serves index and reference graph segments (two
-            // key spaces), above both counters.
-            let graph = m.refgraph.as_ref().map_or(0, |g| g.next_segment);
-            let s = m.next_segment_id.max(graph) + RESERVE_SEGMENT_GAP;
+            // One range serves index and FGC graph segments (two key
+            // spaces), above both counters.
+            let mut graph = RefGraphState::of(&m)?;
+            let counter = graph.as_ref().map_or(0, |g| g.next_segment);
+            let s = m.next_segment_id.max(counter) + RESERVE_SEGMENT_GAP;
             m.next_container_id = ContainerId(c + RESERVE_CONTAINERS);
             m.next_segment_id = s + RESERVE_SEGMENTS;
-            if let Some(g) = m.refgraph.as_mut() {
+            if let Some(g) = graph.as_mut() {
                 g.next_segment = s + RESERVE_SEGMENTS;
+                RefGraphState::set(&mut m, Some(g));
             }
             range = (c, s);
             Ok(m)
         })?;
-        self.repo.reserved = Some(Reserved {
+        self.cx_mut().reserved = Some(Reserved {
             container: range.0.into(),
             segment: range.1.into(),
         });
@@ -1568,43 +942,30 @@ impl Writer {
 
     /// MFDedup: forget `ids`, returning exactly what was freed (the answer
     /// [`forget_space`](Repository::forget_space) gave once arranged).
-    pub fn forget_freeing(
-        &mut self,
-        ids: &[BackupId],
-    ) -> Result<(
-        Vec<BackupEntry>,
-        crate::layout::mfdedup::forget::ForgetSpace,
-    )> {
-        self.require_mfdedup("space answers")?;
-        crate::layout::mfdedup::forget::forget(self, ids)
+    pub fn forget_freeing(&mut self, ids: &[BackupId]) -> Result<(Vec<BackupEntry>, ForgetSpace)> {
+        self.mfdedup("space answers")?;
+        crate::layout::mfdedup::forget::forget(self.cx_mut(), ids)
     }
 
     /// MFDedup: arrange the chains that fell behind (`--no-arrange`), at
     /// most `limit` versions each.
-    pub fn arrange(
-        &mut self,
-        limit: Option<u32>,
-    ) -> Result<Vec<crate::layout::mfdedup::avar::ArrangeReport>> {
-        self.require_mfdedup("arranging")?;
-        crate::layout::mfdedup::avar::arrange_all(self, limit)
+    pub fn arrange(&mut self, limit: Option<u32>) -> Result<Vec<ArrangeReport>> {
+        self.mfdedup("arranging")?;
+        crate::layout::mfdedup::avar::arrange_all(self.cx_mut(), limit)
     }
 
     /// MFDedup: arrange one chain, at most `limit` versions (the lab keeps
     /// arranging a set number of versions behind this way).
-    pub fn arrange_chain(
-        &mut self,
-        chain: &str,
-        limit: Option<u32>,
-    ) -> Result<crate::layout::mfdedup::avar::ArrangeReport> {
-        self.require_mfdedup("arranging")?;
-        crate::layout::mfdedup::avar::arrange_chain(self, chain, limit)
+    pub fn arrange_chain(&mut self, chain: &str, limit: Option<u32>) -> Result<ArrangeReport> {
+        self.mfdedup("arranging")?;
+        crate::layout::mfdedup::avar::arrange_chain(self.cx_mut(), chain, limit)
     }
 
     /// MFDedup's `gc`: deletes categories no retained version needs (forget
     /// already did; this finds any a failed forget left) — never copies.
-    pub fn mfdedup_gc(&mut self) -> Result<crate::layout::mfdedup::forget::ForgetSpace> {
-        self.require_mfdedup("gc by deleting categories")?;
-        crate::layout::mfdedup::forget::forget(self, &[]).map(|(_, s)| s)
+    pub fn mfdedup_gc(&mut self) -> Result<ForgetSpace> {
+        self.mfdedup("gc by deleting categories")?;
+        crate::layout::mfdedup::forget::forget(self.cx_mut(), &[]).map(|(_, s)| s)
     }
 
     /// Release the writer lock (also released on drop).
@@ -1616,58 +977,20 @@ impl Writer {
     }
 }
 
-/// Used by ingest to list the containers it wrote.
-/// An empty on-disk index under [`index_dir`].
-fn disk_index(cfg: crate::index::disk::DiskConfig) -> Result<Index> {
-    let base = index_dir();
-    Index::on_disk(&base, cfg).map_err(|e| {
-        Error::invalid(format!(
-            "cannot create the on-disk index under {} ({e}); set TESSERA_INDEX_DIR",
-            base.display()
-        ))
-    })
+/// Newest manifest generation listed by the store, if any.
+fn latest_generation(store: &dyn ObjectStore) -> Result<Option<Generation>> {
+    crate::context::latest_generation(store)
 }
 
-/// Insert the entries of every index segment the manifest lists, in order
-/// (a later entry for the same fingerprint, copy and kind wins).
-fn load_segments(objects: &SealedStore, manifest: &Manifest, index: &mut Index) -> Result<()> {
-    for seg in &manifest.index_segments {
-        let name = ObjectRef::Object(seg.clone());
-        let bytes = objects.get(seg).map_err(|e| match e {
-            Error::MissingObject(_) => e.about(name.clone()),
-            e => e,
-        })?;
-        // The decoder names what it is given; the error names the key.
-        let entries = decode_segment(&bytes, &name.to_string()).map_err(|e| e.about(name))?;
-        for e in entries {
-            index.insert(e);
-        }
-    }
-    // On disk: the loaded entries become sorted runs before the first lookup.
-    index.flush();
-    Ok(())
-}
-
-/// Where an on-disk index keeps its private files while a repository is
-/// open: `$TESSERA_INDEX_DIR`, else `index/` in the user's cache directory
-/// (`$TESSERA_CACHE_DIR`, `$XDG_CACHE_HOME/tessera`, `~/.cache/tessera`),
-/// else the temporary directory.
-pub fn index_dir() -> std::path::PathBuf {
-    std::env::var_os("TESSERA_INDEX_DIR")
-        .filter(|d| !d.is_empty())
-        .map(std::path::PathBuf::from)
-        .or_else(|| crate::ingest::FilesCacheOptions::default_dir().map(|d| d.join("index")))
-        .unwrap_or_else(std::env::temp_dir)
-}
-
+/// Used by tests of the modules below to build containers by hand.
 pub(crate) fn container_entry(
     id: ContainerId,
     kind: ChunkKind,
     chunks: usize,
     logical_bytes: u64,
     object_bytes: u64,
-) -> ContainerEntry {
-    ContainerEntry {
+) -> crate::catalog::ContainerEntry {
+    crate::catalog::ContainerEntry {
         id,
         kind,
         chunks: chunks as u32,

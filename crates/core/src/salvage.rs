@@ -20,7 +20,7 @@ use crate::error::{Error, IoContext, Result};
 use crate::fingerprint::Fingerprint;
 use crate::index::CopyNo;
 use crate::recipe::Entries;
-use crate::repo::Repository;
+use crate::context::Context;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -45,7 +45,7 @@ pub struct SalvageReport {
 
 /// The byte stream of a backup with every damaged chunk read as zeros.
 pub(crate) struct TolerantStream<'a> {
-    repo: &'a Repository,
+    repo: &'a Context,
     walker: Entries<'a>,
     cache: LruCache,
     salvaged: HashMap<ContainerId, Option<RawContainer>>,
@@ -56,7 +56,7 @@ pub(crate) struct TolerantStream<'a> {
 }
 
 impl<'a> TolerantStream<'a> {
-    pub(crate) fn new(repo: &'a Repository, b: &BackupEntry) -> Result<Self> {
+    pub(crate) fn new(repo: &'a Context, b: &BackupEntry) -> Result<Self> {
         let walker = repo
             .recipe_reader(16)
             .into_entries(b.root_fp()?, b.root_level)?;
@@ -228,7 +228,7 @@ fn header_checksum_ok(block: &[u8; 512]) -> bool {
         .is_ok_and(|c| c as u64 == sum)
 }
 
-impl Repository {
+impl Context {
     /// A container object decoded without its data checksum (header, length
     /// and metadata still verified); None in trace mode or if even that fails.
     pub(crate) fn salvage_object(
@@ -282,7 +282,7 @@ impl Repository {
 }
 /// [`Repository::restore_damaged_to`](crate::Repository::restore_damaged_to).
 pub(crate) fn restore_damaged_to(
-    repo: &Repository,
+    repo: &Context,
     b: &BackupEntry,
     out: &mut dyn Write,
     progress: &mut dyn FnMut(u64),
@@ -341,7 +341,7 @@ fn copy_tolerant(
 
 /// [`Repository::restore_damaged_into`](crate::Repository::restore_damaged_into).
 pub(crate) fn restore_damaged_into(
-    repo: &Repository,
+    repo: &Context,
     b: &BackupEntry,
     target: &Path,
     progress: &mut dyn FnMut(u64),
@@ -350,7 +350,7 @@ pub(crate) fn restore_damaged_into(
         b,
         target,
         &[],
-        |out| repo.restore_damaged_to(b, out, progress),
+        |out| restore_damaged_to(repo, b, out, progress),
         |r| r.restored_bytes,
     )?;
     let rep = restored?;

@@ -16,6 +16,7 @@ use tessera_core::backend::{self, CountingStore, IoCounters, ObjectStore};
 use tessera_core::catalog::{BackupId, SourceKind};
 use tessera_core::gc::{GcReport, MarkSpec};
 use tessera_core::ingest::GroupInput;
+use tessera_core::layout::mfdedup::MfState;
 use tessera_core::layout::LayoutKind;
 use tessera_core::{BackupOptions, BackupReport, InitOptions, Repository, RestoreOptions, Writer};
 
@@ -692,7 +693,8 @@ impl ApproachRun<'_> {
             .as_ref()
             .map_or((0.0, 0), |a| (a.seconds, a.read_bytes));
         let lag = self.a.arrange_lag;
-        let behind = |r: &Writer| r.manifest().mfdedup.chain(&chain).map_or(0, |c| c.behind());
+        let state = |r: &Writer| MfState::of(r.manifest()).unwrap_or_default();
+        let behind = |r: &Writer| state(r).chain(&chain).map_or(0, |c| c.behind());
         if lag > 0 && behind(&self.repo) > lag {
             let a = self
                 .repo
@@ -700,7 +702,8 @@ impl ApproachRun<'_> {
             secs += a.seconds;
             read += a.read_bytes;
         }
-        let c = self.repo.manifest().mfdedup.chain(&chain);
+        let now = state(&self.repo);
+        let c = now.chain(&chain);
         Ok(Some(MfdedupBackup {
             ndf_memory_bytes: report.ndf_memory_bytes.unwrap_or(0),
             arrange_seconds: secs,

@@ -24,8 +24,8 @@ pub use select::Selection;
 use crate::backend::Generation;
 use crate::container::ContainerId;
 use crate::error::{Error, Result};
-use crate::layout::{ContainerLayout, Layout};
-use crate::repo::{Repository, Writer};
+use crate::fgc::RefGraphState;
+use crate::context::Context;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::fmt;
@@ -135,7 +135,7 @@ impl GcOptions {
     /// The split threshold in chunks for `repo`'s containers: the option,
     /// or when it is 0, [`SPLIT_FRACTION`] of the mean chunks per data
     /// container (at least 1).
-    pub fn split_threshold_for(&self, repo: &Repository) -> usize {
+    pub fn split_threshold_for(&self, repo: &Context) -> usize {
         if self.split_threshold > 0 {
             return self.split_threshold;
         }
@@ -367,10 +367,10 @@ impl GcPlan {
 /// marking run, plan on the newest generation, cut off (announce the
 /// reclaimed containers, resurrect what backups recorded), sweep and
 /// commit.
-pub(crate) fn gc(repo: &mut Writer, opts: &GcOptions) -> Result<GcReport> {
+pub(crate) fn gc(repo: &mut Context, opts: &GcOptions) -> Result<GcReport> {
     if opts.dry_run {
-        let plan = repo.plan_gc(opts)?;
-        return repo.gc_with(plan);
+        let plan = plan_gc(repo, opts)?;
+        return gc_with(repo, plan);
     }
     let mut run = repo.gc_begin(opts)?;
     repo.gc_cutoff(&mut run)?;
@@ -378,17 +378,17 @@ pub(crate) fn gc(repo: &mut Writer, opts: &GcOptions) -> Result<GcReport> {
 }
 
 /// [`Repository::plan_gc`](crate::Repository::plan_gc).
-pub(crate) fn plan_gc(repo: &Repository, opts: &GcOptions) -> Result<GcPlan> {
+pub(crate) fn plan_gc(repo: &Context, opts: &GcOptions) -> Result<GcPlan> {
     match opts.mark {
-        MarkSpec::Logical => repo.plan_gc_marked(opts, &opts.marker()),
-        MarkSpec::Physical => repo.plan_gc_marked(opts, &opts.physical_marker(false)),
+        MarkSpec::Logical => plan_gc_marked(repo, opts, &opts.marker()),
+        MarkSpec::Physical => plan_gc_marked(repo, opts, &opts.physical_marker(false)),
         // PGC+'s dynamic duplicate removal is a feature of the naive
         // copy phase; under GCCDF's sweep its unique-liveness selection lost
         // chunks (a gc_rewrite proptest case), so there it marks as PGC.
         MarkSpec::PhysicalPlus if opts.strategy == GcStrategy::Gccdf => {
-            repo.plan_gc_marked(opts, &opts.physical_marker(false))
+            plan_gc_marked(repo, opts, &opts.physical_marker(false))
         }
-        MarkSpec::PhysicalPlus => repo.plan_gc_marked(opts, &opts.physical_marker(true)),
+        MarkSpec::PhysicalPlus => plan_gc_marked(repo, opts, &opts.physical_marker(true)),
         MarkSpec::Focused => {
             let marker = mark::FocusedMark {
                 vc: opts.vc,
@@ -396,14 +396,14 @@ pub(crate) fn plan_gc(repo: &Repository, opts: &GcOptions) -> Result<GcPlan> {
                 owners_fp_rate: (opts.strategy == GcStrategy::Gccdf)
                     .then_some(opts.ownership_fp_rate),
             };
-            repo.plan_gc_marked(opts, &marker)
+            plan_gc_marked(repo, opts, &marker)
         }
     }
 }
 
 /// [`Repository::plan_gc_marked`](crate::Repository::plan_gc_marked).
 pub(crate) fn plan_gc_marked(
-    repo: &Repository,
+    repo: &Context,
     opts: &GcOptions,
     marker: &dyn Marker,
 ) -> Result<GcPlan> {
@@ -456,7 +456,7 @@ pub(crate) fn plan_gc_marked(
 }
 
 /// [`Writer::gc_with`](crate::Writer::gc_with).
-pub(crate) fn gc_with(repo: &mut Writer, plan: GcPlan) -> Result<GcReport> {
+pub(crate) fn gc_with(repo: &mut Context, plan: GcPlan) -> Result<GcReport> {
     if plan.generation != repo.manifest.generation {
         return Err(Error::invalid(format!(
             "the GC plan was made on generation {}, the repository is at {}: plan again",
@@ -470,12 +470,13 @@ pub(crate) fn gc_with(repo: &mut Writer, plan: GcPlan) -> Result<GcReport> {
     // The focused mark's updated graph goes out with this GC's generation.
     let mut graph_superseded = Vec::new();
     if let (false, Some(graph)) = (dry_run, plan.mark.refgraph.take()) {
-        let mut state = repo.manifest.refgraph.clone().unwrap_or_default();
-        graph_superseded = crate::refgraph::stage(repo, &mut state, &graph)?;
-        repo.staged_refgraph = Some(state);
+        let mut state = RefGraphState::of(&repo.manifest)?.unwrap_or_default();
+        graph_superseded = crate::fgc::stage(repo, &mut state, &graph)?;
+        repo.staged.put(Some(&state));
     }
     let result = gc_sweep(repo, plan, r, started);
-    let published = repo.staged_refgraph.take().is_none();
+    // A publish took (and cleared) what was staged.
+    let published = !std::mem::take(&mut repo.staged).contains::<RefGraphState>();
     if result.is_ok() && published {
         // Best effort: what is left is removed as a leftover by the next writer.
         for key in graph_superseded {
@@ -486,25 +487,25 @@ pub(crate) fn gc_with(repo: &mut Writer, plan: GcPlan) -> Result<GcReport> {
 }
 
 fn gc_sweep(
-    repo: &mut Writer,
+    repo: &mut Context,
     plan: GcPlan,
     mut r: GcReport,
     started: Instant,
 ) -> Result<GcReport> {
     let dry_run = plan.options.dry_run;
     if dry_run || plan.reclaimed.is_empty() {
-        if !dry_run && (!repo.manifest.forgotten.is_empty() || repo.staged_refgraph.is_some()) {
+        if !dry_run && (!repo.manifest.forgotten.is_empty() || !repo.staged.is_empty()) {
             // Nothing to reclaim, but the deletions are now accounted for.
             let mut next = repo.manifest.clone();
             next.forgotten.clear();
-            repo.publish(next, &[])?;
+            crate::publish::publish(repo, next, &[])?;
         }
         r.total_seconds += started.elapsed().as_secs_f64();
         return Ok(r);
     }
     let io1 = repo.metrics.snapshot();
     let clock = mark::physical::Clock::start(repo, "copy");
-    let swept = ContainerLayout.sweep(repo, &plan.mark, &plan.selection, &plan.options)?;
+    let swept = sweep::sweep_containers(repo, &plan.mark, &plan.selection, &plan.options)?;
     let mut copy = clock.stop(repo, 0);
     copy.metadata_reads = swept.stats.metadata_reads;
     copy.metadata_bytes = swept.stats.metadata_bytes;
@@ -573,8 +574,7 @@ mod tests {
     use crate::chunking::ChunkerConfig;
     use crate::container::ChunkKind;
     use crate::index::IndexEntry;
-    use crate::repo::container_entry;
-    use crate::repo::Writer;
+    use crate::repo::{container_entry, Repository, Writer};
     use crate::{BackupOptions, InitOptions, RestoreOptions};
     use std::sync::Arc;
 
@@ -644,7 +644,7 @@ mod tests {
                 })
                 .collect();
             repo.write_segment(&mut next, &moved).unwrap();
-            repo.publish(next, &[]).unwrap();
+            crate::publish::publish(repo.cx_mut(), next, &[]).unwrap();
             for e in &moved {
                 repo.index.insert(*e);
             }

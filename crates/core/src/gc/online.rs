@@ -177,7 +177,7 @@ const DEAD_FP_RATE: f64 = 0.01;
 
 impl DeadFilter {
     /// The dead chunks of `plan` in the containers it reclaims.
-    pub(crate) fn of_plan(repo: &crate::repo::Repository, plan: &super::GcPlan) -> Self {
+    pub(crate) fn of_plan(repo: &crate::context::Context, plan: &super::GcPlan) -> Self {
         // Two passes (count, then insert) rather than a list of them.
         let dead = || {
             repo.index
@@ -536,7 +536,7 @@ pub(crate) fn begin(objects: &SealedStore, newest: &crate::catalog::Manifest) ->
 /// record and resurrect the dead copies they name in those containers
 /// (see the module docs).
 pub(crate) fn cutoff(
-    repo: &crate::repo::Repository,
+    repo: &crate::context::Context,
     seq: u64,
     plan: &mut super::GcPlan,
 ) -> Result<Cutoff> {
@@ -707,15 +707,12 @@ impl OnlineGc {
     }
 }
 
-impl crate::repo::Writer {
+impl crate::context::Context {
     /// Online GC, step 1: take the GC lock, announce a marking run, then
     /// mark and select on the newest generation.
-    pub fn gc_begin(&mut self, opts: &super::GcOptions) -> Result<OnlineGc> {
-        if self.manifest.config.layout == crate::layout::LayoutKind::Mfdedup {
-            return Err(crate::layout::mfdedup::not_gc());
-        }
+    pub(crate) fn gc_begin(&mut self, opts: &super::GcOptions) -> Result<OnlineGc> {
         let lock = crate::lock::RepoLock::acquire_gc(self.objects.store().clone(), "tessera gc")?;
-        let newest = crate::repo::read_newest(&self.objects)?;
+        let newest = crate::context::read_newest(&self.objects)?;
         let seq = begin(&self.objects, &newest)?;
         let mut run = OnlineGc {
             seq,
@@ -727,12 +724,12 @@ impl crate::repo::Writer {
         // Planned on a generation read after the run was announced: a
         // backup that committed before is in the mark; one that commits
         // later keeps its records until this run is done.
-        let fresh = match crate::repo::read_newest(&self.objects) {
+        let fresh = match crate::context::read_newest(&self.objects) {
             Ok(m) if m.generation == self.manifest.generation => Ok(()),
             Ok(_) => self.reload(),
             Err(e) => Err(e),
         };
-        let planned = fresh.and_then(|()| self.plan_gc(opts));
+        let planned = fresh.and_then(|()| super::plan_gc(self, opts));
         match planned {
             Ok(p) => {
                 run.plan = Some(p);
@@ -747,7 +744,7 @@ impl crate::repo::Writer {
 
     /// Step 2, the cutoff: announce the containers to reclaim, then
     /// resurrect the dead copies concurrent backups recorded.
-    pub fn gc_cutoff(&mut self, run: &mut OnlineGc) -> Result<()> {
+    pub(crate) fn gc_cutoff(&mut self, run: &mut OnlineGc) -> Result<()> {
         let plan = run
             .plan
             .as_mut()
@@ -766,14 +763,14 @@ impl crate::repo::Writer {
 
     /// Step 3: sweep and commit (merging with what others published),
     /// record the run as done, and delete the records of writers gone.
-    pub fn gc_finish(&mut self, mut run: OnlineGc) -> Result<super::GcReport> {
+    pub(crate) fn gc_finish(&mut self, mut run: OnlineGc) -> Result<super::GcReport> {
         let plan = run
             .plan
             .take()
             .ok_or_else(|| Error::invalid("GC run without a plan"))?;
         let cut = run.cut.take().unwrap_or_default();
         let planned = plan.generation;
-        let result = self.gc_with(plan);
+        let result = super::gc_with(self, plan);
         let committed = match &result {
             Ok(_) if self.manifest.generation == planned => None,
             _ if self.manifest.generation != run.before && self.manifest.generation != planned => {

@@ -17,7 +17,7 @@ use crate::catalog::ContainerEntry;
 use crate::container::{ChunkKind, ContainerId};
 use crate::error::Result;
 use crate::fingerprint::FpSet;
-use crate::repo::Repository;
+use crate::context::Context;
 use std::collections::{HashMap, HashSet};
 
 #[derive(Default, Debug)]
@@ -36,7 +36,7 @@ pub struct Selection {
 }
 
 pub fn select(
-    repo: &Repository,
+    repo: &Context,
     mark: &Mark,
     threshold: f64,
     clock: &mut Clock,
@@ -103,7 +103,7 @@ pub fn select(
 /// are found in (through the index): the GS list of containers a deletion
 /// involves. Best effort: a recipe that can no longer be read (say, removed
 /// by hand) only makes the count smaller; reclaiming never depends on it.
-fn deleted_references(repo: &Repository) -> HashSet<ContainerId> {
+fn deleted_references(repo: &Context) -> HashSet<ContainerId> {
     let mut gs = HashSet::new();
     let mut recipes = repo.recipe_reader(16);
     for b in &repo.manifest.forgotten {
@@ -123,7 +123,7 @@ fn deleted_references(repo: &Repository) -> HashSet<ContainerId> {
 /// With a Bloom VC the live chunks of a container are counted from its
 /// metadata (read without its data, as the physical-GC paper's mark does).
 fn live_from_meta(
-    repo: &Repository,
+    repo: &Context,
     mark: &Mark,
     id: ContainerId,
     clock: &mut Clock,
@@ -149,7 +149,7 @@ fn live_from_meta(
 /// a false positive only overcounts dead duplicates, so liveness is
 /// overestimated and less is cleaned, never more). Bytes scale with chunks.
 fn unique_liveness(
-    repo: &Repository,
+    repo: &Context,
     mark: &Mark,
     dup: &HashMap<ContainerId, u32>,
     containers: &[ContainerEntry],

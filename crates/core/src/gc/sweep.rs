@@ -24,7 +24,7 @@ use crate::container::{ChunkKind, ChunkMeta, ContainerId, ContainerWriter, IdAll
 use crate::error::Result;
 use crate::fingerprint::{Fingerprint, FpMap, FpSet};
 use crate::index::{sort_entries, CopyNo, CopySet, IndexEntry};
-use crate::repo::{Repository, Writer};
+use crate::context::Context;
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
@@ -88,7 +88,7 @@ pub struct Packer {
 }
 
 impl Packer {
-    pub fn new(repo: &Repository, kind: ChunkKind, next_id: ContainerId) -> Self {
+    pub fn new(repo: &Context, kind: ChunkKind, next_id: ContainerId) -> Self {
         let cfg = &repo.manifest.config;
         Packer {
             kind,
@@ -183,7 +183,7 @@ pub struct SweepStats {
 /// and that are not moved yet, into `out` (cleared first). Recipe chunks
 /// have copy 0 alone.
 pub fn take_live_copies(
-    repo: &Repository,
+    repo: &Context,
     mark: &Mark,
     kind: ChunkKind,
     fp: &Fingerprint,
@@ -206,7 +206,7 @@ pub fn take_live_copies(
 /// Naive copy-forward of the live copies in `ids`, in their old order.
 /// `placed` makes each copy move once.
 pub fn copy_forward(
-    repo: &Repository,
+    repo: &Context,
     mark: &Mark,
     kind: ChunkKind,
     ids: &[ContainerId],
@@ -280,7 +280,7 @@ impl Kept {
 /// read if a chunk there is still the newest live copy. Returns the index
 /// redirects.
 pub fn copy_backward(
-    repo: &Repository,
+    repo: &Context,
     mark: &Mark,
     sel: &Selection,
     packer: &mut Packer,
@@ -381,7 +381,7 @@ pub fn copy_backward(
 /// valid chunks, cluster them by ownership, write them in the planner's
 /// order. Each segment ends its last container, so segments do not mix.
 pub fn gccdf_sweep(
-    repo: &Repository,
+    repo: &Context,
     mark: &Mark,
     ids: &[ContainerId],
     segment_containers: usize,
@@ -424,7 +424,7 @@ pub fn gccdf_sweep(
 /// chunks that have a newer copy — any container estimated empty that
 /// still holds a live copy (per-backup copies: an older copy is live while
 /// a retained backup reads it), so no live copy is deleted unread.
-fn with_live_empties(repo: &Repository, mark: &Mark, sel: &Selection) -> Result<Vec<ContainerId>> {
+fn with_live_empties(repo: &Context, mark: &Mark, sel: &Selection) -> Result<Vec<ContainerId>> {
     let mut ids = sel.copy.clone();
     if mark.dup_counter.is_none() {
         return Ok(ids);
@@ -484,7 +484,7 @@ impl Swept {
 /// `opts.strategy`, then recipe chunks in their old order. Ids continue
 /// from the manifest's allocator, data first.
 pub fn sweep_containers(
-    repo: &Repository,
+    repo: &Context,
     mark: &Mark,
     sel: &Selection,
     opts: &GcOptions,
@@ -547,7 +547,7 @@ pub fn sweep_containers(
 /// segment superseding all others; the manifest without the reclaimed
 /// containers and with the produced ones.
 pub fn commit(
-    repo: &mut Writer,
+    repo: &mut Context,
     reclaimed: &HashSet<ContainerId>,
     produced: &[ContainerEntry],
     moved: &[IndexEntry],
@@ -583,7 +583,7 @@ pub fn commit(
     let mut gone: Vec<ContainerId> = reclaimed.iter().copied().collect();
     gone.sort_unstable();
     let generation = repo.manifest.generation;
-    let published = repo.publish(next, &superseded).and_then(|()| {
+    let published = crate::publish::publish(repo, next, &superseded).and_then(|()| {
         // Readers of older generations (restore, ls, check in other
         // processes) may still read the reclaimed containers.
         if super::online::wait_for_readers(&repo.objects, super::READER_WAIT)? {

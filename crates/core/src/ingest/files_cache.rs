@@ -38,14 +38,7 @@ impl FilesCacheOptions {
     /// The user's cache directory: `$TESSERA_CACHE_DIR`, else
     /// `$XDG_CACHE_HOME/tessera`, else `~/.cache/tessera`; None if none is set.
     pub fn default_dir() -> Option<PathBuf> {
-        let env = |k| std::env::var_os(k).filter(|v| !v.is_empty());
-        if let Some(d) = env("TESSERA_CACHE_DIR") {
-            return Some(PathBuf::from(d));
-        }
-        if let Some(d) = env("XDG_CACHE_HOME") {
-            return Some(PathBuf::from(d).join("tessera"));
-        }
-        env("HOME").map(|h| PathBuf::from(h).join(".cache").join("tessera"))
+        crate::context::cache_dir()
     }
 }
 

@@ -18,9 +18,8 @@ use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::index::DataCursor;
 use crate::ingest::{BackupOptions, BackupReport};
-use crate::layout::ContainerLayout;
 use crate::recipe::RecipeBuilder;
-use crate::repo::Writer;
+use crate::context::Context;
 use crate::rewrite::RewriteSpec;
 use std::time::Instant;
 
@@ -44,19 +43,16 @@ struct Dealt {
 
 /// [`Writer::backup_interleaved`](crate::Writer::backup_interleaved).
 pub(crate) fn backup_interleaved(
-    repo: &mut Writer,
+    repo: &mut Context,
+    hooks: &dyn super::BackupHooks,
     group: Vec<(BackupOptions, GroupInput)>,
 ) -> Result<Vec<BackupReport>> {
     let started = Instant::now();
     let before = repo.metrics.snapshot();
     let cfg = repo.manifest.config.clone();
+    hooks.check_interleaved()?;
     if group.is_empty() {
         return Ok(Vec::new());
-    }
-    if cfg.layout == crate::layout::LayoutKind::Mfdedup {
-        return Err(Error::invalid(
-            "the mfdedup layout backs up one version of a chain at a time (no interleaved groups)",
-        ));
     }
     let mut names = Vec::with_capacity(group.len());
     let mut dealt = Vec::with_capacity(group.len());
@@ -107,7 +103,7 @@ pub(crate) fn backup_interleaved(
         });
     }
 
-    let mut sink = Sink::new(repo, &ContainerLayout, None);
+    let mut sink = Sink::new(repo, hooks, None);
     let trace = cfg.trace;
     let mut deal = || -> Result<Vec<Member>> {
         let longest = dealt.iter().map(|d| d.chunks.len()).max().unwrap_or(0);
@@ -151,7 +147,7 @@ pub(crate) fn backup_interleaved(
         Ok(m) => m.iter().map(|m| m.counts).collect(),
         Err(_) => Vec::new(),
     };
-    let entries = repo.commit(sink, members)?;
+    let entries = repo.commit(hooks, sink, members)?;
     let io = repo.metrics.snapshot().since(&before);
     Ok(entries
         .into_iter()

@@ -42,13 +42,12 @@
 //! writer, the undo log), `segment` (rewriting decisions per segment; the
 //! buffer and policy state live in [`crate::rewrite`]), `interleave`.
 
-use crate::catalog::{BackupEntry, SourceKind};
+use crate::catalog::{BackupEntry, ContainerEntry, Manifest, SourceKind};
 use crate::container::ChunkKind;
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
-use crate::layout::{ChunkWriter, ContainerLayout, Layout};
 use crate::recipe::RecipeEntry;
-use crate::repo::Writer;
+use crate::context::Context;
 use crate::rewrite::{RewriteSpec, Rewriter};
 use serde::Serialize;
 use std::io::{self, Read, Write};
@@ -61,6 +60,7 @@ mod pipeline;
 mod segment;
 mod sink;
 mod tree;
+mod writers;
 pub use files_cache::FilesCacheOptions;
 pub use interleave::GroupInput;
 pub use parallel::default_threads;
@@ -131,7 +131,7 @@ pub struct BackupReport {
     pub ndf_memory_bytes: Option<u64>,
     /// MFDedup: the arranging that followed the backup.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub arranged: Option<crate::layout::mfdedup::avar::ArrangeReport>,
+    pub arranged: Option<ArrangeReport>,
     /// Where the logical bytes went: file contents and (directory backups)
     /// metadata, and how much of each was stored anew.
     pub content_bytes: u64,
@@ -142,6 +142,88 @@ pub struct BackupReport {
     /// contents were taken from it rather than read.
     pub files_from_cache: u64,
 }
+
+/// What MFDedup's arranging (AVAR) did to one chain: filled by the layout
+/// after a backup (`BackupReport::arranged`) and by `tessera arrange`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ArrangeReport {
+    pub chain: String,
+    /// Versions arranged.
+    pub steps: u32,
+    /// Chunk bytes of the active categories read.
+    pub read_bytes: u64,
+    /// Moved on to the new active categories.
+    pub kept_bytes: u64,
+    /// Archived into volumes.
+    pub archived_bytes: u64,
+    pub volumes_written: u32,
+    pub seconds: f64,
+}
+
+/// What a layout does around each backup, given to ingest by the layout
+/// chosen when the repository opened (`layout::Layout::backup_hooks`).
+/// The container layout does nothing ([`Plain`]); MFDedup deduplicates
+/// against the chain's previous version only (NDF), records the version
+/// in its chain and arranges it.
+pub trait BackupHooks: Sync {
+    /// The chain a backup belongs to: the one named, or, on a layout that
+    /// keeps every backup in a chain, its name.
+    fn chain(&self, opts: &BackupOptions) -> Option<String> {
+        opts.chain.clone()
+    }
+    /// Refuse what this layout cannot back up (a rewrite policy).
+    fn check(&self, _opts: &BackupOptions) -> Result<()> {
+        Ok(())
+    }
+    /// Refuse interleaved groups where this layout cannot take them.
+    fn check_interleaved(&self) -> Result<()> {
+        Ok(())
+    }
+    /// Before the backup of `chain`: put in place the index it
+    /// deduplicates against.
+    fn begin(&self, _cx: &mut Context, _chain: Option<&str>) -> Result<()> {
+        Ok(())
+    }
+    /// After it, published or not: the index back; returns the memory of
+    /// the layout's own dedup index at its peak, if it has one.
+    fn end(&self, _cx: &mut Context, _published: bool) -> Option<u64> {
+        None
+    }
+    /// Whether the backup's data fingerprints are collected in order for
+    /// [`record`](Self::record).
+    fn collects_refs(&self) -> bool {
+        false
+    }
+    /// Whether the backup's new index entries are written as an index
+    /// segment (MFDedup keeps no global index).
+    fn writes_index_segment(&self) -> bool {
+        true
+    }
+    /// In the manifest the backup publishes: what the layout records of it.
+    fn record(
+        &self,
+        _cx: &Context,
+        _next: &mut Manifest,
+        _entry: &BackupEntry,
+        _written: &[ContainerEntry],
+        _refs: &[Fingerprint],
+    ) -> Result<()> {
+        Ok(())
+    }
+    /// After the backup is published (MFDedup: arrange its chain).
+    fn after(
+        &self,
+        _cx: &mut Context,
+        _chain: Option<&str>,
+        _opts: &BackupOptions,
+    ) -> Result<Option<ArrangeReport>> {
+        Ok(None)
+    }
+}
+
+/// Backups with nothing around them (the container layout).
+pub struct Plain;
+impl BackupHooks for Plain {}
 
 /// Counters kept by the worker.
 #[derive(Default, Clone, Copy)]
@@ -221,15 +303,15 @@ fn report(
     }
 }
 
-impl Writer {
-    /// [`backup_with`](Self::backup_with) on a given layout.
-    fn backup_in<L: Layout>(
+impl Context {
+    /// [`Writer::backup_with`](crate::Writer::backup_with).
+    pub(crate) fn backup_in(
         &mut self,
-        layout: &L,
+        hooks: &dyn BackupHooks,
         opts: &BackupOptions,
-        feed: impl FnOnce(&mut Ingest<L>) -> Result<()>,
+        feed: impl FnOnce(&mut Ingest) -> Result<()>,
     ) -> Result<BackupReport> {
-        self.backup_trailed(layout, opts, false, feed)
+        self.backup_trailed(hooks, opts, false, feed)
             .map(|(r, _)| r)
     }
 
@@ -237,42 +319,38 @@ impl Writer {
     /// its data chunks in stream order if `trail` (for the files cache).
     pub(crate) fn backup_in_tree(
         &mut self,
+        hooks: &dyn BackupHooks,
         opts: &BackupOptions,
         trail: bool,
         feed: impl FnOnce(&mut Ingest) -> Result<()>,
     ) -> Result<(BackupReport, Option<tree::Trail>)> {
-        self.backup_trailed(&ContainerLayout, opts, trail, feed)
+        self.backup_trailed(hooks, opts, trail, feed)
     }
 
-    fn backup_trailed<L: Layout>(
+    fn backup_trailed(
         &mut self,
-        layout: &L,
+        hooks: &dyn BackupHooks,
         opts: &BackupOptions,
         trail: bool,
-        feed: impl FnOnce(&mut Ingest<L>) -> Result<()>,
+        feed: impl FnOnce(&mut Ingest) -> Result<()>,
     ) -> Result<(BackupReport, Option<tree::Trail>)> {
         let started = Instant::now();
         let cfg = self.manifest.config.clone();
         let before = self.metrics.snapshot();
-        let mf = cfg.layout == crate::layout::LayoutKind::Mfdedup;
-        let chain = match (&opts.chain, mf) {
-            (Some(c), _) => Some(c.clone()),
-            (None, true) => Some(opts.name.clone()),
-            (None, false) => None,
+        hooks.check(opts)?;
+        let chain = hooks.chain(opts);
+        hooks.begin(self, chain.as_deref())?;
+        let rw = match Rewriter::new(&opts.rewrite, opts.segment_bytes, &self.manifest) {
+            Ok(rw) => rw,
+            Err(e) => {
+                hooks.end(self, false);
+                return Err(e);
+            }
         };
-        let stash = match (mf, &chain) {
-            (true, Some(c)) => Some(crate::layout::mfdedup::begin_backup(
-                self,
-                c,
-                &opts.rewrite,
-            )?),
-            _ => None,
-        };
-        let rw = Rewriter::new(&opts.rewrite, opts.segment_bytes, &self.manifest);
         let recording = rw.is_none();
-        let mut sink = Sink::new(self, layout, rw);
+        let mut sink = Sink::new(self, hooks, rw);
         if recording {
-            sink.corr = crate::refgraph::CorrRecorder::start(self);
+            sink.corr = crate::fgc::CorrRecorder::start(self);
         }
         if trail {
             sink.trail = Some(tree::Trail::default());
@@ -304,20 +382,15 @@ impl Writer {
         });
         let counts = sink.counts;
         let trail = sink.trail.take();
-        let entries = self.commit(sink, member);
-        let ndf_memory =
-            stash.map(|s| crate::layout::mfdedup::end_backup(self, s, entries.is_ok()) as u64);
+        let entries = self.commit(hooks, sink, member);
+        let ndf_memory = hooks.end(self, entries.is_ok());
         let entries = entries?;
         // The backup's own I/O (arranging is reported on its own).
         let io = self.metrics.snapshot().since(&before);
-        layout.after_backup(self, &entries)?;
-        let arranged = match (&chain, mf && opts.arrange) {
-            (Some(c), true) => Some(crate::layout::mfdedup::avar::arrange_chain(self, c, None)?),
-            _ => None,
-        };
+        let arranged = hooks.after(self, chain.as_deref(), opts)?;
         let entry = entries.into_iter().next().expect("one member, one entry");
         let sparse = if matches!(opts.rewrite, RewriteSpec::Har { .. }) {
-            self.manifest.har_sparse.len() as u64
+            crate::rewrite::SparseHistory::of(&self.manifest)?.0.len() as u64
         } else {
             0
         };
@@ -339,9 +412,10 @@ impl Writer {
     /// ingest, given as `members`, or here) every entry the sink added is
     /// removed and every repointed one restored, so the repository is
     /// exactly as before.
-    fn commit<L: Layout>(
+    fn commit(
         &mut self,
-        mut sink: Sink<L>,
+        hooks: &dyn BackupHooks,
+        mut sink: Sink,
         members: Result<Vec<Member>>,
     ) -> Result<Vec<BackupEntry>> {
         let time = crate::clock::now();
@@ -362,14 +436,14 @@ impl Writer {
             next.containers.extend_from_slice(sink.writer.written());
             let capacity = self.manifest.config.container_size as u64;
             if let Some(sparse) = sink.rw.as_ref().and_then(|r| r.next_sparse(capacity)) {
-                next.har_sparse = sparse;
+                next.sections
+                    .put(Some(&crate::rewrite::SparseHistory(sparse)));
             }
-            let mf = self.manifest.config.layout == crate::layout::LayoutKind::Mfdedup;
-            if !mf {
+            if hooks.writes_index_segment() {
                 self.write_segment(&mut next, &sink.new_entries)?;
             }
             (graph_superseded, graph_after) =
-                crate::refgraph::commit_backup(self, &mut next, corr)?;
+                crate::fgc::commit_backup(self, &mut next, corr)?;
             let mut entries = Vec::with_capacity(members.len());
             for m in members {
                 let (root, root_level) = m.root;
@@ -389,16 +463,8 @@ impl Writer {
                     chain: m.chain,
                     content_bytes: c.meta_from,
                 };
-                if mf {
-                    let refs = sink.refs.take().unwrap_or_default();
-                    crate::layout::mfdedup::record_backup(
-                        self,
-                        &mut next,
-                        &entry,
-                        sink.writer.written(),
-                        &refs,
-                    )?;
-                }
+                let refs = sink.refs.take().unwrap_or_default();
+                hooks.record(self, &mut next, &entry, sink.writer.written(), &refs)?;
                 next.next_backup_id = next.next_backup_id.next();
                 next.backups.push(entry.clone());
                 entries.push(entry);
@@ -412,19 +478,19 @@ impl Writer {
             online,
             ..
         } = sink;
-        *L::index(self) = index;
+        self.index = index;
         // Published entries: renumbered if another writer took their ids.
         // The graph as of this backup's segments: kept before publishing,
         // so a publish that has to merge can graft this backup's delta (a
         // kept graph is only used while the manifest lists its segments).
-        self.refgraph_mem = graph_after;
+        crate::fgc::keep(self, graph_after);
         let published = outcome.and_then(|(mut next, _entries)| {
             let mut superseded = self.compact_segments(&mut next)?;
             superseded.extend(graph_superseded);
-            self.publish_merged(next, &superseded)
+            crate::publish::publish_merged(self, next, &superseded)
         });
         if published.is_err() {
-            sink::undo(L::index(self), &new_entries);
+            sink::undo(&mut self.index, &new_entries);
         } else {
             if let Some(o) = online {
                 // Best effort: a record left behind only keeps chunks live
@@ -437,22 +503,24 @@ impl Writer {
 }
 /// [`Writer::backup_with`](crate::Writer::backup_with).
 pub(crate) fn backup_with(
-    repo: &mut Writer,
+    repo: &mut Context,
+    hooks: &dyn BackupHooks,
     opts: &BackupOptions,
     feed: impl FnOnce(&mut Ingest) -> Result<()>,
 ) -> Result<BackupReport> {
-    repo.backup_in(&ContainerLayout, opts, feed)
+    repo.backup_in(hooks, opts, feed)
 }
 
 /// [`Writer::backup_reader`](crate::Writer::backup_reader).
 pub(crate) fn backup_reader(
-    repo: &mut Writer,
+    repo: &mut Context,
+    hooks: &dyn BackupHooks,
     opts: &BackupOptions,
     reader: &mut dyn Read,
     progress: &mut dyn FnMut(u64),
 ) -> Result<BackupReport> {
     let name = opts.name.clone();
-    repo.backup_with(opts, |ingest| {
+    repo.backup_in(hooks, opts, |ingest| {
         let mut buf = vec![0u8; 1 << 20];
         loop {
             let n = match reader.read(&mut buf) {
@@ -471,7 +539,9 @@ pub(crate) fn backup_reader(
 
 /// [`Writer::backup_tree`](crate::Writer::backup_tree).
 pub(crate) fn backup_tree(
-    repo: &mut Writer,
+    repo: &mut Context,
+    hooks: &dyn BackupHooks,
+    files_cache: Option<&FilesCacheOptions>,
     opts: &BackupOptions,
     root: &std::path::Path,
     progress: &mut dyn FnMut(u64),
@@ -480,18 +550,19 @@ pub(crate) fn backup_tree(
         vec![root.to_path_buf()],
         crate::archive::Selection::default(),
     );
-    tree::backup_paths(repo, opts, scan, progress)
+    tree::backup_paths(repo, hooks, files_cache, opts, scan, progress)
 }
 
 pub(crate) use tree::backup_paths;
 
 /// [`Writer::backup_trace`](crate::Writer::backup_trace).
 pub(crate) fn backup_trace(
-    repo: &mut Writer,
+    repo: &mut Context,
+    hooks: &dyn BackupHooks,
     opts: &BackupOptions,
     chunks: impl IntoIterator<Item = Result<(Fingerprint, u32)>>,
 ) -> Result<BackupReport> {
-    repo.backup_with(opts, |ingest| {
+    repo.backup_in(hooks, opts, |ingest| {
         for c in chunks {
             let (fp, len) = c?;
             ingest.push_trace(fp, len)?;

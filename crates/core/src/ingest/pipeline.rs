@@ -12,7 +12,6 @@ use crate::chunking::Chunker;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, Fingerprinter};
 use crate::index::DedupIndex;
-use crate::layout::{ChunkWriter, ContainerLayout, Layout};
 use crate::recipe::{RecipeBuilder, RecipeEntry, RecipeSink};
 use std::io::{self, Write};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
@@ -83,20 +82,20 @@ enum Batch {
     Trace(Vec<(Fingerprint, u32)>, RecipeEvents),
 }
 
-type WorkerResult<L> = (Sink<L>, RecipeBuilder, Result<()>);
+type WorkerResult = (Sink, RecipeBuilder, Result<()>);
 
 #[allow(clippy::too_many_arguments)]
-fn worker<L: Layout>(
+fn worker(
     rx: Receiver<Batch>,
     spent: SyncSender<Vec<u8>>,
     trace_spent: SyncSender<(Vec<(Fingerprint, u32)>, RecipeEvents)>,
-    mut sink: Sink<L>,
+    mut sink: Sink,
     mut recipe: RecipeBuilder,
     algo: Fingerprinter,
     recipe_upstream: bool,
     threads: usize,
     chunker: Arc<dyn Chunker>,
-) -> WorkerResult<L> {
+) -> WorkerResult {
     let mut workers = Workers::new(threads);
     let mut pieces = Vec::new();
     let run = || -> Result<()> {
@@ -221,7 +220,7 @@ fn worker<L: Layout>(
 
 /// A running backup. Feed it bytes through [`Write`] (data mode) or
 /// fingerprints through [`Ingest::push_trace`] (trace mode).
-pub struct Ingest<L: Layout = ContainerLayout> {
+pub struct Ingest {
     chunker: Arc<dyn Chunker>,
     trace: bool,
     buf: Vec<u8>,
@@ -241,13 +240,13 @@ pub struct Ingest<L: Layout = ContainerLayout> {
     root: Option<(RecipeEntry, u8)>,
     tx: Option<SyncSender<Batch>>,
     spent: Receiver<Vec<u8>>,
-    handle: Option<JoinHandle<WorkerResult<L>>>,
+    handle: Option<JoinHandle<WorkerResult>>,
     fed: u64,
 }
 
-impl<L: Layout> Ingest<L> {
+impl Ingest {
     pub(super) fn start(
-        sink: Sink<L>,
+        sink: Sink,
         chunker: Arc<dyn Chunker>,
         algo: Fingerprinter,
         trace: bool,
@@ -454,7 +453,7 @@ impl<L: Layout> Ingest<L> {
         mut self,
         flush: bool,
     ) -> (
-        Sink<L>,
+        Sink,
         RecipeBuilder,
         Result<()>,
         Option<(RecipeEntry, u8)>,
@@ -494,7 +493,7 @@ impl<L: Layout> Ingest<L> {
     }
 }
 
-impl<L: Layout> Write for Ingest<L> {
+impl Write for Ingest {
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
         if self.trace {
             return Err(io::Error::other(

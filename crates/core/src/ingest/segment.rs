@@ -5,8 +5,7 @@ use super::sink::Sink;
 use crate::container::{ChunkKind, ContainerId};
 use crate::error::Result;
 use crate::fingerprint::{Fingerprint, FpMap};
-use crate::index::{CopyNo, DedupIndex};
-use crate::layout::{ChunkWriter, Layout};
+use crate::index::CopyNo;
 use crate::recipe::RecipeBuilder;
 use crate::rewrite::{Rewriter, Segment, SegmentChunk};
 
@@ -24,7 +23,7 @@ enum Plan {
     Done(CopyNo),
 }
 
-impl<L: Layout> Sink<L> {
+impl Sink {
     /// Decide and store the buffered segment (no-op without rewriting).
     pub(super) fn flush_segment(&mut self, recipe: &mut RecipeBuilder) -> Result<()> {
         let Some(mut rw) = self.rw.take() else {

@@ -1,5 +1,6 @@
-//! Where the worker puts each chunk: deduplicated against the layout's
-//! index, written through the layout's writer, logged for undo.
+//! Where the worker puts each chunk: deduplicated against the index (the
+//! layout's: MFDedup swaps in its NDF index for the backup), written into
+//! new containers, logged for undo.
 
 use super::Counts;
 use crate::catalog::ContainerEntry;
@@ -7,17 +8,17 @@ use crate::container::{ChunkKind, ContainerId};
 use crate::error::Result;
 use crate::fingerprint::Fingerprint;
 use crate::gc::online::{Ref, Resurrector};
-use crate::index::{CopyNo, DedupIndex, IndexEntry};
-use crate::layout::{ChunkWriter, ContainerLayout, Layout};
+use crate::index::{CopyNo, DedupIndex, Index, IndexEntry};
+use super::writers::ContainerWriters;
 use crate::recipe::{RecipeBuilder, RecipeSink};
-use crate::repo::Repository;
+use crate::context::Context;
 use crate::rewrite::Rewriter;
 
 /// Destination of a backup's chunks. While the backup runs it owns the
 /// layout's index; `Repository::commit` gives it back.
-pub(crate) struct Sink<L: Layout = ContainerLayout> {
-    pub(super) index: L::Index,
-    pub(super) writer: L::Writer,
+pub(crate) struct Sink {
+    pub(super) index: Index,
+    pub(super) writer: ContainerWriters,
     /// Index entries this backup added, in order (the new index segment).
     /// Every one is a new copy: a backup never moves an existing copy.
     pub(super) new_entries: Vec<IndexEntry>,
@@ -30,9 +31,9 @@ pub(crate) struct Sink<L: Layout = ContainerLayout> {
     /// Whether the backup rewrites (`rw` is absent while a segment is decided).
     rewriting: bool,
     /// Where the index's log expects the next data chunk.
-    pub(super) cursor: <L::Index as DedupIndex>::Cursor,
+    pub(super) cursor: <Index as DedupIndex>::Cursor,
     /// FGC's CorrRecorder, when the repository records the reference graph.
-    pub(super) corr: Option<crate::refgraph::CorrRecorder>,
+    pub(super) corr: Option<crate::fgc::CorrRecorder>,
     /// MFDedup only: every data fingerprint of the backup, in order (its
     /// NDF table, which arranging classifies the active categories by).
     pub(super) refs: Option<Vec<Fingerprint>>,
@@ -53,22 +54,21 @@ pub(crate) fn undo<I: DedupIndex>(index: &mut I, added: &[IndexEntry]) {
     }
 }
 
-impl<L: Layout> Sink<L> {
+impl Sink {
     /// The sink of a new backup (or group): takes the layout's index from
     /// the repository until `commit` gives it back.
-    pub(super) fn new(repo: &mut Repository, layout: &L, rw: Option<Rewriter>) -> Self {
+    pub(super) fn new(repo: &mut Context, hooks: &dyn super::BackupHooks, rw: Option<Rewriter>) -> Self {
         Sink {
             rewriting: rw.is_some(),
-            index: std::mem::take(L::index(repo)),
-            writer: layout.writer(repo),
+            index: std::mem::take(&mut repo.index),
+            writer: ContainerWriters::new(repo),
             new_entries: Vec::new(),
             counts: Counts::default(),
             rw,
             sealed_mid_segment: Vec::new(),
             cursor: Default::default(),
             corr: None,
-            refs: (repo.manifest.config.layout == crate::layout::LayoutKind::Mfdedup)
-                .then(Vec::new),
+            refs: hooks.collects_refs().then(Vec::new),
             trail: None,
             online: repo.writer_token.clone().map(|token| {
                 Resurrector::new(
@@ -278,7 +278,7 @@ impl<L: Layout> Sink<L> {
     }
 }
 
-impl<L: Layout> RecipeSink for Sink<L> {
+impl RecipeSink for Sink {
     fn recipe_chunk(&mut self, fp: Fingerprint, _level: u8, bytes: &[u8]) -> Result<()> {
         self.recipe_bytes(fp, bytes)
     }

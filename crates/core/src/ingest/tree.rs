@@ -16,7 +16,7 @@ use crate::archive::walk::{store, TreeOut};
 use crate::archive::{FileId, Scan, TreeStats};
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
-use crate::repo::Writer;
+use crate::context::Context;
 use crate::rewrite::RewriteSpec;
 
 /// (path, identity, mark before its chunks, mark after) of a regular file stored.
@@ -88,7 +88,9 @@ impl TreeOut for TreeIngest<'_> {
 
 /// [`Writer::backup_paths`](crate::Writer::backup_paths).
 pub(crate) fn backup_paths(
-    repo: &mut Writer,
+    repo: &mut Context,
+    hooks: &dyn super::BackupHooks,
+    files_cache: Option<&FilesCacheOptions>,
     opts: &BackupOptions,
     scan: Scan,
     progress: &mut dyn FnMut(u64),
@@ -105,8 +107,7 @@ pub(crate) fn backup_paths(
     let mut scan = Some(scan);
     // The cache hands chunks over without their bytes, which a rewrite
     // policy would need to store duplicates again.
-    let cache_opts: Option<FilesCacheOptions> = repo
-        .files_cache()
+    let cache_opts: Option<FilesCacheOptions> = files_cache
         .filter(|_| matches!(opts.rewrite, RewriteSpec::None))
         .cloned();
     let cache_file = cache_opts
@@ -123,7 +124,7 @@ pub(crate) fn backup_paths(
     let mut stats = None;
     let mut learnt = None;
     let mut from_cache = 0;
-    let (mut report, trail) = repo.backup_in_tree(opts, cache_file.is_some(), |ingest| {
+    let (mut report, trail) = repo.backup_in_tree(hooks, opts, cache_file.is_some(), |ingest| {
         let mut out = TreeIngest {
             ingest,
             meta: MetaWriter::default(),

@@ -15,7 +15,7 @@ use crate::container::{format::object_name, ChunkKind, ContainerId, ContainerSto
 use crate::error::{Error, ObjectRef, Result};
 use crate::fingerprint::{Fingerprint, Fingerprinter, FpMap};
 use crate::index::Index;
-use crate::repo::Repository;
+use crate::context::Context;
 use std::sync::Arc;
 
 /// Loads, verifies and decodes recipe chunks (see the module comment).
@@ -214,12 +214,10 @@ impl<'a> RecipeReader<'a> {
     }
 }
 
-/// [`Repository::recipe_reader`](crate::Repository::recipe_reader).
-pub(crate) fn recipe_reader(repo: &Repository, containers: usize) -> RecipeReader<'_> {
-    RecipeReader::new(
-        &repo.index,
-        &repo.store,
-        repo.fingerprinter().clone(),
-        containers,
-    )
+impl Context {
+    /// A [`RecipeReader`] over this repository keeping up to `containers`
+    /// recipe containers.
+    pub fn recipe_reader(&self, containers: usize) -> RecipeReader<'_> {
+        RecipeReader::new(&self.index, &self.store, self.fingerprinter().clone(), containers)
+    }
 }

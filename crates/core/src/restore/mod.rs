@@ -19,7 +19,7 @@ use crate::container::{format::object_name, ChunkMeta, Container, ContainerId};
 use crate::error::{Error, IoContext, Result};
 use crate::metrics::{mb_per_s, read_amplification, speed_factor};
 use crate::recipe::RecipeEntry;
-use crate::repo::Repository;
+use crate::context::Context;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::io::Write;
@@ -193,7 +193,7 @@ impl Assembler<'_> {
     }
 }
 
-impl Repository {
+impl Context {
     /// The three stages: the planner walks the recipe and decides the cache
     /// (on this repository's index), the loaders read and verify the
     /// containers it asks for, and this thread, the [`Assembler`], copies
@@ -241,16 +241,56 @@ impl Repository {
         })
     }
 }
+/// How a layout restores a backup that it does not read through the
+/// container pipeline (MFDedup reads whole categories, out of order, by
+/// positional writes). Given by the layout chosen when the repository
+/// opened (`layout::Layout::restorer`); `None` answers take the pipeline.
+pub trait Restorer: Sync {
+    /// Restore `backup`'s stream into `out`, if this layout does it itself.
+    fn restore_to(
+        &self,
+        _cx: &Context,
+        _backup: &BackupEntry,
+        _out: &mut dyn Write,
+        _opts: &RestoreOptions,
+        _progress: &mut dyn FnMut(u64),
+    ) -> Option<Result<RestoreReport>> {
+        None
+    }
+    /// Whether this layout restores file and stream backups into their
+    /// file by positional writes ([`restore_to_file`](Self::restore_to_file)).
+    fn writes_in_place(&self) -> bool {
+        false
+    }
+    /// Restore a file or stream backup into `file` by positional writes
+    /// (asked only when [`writes_in_place`](Self::writes_in_place)).
+    fn restore_to_file(
+        &self,
+        _cx: &Context,
+        _backup: &BackupEntry,
+        _file: &std::fs::File,
+        _opts: &RestoreOptions,
+        _progress: &mut dyn FnMut(u64),
+    ) -> Result<RestoreReport> {
+        Err(Error::invalid("this layout restores no file in place"))
+    }
+}
+
+/// The container pipeline for every backup.
+pub struct Pipeline;
+impl Restorer for Pipeline {}
+
 /// [`Repository::restore_to`](crate::Repository::restore_to).
 pub(crate) fn restore_to(
-    repo: &Repository,
+    repo: &Context,
+    via: &dyn Restorer,
     backup: &BackupEntry,
     out: &mut dyn Write,
     opts: &RestoreOptions,
     progress: &mut dyn FnMut(u64),
 ) -> Result<RestoreReport> {
-    if repo.manifest.config.layout == crate::layout::LayoutKind::Mfdedup {
-        return crate::layout::mfdedup::restore::restore_to(repo, backup, out, opts, progress);
+    if let Some(done) = via.restore_to(repo, backup, out, opts, progress) {
+        return done;
     }
     let started = Instant::now();
     let before = repo.metrics.snapshot();
@@ -298,18 +338,20 @@ pub(crate) fn restore_to(
 
 /// [`Repository::restore_into`](crate::Repository::restore_into).
 pub(crate) fn restore_into(
-    repo: &Repository,
+    repo: &Context,
+    via: &dyn Restorer,
     backup: &BackupEntry,
     target: &Path,
     opts: &RestoreOptions,
     progress: &mut dyn FnMut(u64),
 ) -> Result<(RestoreReport, ExtractReport)> {
-    repo.restore_into_selected(backup, target, opts, &[], progress)
+    restore_into_selected(repo, via, backup, target, opts, &[], progress)
 }
 
 /// [`Repository::restore_into_selected`](crate::Repository::restore_into_selected).
 pub(crate) fn restore_into_selected(
-    repo: &Repository,
+    repo: &Context,
+    via: &dyn Restorer,
     backup: &BackupEntry,
     target: &Path,
     opts: &RestoreOptions,
@@ -318,8 +360,9 @@ pub(crate) fn restore_into_selected(
 ) -> Result<(RestoreReport, ExtractReport)> {
     // Refuse a bad path before restoring anything.
     crate::archive::include_paths(include)?;
-    // MFDedup writes a file backup by positional writes, in place.
-    if repo.manifest.config.layout == crate::layout::LayoutKind::Mfdedup
+    // A layout that writes a file backup by positional writes (MFDedup)
+    // does it in place.
+    if via.writes_in_place()
         && include.is_empty()
         && matches!(backup.source, SourceKind::File | SourceKind::Stream)
     {
@@ -330,7 +373,7 @@ pub(crate) fn restore_into_selected(
             .create_new(true)
             .open(&path)
             .ctx(|| format!("cannot create {}", path.display()))?;
-        let r = crate::layout::mfdedup::restore::restore_to_file(repo, backup, &f, opts, progress)?;
+        let r = via.restore_to_file(repo, backup, &f, opts, progress)?;
         f.sync_all()
             .ctx(|| format!("cannot write {}", path.display()))?;
         let ext = ExtractReport {
@@ -344,7 +387,7 @@ pub(crate) fn restore_into_selected(
         backup,
         target,
         include,
-        |out| repo.restore_to(backup, out, opts, progress),
+        |out| restore_to(repo, via, backup, out, opts, progress),
         |r| r.restored_bytes,
         repo.threads(),
     )?;
@@ -365,7 +408,8 @@ pub(crate) fn restore_into_selected(
 
 /// [`Repository::list_entries`](crate::Repository::list_entries).
 pub(crate) fn list_entries(
-    repo: &Repository,
+    repo: &Context,
+    via: &dyn Restorer,
     backup: &BackupEntry,
     visit: &mut dyn FnMut(crate::archive::Listed) -> Result<()>,
 ) -> Result<()> {
@@ -390,7 +434,7 @@ pub(crate) fn list_entries(
                     .spawn_scoped(scope, move || {
                         let mut w = std::io::BufWriter::with_capacity(1 << 20, writer);
                         let opts = RestoreOptions::default();
-                        repo.restore_to(backup, &mut w, &opts, &mut |_| {})
+                        restore_to(repo, via, backup, &mut w, &opts, &mut |_| {})
                     })
                     .ctx(|| "cannot start the restore thread".into())?;
                 let listed = crate::archive::list(&mut reader, visit);

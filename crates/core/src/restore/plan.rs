@@ -16,7 +16,7 @@ use crate::catalog::BackupEntry;
 use crate::container::{ChunkKind, ContainerId};
 use crate::error::{Error, Result};
 use crate::recipe::RecipeEntry;
-use crate::repo::Repository;
+use crate::context::Context;
 use std::collections::{HashMap, VecDeque};
 use std::sync::mpsc::SyncSender;
 
@@ -71,7 +71,7 @@ impl Planner {
     }
 
     /// Plan the whole restore; an error goes to the assembler.
-    pub(crate) fn run(mut self, repo: &Repository, backup: &BackupEntry, opts: &RestoreOptions) {
+    pub(crate) fn run(mut self, repo: &Context, backup: &BackupEntry, opts: &RestoreOptions) {
         match self.plan(repo, backup, opts) {
             Ok(()) => {
                 let _ = self.flush();
@@ -128,7 +128,7 @@ impl Planner {
 
     fn plan(
         &mut self,
-        repo: &Repository,
+        repo: &Context,
         backup: &BackupEntry,
         opts: &RestoreOptions,
     ) -> std::result::Result<(), PlanError> {

@@ -21,7 +21,7 @@ use crate::container::{ChunkKind, Container};
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::recipe::{check_child, reader::RecipeReader, RecipeChunk, RecipeEntry};
-use crate::repo::Repository;
+use crate::context::Context;
 
 /// Data containers a [`BackupStream`] keeps (4 MiB each by default).
 const DATA_CACHE: usize = 4;
@@ -34,7 +34,7 @@ const RECIPE_MEMO: usize = 32;
 /// comment). Reads are verified as a restore's are; a damaged container
 /// whose needed chunk is intact is salvaged.
 pub struct BackupStream<'r> {
-    repo: &'r Repository,
+    repo: &'r Context,
     backup: BackupEntry,
     root: Fingerprint,
     recipes: RecipeReader<'r>,
@@ -62,7 +62,7 @@ pub struct StreamEntry {
 
 impl<'r> BackupStream<'r> {
     /// Open `backup` of `repo`; a fingerprint trace has no bytes to read.
-    pub fn open(repo: &'r Repository, backup: &BackupEntry) -> Result<Self> {
+    pub fn open(repo: &'r Context, backup: &BackupEntry) -> Result<Self> {
         if backup.source == SourceKind::Trace {
             return Err(Error::invalid(format!(
                 "backup {} is a fingerprint trace: it has no bytes to read",
@@ -344,7 +344,7 @@ fn entries_of(records: &[Record]) -> Vec<StreamEntry> {
 /// A directory backup's metadata records and where its metadata starts;
 /// None for other backups and for directory backups stored as tar streams.
 pub(crate) fn tree_records(
-    repo: &Repository,
+    repo: &Context,
     b: &BackupEntry,
 ) -> Result<Option<(Vec<Record>, u64)>> {
     let (SourceKind::Tree, Some(content)) = (b.source, b.content_bytes) else {

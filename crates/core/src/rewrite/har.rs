@@ -12,6 +12,25 @@ pub struct Har {
     sparse: HashSet<ContainerId>,
 }
 
+/// HAR's history in the manifest (section `har_sparse`): the data
+/// containers the last HAR backup used sparsely; the next HAR backup
+/// rewrites duplicates held only there. Ids of containers that no longer
+/// exist are ignored.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct SparseHistory(pub Vec<ContainerId>);
+
+impl crate::catalog::Section for SparseHistory {
+    const NAME: &'static str = "har_sparse";
+}
+
+impl SparseHistory {
+    /// The manifest's history (empty when no HAR backup recorded one).
+    pub fn of(m: &crate::catalog::Manifest) -> crate::error::Result<Self> {
+        Ok(m.sections.get()?.unwrap_or_default())
+    }
+}
+
 impl Har {
     pub fn new(sparse: &[ContainerId]) -> Self {
         Har {

@@ -12,7 +12,7 @@ mod segment;
 mod smr;
 
 pub use capping::{capping_select, Capping};
-pub use har::{har_sparse, Har, HAR_LIMIT, HAR_THRESHOLD};
+pub use har::{har_sparse, Har, SparseHistory, HAR_LIMIT, HAR_THRESHOLD};
 pub use ned::{ned_select, Ned};
 pub(crate) use segment::Rewriter;
 pub use smr::{smr_select, Smr};

@@ -30,9 +30,13 @@ pub(crate) struct Rewriter {
 impl Rewriter {
     /// The rewriter of a backup with `spec` on a repository at `manifest`,
     /// or `None` without rewriting.
-    pub(crate) fn new(spec: &RewriteSpec, segment_bytes: u64, manifest: &Manifest) -> Option<Self> {
+    pub(crate) fn new(
+        spec: &RewriteSpec,
+        segment_bytes: u64,
+        manifest: &Manifest,
+    ) -> crate::error::Result<Option<Self>> {
         if *spec == RewriteSpec::None {
-            return None;
+            return Ok(None);
         }
         let data = || {
             manifest
@@ -41,8 +45,9 @@ impl Rewriter {
                 .filter(|c| c.kind == ChunkKind::Data)
         };
         let live: HashSet<ContainerId> = data().map(|c| c.id).collect();
-        let sparse = inherited_sparse(&manifest.har_sparse, &live);
-        Some(Rewriter {
+        let history = super::har::SparseHistory::of(manifest)?;
+        let sparse = inherited_sparse(&history.0, &live);
+        Ok(Some(Rewriter {
             policy: spec.policy(&sparse, || {
                 data().map(|c| (c.id, c.logical_bytes)).collect()
             }),
@@ -56,7 +61,7 @@ impl Rewriter {
                 RewriteSpec::Har { threshold, limit } => Some(HarUse::new(threshold, limit)),
                 _ => None,
             },
-        })
+        }))
     }
 
     /// Buffer a chunk; true when the segment is full.

@@ -1255,13 +1255,13 @@ proptest! {
                 }
                 FocusOp::Gc { mark } => {
                     assert_focused_agrees(&repo);
-                    let recorded = repo.manifest().refgraph.is_some();
+                    let recorded = tessera_core::fgc::RefGraphState::of(repo.manifest()).unwrap().is_some();
                     repo.gc(&GcOptions { mark, ..Default::default() }).unwrap();
                     repo.close().unwrap();
                     repo = Repository::open_writer(b.clone(), "t").unwrap();
                     prop_assert!(repo.leftovers().objects.is_empty());
                     // A focused GC (re)builds the graph; the others keep it.
-                    prop_assert_eq!(repo.manifest().refgraph.is_some(), recorded || mark == MarkSpec::Focused);
+                    prop_assert_eq!(tessera_core::fgc::RefGraphState::of(repo.manifest()).unwrap().is_some(), recorded || mark == MarkSpec::Focused);
                 }
             }
             for (id, data) in &model {
@@ -1359,7 +1359,7 @@ fn focused_mark_judges_each_chunk_copy() {
     let r1 = letters(&mut repo, "ABCDEFGHIJKLM", smr);
     let r2 = letters(&mut repo, "ABCDEFGNOPKLM", smr);
     assert!(
-        repo.manifest().refgraph.is_none(),
+        tessera_core::fgc::RefGraphState::of(repo.manifest()).unwrap().is_none(),
         "a rewriting backup drops the graph"
     );
     let r3 = letters(&mut repo, "ABCFGHIJOPQRS", smr);
@@ -1368,7 +1368,7 @@ fn focused_mark_judges_each_chunk_copy() {
     }
     repo.rebuild_refgraph(0).unwrap();
     let r4 = letters(&mut repo, "FGNOXYZ", RewriteSpec::None);
-    assert!(repo.manifest().refgraph.is_some(), "recorded");
+    assert!(tessera_core::fgc::RefGraphState::of(repo.manifest()).unwrap().is_some(), "recorded");
     let reads = |repo: &Writer, id: BackupId, c: char| {
         let b = repo.manifest().backup(id).unwrap().clone();
         let homes = repo.chunk_homes(&b).unwrap();
@@ -1407,7 +1407,7 @@ fn focused_mark_judges_each_chunk_copy() {
     let repo = Repository::open(b).unwrap();
     let c = repo.check(&Default::default()).unwrap();
     assert!(c.ok(), "{:?}", c.problems);
-    assert!(repo.manifest().refgraph.is_some());
+    assert!(tessera_core::fgc::RefGraphState::of(repo.manifest()).unwrap().is_some());
 }
 
 /// A stored chunk that PGC+'s copy phase made the home of two copies is
@@ -1512,7 +1512,7 @@ fn the_reference_graph_is_refused_on_the_mfdedup_layout() {
     );
     let data = bytes(7, 100_000);
     let id = backup(&mut repo, "m", &data).unwrap();
-    assert!(repo.manifest().refgraph.is_none());
+    assert!(tessera_core::fgc::RefGraphState::of(repo.manifest()).unwrap().is_none());
     let e = repo.plan_gc(&focused()).err().unwrap().to_string();
     assert!(e.contains("mfdedup"), "{e}");
     assert_eq!(restore(&repo, id).unwrap(), data);
@@ -1558,7 +1558,7 @@ fn reference_graph_segments_are_sealed() {
         .iter()
         .map(|v| backup(&mut repo, "s", v).unwrap())
         .collect();
-    let segments = repo.manifest().refgraph.clone().unwrap().segments;
+    let segments = tessera_core::fgc::RefGraphState::of(repo.manifest()).unwrap().unwrap().segments;
     assert!(segments.len() > 1, "one segment per backup");
     for key in &segments {
         let raw = b.get(key).unwrap();
@@ -1819,7 +1819,7 @@ fn assert_graph_serves_every_deletion(b: &Arc<dyn ObjectStore>) {
     for id in ids {
         let copy = copy_repository(b);
         let mut w = Repository::open_writer(copy, "t").unwrap();
-        assert!(w.manifest().refgraph.is_some(), "the graph was dropped");
+        assert!(tessera_core::fgc::RefGraphState::of(w.manifest()).unwrap().is_some(), "the graph was dropped");
         w.forget(&[id]).unwrap();
         let stats = assert_focused_agrees(&w);
         assert!(!stats.rebuilt, "backup {id}: graph rebuilt");
@@ -1863,10 +1863,8 @@ fn merged_publishes_keep_a_reference_graph_the_focused_mark_can_trust() {
     let id = backup(&mut a, "s", &a2).unwrap();
     model.insert(id, a2.clone());
     assert!(
-        Repository::open(b.clone())
+        tessera_core::fgc::RefGraphState::of(Repository::open(b.clone()).unwrap().manifest())
             .unwrap()
-            .manifest()
-            .refgraph
             .is_some(),
         "merged publishes keep the graph"
     );
@@ -1895,7 +1893,7 @@ fn merged_publishes_keep_a_reference_graph_the_focused_mark_can_trust() {
     drop((a, wb));
     {
         let r = Repository::open(b.clone()).unwrap();
-        assert!(r.manifest().refgraph.is_some(), "the GC's merge keeps it");
+        assert!(tessera_core::fgc::RefGraphState::of(r.manifest()).unwrap().is_some(), "the GC's merge keeps it");
         for (id, data) in &model {
             assert_eq!(&restore(&r, *id).unwrap(), data, "backup {id}");
         }

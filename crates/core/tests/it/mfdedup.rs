@@ -63,7 +63,8 @@ fn trace_backup(w: &mut Writer, chain: &str, content: &str, arrange: bool) -> Ba
 /// "V<m>:(n,m)" for archived, "A:(n,m)" active, "P:(n,n)" pending.
 fn layout(repo: &Repository, chain: &str) -> BTreeMap<String, String> {
     let names: BTreeMap<Fingerprint, char> = LETTERS.chars().map(|l| (fp(l), l)).collect();
-    let c = repo.manifest().mfdedup.chain(chain).unwrap();
+    let state = tessera_core::layout::mfdedup::MfState::of(repo.manifest()).unwrap();
+    let c = state.chain(chain).unwrap();
     let letters = |cat: &tessera_core::layout::mfdedup::Category| -> String {
         let mut out = BTreeSet::new();
         for &p in &cat.parts {

@@ -10,7 +10,7 @@ use crate::error::Result;
 use crate::fingerprint::Fingerprint;
 use crate::gc::mark::Mark;
 use crate::index::{CopyNo, CopySet};
-use crate::repo::Repository;
+use crate::context::Context;
 
 /// The ownership tree of one cached segment: its involved backups (from
 /// the mark's RRT), newest first, checked against their ownership filters.
@@ -35,7 +35,7 @@ pub type Clusters = Vec<Vec<Vec<(Fingerprint, Vec<CopyNo>)>>>;
 /// stands for). Reads the containers as the sweep does; writes nothing
 /// (for tests and reports comparing marks).
 pub fn clusters(
-    repo: &Repository,
+    repo: &Context,
     mark: &Mark,
     ids: &[ContainerId],
     segment_containers: usize,

@@ -9,7 +9,7 @@ use crate::fingerprint::Fingerprint;
 use crate::gc::mark::Mark;
 use crate::gc::sweep::take_live_copies;
 use crate::index::{CopyNo, CopySet};
-use crate::repo::Repository;
+use crate::context::Context;
 use std::time::Instant;
 
 /// The valid chunks of one segment, in their old order. Data mode copies the
@@ -49,7 +49,7 @@ impl GcCache {
 /// Read the segment's containers and keep their live chunks not yet placed.
 /// Returns the cache and the seconds spent reading.
 pub fn load_segment(
-    repo: &Repository,
+    repo: &Context,
     mark: &Mark,
     segment: &[ContainerId],
     placed: &mut CopySet,

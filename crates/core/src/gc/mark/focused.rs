@@ -5,7 +5,7 @@
 //! every backup the graph knows that is no longer retained (the backups
 //! forgotten since the last GC, and any an earlier non-focused GC left in
 //! the graph). A chunk of a deleted backup is live iff a retained virtual
-//! file references it; by the graph's invariant (see [`crate::refgraph`])
+//! file references it; by the graph's invariant (see [`crate::fgc`])
 //! that is its base, or, if its base was deleted, a retained leaf of that
 //! base. A retained base needs no walk (a base references its chunks), so
 //! the correlative virtual files are the retained leaves of deleted bases
@@ -31,8 +31,8 @@ use crate::container::{ChunkKind, ContainerId};
 use crate::error::Result;
 use crate::fingerprint::{Fingerprint, FpSet};
 use crate::index::CopyNo;
-use crate::refgraph::{walk_backup, CopyMap, RefGraph, VFile, WHOLE};
-use crate::repo::Repository;
+use crate::fgc::{walk_backup, CopyMap, RefGraph, VFile, WHOLE};
+use crate::context::Context;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -68,7 +68,7 @@ pub struct FocusStats {
 }
 
 impl Marker for FocusedMark {
-    fn mark(&self, repo: &Repository) -> Result<Mark> {
+    fn mark(&self, repo: &Context) -> Result<Mark> {
         let recorded = RefGraph::load(repo)?;
         let (graph, rebuilt) = match recorded {
             Some(g) if self.granularity.is_none_or(|want| want == g.granularity) => (g, false),
@@ -115,7 +115,7 @@ fn walk_parts(
     graph: &RefGraph,
     b: &BackupEntry,
     parts: &Parts,
-    visit: &mut crate::refgraph::Visit<'_>,
+    visit: &mut crate::fgc::Visit<'_>,
 ) -> Result<()> {
     let g = graph.granularity;
     let wanted = |start: u64, end: u64| {
@@ -152,7 +152,7 @@ struct Owners {
 }
 
 impl Owners {
-    fn saw(&mut self, repo: &Repository, b: &BackupEntry, fp: &Fingerprint, copy: CopyNo) {
+    fn saw(&mut self, repo: &Context, b: &BackupEntry, fp: &Fingerprint, copy: CopyNo) {
         self.filters
             .entry(b.id)
             .or_insert_with(|| FpFilter::new(b.chunks as usize, self.rate))
@@ -164,7 +164,7 @@ impl Owners {
 }
 
 fn focus(
-    repo: &Repository,
+    repo: &Context,
     mut graph: RefGraph,
     vc: VcSpec,
     owners_fp_rate: Option<f64>,
@@ -297,7 +297,7 @@ fn focus(
     }
     let mut dead_recipe_in: HashMap<ContainerId, u32> = HashMap::new();
     for fp in &dead_recipe {
-        if let Some(c) = repo.locate(ChunkKind::Recipe, fp) {
+        if let Some(c) = repo.locate_copy(ChunkKind::Recipe, fp, 0) {
             *dead_recipe_in.entry(c).or_default() += 1;
         }
     }
@@ -437,7 +437,7 @@ fn focus(
 /// GCCDF's ownership is by fingerprint as the full mark's filters are — its
 /// base (after this mark's re-basing, so a retained virtual file) and the
 /// leaves with an edge to that base. By the graph's invariant (see
-/// [`crate::refgraph`]) every retained virtual file referencing a copy is
+/// [`crate::fgc`]) every retained virtual file referencing a copy is
 /// its base, another part of the base's backup, or has an edge to its base,
 /// so every retained backup referencing the copy is walked in at least one
 /// part that references it: each filter holds every swept fingerprint its
@@ -455,7 +455,7 @@ fn focus(
 /// Returns the virtual files and backups walked here.
 #[allow(clippy::too_many_arguments)]
 fn ownership(
-    repo: &Repository,
+    repo: &Context,
     graph: &RefGraph,
     retained: &HashMap<BackupId, &BackupEntry>,
     correlative: &BTreeMap<BackupId, Parts>,

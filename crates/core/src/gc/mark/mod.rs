@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FpMap, FpSet};
 use crate::index::CopyNo;
 use crate::recipe::{RecipeChunk, RecipeVisitor, WalkStats};
-use crate::repo::Repository;
+use crate::context::Context;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
@@ -108,7 +108,7 @@ impl VcSpec {
     }
 
     /// An empty table for about `expected` chunks.
-    fn filter(&self, repo: &Repository, expected: usize) -> FpFilter {
+    fn filter(&self, repo: &Context, expected: usize) -> FpFilter {
         match *self {
             VcSpec::Phv => {
                 let keys: Vec<Fingerprint> = repo.index.data_fingerprints().collect();
@@ -285,7 +285,7 @@ pub struct Mark {
     pub memory_bytes: u64,
     /// The focused mark's updated reference graph, published with the
     /// GC's generation.
-    pub refgraph: Option<crate::refgraph::RefGraph>,
+    pub refgraph: Option<crate::fgc::RefGraph>,
     /// What the focused mark walked and found.
     pub fgc: Option<FocusStats>,
     /// Per-phase figures of the mark (analysis, enumeration per level...);
@@ -315,7 +315,7 @@ pub struct Mark {
 ///   correlative backups (from the reference graph), the liveness array as a
 ///   Bloom filter or a [`Phv`].
 pub trait Marker {
-    fn mark(&self, repo: &Repository) -> Result<Mark>;
+    fn mark(&self, repo: &Context) -> Result<Mark>;
 }
 
 /// The logical mark (LGC): walk every retained backup's recipe tree
@@ -336,7 +336,7 @@ pub struct LogicalMark {
 }
 
 impl Marker for LogicalMark {
-    fn mark(&self, repo: &Repository) -> Result<Mark> {
+    fn mark(&self, repo: &Context) -> Result<Mark> {
         let backups: Vec<BackupEntry> = {
             let mut b = repo.manifest.backups.clone();
             b.sort_by_key(|b| b.id);
@@ -498,7 +498,7 @@ impl Mark {
 
 /// What the walk of one backup records.
 struct Walk<'m> {
-    repo: &'m Repository,
+    repo: &'m Context,
     m: &'m mut Mark,
     /// Containers of a level-1 chunk's data chunks, in order, kept when the
     /// reader memoizes (every backup is walked in full).

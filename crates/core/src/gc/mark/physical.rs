@@ -43,7 +43,7 @@ use crate::gc::bloom::Bloom;
 use crate::gc::PhaseReport;
 use crate::metrics::MetricsSnapshot;
 use crate::recipe::{self, MAX_LEVEL};
-use crate::repo::Repository;
+use crate::context::Context;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Instant;
 
@@ -92,7 +92,7 @@ fn sampled(fp: &Fingerprint, rate: f64) -> bool {
 }
 
 /// A live vector of `spec` over the data fingerprints `admit` lets in.
-fn live_vector(repo: &Repository, spec: VcSpec, admit: &dyn Fn(&Fingerprint) -> bool) -> FpFilter {
+fn live_vector(repo: &Context, spec: VcSpec, admit: &dyn Fn(&Fingerprint) -> bool) -> FpFilter {
     match spec {
         VcSpec::Phv => {
             let keys: Vec<Fingerprint> = repo
@@ -162,7 +162,7 @@ pub struct Clock {
 }
 
 impl Clock {
-    pub(crate) fn start(repo: &Repository, phase: impl Into<String>) -> Self {
+    pub(crate) fn start(repo: &Context, phase: impl Into<String>) -> Self {
         Clock {
             phase: phase.into(),
             started: Instant::now(),
@@ -176,7 +176,7 @@ impl Clock {
     /// counted as this phase's metadata read.
     pub(crate) fn read_meta(
         &mut self,
-        repo: &Repository,
+        repo: &Context,
         id: ContainerId,
     ) -> Result<Vec<ChunkMeta>> {
         let (h, meta) = repo.store.read_meta(id)?;
@@ -185,7 +185,7 @@ impl Clock {
         Ok(meta)
     }
 
-    pub(crate) fn stop(self, repo: &Repository, memory_bytes: usize) -> PhaseReport {
+    pub(crate) fn stop(self, repo: &Context, memory_bytes: usize) -> PhaseReport {
         let io = repo.metrics.snapshot().since(&self.io);
         PhaseReport {
             phase: self.phase,
@@ -200,7 +200,7 @@ impl Clock {
 }
 
 impl Marker for PhysicalMark {
-    fn mark(&self, repo: &Repository) -> Result<Mark> {
+    fn mark(&self, repo: &Context) -> Result<Mark> {
         let mut backups: Vec<BackupEntry> = repo.manifest.backups.clone();
         backups.sort_by_key(|b| b.id);
 
@@ -276,7 +276,7 @@ impl Marker for PhysicalMark {
 /// PGC+'s duplicate counter (§3.4.2, ANALYSIS_DUP_CNTR): for each data
 /// container, how many of its chunks have a copy in a newer container. The
 /// index's older copies say where duplicates are.
-fn duplicate_counter(repo: &Repository) -> HashMap<ContainerId, u32> {
+fn duplicate_counter(repo: &Context) -> HashMap<ContainerId, u32> {
     let data: HashSet<ContainerId> = repo
         .manifest
         .containers
@@ -307,7 +307,7 @@ fn duplicate_counter(repo: &Repository) -> HashMap<ContainerId, u32> {
 
 /// What one enumeration pass tracks besides the [`Mark`].
 struct Levels<'r> {
-    repo: &'r Repository,
+    repo: &'r Context,
     lp: &'r mut LpVector,
     /// Recipe containers to read per level (index = level).
     frontier: Vec<BTreeSet<ContainerId>>,
@@ -345,7 +345,7 @@ impl Levels<'_> {
     /// A reference to recipe chunk `fp` at `level` (from a parent, or the
     /// catalog for a root). Walks it unless already walked.
     fn refer(&mut self, fp: &Fingerprint, size: u64, level: usize) {
-        let (Some(c), Some(s)) = (self.repo.locate(ChunkKind::Recipe, fp), self.lp.slot(fp)) else {
+        let (Some(c), Some(s)) = (self.repo.locate_copy(ChunkKind::Recipe, fp, 0), self.lp.slot(fp)) else {
             self.missing[level].push(*fp);
             return;
         };
@@ -413,7 +413,7 @@ impl PhysicalMark {
     /// enter the live vector only if `admit`ted (sampling).
     fn enumerate(
         &self,
-        repo: &Repository,
+        repo: &Context,
         backups: &[BackupEntry],
         lp: &mut LpVector,
         m: &mut Mark,
@@ -486,7 +486,7 @@ impl PhysicalMark {
                         continue;
                     }
                     // Only the index's copy counts (another is a stale copy).
-                    if repo.locate(ChunkKind::Recipe, &meta.fp) != Some(id) {
+                    if repo.locate_copy(ChunkKind::Recipe, &meta.fp, 0) != Some(id) {
                         continue;
                     }
                     let bytes = c.bytes(meta);
@@ -600,7 +600,7 @@ impl PhysicalMark {
     /// fingerprints into the second pass's live vector).
     fn candidates(
         &self,
-        repo: &Repository,
+        repo: &Context,
         pre: &Mark,
         spec: VcSpec,
         limit: u64,
@@ -661,7 +661,7 @@ mod tests {
     use crate::gc::{GcOptions, GcStrategy, MarkSpec};
     use crate::index::IndexEntry;
     use crate::recipe::{encode, RecipeEntry};
-    use crate::repo::{container_entry, Writer};
+    use crate::repo::{container_entry, Repository, Writer};
     use crate::{InitOptions, RestoreOptions};
     use std::sync::Arc;
 
@@ -673,7 +673,7 @@ mod tests {
 
     /// Write one container of `kind` holding `chunks` and publish it and
     /// its index entries (later entries win, as after a rewrite).
-    fn put(repo: &mut Writer, kind: ChunkKind, chunks: &[(Fingerprint, Vec<u8>)]) -> ContainerId {
+    fn put(repo: &mut Context, kind: ChunkKind, chunks: &[(Fingerprint, Vec<u8>)]) -> ContainerId {
         let mut next = repo.manifest.clone();
         let id = next.next_container_id;
         next.next_container_id = id.next();
@@ -701,7 +701,7 @@ mod tests {
 
     /// Point the index at `id` for `fps` and publish `next`.
     fn index(
-        repo: &mut Writer,
+        repo: &mut Context,
         next: &mut crate::catalog::Manifest,
         kind: ChunkKind,
         fps: impl Iterator<Item = Fingerprint>,
@@ -716,20 +716,20 @@ mod tests {
             })
             .collect();
         repo.write_segment(next, &entries).unwrap();
-        repo.publish(next.clone(), &[]).unwrap();
+        crate::publish::publish(repo, next.clone(), &[]).unwrap();
         for e in entries {
             repo.index.insert(e);
         }
     }
 
-    fn data(repo: &Writer, i: u32) -> (Fingerprint, Vec<u8>) {
+    fn data(repo: &Context, i: u32) -> (Fingerprint, Vec<u8>) {
         let b: Vec<u8> = format!("data chunk number {i}").into_bytes().repeat(8);
         (repo.manifest.config.hash.hash(&b), b)
     }
 
     /// A recipe chunk of `level` over `children` (fingerprint, size).
     fn node(
-        repo: &Writer,
+        repo: &Context,
         level: u8,
         children: &[(Fingerprint, u64)],
     ) -> (Fingerprint, Vec<u8>, u64) {
@@ -742,7 +742,7 @@ mod tests {
         (repo.manifest.config.hash.hash(&b), b, size)
     }
 
-    fn add_backup(repo: &mut Writer, root: &(Fingerprint, Vec<u8>, u64), level: u8) -> BackupId {
+    fn add_backup(repo: &mut Context, root: &(Fingerprint, Vec<u8>, u64), level: u8) -> BackupId {
         let mut next = repo.manifest.clone();
         let id = next.next_backup_id;
         next.next_backup_id = id.next();
@@ -761,7 +761,7 @@ mod tests {
             chain: None,
             content_bytes: None,
         });
-        repo.publish(next, &[]).unwrap();
+        crate::publish::publish(repo, next, &[]).unwrap();
         id
     }
 
@@ -881,7 +881,7 @@ mod tests {
 
     /// Rewrite recipe container `id` without `fp` (`drop`) or with its
     /// bytes altered (the container itself stays well-formed).
-    fn damage(repo: &mut Writer, id: ContainerId, fp: Fingerprint, drop: bool) {
+    fn damage(repo: &mut Context, id: ContainerId, fp: Fingerprint, drop: bool) {
         let c = repo.store.read(id).unwrap();
         let (mut meta, mut bytes) = (Vec::new(), Vec::new());
         for m in &c.meta {

@@ -10,40 +10,27 @@
 //! at any point leaves either step's layout intact.
 
 use super::volume::{put_header, CategoryWriter, Volume};
+use super::MfState;
 use crate::backend::ObjectKey;
 use crate::container::IdAllocator;
 use crate::error::{Error, Result};
 use crate::fingerprint::FpSet;
-use crate::repo::Writer;
-use serde::Serialize;
+use crate::context::Context;
 use std::collections::HashSet;
 use std::time::Instant;
 
-/// What arranging did (summed over its steps).
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct ArrangeReport {
-    pub chain: String,
-    /// Versions arranged.
-    pub steps: u32,
-    /// Chunk bytes of the active categories read.
-    pub read_bytes: u64,
-    /// Moved on to the new active categories.
-    pub kept_bytes: u64,
-    /// Archived into volumes.
-    pub archived_bytes: u64,
-    pub volumes_written: u32,
-    pub seconds: f64,
-}
+pub use crate::ingest::ArrangeReport;
 
 /// Arrange `chain` until it is caught up, or at most `limit` steps.
-pub fn arrange_chain(w: &mut Writer, chain: &str, limit: Option<u32>) -> Result<ArrangeReport> {
+pub fn arrange_chain(w: &mut Context, chain: &str, limit: Option<u32>) -> Result<ArrangeReport> {
     let started = Instant::now();
     let mut report = ArrangeReport {
         chain: chain.to_string(),
         ..Default::default()
     };
     loop {
-        let Some(c) = w.manifest.mfdedup.chain(chain) else {
+        let state = MfState::of(&w.manifest)?;
+        let Some(c) = state.chain(chain) else {
             return Err(Error::invalid(format!("no chain '{chain}'")));
         };
         if c.behind() == 0 || limit.is_some_and(|l| report.steps >= l) {
@@ -57,10 +44,8 @@ pub fn arrange_chain(w: &mut Writer, chain: &str, limit: Option<u32>) -> Result<
 }
 
 /// Arrange every chain that is behind.
-pub fn arrange_all(w: &mut Writer, limit: Option<u32>) -> Result<Vec<ArrangeReport>> {
-    let names: Vec<String> = w
-        .manifest
-        .mfdedup
+pub fn arrange_all(w: &mut Context, limit: Option<u32>) -> Result<Vec<ArrangeReport>> {
+    let names: Vec<String> = MfState::of(&w.manifest)?
         .chains
         .iter()
         .filter(|c| c.behind() > 0)
@@ -70,15 +55,14 @@ pub fn arrange_all(w: &mut Writer, limit: Option<u32>) -> Result<Vec<ArrangeRepo
 }
 
 /// One step: arrange version `arranged + 1` of the chain.
-fn step(w: &mut Writer, name: &str, report: &mut ArrangeReport) -> Result<()> {
-    let ci = w
-        .manifest
-        .mfdedup
+fn step(w: &mut Context, name: &str, report: &mut ArrangeReport) -> Result<()> {
+    let mut state = MfState::of(&w.manifest)?;
+    let ci = state
         .chains
         .iter()
         .position(|c| c.name == name)
         .expect("chain exists");
-    let chain = w.manifest.mfdedup.chains[ci].clone();
+    let chain = state.chains[ci].clone();
     let v = chain.arranged + 1;
     let table = chain.table(v).ok_or_else(|| {
         Error::corrupt(
@@ -119,7 +103,6 @@ fn step(w: &mut Writer, name: &str, report: &mut ArrangeReport) -> Result<()> {
         }
     }
     let mut next = w.manifest.clone();
-    let state = &mut next.mfdedup;
     let volume = (!archived.is_empty()).then(|| Volume {
         version: v - 1,
         key: state.take_key(),
@@ -148,5 +131,6 @@ fn step(w: &mut Writer, name: &str, report: &mut ArrangeReport) -> Result<()> {
         .map(ObjectKey::Container)
         .chain(gone.iter().map(|t| ObjectKey::NdfTable(t.key)))
         .collect();
-    w.publish(next, &superseded)
+    MfState::set(&mut next, &state);
+    crate::publish::publish(w, next, &superseded)
 }

@@ -20,7 +20,7 @@ use crate::catalog::{BackupEntry, BackupId, Manifest};
 use crate::container::ContainerId;
 use crate::error::{Error, Result};
 use crate::fingerprint::FpSet;
-use crate::repo::{Repository, Writer};
+use crate::context::Context;
 use serde::Serialize;
 use std::collections::HashSet;
 
@@ -67,8 +67,8 @@ pub(crate) struct Plan {
     pub tail_filters: Vec<(usize, Vec<Category>)>,
 }
 
-pub(crate) fn plan(m: &Manifest, ids: &[BackupId]) -> Plan {
-    let mut state = m.mfdedup.clone();
+pub(crate) fn plan(m: &Manifest, ids: &[BackupId]) -> Result<Plan> {
+    let mut state = super::MfState::of(m)?;
     let mut space = ForgetSpace::default();
     let mut rewrite_volumes = Vec::new();
     let mut superseded = Vec::new();
@@ -163,14 +163,14 @@ pub(crate) fn plan(m: &Manifest, ids: &[BackupId]) -> Plan {
         v.key = key;
         vol.key = key;
     }
-    Plan {
+    Ok(Plan {
         space,
         state,
         rewrite_volumes,
         superseded,
         gone,
         tail_filters,
-    }
+    })
 }
 
 /// Whether forgetting `ids` must arrange `chain` first: only when it is
@@ -193,12 +193,12 @@ fn needs_arranging(chain: &super::Chain, ids: &[BackupId]) -> bool {
 }
 
 /// [`Repository::forget_space`](crate::Repository::forget_space).
-pub fn forget_space(repo: &Repository, ids: &[BackupId]) -> Result<ForgetSpace> {
+pub fn forget_space(repo: &Context, ids: &[BackupId]) -> Result<ForgetSpace> {
     check_ids(repo, ids)?;
-    Ok(plan(&repo.manifest, ids).space)
+    Ok(plan(&repo.manifest, ids)?.space)
 }
 
-fn check_ids(repo: &Repository, ids: &[BackupId]) -> Result<()> {
+fn check_ids(repo: &Context, ids: &[BackupId]) -> Result<()> {
     for id in ids {
         if repo.manifest.backup(*id).is_none() {
             return Err(Error::Snapshot(format!(
@@ -211,11 +211,9 @@ fn check_ids(repo: &Repository, ids: &[BackupId]) -> Result<()> {
 
 /// Forget `ids` on this layout: arrange their chains, then delete what
 /// [`plan`] frees and publish; returns the forgotten entries and the space.
-pub fn forget(w: &mut Writer, ids: &[BackupId]) -> Result<(Vec<BackupEntry>, ForgetSpace)> {
+pub fn forget(w: &mut Context, ids: &[BackupId]) -> Result<(Vec<BackupEntry>, ForgetSpace)> {
     check_ids(w, ids)?;
-    let chains: Vec<String> = w
-        .manifest
-        .mfdedup
+    let chains: Vec<String> = super::MfState::of(&w.manifest)?
         .chains
         .iter()
         .filter(|c| needs_arranging(c, ids))
@@ -224,7 +222,7 @@ pub fn forget(w: &mut Writer, ids: &[BackupId]) -> Result<(Vec<BackupEntry>, For
     for c in &chains {
         avar::arrange_chain(w, c, None)?;
     }
-    let mut p = plan(&w.manifest, ids);
+    let mut p = plan(&w.manifest, ids)?;
     let mut next = w.manifest.clone();
     for (ci, freed) in &p.tail_filters {
         let chain = &mut p.state.chains[*ci];
@@ -259,9 +257,9 @@ pub fn forget(w: &mut Writer, ids: &[BackupId]) -> Result<(Vec<BackupEntry>, For
         .into_iter()
         .partition(|b| ids.contains(&b.id));
     next.backups = kept;
-    next.mfdedup = p.state;
+    super::MfState::set(&mut next, &p.state);
     next.containers.retain(|c| !p.gone.contains(&c.id));
-    w.publish(next, &p.superseded)?;
+    crate::publish::publish(w, next, &p.superseded)?;
     w.index = super::recipe_index(w)?;
     Ok((gone, p.space))
 }

@@ -26,23 +26,73 @@ pub mod ndf;
 pub mod restore;
 pub mod volume;
 
-use super::{ContainerWriters, Layout};
-use crate::backend::ObjectKey;
+use super::{Layout, LayoutKind};
+use crate::backend::{Generation, ObjectKey};
 use crate::catalog::{BackupEntry, BackupId, ContainerEntry, Manifest};
 use crate::container::{ChunkKind, ContainerId};
+use crate::context::{Context, Locator};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FpMap};
-use crate::gc::mark::Mark;
-use crate::gc::select::Selection;
-use crate::gc::GcOptions;
-use crate::index::{Index, IndexEntry};
-use crate::repo::{Repository, Writer};
+use crate::index::{CopyNo, Index, IndexEntry};
+use crate::ingest::{ArrangeReport, BackupHooks, BackupOptions};
+use crate::restore::{RestoreOptions, RestoreReport, Restorer};
 use serde::{Deserialize, Serialize};
+use std::sync::{Arc, RwLock};
 pub use volume::{Category, Volume};
 
 /// The MFDedup layout (see the module docs).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct MfdedupLayout;
+#[derive(Default)]
+pub struct MfdedupLayout {
+    locator: Arc<MfLocator>,
+}
+
+/// Readers' chunk locations on this layout: recipe chunks through the
+/// recipe index; data chunks through their category parts (restore itself
+/// reads whole categories instead), a map built on first use for the
+/// generation it was built on.
+#[derive(Default)]
+struct MfLocator {
+    located: RwLock<Option<(Generation, Arc<FpMap<ContainerId>>)>>,
+}
+
+impl MfLocator {
+    fn data(&self, cx: &Context) -> Arc<FpMap<ContainerId>> {
+        let generation = cx.manifest.generation;
+        if let Some((g, map)) = &*self.located.read().expect("not poisoned") {
+            if *g == generation {
+                return map.clone();
+            }
+        }
+        let map = Arc::new(data_locations(cx));
+        *self.located.write().expect("not poisoned") = Some((generation, map.clone()));
+        map
+    }
+}
+
+impl Locator for MfLocator {
+    /// MFDedup never rewrites: every chunk is copy 0.
+    fn locate_copy(
+        &self,
+        cx: &Context,
+        kind: ChunkKind,
+        fp: &Fingerprint,
+        copy: CopyNo,
+    ) -> Option<ContainerId> {
+        if copy != 0 {
+            return None;
+        }
+        match kind {
+            ChunkKind::Recipe => cx.index.get(kind, fp),
+            ChunkKind::Data => self.data(cx).get(fp).copied(),
+        }
+    }
+    /// This layout writes no index segments: its index holds the recipe
+    /// chunks, read from the recipe containers' metadata.
+    fn after_load(&self, cx: &mut Context) -> Result<()> {
+        cx.index = recipe_index(cx)?;
+        Ok(())
+    }
+}
 
 /// Every chain of the repository.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -52,7 +102,23 @@ pub struct MfState {
     pub next_key: u64,
 }
 
+impl crate::catalog::Section for MfState {
+    const NAME: &'static str = "mfdedup";
+}
+
 impl MfState {
+    /// The manifest's MFDedup state (empty on the container layout).
+    pub fn of(m: &Manifest) -> Result<MfState> {
+        Ok(m.sections.get()?.unwrap_or_default())
+    }
+    /// Record `state` in `m` (an empty state is not written).
+    pub fn set(m: &mut Manifest, state: &MfState) {
+        m.sections.put((!state.is_empty()).then_some(state))
+    }
+    /// The volume and NDF table objects `m` lists.
+    pub fn listed_keys(m: &Manifest) -> Vec<ObjectKey> {
+        Self::of(m).map(|s| s.keys().collect()).unwrap_or_default()
+    }
     pub fn is_empty(&self) -> bool {
         self.chains.is_empty() && self.next_key == 0
     }
@@ -182,24 +248,17 @@ pub struct Table {
 
 /// What a backup on this layout swapped out of the repository: the recipe
 /// index (restored afterwards), plus the NDF table size for the report.
+/// The recipe index, set aside while a backup deduplicates against the
+/// NDF index (kept in the context's memo from `begin` to `end`).
 pub(crate) struct Stash {
     recipes: Index,
-    prev: usize,
 }
 
-/// Before a backup of `chain`: refuse what the layout cannot do and load
-/// the previous version's NDF table as the index ingest deduplicates against.
-pub(crate) fn begin_backup(
-    w: &mut Writer,
-    chain: &str,
-    rewrite: &crate::rewrite::RewriteSpec,
-) -> Result<Stash> {
-    if !matches!(rewrite, crate::rewrite::RewriteSpec::None) {
-        return Err(Error::invalid(
-            "the mfdedup layout does not rewrite duplicates (it keeps every chunk's lifecycle in one category)",
-        ));
-    }
-    let prev = match w.manifest.mfdedup.chain(chain) {
+/// Before a backup of `chain`: load the previous version's NDF table as
+/// the index ingest deduplicates against.
+pub(crate) fn begin_backup(w: &mut Context, chain: &str) -> Result<Stash> {
+    let state = MfState::of(&w.manifest)?;
+    let prev = match state.chain(chain) {
         Some(c) => match c.table(c.tail()) {
             Some(t) => ndf::load_table(&w.objects, t.key)?,
             None => Vec::new(),
@@ -208,19 +267,15 @@ pub(crate) fn begin_backup(
     };
     let ndf = ndf::index_of(&prev);
     let recipes = std::mem::replace(&mut w.index, ndf);
-    Ok(Stash {
-        recipes,
-        prev: prev.len(),
-    })
+    Ok(Stash { recipes })
 }
 
 /// After a backup (published or not): the recipe index comes back, with
 /// the new backup's recipe chunks if it was published. Returns the NDF
 /// index's memory at its peak (previous + current version).
-pub(crate) fn end_backup(w: &mut Writer, stash: Stash, published: bool) -> usize {
+pub(crate) fn end_backup(w: &mut Context, stash: Stash, published: bool) -> usize {
     let ndf = std::mem::take(&mut w.index);
     let memory = ndf.memory_bytes();
-    let _ = stash.prev;
     let mut recipes = stash.recipes;
     if published {
         for e in ndf.entries().filter(|e| e.kind == ChunkKind::Recipe) {
@@ -235,7 +290,7 @@ pub(crate) fn end_backup(w: &mut Writer, stash: Stash, published: bool) -> usize
 /// unique chunks as the pending Cat.(v, v), its recipe containers and its
 /// NDF table (written here, made durable by the publish).
 pub(crate) fn record_backup(
-    repo: &Repository,
+    repo: &Context,
     next: &mut Manifest,
     entry: &BackupEntry,
     written: &[ContainerEntry],
@@ -243,20 +298,21 @@ pub(crate) fn record_backup(
 ) -> Result<()> {
     let name = entry.chain.clone().unwrap_or_else(|| entry.name.clone());
     let table = ndf::distinct(refs);
-    let key = next.mfdedup.take_key();
+    let mut state = MfState::of(next)?;
+    let key = state.take_key();
     ndf::put_table(&repo.objects, key, &table)?;
-    let ci = match next.mfdedup.chains.iter().position(|c| c.name == name) {
+    let ci = match state.chains.iter().position(|c| c.name == name) {
         Some(i) => i,
         None => {
-            next.mfdedup.chains.push(Chain {
+            state.chains.push(Chain {
                 name,
                 next_version: 1,
                 ..Default::default()
             });
-            next.mfdedup.chains.len() - 1
+            state.chains.len() - 1
         }
     };
-    let chain = &mut next.mfdedup.chains[ci];
+    let chain = &mut state.chains[ci];
     let v = chain.next_version;
     chain.next_version += 1;
     let data: Vec<&ContainerEntry> = written
@@ -287,12 +343,13 @@ pub(crate) fn record_backup(
         key,
         fingerprints: table.len() as u64,
     });
+    MfState::set(next, &state);
     Ok(())
 }
 
 /// The recipe index of this layout: every recipe container's chunks (read
 /// from container metadata; no data is read).
-pub(crate) fn recipe_index(repo: &Repository) -> Result<Index> {
+pub(crate) fn recipe_index(repo: &Context) -> Result<Index> {
     let mut index = Index::default();
     for c in repo
         .manifest
@@ -315,7 +372,7 @@ pub(crate) fn recipe_index(repo: &Repository) -> Result<Index> {
 
 /// Data chunk → one category part holding it, for check and salvage (any
 /// copy has the same bytes). Built from part metadata on first use.
-pub(crate) fn data_locations(repo: &Repository) -> FpMap<ContainerId> {
+pub(crate) fn data_locations(repo: &Context) -> FpMap<ContainerId> {
     let mut map = FpMap::default();
     for c in repo
         .manifest
@@ -358,7 +415,9 @@ pub struct ChainStats {
 }
 
 pub(crate) fn chain_stats(m: &Manifest) -> Vec<ChainStats> {
-    m.mfdedup
+    // Statistics only: an unreadable section shows no chains (check says why).
+    MfState::of(m)
+        .unwrap_or_default()
         .chains
         .iter()
         .map(|c| {
@@ -392,46 +451,123 @@ pub(crate) fn chain_stats(m: &Manifest) -> Vec<ChainStats> {
 }
 
 impl Layout for MfdedupLayout {
-    type Index = Index;
-    type Writer = ContainerWriters;
-    type Swept = ();
+    fn kind(&self) -> LayoutKind {
+        LayoutKind::Mfdedup
+    }
+    fn locator(&self) -> Arc<dyn Locator> {
+        self.locator.clone()
+    }
+    fn backup_hooks(&self) -> &dyn BackupHooks {
+        self
+    }
+    fn restorer(&self) -> &dyn Restorer {
+        self
+    }
+    /// NDF and arranging change the chains' state, which a merge cannot
+    /// combine: one writer at a time.
+    fn concurrent_writers(&self) -> bool {
+        false
+    }
+    fn mark_sweep(&self) -> Result<()> {
+        Err(not_gc())
+    }
+    fn index_on_disk(&self) -> Result<()> {
+        Err(Error::invalid(
+            "--index disk is not built for the mfdedup layout yet (its NDF index is per version chain); use --index memory",
+        ))
+    }
+    /// Arrange the chains involved, then delete the categories whose
+    /// lifecycle lies inside the forgotten versions.
+    fn forget(&self, cx: &mut Context, ids: &[BackupId]) -> Result<Vec<BackupEntry>> {
+        forget::forget(cx, ids).map(|(gone, _)| gone)
+    }
+    fn mfdedup(&self) -> Option<&MfdedupLayout> {
+        Some(self)
+    }
+}
 
-    /// During a backup: the NDF index ([`begin_backup`] loads it).
-    fn index(repo: &mut Repository) -> &mut Index {
-        &mut repo.index
+impl BackupHooks for MfdedupLayout {
+    /// Every backup belongs to a chain: its source's name when unnamed.
+    fn chain(&self, opts: &BackupOptions) -> Option<String> {
+        Some(opts.chain.clone().unwrap_or_else(|| opts.name.clone()))
     }
-    fn writer(&self, repo: &Repository) -> ContainerWriters {
-        ContainerWriters::new(repo)
-    }
-    /// Recipe chunks through the recipe index; data chunks through their
-    /// category parts (restore itself reads whole categories instead).
-    fn locate(&self, repo: &Repository, kind: ChunkKind, fp: &Fingerprint) -> Option<ContainerId> {
-        match kind {
-            ChunkKind::Recipe => repo.index.get(kind, fp),
-            ChunkKind::Data => repo
-                .mf_located
-                .get_or_init(|| data_locations(repo))
-                .get(fp)
-                .copied(),
-        }
-    }
-    /// AVAR: arrange the chains of the new backups.
-    fn after_backup(&self, repo: &mut Writer, backups: &[BackupEntry]) -> Result<()> {
-        for b in backups {
-            let name = b.chain.clone().unwrap_or_else(|| b.name.clone());
-            avar::arrange_chain(repo, &name, None)?;
+    fn check(&self, opts: &BackupOptions) -> Result<()> {
+        if !matches!(opts.rewrite, crate::rewrite::RewriteSpec::None) {
+            return Err(Error::invalid(
+                "the mfdedup layout does not rewrite duplicates (it keeps every chunk's lifecycle in one category)",
+            ));
         }
         Ok(())
     }
-    /// No copy-forward: forget already deleted whole categories.
-    fn sweep(
+    fn check_interleaved(&self) -> Result<()> {
+        Err(Error::invalid(
+            "the mfdedup layout backs up one version of a chain at a time (no interleaved groups)",
+        ))
+    }
+    /// NDF: the backup deduplicates against its chain's previous version.
+    fn begin(&self, cx: &mut Context, chain: Option<&str>) -> Result<()> {
+        let chain = chain.expect("every mfdedup backup has a chain");
+        let stash = begin_backup(cx, chain)?;
+        cx.memo.put(stash);
+        Ok(())
+    }
+    fn end(&self, cx: &mut Context, published: bool) -> Option<u64> {
+        let stash = cx.memo.take::<Stash>()?;
+        Some(end_backup(cx, stash, published) as u64)
+    }
+    fn collects_refs(&self) -> bool {
+        true
+    }
+    fn writes_index_segment(&self) -> bool {
+        false
+    }
+    fn record(
         &self,
-        _repo: &Repository,
-        _mark: &Mark,
-        _sel: &Selection,
-        _opts: &GcOptions,
+        cx: &Context,
+        next: &mut Manifest,
+        entry: &BackupEntry,
+        written: &[ContainerEntry],
+        refs: &[Fingerprint],
     ) -> Result<()> {
-        Err(not_gc())
+        record_backup(cx, next, entry, written, refs)
+    }
+    /// AVAR: arrange the backup's chain right away unless asked not to.
+    fn after(
+        &self,
+        cx: &mut Context,
+        chain: Option<&str>,
+        opts: &BackupOptions,
+    ) -> Result<Option<ArrangeReport>> {
+        match chain {
+            Some(c) if opts.arrange => Ok(Some(avar::arrange_chain(cx, c, None)?)),
+            _ => Ok(None),
+        }
+    }
+}
+
+impl Restorer for MfdedupLayout {
+    fn restore_to(
+        &self,
+        cx: &Context,
+        backup: &BackupEntry,
+        out: &mut dyn std::io::Write,
+        opts: &RestoreOptions,
+        progress: &mut dyn FnMut(u64),
+    ) -> Option<Result<RestoreReport>> {
+        Some(restore::restore_to(cx, backup, out, opts, progress))
+    }
+    fn writes_in_place(&self) -> bool {
+        true
+    }
+    fn restore_to_file(
+        &self,
+        cx: &Context,
+        backup: &BackupEntry,
+        file: &std::fs::File,
+        opts: &RestoreOptions,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<RestoreReport> {
+        restore::restore_to_file(cx, backup, file, opts, progress)
     }
 }
 

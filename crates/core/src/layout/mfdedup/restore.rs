@@ -14,7 +14,7 @@ use crate::catalog::BackupEntry;
 use crate::error::{Error, IoContext, Result};
 use crate::fingerprint::FpMap;
 use crate::metrics::{mb_per_s, read_amplification, speed_factor};
-use crate::repo::Repository;
+use crate::context::Context;
 use crate::restore::{RestoreOptions, RestoreReport};
 use serde::Serialize;
 use std::collections::HashSet;
@@ -49,14 +49,15 @@ struct Restored {
 /// Restore `backup` by writing each chunk at its offsets through `write_at`
 /// (`None` in trace mode: only the reads are done and counted).
 fn run(
-    repo: &Repository,
+    repo: &Context,
     backup: &BackupEntry,
     mut write_at: Option<WriteAt<'_>>,
     progress: &mut dyn FnMut(u64),
 ) -> Result<Restored> {
     let bid = backup.id;
+    let state = super::MfState::of(&repo.manifest)?;
     let (chain, k) =
-        repo.manifest.mfdedup.version_of(bid).ok_or_else(|| {
+        state.version_of(bid).ok_or_else(|| {
             Error::corrupt("manifest", format!("backup {bid} belongs to no chain"))
         })?;
     let mut table: FpMap<(u32, Vec<u64>)> = FpMap::default();
@@ -144,7 +145,7 @@ fn run(
 }
 
 fn report(
-    repo: &Repository,
+    repo: &Context,
     backup: &BackupEntry,
     opts: &RestoreOptions,
     r: Restored,
@@ -172,7 +173,7 @@ fn report(
 
 /// Restore into a file by positional writes (its length is set first).
 pub fn restore_to_file(
-    repo: &Repository,
+    repo: &Context,
     backup: &BackupEntry,
     file: &File,
     opts: &RestoreOptions,
@@ -197,7 +198,7 @@ pub fn restore_to_file(
 /// Restore into a stream: through an unlinked temporary file, then copied
 /// out in order. Trace mode writes nothing.
 pub fn restore_to(
-    repo: &Repository,
+    repo: &Context,
     backup: &BackupEntry,
     out: &mut dyn Write,
     opts: &RestoreOptions,

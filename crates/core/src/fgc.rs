@@ -1,4 +1,5 @@
-//! The austere reference graph (FGC, §III-B and §IV-B/C): which backups a
+//! FGC's austere reference graph (`fgc-focused-gc.md`, §III-B and
+//! §IV-B/C; the focused mark that walks it is `gc/mark/focused.rs`): which backups a
 //! backup deduplicated against, so GC can walk only the deleted backups and
 //! their correlative backups.
 //!
@@ -21,8 +22,8 @@
 //! index entries), so a base stays valid across GCs.
 //!
 //! Not on the MFDedup layout: it has no mark-and-sweep GC (forget deletes
-//! volumes itself), so there is nothing for the graph to focus; it is
-//! neither recorded nor rebuilt there.
+//! volumes itself), so there is nothing for the graph to focus; the face
+//! refuses to rebuild it there, so it is never recorded.
 //!
 //! Persisted as segments (`refgraph/<n>`, listed in the manifest's
 //! [`RefGraphState`]): each backup appends one with its new bases and
@@ -34,7 +35,7 @@ use crate::container::ChunkKind;
 use crate::error::{Error, ObjectRef, Result};
 use crate::fingerprint::{Fingerprint, FpBuildHasher, FP_LEN};
 use crate::index::CopyNo;
-use crate::repo::{Repository, Writer};
+use crate::context::Context;
 use std::collections::BTreeSet;
 
 /// The part number of a backup's recipe chunks: the whole backup.
@@ -58,6 +59,42 @@ pub struct RefGraphState {
     pub segments: Vec<ObjectKey>,
     /// Number of the next segment.
     pub next_segment: u64,
+}
+
+impl crate::catalog::Section for RefGraphState {
+    const NAME: &'static str = "refgraph";
+}
+
+impl RefGraphState {
+    /// The manifest's graph state, if the repository records the graph.
+    pub fn of(m: &Manifest) -> Result<Option<RefGraphState>> {
+        m.sections.get()
+    }
+    /// Record `state` in `m` (`None`: stop recording).
+    pub fn set(m: &mut Manifest, state: Option<&RefGraphState>) {
+        m.sections.put(state)
+    }
+    /// The objects the manifest's graph state lists.
+    pub fn listed_keys(m: &Manifest) -> Vec<ObjectKey> {
+        Self::of(m)
+            .ok()
+            .flatten()
+            .map(|s| s.segments)
+            .unwrap_or_default()
+    }
+}
+
+/// The graph as of the segments listed, kept in the context's memo between
+/// backups so each does not load it again (only used while the manifest
+/// lists exactly those segments).
+pub(crate) struct Kept(Vec<ObjectKey>, RefGraph);
+
+/// Keep `kept` (or forget the kept graph) for the next backup.
+pub(crate) fn keep(cx: &mut Context, kept: Option<Kept>) {
+    match kept {
+        Some(k) => cx.memo.put(k),
+        None => drop(cx.memo.take::<Kept>()),
+    }
 }
 
 /// Bases keyed by chunk copy (recipe chunks: always copy 0).
@@ -246,9 +283,8 @@ impl RefGraph {
     }
 
     /// The repository's graph, if it records one.
-    pub fn load(repo: &Repository) -> Result<Option<RefGraph>> {
-        refuse_mfdedup(repo)?;
-        let Some(state) = &repo.manifest.refgraph else {
+    pub fn load(repo: &Context) -> Result<Option<RefGraph>> {
+        let Some(state) = RefGraphState::of(&repo.manifest)? else {
             return Ok(None);
         };
         let mut g = RefGraph::new(state.granularity);
@@ -273,8 +309,7 @@ impl RefGraph {
     /// Rebuild from the recipes of the retained backups, oldest first, as
     /// CorrRecorder would have recorded them (reads every recipe: the cost
     /// of a full mark).
-    pub fn rebuild(repo: &Repository, granularity: u64) -> Result<RefGraph> {
-        refuse_mfdedup(repo)?;
+    pub fn rebuild(repo: &Context, granularity: u64) -> Result<RefGraph> {
         let mut g = RefGraph::new(granularity);
         let mut backups: Vec<&BackupEntry> = repo.manifest.backups.iter().collect();
         backups.sort_by_key(|b| b.id);
@@ -361,16 +396,13 @@ impl CorrRecorder {
     /// A recorder for the next backup, if the repository records the
     /// graph. A graph that cannot be read is dropped (the next focused GC
     /// rebuilds it) rather than failing the backup.
-    pub(crate) fn start(writer: &mut Writer) -> Option<CorrRecorder> {
-        if is_mfdedup(writer) {
-            return None;
-        }
+    pub(crate) fn start(writer: &mut Context) -> Option<CorrRecorder> {
         let (segments, granularity) = {
-            let state = writer.manifest.refgraph.as_ref()?;
-            (state.segments.clone(), state.granularity)
+            let state = RefGraphState::of(&writer.manifest).ok()??;
+            (state.segments, state.granularity)
         };
-        let graph = match writer.refgraph_mem.take() {
-            Some((kept, g)) if kept == segments && g.granularity == granularity => g,
+        let graph = match writer.memo.take::<Kept>() {
+            Some(Kept(kept, g)) if kept == segments && g.granularity == granularity => g,
             _ => RefGraph::load(writer).ok()??,
         };
         Some(CorrRecorder {
@@ -399,45 +431,46 @@ impl CorrRecorder {
 
 /// What a backup's commit did to the graph: the segments it supersedes,
 /// and the graph as of `next`'s segments (to keep for the next backup).
-pub(crate) type Committed = (Vec<ObjectKey>, Option<(Vec<ObjectKey>, RefGraph)>);
+pub(crate) type Committed = (Vec<ObjectKey>, Option<Kept>);
 
 /// At a backup's commit: append the recorder's segment to `next`, or drop
 /// the graph if this backup was not recorded (rewriting, interleaving),
 /// since it would miss edges.
 pub(crate) fn commit_backup(
-    writer: &Writer,
+    writer: &Context,
     next: &mut Manifest,
     recorder: Option<CorrRecorder>,
 ) -> Result<Committed> {
-    let Some(state) = next.refgraph.as_mut() else {
+    let Some(mut state) = RefGraphState::of(next)? else {
         return Ok((Vec::new(), None));
     };
     let Some(r) = recorder else {
-        let old = std::mem::take(&mut state.segments);
-        next.refgraph = None;
-        return Ok((old, None));
+        RefGraphState::set(next, None);
+        return Ok((state.segments, None));
     };
     let mut graph = r.graph;
     if r.seen.data_bases.is_empty() && r.seen.recipe_bases.is_empty() && r.seen.edges.is_empty() {
-        return Ok((Vec::new(), Some((state.segments.clone(), graph))));
+        return Ok((Vec::new(), Some(Kept(state.segments, graph))));
     }
-    if state.segments.len() >= COMPACT_AFTER {
+    let superseded = if state.segments.len() >= COMPACT_AFTER {
         graph.merge(r.seen);
-        let superseded = stage(writer, state, &graph)?;
-        return Ok((superseded, Some((state.segments.clone(), graph))));
-    }
-    let key = next_key(writer, state);
-    writer.objects.put(&key, r.seen.encode())?;
-    state.segments.push(key);
-    graph.merge(r.seen);
-    Ok((Vec::new(), Some((state.segments.clone(), graph))))
+        stage(writer, &mut state, &graph)?
+    } else {
+        let key = next_key(writer, &mut state);
+        writer.objects.put(&key, r.seen.encode())?;
+        state.segments.push(key);
+        graph.merge(r.seen);
+        Vec::new()
+    };
+    RefGraphState::set(next, Some(&state));
+    Ok((superseded, Some(Kept(state.segments, graph))))
 }
 
 /// The key of a new segment: a writer that joined others takes it from its
 /// reserved segment range (the counter in the manifest is shared: two
 /// writers on one generation would otherwise both write `refgraph/<n>`,
 /// one over the other); a writer alone takes the manifest's counter.
-fn next_key(writer: &Writer, state: &mut RefGraphState) -> ObjectKey {
+fn next_key(writer: &Context, state: &mut RefGraphState) -> ObjectKey {
     let n = match &writer.reserved {
         Some(r) => {
             let n = r.segment.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -445,7 +478,7 @@ fn next_key(writer: &Writer, state: &mut RefGraphState) -> ObjectKey {
             // the counter never enters it (as for index segments).
             state.next_segment = state
                 .next_segment
-                .max(n + 1 + crate::repo::RESERVE_SEGMENTS);
+                .max(n + 1 + crate::context::RESERVE_SEGMENTS);
             n
         }
         None => state.next_segment,
@@ -457,7 +490,7 @@ fn next_key(writer: &Writer, state: &mut RefGraphState) -> ObjectKey {
 /// Write `graph` whole as the only segment of `state`; returns the
 /// segments it supersedes.
 pub(crate) fn stage(
-    writer: &Writer,
+    writer: &Context,
     state: &mut RefGraphState,
     graph: &RefGraph,
 ) -> Result<Vec<ObjectKey>> {
@@ -467,19 +500,20 @@ pub(crate) fn stage(
     Ok(std::mem::replace(&mut state.segments, vec![key]))
 }
 
-impl Writer {
-    /// Rebuild the reference graph from the recipes (`tessera check
-    /// --rebuild-refgraph`) with virtual files of `granularity` bytes (0:
-    /// whole backups), and record it from now on.
-    pub fn rebuild_refgraph(&mut self, granularity: u64) -> Result<RefGraph> {
-        let graph = RefGraph::rebuild(self, granularity)?;
-        let mut next = self.manifest.clone();
-        let mut state = next.refgraph.take().unwrap_or_default();
-        let superseded = stage(self, &mut state, &graph)?;
-        next.refgraph = Some(state);
-        self.publish(next, &superseded)?;
-        Ok(graph)
-    }
+/// The next generation after rebuilding the graph from the recipes with
+/// virtual files of `granularity` bytes (0: whole backups), recording it
+/// from then on, with the segments it supersedes (the face publishes it:
+/// `Writer::rebuild_refgraph`).
+pub(crate) fn rebuild(
+    cx: &Context,
+    granularity: u64,
+) -> Result<(RefGraph, Manifest, Vec<ObjectKey>)> {
+    let graph = RefGraph::rebuild(cx, granularity)?;
+    let mut next = cx.manifest.clone();
+    let mut state = RefGraphState::of(&next)?.unwrap_or_default();
+    let superseded = stage(cx, &mut state, &graph)?;
+    RefGraphState::set(&mut next, Some(&state));
+    Ok((graph, next, superseded))
 }
 
 /// Merging the graph when a publish has to merge with another writer's
@@ -498,7 +532,7 @@ pub(crate) struct GraphMerge {
     base: Option<RefGraphState>,
     ours: Option<RefGraphState>,
     /// The writer's graph as of `ours`' segments, if it kept it in memory.
-    mem: Option<(Vec<ObjectKey>, RefGraph)>,
+    mem: Option<Kept>,
     objects: crate::seal::SealedStore,
     /// Joining writers: segment ids taken from the reserved range up front
     /// (the loop cannot reach the writer); alone: the counter.
@@ -516,9 +550,10 @@ pub(crate) struct GraphMerge {
 const MERGE_KEYS: u64 = 4;
 
 impl GraphMerge {
-    pub(crate) fn new(writer: &mut Writer, next: &Manifest) -> GraphMerge {
+    pub(crate) fn new(writer: &mut Context, next: &Manifest) -> Result<GraphMerge> {
+        let ours = RefGraphState::of(next)?;
         let reserved = match &writer.reserved {
-            Some(r) if next.refgraph.is_some() => {
+            Some(r) if ours.is_some() => {
                 let n = r
                     .segment
                     .fetch_add(MERGE_KEYS, std::sync::atomic::Ordering::Relaxed);
@@ -526,16 +561,16 @@ impl GraphMerge {
             }
             _ => Vec::new(),
         };
-        GraphMerge {
-            base: writer.manifest.refgraph.clone(),
-            ours: next.refgraph.clone(),
-            mem: writer.refgraph_mem.take(),
+        Ok(GraphMerge {
+            base: RefGraphState::of(&writer.manifest)?,
+            ours,
+            mem: writer.memo.take::<Kept>(),
             objects: writer.objects.clone(),
             reserved,
             written: Vec::new(),
             unlisted: Vec::new(),
             dropped: false,
-        }
+        })
     }
 
     /// Set `m.refgraph` (`m`: our change applied to `newest`; our added
@@ -545,20 +580,22 @@ impl GraphMerge {
         newest: &Manifest,
         m: &mut Manifest,
         remap: &std::collections::HashMap<BackupId, BackupId>,
-    ) {
+    ) -> Result<()> {
         self.unlisted.clear();
+        let theirs = RefGraphState::of(newest)?;
         // A segment that cannot be read: drop the graph (never wrong).
-        m.refgraph = self.merged(newest, remap).unwrap_or_default();
-        self.dropped = m.refgraph.is_none() && self.ours.is_some();
+        let merged = self.merged(theirs, remap).unwrap_or_default();
+        self.dropped = merged.is_none() && self.ours.is_some();
+        RefGraphState::set(m, merged.as_ref());
+        Ok(())
     }
 
     fn merged(
         &mut self,
-        newest: &Manifest,
+        theirs: Option<RefGraphState>,
         remap: &std::collections::HashMap<BackupId, BackupId>,
     ) -> Result<Option<RefGraphState>> {
-        let (Some(base), Some(ours), Some(theirs)) = (&self.base, &self.ours, &newest.refgraph)
-        else {
+        let (Some(base), Some(ours), Some(theirs)) = (&self.base, &self.ours, &theirs) else {
             return Ok(None);
         };
         let (base, ours, theirs) = (base.clone(), ours.clone(), theirs.clone());
@@ -587,7 +624,7 @@ impl GraphMerge {
             let extra = &ours.segments[base.segments.len()..];
             let delta = self.load(extra, ours.granularity)?.renamed(&rename);
             let reference = match &self.mem {
-                Some((keys, g)) if *keys == ours.segments => g.clone(),
+                Some(Kept(keys, g)) if *keys == ours.segments => g.clone(),
                 _ => self.load(&ours.segments, ours.granularity)?,
             }
             .renamed(&rename);
@@ -642,10 +679,9 @@ impl GraphMerge {
     /// list, and segments of earlier merge attempts, are removed (best
     /// effort: no generation lists them); the writer's in-memory graph is
     /// given back if no merge happened.
-    pub(crate) fn finish(mut self, writer: &mut Writer, published: Option<&Manifest>) {
+    pub(crate) fn finish(mut self, writer: &mut Context, published: Option<&Manifest>) {
         let listed: Vec<ObjectKey> = published
-            .and_then(|m| m.refgraph.as_ref())
-            .map(|g| g.segments.clone())
+            .map(RefGraphState::listed_keys)
             .unwrap_or_default();
         if published.is_some() {
             for key in self.unlisted.iter().chain(&self.written) {
@@ -654,8 +690,10 @@ impl GraphMerge {
                 }
             }
         }
-        if writer.refgraph_mem.is_none() {
-            writer.refgraph_mem = self.mem.take();
+        if !writer.memo.contains::<Kept>() {
+            if let Some(k) = self.mem.take() {
+                writer.memo.put(k);
+            }
         }
     }
 }
@@ -684,7 +722,7 @@ impl RefGraph {
 /// `start` (the other side's whole graph); `reference` is the delta's side
 /// as its recorder saw it (base generation plus delta). Why the result
 /// never misses an edge a live chunk needs — the invariant of
-/// [`crate::refgraph`]: every retained virtual file `w` referencing a copy
+/// [`crate::fgc`]: every retained virtual file `w` referencing a copy
 /// is in its base's backup or has an edge to its base:
 /// - `w` on `start`'s side: `start` keeps it, and the graft never changes
 ///   a base `start` has (it only adds bases `start` lacks, and edges).
@@ -745,19 +783,12 @@ pub(crate) fn graft(start: &RefGraph, delta: &RefGraph, reference: &RefGraph) ->
     out
 }
 
-fn is_mfdedup(repo: &Repository) -> bool {
-    repo.manifest.config.layout == crate::layout::LayoutKind::Mfdedup
-}
-
-/// The graph serves the mark-and-sweep GC, which the MFDedup layout does
-/// not have.
-fn refuse_mfdedup(repo: &Repository) -> Result<()> {
-    if is_mfdedup(repo) {
-        return Err(Error::invalid(
-            "the reference graph (FGC) is not kept on the mfdedup layout: it has no mark-and-sweep GC to focus (forget deletes volumes itself)",
-        ));
-    }
-    Ok(())
+/// What the face says when asked to record the graph on a layout without
+/// mark-and-sweep GC (MFDedup): there is nothing for it to focus.
+pub(crate) fn no_gc_to_focus() -> Error {
+    Error::invalid(
+        "the reference graph (FGC) is not kept on the mfdedup layout: it has no mark-and-sweep GC to focus (forget deletes volumes itself)",
+    )
 }
 
 #[cfg(test)]

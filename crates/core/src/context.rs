@@ -1,0 +1,757 @@
+//! The repository's context: what every operation works on once a
+//! repository is open — the sealed object store, the newest manifest, the
+//! fingerprint index, container access, metrics — plus what publishing a
+//! generation needs (id reservation, index segments, the compare-and-swap
+//! loop). The modules that implement operations (ingest, restore, gc,
+//! check, the layouts) take a `&Context` to read or a `&mut Context` to
+//! mutate; only the face ([`crate::repo`]) decides which handle may do
+//! which, and holds the locks.
+//!
+//! Crash safety rests on one rule, kept by [`Context::commit_with`] and
+//! [`crate::publish`]: new objects are made durable, then the new manifest
+//! generation is put (atomically), then — and only then — superseded
+//! objects are deleted. Anything a crash leaves behind is listed by no
+//! manifest and is removed by the next writer that opens alone
+//! ([`Context::leftover_keys`]).
+
+use crate::backend::{Generation, KeyKind, ObjectKey, ObjectStore};
+use crate::catalog::{BackupEntry, Manifest, RepoConfig, Sections};
+use crate::container::{ChunkKind, ContainerId, ContainerStore};
+use crate::error::{Error, ObjectRef, Result};
+use crate::fingerprint::{Fingerprint, Fingerprinter};
+use crate::index::{decode_segment, encode_segment, sort_entries, CopyNo, Index, IndexEntry};
+use crate::metrics::Metrics;
+use crate::seal::keys::{KeySlot, MasterKey, Password};
+use crate::seal::{Encryption, RepoSeal, SealedStore, Sealer};
+use serde::Serialize;
+use std::any::{Any, TypeId};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+/// Index segments a manifest may list before they are merged into one.
+pub const MAX_SEGMENTS: usize = 32;
+
+/// when the repository turns out to be encrypted.
+pub type PasswordSource<'a> = &'a dyn Fn() -> Result<Password>;
+
+/// For repositories opened without a password source.
+pub(crate) fn no_password() -> Result<Password> {
+    Err(Error::Key(
+        "the repository is encrypted: give its password (TESSERA_PASSWORD, --password-file, --password-command, or a terminal prompt)".into(),
+    ))
+}
+
+/// What a writer found and removed when it opened the repository.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Leftovers {
+    pub objects: Vec<String>,
+    pub temporaries: usize,
+}
+/// Where a recipe entry's chunk is read from: the one question every
+/// reader (restore, mark, check, salvage) asks of the layout, answered by
+/// the layout chosen when the repository opens
+/// ([`crate::layout::Layout::locator`]).
+pub trait Locator: Send + Sync {
+    /// Where copy `copy` of the chunk `fp` of `kind` is (the copy a recipe
+    /// entry names; each backup reads the copies its own ingest chose).
+    fn locate_copy(
+        &self,
+        cx: &Context,
+        kind: ChunkKind,
+        fp: &Fingerprint,
+        copy: CopyNo,
+    ) -> Option<ContainerId>;
+    /// Bring the index in line with this layout after the manifest's
+    /// index segments were loaded (MFDedup indexes recipe chunks only).
+    fn after_load(&self, _cx: &mut Context) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Containers: the index names every copy of every chunk.
+pub struct IndexLocator;
+
+impl Locator for IndexLocator {
+    #[inline]
+    fn locate_copy(
+        &self,
+        cx: &Context,
+        kind: ChunkKind,
+        fp: &Fingerprint,
+        copy: CopyNo,
+    ) -> Option<ContainerId> {
+        cx.index.get_copy(kind, fp, copy)
+    }
+}
+
+/// Derived state a technique keeps between operations on one handle (FGC:
+/// its reference graph as of the segments listed), by type. Never
+/// persisted; each entry checks itself against the manifest before use.
+#[derive(Default)]
+pub struct Memo(HashMap<TypeId, Box<dyn Any + Send + Sync>>);
+
+impl Memo {
+    pub fn put<T: Any + Send + Sync>(&mut self, value: T) {
+        self.0.insert(TypeId::of::<T>(), Box::new(value));
+    }
+    pub fn take<T: Any + Send + Sync>(&mut self) -> Option<T> {
+        let b = self.0.remove(&TypeId::of::<T>())?;
+        b.downcast().ok().map(|b| *b)
+    }
+    pub fn contains<T: Any + Send + Sync>(&self) -> bool {
+        self.0.contains_key(&TypeId::of::<T>())
+    }
+}
+
+pub struct Context {
+    /// Every object read and write goes through here (the lock excepted).
+    pub(crate) objects: SealedStore,
+    pub(crate) manifest: Manifest,
+    pub(crate) index: Index,
+    pub(crate) store: ContainerStore,
+    pub(crate) metrics: Arc<Metrics>,
+    /// Fingerprints of this repository (keyed when encrypted).
+    pub(crate) fingerprinter: Fingerprinter,
+    /// The unsealed config: format version, encryption, compression.
+    pub(crate) seal: RepoSeal,
+    /// The master key and the slot that opened it (encrypted repositories).
+    pub(crate) key: Option<(Arc<MasterKey>, u64)>,
+    /// Worker threads for ingest and restore (0: every core).
+    pub(crate) threads: usize,
+    /// The layout's answer to "where is this chunk copy".
+    pub(crate) locator: Arc<dyn Locator>,
+    /// A writer that joined others: the container and segment ids it
+    /// reserved (see [`crate::Repository::open_writer`]); `None` allocates
+    /// from the manifest's allocators.
+    pub(crate) reserved: Option<Reserved>,
+    /// A writer's lock token: its online-GC records carry it (containers
+    /// only), and publishing compares it with the other lock holders.
+    pub(crate) writer_token: Option<String>,
+    /// The token of the lock this writer holds, whatever its kind.
+    pub(crate) lock_token: Option<String>,
+    /// Manifest sections a mutation staged for its publish (and only its
+    /// publish: cleared when that ends, published or not).
+    pub(crate) staged: Sections,
+    pub(crate) memo: Memo,
+    /// The objects the manifest's sections list (layout and FGC state),
+    /// installed by the face with the layout.
+    pub(crate) section_keys: fn(&Manifest) -> Vec<ObjectKey>,
+}
+
+/// Id ranges a joining writer reserved: the next id of each to hand out.
+#[derive(Debug)]
+pub(crate) struct Reserved {
+    pub(crate) container: std::sync::atomic::AtomicU64,
+    pub(crate) segment: std::sync::atomic::AtomicU64,
+}
+
+/// Container ids a joining writer reserves, and how far above the
+/// allocator it starts (a writer that opened alone allocates from the
+/// manifest's allocator upwards, and uses fewer ids than this in one go).
+pub const RESERVE_CONTAINERS: u64 = 1 << 20;
+pub(crate) const RESERVE_GAP: u64 = 1 << 24;
+/// Index segment ids a joining writer reserves (and their gap).
+pub(crate) const RESERVE_SEGMENTS: u64 = 1 << 16;
+pub(crate) const RESERVE_SEGMENT_GAP: u64 = 1 << 20;
+/// How often opening retries when a newer generation superseded (and
+/// deleted) what it was reading.
+const OPEN_ATTEMPTS: usize = 50;
+
+/// Newest manifest generation listed by the store, if any.
+pub(crate) fn latest_generation(store: &dyn ObjectStore) -> Result<Option<Generation>> {
+    Ok(store
+        .list(KeyKind::Manifest)?
+        .iter()
+        .filter_map(ObjectKey::generation)
+        .max())
+}
+
+/// The newest generation's manifest, retrying when a newer generation
+/// superseded and removed it between the listing and the read.
+pub(crate) fn read_newest(objects: &SealedStore) -> Result<Manifest> {
+    let mut attempt = 0;
+    loop {
+        let generation = latest_generation(&**objects.store())?
+            .ok_or_else(|| Error::NoRepository(objects.location().into()))?;
+        let key = ObjectKey::Manifest(generation);
+        match objects.get(&key) {
+            Ok(b) => return Manifest::decode(&b, ObjectRef::Object(key)),
+            Err(Error::MissingObject(_)) if attempt + 1 < OPEN_ATTEMPTS => attempt += 1,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+impl Context {
+    /// The repository's unsealed config, read first: it says which format
+    /// version and sealing the other objects have. A repository without
+    /// one is of format version 1, named as such.
+    fn read_seal(backend: &dyn ObjectStore, generation: Generation) -> Result<RepoSeal> {
+        let repository = || -> Box<crate::error::Subject> {
+            Box::new(
+                format!("repository at {}", backend.location())
+                    .as_str()
+                    .into(),
+            )
+        };
+        match backend.get(&ObjectKey::Config) {
+            // The config's version is the repository's: name the repository.
+            Ok(b) => RepoSeal::decode(&b).map_err(|e| match e {
+                Error::UnsupportedVersion {
+                    found, supported, ..
+                } => Error::UnsupportedVersion {
+                    object: repository(),
+                    found,
+                    supported,
+                },
+                e => e,
+            }),
+            Err(Error::MissingObject(_)) => {
+                let m = backend.get(&ObjectKey::Manifest(generation))?;
+                match m.get(..12) {
+                    Some(h) if h[..8] == *b"TSRAMANI" => Err(Error::UnsupportedVersion {
+                        object: repository(),
+                        found: u32::from_le_bytes(h[8..12].try_into().unwrap()),
+                        supported: crate::catalog::VERSION,
+                    }),
+                    _ => Err(Error::missing(ObjectRef::Object(ObjectKey::Config))),
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Open the master key with a password from `password`: the first key
+    /// slot it opens. Returns the key and that slot's id.
+    fn unlock(
+        backend: &dyn ObjectStore,
+        seal: &RepoSeal,
+        password: PasswordSource,
+    ) -> Result<(MasterKey, u64)> {
+        let slots = Self::read_slots(backend)?;
+        if slots.is_empty() {
+            return Err(Error::Key(format!(
+                "the repository at {} is encrypted but has no key slots (keys/ is empty): it cannot be opened",
+                backend.location()
+            )));
+        }
+        let password = password()?;
+        for slot in &slots {
+            if let Some(key) = slot.unwrap(&password, &seal.repo_id)? {
+                return Ok((key, slot.id));
+            }
+        }
+        Err(Error::Key(format!(
+            "wrong password: it opens none of the {} key slots of the repository at {}",
+            slots.len(),
+            backend.location()
+        )))
+    }
+
+    fn read_slots(backend: &dyn ObjectStore) -> Result<Vec<KeySlot>> {
+        let mut slots = Vec::new();
+        for key in backend.list(KeyKind::KeySlot)? {
+            if let ObjectKey::KeySlot(_) = key {
+                let b = backend.get(&key)?;
+                let slot = KeySlot::decode(&b, &key.name())?;
+                if ObjectKey::KeySlot(slot.id) != key {
+                    return Err(Error::corrupt(
+                        key.name().as_str(),
+                        format!("holds key slot {}", slot.id),
+                    ));
+                }
+                slots.push(slot);
+            }
+        }
+        slots.sort_by_key(|s| s.id);
+        Ok(slots)
+    }
+
+    /// Open the newest generation; `password` is asked for only if the
+    /// repository is encrypted, and `locator` is the layout's (the face
+    /// reads the layout from the manifest and installs its own). With
+    /// `bad_segments`, an index segment that cannot be read is recorded
+    /// there and skipped (for `check`, which then reports it and goes on)
+    /// instead of failing.
+    pub fn open(
+        backend: Arc<dyn ObjectStore>,
+        password: PasswordSource,
+        locator: Arc<dyn Locator>,
+        bad_segments: Option<&mut Vec<(ObjectKey, Error)>>,
+    ) -> Result<Self> {
+        let generation = latest_generation(&*backend)?
+            .ok_or_else(|| Error::NoRepository(backend.location().into()))?;
+        let seal = Self::read_seal(&*backend, generation)?;
+        let (sealer, key) = match seal.encryption {
+            Encryption::None => (Sealer::new(None, seal.compression), None),
+            Encryption::Xaes256Gcm | Encryption::Xchacha20Poly1305 => {
+                let (master, slot) = Self::unlock(&*backend, &seal, password)?;
+                let kind = seal.encryption.cipher().expect("encrypted");
+                (
+                    Sealer::new(Some(master.cipher(kind)), seal.compression),
+                    Some((Arc::new(master), slot)),
+                )
+            }
+        };
+        let objects = SealedStore::new(backend, Arc::new(sealer));
+        Self::load_retrying(objects, seal, key, locator, bad_segments)
+    }
+
+    /// Load the newest generation through `objects`, retrying when a
+    /// newer generation superseded and removed what was being read.
+    pub(crate) fn load_retrying(
+        objects: SealedStore,
+        seal: RepoSeal,
+        key: Option<(Arc<MasterKey>, u64)>,
+        locator: Arc<dyn Locator>,
+        mut bad_segments: Option<&mut Vec<(ObjectKey, Error)>>,
+    ) -> Result<Self> {
+        let mut attempt = 0;
+        loop {
+            if let Some(b) = bad_segments.as_deref_mut() {
+                b.clear();
+            }
+            let loaded = Self::load(
+                objects.clone(),
+                seal.clone(),
+                key.clone(),
+                locator.clone(),
+                bad_segments.as_deref_mut(),
+            );
+            match loaded {
+                Err(Error::MissingObject(_)) if attempt + 1 < OPEN_ATTEMPTS => {
+                    attempt += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(5 * attempt as u64));
+                }
+                r => return r,
+            }
+        }
+    }
+
+    fn load(
+        objects: SealedStore,
+        seal: RepoSeal,
+        key: Option<(Arc<MasterKey>, u64)>,
+        locator: Arc<dyn Locator>,
+        mut bad_segments: Option<&mut Vec<(ObjectKey, Error)>>,
+    ) -> Result<Self> {
+        let generation = latest_generation(&**objects.store())?
+            .ok_or_else(|| Error::NoRepository(objects.location().into()))?;
+        let key_name = ObjectKey::Manifest(generation);
+        let name = ObjectRef::Object(key_name.clone());
+        let manifest = Manifest::decode(&objects.get(&key_name)?, name.clone())?;
+        if manifest.generation != generation {
+            return Err(Error::corrupt(
+                name,
+                format!("claims generation {}", manifest.generation),
+            ));
+        }
+        if manifest.config.repo_id != seal.repo_id {
+            return Err(Error::corrupt(
+                name,
+                format!(
+                    "belongs to repository {}, the config names {}",
+                    manifest.config.repo_id, seal.repo_id
+                ),
+            ));
+        }
+        let fingerprinter = match &key {
+            Some((master, _)) => {
+                Fingerprinter::keyed(manifest.config.hash, &master.fingerprint_key())
+            }
+            None => manifest.config.hash.into(),
+        };
+        let mut index = match manifest.config.index {
+            crate::index::IndexKind::Memory => Index::default(),
+            crate::index::IndexKind::Disk => disk_index(crate::index::disk::DiskConfig::default())?,
+        };
+        // Entries naming a container the manifest does not list are
+        // ignored: a segment merged from a concurrent writer may hold
+        // entries of containers a GC reclaimed (docs/FORMAT.md).
+        let listed: HashSet<ContainerId> = manifest.containers.iter().map(|c| c.id).collect();
+        for seg in &manifest.index_segments {
+            let name = ObjectRef::Object(seg.clone());
+            let read = objects
+                .get(seg)
+                .map_err(|e| match e {
+                    Error::MissingObject(_) => e.about(name.clone()),
+                    e => e,
+                })
+                // The decoder names what it is given; the error names the key.
+                .and_then(|bytes| {
+                    decode_segment(&bytes, &name.to_string()).map_err(|e| e.about(name))
+                });
+            let entries = match (read, bad_segments.as_deref_mut()) {
+                (Ok(entries), _) => entries,
+                (Err(e), Some(bad)) => {
+                    bad.push((seg.clone(), e));
+                    continue;
+                }
+                (Err(e), None) => return Err(e),
+            };
+            for e in entries {
+                if listed.contains(&e.container) {
+                    index.insert(e);
+                }
+            }
+        }
+        // On disk: the loaded entries become sorted runs before the first lookup.
+        index.flush();
+        let metrics = Arc::new(Metrics::default());
+        let store = ContainerStore::new(
+            objects.clone(),
+            manifest.config.hash,
+            manifest.config.trace,
+            metrics.clone(),
+        );
+        let mut cx = Context {
+            objects,
+            manifest,
+            index,
+            store,
+            metrics,
+            fingerprinter,
+            seal,
+            key,
+            threads: 0,
+            locator: locator.clone(),
+            reserved: None,
+            writer_token: None,
+            lock_token: None,
+            staged: Sections::default(),
+            memo: Memo::default(),
+            section_keys: |_| Vec::new(),
+        };
+        locator.after_load(&mut cx)?;
+        Ok(cx)
+    }
+
+    /// The first container id a new writer of this repository allocates:
+    /// the reserved range's next, or the manifest's allocator.
+    pub(crate) fn first_container_id(&self) -> ContainerId {
+        match &self.reserved {
+            Some(r) => ContainerId(r.container.load(std::sync::atomic::Ordering::Relaxed)),
+            None => self.manifest.next_container_id,
+        }
+    }
+
+    /// A writer's containers up to (not including) `next` are allocated:
+    /// a reserved range moves on past them.
+    pub(crate) fn containers_allocated(&self, next: ContainerId) {
+        if let Some(r) = &self.reserved {
+            r.container
+                .fetch_max(next.0, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Objects no manifest lists: what an interrupted mutation left behind.
+    pub fn find_leftovers(&self) -> Result<Vec<String>> {
+        Ok(self.leftover_keys()?.iter().map(ObjectKey::name).collect())
+    }
+
+    /// [`find_leftovers`](Self::find_leftovers) as keys: unlisted containers,
+    /// index segments and the objects of the manifest's sections (strays
+    /// under their prefixes included) and older manifest generations.
+    pub fn leftover_keys(&self) -> Result<Vec<ObjectKey>> {
+        let listed: HashSet<ObjectKey> = self
+            .manifest
+            .containers
+            .iter()
+            .map(|c| ObjectKey::Container(c.id))
+            .chain(self.manifest.index_segments.iter().cloned())
+            .chain((self.section_keys)(&self.manifest))
+            .collect();
+        let mut out = Vec::new();
+        for kind in [
+            KeyKind::Container,
+            KeyKind::IndexSegment,
+            KeyKind::Volume,
+            KeyKind::NdfTable,
+            KeyKind::RefGraph,
+        ] {
+            out.extend(
+                self.objects
+                    .list(kind)?
+                    .into_iter()
+                    .filter(|k| !listed.contains(k)),
+            );
+        }
+        let current = self.manifest.generation;
+        out.extend(
+            self.objects
+                .list(KeyKind::Manifest)?
+                .into_iter()
+                .filter(|k| k.generation().is_some_and(|g| g < current)),
+        );
+        Ok(out)
+    }
+
+    /// Remove what [`leftover_keys`](Self::leftover_keys) finds and the
+    /// store's interrupted temporaries (only a writer alone may).
+    pub(crate) fn remove_leftovers(&self) -> Result<Leftovers> {
+        let objects = self.leftover_keys()?;
+        for key in &objects {
+            self.objects.delete(key)?;
+        }
+        let temporaries = self.objects.store().clean_interrupted()?;
+        if !objects.is_empty() || temporaries > 0 {
+            self.objects.barrier()?;
+        }
+        Ok(Leftovers {
+            objects: objects.iter().map(ObjectKey::name).collect(),
+            temporaries,
+        })
+    }
+
+    /// Write the index entries a mutation added as one new segment and return
+    /// its key (to be listed in the next manifest).
+    pub(crate) fn write_segment(&self, next: &mut Manifest, entries: &[IndexEntry]) -> Result<()> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let id = match &self.reserved {
+            Some(r) => r.segment.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            None => next.next_segment_id,
+        };
+        next.next_segment_id = next.next_segment_id.max(id + 1);
+        let key = ObjectKey::IndexSegment(id);
+        self.objects.put(&key, encode_segment(entries))?;
+        next.index_segments.push(key);
+        Ok(())
+    }
+
+    /// When the manifest lists more than [`MAX_SEGMENTS`] index segments,
+    /// replace them with one segment holding the whole in-memory index (which
+    /// must already include the mutation's entries). Returns the keys the new
+    /// manifest supersedes, to delete after publishing.
+    pub(crate) fn compact_segments(&self, next: &mut Manifest) -> Result<Vec<ObjectKey>> {
+        if next.index_segments.len() <= MAX_SEGMENTS {
+            return Ok(Vec::new());
+        }
+        // Every copy of every chunk (an older copy is still some backup's).
+        let (d, r) = self.index.len();
+        let mut entries: Vec<IndexEntry> = Vec::with_capacity(d + r + self.index.extra_copies());
+        entries.extend(self.index.entries());
+        sort_entries(&mut entries);
+        let superseded = std::mem::take(&mut next.index_segments);
+        self.write_segment(next, &entries)?;
+        Ok(superseded)
+    }
+
+    /// Where copy `copy` of the chunk `fp` is: what a restore, a mark or a
+    /// check reads for a recipe entry (each backup reads the copies its own
+    /// ingest chose), as the layout answers it.
+    #[inline]
+    pub(crate) fn locate_copy(
+        &self,
+        kind: ChunkKind,
+        fp: &Fingerprint,
+        copy: CopyNo,
+    ) -> Option<ContainerId> {
+        self.locator.locate_copy(self, kind, fp, copy)
+    }
+
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+    pub fn config(&self) -> &RepoConfig {
+        &self.manifest.config
+    }
+    pub fn backups(&self) -> &[BackupEntry] {
+        &self.manifest.backups
+    }
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+    /// How this repository computes chunk fingerprints (keyed when
+    /// encrypted).
+    pub fn fingerprinter(&self) -> &Fingerprinter {
+        &self.fingerprinter
+    }
+    /// Use `n` worker threads for backups and restores (0, the default:
+    /// every available core). Layouts and restored bytes do not depend on it.
+    pub fn set_threads(&mut self, n: usize) {
+        self.threads = n;
+    }
+    /// Worker threads backups and restores use.
+    pub fn threads(&self) -> usize {
+        match self.threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        }
+    }
+    /// The unsealed config: format version, encryption, default compression.
+    pub fn seal_config(&self) -> &RepoSeal {
+        &self.seal
+    }
+    /// The key slots (`tessera key list`); empty when not encrypted.
+    pub fn key_slots(&self) -> Result<Vec<KeySlot>> {
+        Self::read_slots(&**self.objects.store())
+    }
+    /// The key slot whose password opened this handle.
+    pub fn key_slot_used(&self) -> Option<u64> {
+        self.key.as_ref().map(|(_, id)| *id)
+    }
+    pub fn index(&self) -> &Index {
+        &self.index
+    }
+    pub fn store(&self) -> &ContainerStore {
+        &self.store
+    }
+    /// The object store underneath the sealing layer.
+    pub fn object_store(&self) -> &Arc<dyn ObjectStore> {
+        self.objects.store()
+    }
+    /// The sealed view every object read and write goes through.
+    pub fn objects(&self) -> &SealedStore {
+        &self.objects
+    }
+
+    /// The compare-and-swap loop every publish goes through: `make` turns
+    /// the newest generation (`true`: the one this writer holds) into the
+    /// next; it is put as `manifests/<g+1>` only if absent, else the newest
+    /// is read again and `make` asked again. After a merge the writer's
+    /// catalog and index are the newest again. Superseded generations are
+    /// removed only when no other writer holds a lock (a writer still
+    /// holding an older generation must never find its successor's key
+    /// free again); otherwise the next writer to open alone removes them.
+    pub(crate) fn commit_with(
+        &mut self,
+        mut make: impl FnMut(&Manifest, bool) -> Result<Manifest>,
+    ) -> Result<()> {
+        let mut base: Option<Manifest> = None;
+        let mut next = make(&self.manifest, true)?;
+        let mut attempts = 0u32;
+        loop {
+            let from = base.as_ref().unwrap_or(&self.manifest).generation;
+            next.generation = from.next();
+            self.objects.barrier()?;
+            if self
+                .objects
+                .put_if_absent(&ObjectKey::Manifest(next.generation), next.encode())?
+            {
+                break;
+            }
+            attempts += 1;
+            if attempts > 1000 {
+                return Err(Error::Locked(
+                    "could not publish: other writers kept publishing first".into(),
+                ));
+            }
+            let newest = read_newest(&self.objects)?;
+            next = make(&newest, false)?;
+            base = Some(newest);
+        }
+        let published = next.generation;
+        let merged = base.is_some();
+        self.manifest = next;
+        if merged {
+            self.reload()?;
+        }
+        self.remove_old_generations(published)?;
+        Ok(())
+    }
+
+    /// Reload the newest catalog and index (after a merged publish the
+    /// in-memory index lacks the other writers' entries and may still name
+    /// containers a GC reclaimed).
+    pub(crate) fn reload(&mut self) -> Result<()> {
+        let fresh = Context::load_retrying(
+            self.objects.clone(),
+            self.seal.clone(),
+            self.key.clone(),
+            self.locator.clone(),
+            None,
+        )?;
+        self.manifest = fresh.manifest;
+        self.index = fresh.index;
+        Ok(())
+    }
+
+    /// Delete manifest generations older than `published` if this writer
+    /// is the only lock holder (see [`commit_with`](Self::commit_with)).
+    fn remove_old_generations(&self, published: Generation) -> Result<()> {
+        let mine = self.lock_token.as_ref();
+        let others = crate::lock::shared_holders(&**self.objects.store())?
+            .into_iter()
+            .any(|(t, _)| Some(&t) != mine);
+        if others {
+            return Ok(());
+        }
+        for key in self.objects.list(KeyKind::Manifest)? {
+            if key.generation().is_some_and(|g| g < published) {
+                self.objects.delete(&key)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Rebuild an on-disk index with other tuning (flush size, cache
+    /// size): for tests and benchmarks. Refused on a memory index.
+    pub fn tune_disk_index(&mut self, cfg: crate::index::disk::DiskConfig) -> Result<()> {
+        if self.manifest.config.index != crate::index::IndexKind::Disk {
+            return Err(Error::invalid("the repository's index is not on disk"));
+        }
+        let mut index = disk_index(cfg)?;
+        load_segments(&self.objects, &self.manifest, &mut index)?;
+        self.index = index;
+        Ok(())
+    }
+}
+
+/// An empty on-disk index under [`index_dir`].
+fn disk_index(cfg: crate::index::disk::DiskConfig) -> Result<Index> {
+    let base = index_dir();
+    Index::on_disk(&base, cfg).map_err(|e| {
+        Error::invalid(format!(
+            "cannot create the on-disk index under {} ({e}); set TESSERA_INDEX_DIR",
+            base.display()
+        ))
+    })
+}
+
+/// Insert the entries of every index segment the manifest lists, in order
+/// (a later entry for the same fingerprint, copy and kind wins).
+fn load_segments(objects: &SealedStore, manifest: &Manifest, index: &mut Index) -> Result<()> {
+    for seg in &manifest.index_segments {
+        let name = ObjectRef::Object(seg.clone());
+        let bytes = objects.get(seg).map_err(|e| match e {
+            Error::MissingObject(_) => e.about(name.clone()),
+            e => e,
+        })?;
+        // The decoder names what it is given; the error names the key.
+        let entries = decode_segment(&bytes, &name.to_string()).map_err(|e| e.about(name))?;
+        for e in entries {
+            index.insert(e);
+        }
+    }
+    // On disk: the loaded entries become sorted runs before the first lookup.
+    index.flush();
+    Ok(())
+}
+
+/// Where an on-disk index keeps its private files while a repository is
+/// open: `$TESSERA_INDEX_DIR`, else `index/` in the user's cache directory
+/// (`$TESSERA_CACHE_DIR`, `$XDG_CACHE_HOME/tessera`, `~/.cache/tessera`),
+/// else the temporary directory.
+pub fn index_dir() -> std::path::PathBuf {
+    std::env::var_os("TESSERA_INDEX_DIR")
+        .filter(|d| !d.is_empty())
+        .map(std::path::PathBuf::from)
+        .or_else(|| cache_dir().map(|d| d.join("index")))
+        .unwrap_or_else(std::env::temp_dir)
+}
+
+/// The user's cache directory for Tessera's private, disposable state (the
+/// files cache, the on-disk index): `$TESSERA_CACHE_DIR`, else
+/// `$XDG_CACHE_HOME/tessera`, else `~/.cache/tessera`.
+pub fn cache_dir() -> Option<std::path::PathBuf> {
+    let env = |k| std::env::var_os(k).filter(|v| !v.is_empty());
+    if let Some(d) = env("TESSERA_CACHE_DIR") {
+        return Some(d.into());
+    }
+    if let Some(d) = env("XDG_CACHE_HOME") {
+        return Some(std::path::PathBuf::from(d).join("tessera"));
+    }
+    env("HOME").map(|h| std::path::PathBuf::from(h).join(".cache").join("tessera"))
+}
