@@ -98,7 +98,6 @@ impl std::str::FromStr for LayoutKind {
     }
 }
 
-
 /// What a backup was made from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -605,7 +604,10 @@ mod tests {
         let mut json: serde_json::Value = serde_json::to_value(&m).unwrap();
         json["har_sparse"] = serde_json::json!([2]);
         let m2: Manifest = serde_json::from_value(json).unwrap();
-        assert_eq!(m2.sections.get::<Sparse>().unwrap(), Some(Sparse(vec![ContainerId(2)])));
+        assert_eq!(
+            m2.sections.get::<Sparse>().unwrap(),
+            Some(Sparse(vec![ContainerId(2)]))
+        );
         assert_eq!(m2.backups, m.backups);
     }
 

@@ -32,10 +32,10 @@
 use crate::backend::ObjectKey;
 use crate::catalog::{BackupEntry, BackupId, Manifest};
 use crate::container::ChunkKind;
+use crate::context::Context;
 use crate::error::{Error, ObjectRef, Result};
 use crate::fingerprint::{Fingerprint, FpBuildHasher, FP_LEN};
 use crate::index::CopyNo;
-use crate::context::Context;
 use std::collections::BTreeSet;
 
 /// The part number of a backup's recipe chunks: the whole backup.

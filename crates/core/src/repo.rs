@@ -25,7 +25,9 @@ use crate::fgc::{RefGraph, RefGraphState};
 use crate::fingerprint::{Fingerprint, HashAlgo};
 use crate::gc::online::OnlineGc;
 use crate::gc::{GcOptions, GcPlan, GcReport, Marker};
-use crate::ingest::{ArrangeReport, BackupOptions, BackupReport, FilesCacheOptions, GroupInput, Ingest};
+use crate::ingest::{
+    ArrangeReport, BackupOptions, BackupReport, FilesCacheOptions, GroupInput, Ingest,
+};
 use crate::layout::mfdedup::forget::ForgetSpace;
 use crate::layout::mfdedup::{ChainStats, MfdedupLayout};
 use crate::layout::Layout;
@@ -550,7 +552,14 @@ impl Repository {
         opts: &RestoreOptions,
         progress: &mut dyn FnMut(u64),
     ) -> Result<RestoreReport> {
-        crate::restore::restore_to(&self.cx, self.layout.restorer(), backup, out, opts, progress)
+        crate::restore::restore_to(
+            &self.cx,
+            self.layout.restorer(),
+            backup,
+            out,
+            opts,
+            progress,
+        )
     }
 
     /// Restore a backup into a directory: a tree backup is extracted (unsafe
@@ -563,7 +572,14 @@ impl Repository {
         opts: &RestoreOptions,
         progress: &mut dyn FnMut(u64),
     ) -> Result<(RestoreReport, ExtractReport)> {
-        crate::restore::restore_into(&self.cx, self.layout.restorer(), backup, target, opts, progress)
+        crate::restore::restore_into(
+            &self.cx,
+            self.layout.restorer(),
+            backup,
+            target,
+            opts,
+            progress,
+        )
     }
 
     /// [`restore_into`](Self::restore_into) only the entries at or below
@@ -580,7 +596,9 @@ impl Repository {
         progress: &mut dyn FnMut(u64),
     ) -> Result<(RestoreReport, ExtractReport)> {
         let via = self.layout.restorer();
-        crate::restore::restore_into_selected(&self.cx, via, backup, target, opts, include, progress)
+        crate::restore::restore_into_selected(
+            &self.cx, via, backup, target, opts, include, progress,
+        )
     }
 
     /// Restore a backup's byte stream into `out`, writing damaged chunks as

@@ -23,9 +23,9 @@ pub use select::Selection;
 
 use crate::backend::Generation;
 use crate::container::ContainerId;
+use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::fgc::RefGraphState;
-use crate::context::Context;
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::fmt;

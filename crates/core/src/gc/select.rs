@@ -15,9 +15,9 @@ use super::mark::physical::Clock;
 use super::mark::{Live, Mark};
 use crate::catalog::ContainerEntry;
 use crate::container::{ChunkKind, ContainerId};
+use crate::context::Context;
 use crate::error::Result;
 use crate::fingerprint::FpSet;
-use crate::context::Context;
 use std::collections::{HashMap, HashSet};
 
 #[derive(Default, Debug)]
@@ -35,12 +35,7 @@ pub struct Selection {
     pub recipe_copy: Vec<ContainerId>,
 }
 
-pub fn select(
-    repo: &Context,
-    mark: &Mark,
-    threshold: f64,
-    clock: &mut Clock,
-) -> Result<Selection> {
+pub fn select(repo: &Context, mark: &Mark, threshold: f64, clock: &mut Clock) -> Result<Selection> {
     let mut s = Selection::default();
     let gs = deleted_references(repo);
     let mut containers: Vec<ContainerEntry> = repo.manifest.containers.clone();
@@ -122,12 +117,7 @@ fn deleted_references(repo: &Context) -> HashSet<ContainerId> {
 
 /// With a Bloom VC the live chunks of a container are counted from its
 /// metadata (read without its data, as the physical-GC paper's mark does).
-fn live_from_meta(
-    repo: &Context,
-    mark: &Mark,
-    id: ContainerId,
-    clock: &mut Clock,
-) -> Result<Live> {
+fn live_from_meta(repo: &Context, mark: &Mark, id: ContainerId, clock: &mut Clock) -> Result<Live> {
     let meta = clock.read_meta(repo, id)?;
     let mut live = Live::default();
     let mut seen = FpSet::default();

@@ -21,10 +21,10 @@ use super::select::Selection;
 use super::{GcOptions, GcStrategy};
 use crate::catalog::ContainerEntry;
 use crate::container::{ChunkKind, ChunkMeta, ContainerId, ContainerWriter, IdAllocator};
+use crate::context::Context;
 use crate::error::Result;
 use crate::fingerprint::{Fingerprint, FpMap, FpSet};
 use crate::index::{sort_entries, CopyNo, CopySet, IndexEntry};
-use crate::context::Context;
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 

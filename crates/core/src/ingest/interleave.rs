@@ -14,12 +14,12 @@
 
 use super::{report, Counts, Member, Sink};
 use crate::chunking::chunk_all;
+use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::index::DataCursor;
 use crate::ingest::{BackupOptions, BackupReport};
 use crate::recipe::RecipeBuilder;
-use crate::context::Context;
 use crate::rewrite::RewriteSpec;
 use std::time::Instant;
 

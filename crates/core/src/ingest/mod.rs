@@ -44,10 +44,10 @@
 
 use crate::catalog::{BackupEntry, ContainerEntry, Manifest, SourceKind};
 use crate::container::ChunkKind;
+use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::recipe::RecipeEntry;
-use crate::context::Context;
 use crate::rewrite::{RewriteSpec, Rewriter};
 use serde::Serialize;
 use std::io::{self, Read, Write};
@@ -442,8 +442,7 @@ impl Context {
             if hooks.writes_index_segment() {
                 self.write_segment(&mut next, &sink.new_entries)?;
             }
-            (graph_superseded, graph_after) =
-                crate::fgc::commit_backup(self, &mut next, corr)?;
+            (graph_superseded, graph_after) = crate::fgc::commit_backup(self, &mut next, corr)?;
             let mut entries = Vec::with_capacity(members.len());
             for m in members {
                 let (root, root_level) = m.root;

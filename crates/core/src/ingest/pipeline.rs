@@ -452,12 +452,7 @@ impl Ingest {
     pub(super) fn stop(
         mut self,
         flush: bool,
-    ) -> (
-        Sink,
-        RecipeBuilder,
-        Result<()>,
-        Option<(RecipeEntry, u8)>,
-    ) {
+    ) -> (Sink, RecipeBuilder, Result<()>, Option<(RecipeEntry, u8)>) {
         let flushed = if flush {
             if self.trace {
                 let mut closed = Ok(());

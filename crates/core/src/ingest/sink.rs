@@ -2,16 +2,16 @@
 //! layout's: MFDedup swaps in its NDF index for the backup), written into
 //! new containers, logged for undo.
 
+use super::writers::ContainerWriters;
 use super::Counts;
 use crate::catalog::ContainerEntry;
 use crate::container::{ChunkKind, ContainerId};
+use crate::context::Context;
 use crate::error::Result;
 use crate::fingerprint::Fingerprint;
 use crate::gc::online::{Ref, Resurrector};
 use crate::index::{CopyNo, DedupIndex, Index, IndexEntry};
-use super::writers::ContainerWriters;
 use crate::recipe::{RecipeBuilder, RecipeSink};
-use crate::context::Context;
 use crate::rewrite::Rewriter;
 
 /// Destination of a backup's chunks. While the backup runs it owns the
@@ -57,7 +57,11 @@ pub(crate) fn undo<I: DedupIndex>(index: &mut I, added: &[IndexEntry]) {
 impl Sink {
     /// The sink of a new backup (or group): takes the layout's index from
     /// the repository until `commit` gives it back.
-    pub(super) fn new(repo: &mut Context, hooks: &dyn super::BackupHooks, rw: Option<Rewriter>) -> Self {
+    pub(super) fn new(
+        repo: &mut Context,
+        hooks: &dyn super::BackupHooks,
+        rw: Option<Rewriter>,
+    ) -> Self {
         Sink {
             rewriting: rw.is_some(),
             index: std::mem::take(&mut repo.index),

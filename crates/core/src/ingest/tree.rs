@@ -14,9 +14,9 @@ use super::{BackupOptions, BackupReport};
 use crate::archive::meta::{Kind, MetaWriter, Record};
 use crate::archive::walk::{store, TreeOut};
 use crate::archive::{FileId, Scan, TreeStats};
+use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
-use crate::context::Context;
 use crate::rewrite::RewriteSpec;
 
 /// (path, identity, mark before its chunks, mark after) of a regular file stored.

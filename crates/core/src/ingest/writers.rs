@@ -45,7 +45,13 @@ impl ContainerWriters {
     /// Append a chunk to the open container of `kind` (the caller made room
     /// with [`seal_if_full`](Self::seal_if_full)); returns its location.
     #[inline]
-    pub fn append(&mut self, kind: ChunkKind, fp: Fingerprint, len: u32, bytes: &[u8]) -> ContainerId {
+    pub fn append(
+        &mut self,
+        kind: ChunkKind,
+        fp: Fingerprint,
+        len: u32,
+        bytes: &[u8],
+    ) -> ContainerId {
         self.kinds[kind].append(&mut self.ids, fp, len, bytes)
     }
     /// The open container of `kind`, if it holds a chunk.

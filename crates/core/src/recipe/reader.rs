@@ -12,10 +12,10 @@
 use super::{check_child, decode, RecipeChunk, RecipeWalker};
 use crate::cache::LruCache;
 use crate::container::{format::object_name, ChunkKind, ContainerId, ContainerStore};
+use crate::context::Context;
 use crate::error::{Error, ObjectRef, Result};
 use crate::fingerprint::{Fingerprint, Fingerprinter, FpMap};
 use crate::index::Index;
-use crate::context::Context;
 use std::sync::Arc;
 
 /// Loads, verifies and decodes recipe chunks (see the module comment).
@@ -218,6 +218,11 @@ impl Context {
     /// A [`RecipeReader`] over this repository keeping up to `containers`
     /// recipe containers.
     pub fn recipe_reader(&self, containers: usize) -> RecipeReader<'_> {
-        RecipeReader::new(&self.index, &self.store, self.fingerprinter().clone(), containers)
+        RecipeReader::new(
+            &self.index,
+            &self.store,
+            self.fingerprinter().clone(),
+            containers,
+        )
     }
 }

@@ -16,10 +16,10 @@
 use crate::archive::ExtractReport;
 use crate::catalog::{BackupEntry, BackupId, SourceKind};
 use crate::container::{format::object_name, ChunkMeta, Container, ContainerId};
+use crate::context::Context;
 use crate::error::{Error, IoContext, Result};
 use crate::metrics::{mb_per_s, read_amplification, speed_factor};
 use crate::recipe::RecipeEntry;
-use crate::context::Context;
 use serde::Serialize;
 use std::collections::HashMap;
 use std::io::Write;

@@ -14,9 +14,9 @@ use super::{CacheSpec, RestoreOptions};
 use crate::cache::{faa, Access, Lru, Opt, OPT_WINDOW};
 use crate::catalog::BackupEntry;
 use crate::container::{ChunkKind, ContainerId};
+use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::recipe::RecipeEntry;
-use crate::context::Context;
 use std::collections::{HashMap, VecDeque};
 use std::sync::mpsc::SyncSender;
 

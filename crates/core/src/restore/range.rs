@@ -18,10 +18,10 @@ use crate::archive::Listed;
 use crate::cache::LruCache;
 use crate::catalog::{BackupEntry, SourceKind};
 use crate::container::{ChunkKind, Container};
+use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::recipe::{check_child, reader::RecipeReader, RecipeChunk, RecipeEntry};
-use crate::context::Context;
 
 /// Data containers a [`BackupStream`] keeps (4 MiB each by default).
 const DATA_CACHE: usize = 4;
@@ -343,10 +343,7 @@ fn entries_of(records: &[Record]) -> Vec<StreamEntry> {
 
 /// A directory backup's metadata records and where its metadata starts;
 /// None for other backups and for directory backups stored as tar streams.
-pub(crate) fn tree_records(
-    repo: &Context,
-    b: &BackupEntry,
-) -> Result<Option<(Vec<Record>, u64)>> {
+pub(crate) fn tree_records(repo: &Context, b: &BackupEntry) -> Result<Option<(Vec<Record>, u64)>> {
     let (SourceKind::Tree, Some(content)) = (b.source, b.content_bytes) else {
         return Ok(None);
     };

@@ -1359,7 +1359,9 @@ fn focused_mark_judges_each_chunk_copy() {
     let r1 = letters(&mut repo, "ABCDEFGHIJKLM", smr);
     let r2 = letters(&mut repo, "ABCDEFGNOPKLM", smr);
     assert!(
-        tessera_core::fgc::RefGraphState::of(repo.manifest()).unwrap().is_none(),
+        tessera_core::fgc::RefGraphState::of(repo.manifest())
+            .unwrap()
+            .is_none(),
         "a rewriting backup drops the graph"
     );
     let r3 = letters(&mut repo, "ABCFGHIJOPQRS", smr);
@@ -1368,7 +1370,12 @@ fn focused_mark_judges_each_chunk_copy() {
     }
     repo.rebuild_refgraph(0).unwrap();
     let r4 = letters(&mut repo, "FGNOXYZ", RewriteSpec::None);
-    assert!(tessera_core::fgc::RefGraphState::of(repo.manifest()).unwrap().is_some(), "recorded");
+    assert!(
+        tessera_core::fgc::RefGraphState::of(repo.manifest())
+            .unwrap()
+            .is_some(),
+        "recorded"
+    );
     let reads = |repo: &Writer, id: BackupId, c: char| {
         let b = repo.manifest().backup(id).unwrap().clone();
         let homes = repo.chunk_homes(&b).unwrap();
@@ -1407,7 +1414,9 @@ fn focused_mark_judges_each_chunk_copy() {
     let repo = Repository::open(b).unwrap();
     let c = repo.check(&Default::default()).unwrap();
     assert!(c.ok(), "{:?}", c.problems);
-    assert!(tessera_core::fgc::RefGraphState::of(repo.manifest()).unwrap().is_some());
+    assert!(tessera_core::fgc::RefGraphState::of(repo.manifest())
+        .unwrap()
+        .is_some());
 }
 
 /// A stored chunk that PGC+'s copy phase made the home of two copies is
@@ -1512,7 +1521,9 @@ fn the_reference_graph_is_refused_on_the_mfdedup_layout() {
     );
     let data = bytes(7, 100_000);
     let id = backup(&mut repo, "m", &data).unwrap();
-    assert!(tessera_core::fgc::RefGraphState::of(repo.manifest()).unwrap().is_none());
+    assert!(tessera_core::fgc::RefGraphState::of(repo.manifest())
+        .unwrap()
+        .is_none());
     let e = repo.plan_gc(&focused()).err().unwrap().to_string();
     assert!(e.contains("mfdedup"), "{e}");
     assert_eq!(restore(&repo, id).unwrap(), data);
@@ -1558,7 +1569,10 @@ fn reference_graph_segments_are_sealed() {
         .iter()
         .map(|v| backup(&mut repo, "s", v).unwrap())
         .collect();
-    let segments = tessera_core::fgc::RefGraphState::of(repo.manifest()).unwrap().unwrap().segments;
+    let segments = tessera_core::fgc::RefGraphState::of(repo.manifest())
+        .unwrap()
+        .unwrap()
+        .segments;
     assert!(segments.len() > 1, "one segment per backup");
     for key in &segments {
         let raw = b.get(key).unwrap();
@@ -1819,7 +1833,12 @@ fn assert_graph_serves_every_deletion(b: &Arc<dyn ObjectStore>) {
     for id in ids {
         let copy = copy_repository(b);
         let mut w = Repository::open_writer(copy, "t").unwrap();
-        assert!(tessera_core::fgc::RefGraphState::of(w.manifest()).unwrap().is_some(), "the graph was dropped");
+        assert!(
+            tessera_core::fgc::RefGraphState::of(w.manifest())
+                .unwrap()
+                .is_some(),
+            "the graph was dropped"
+        );
         w.forget(&[id]).unwrap();
         let stats = assert_focused_agrees(&w);
         assert!(!stats.rebuilt, "backup {id}: graph rebuilt");
@@ -1893,7 +1912,12 @@ fn merged_publishes_keep_a_reference_graph_the_focused_mark_can_trust() {
     drop((a, wb));
     {
         let r = Repository::open(b.clone()).unwrap();
-        assert!(tessera_core::fgc::RefGraphState::of(r.manifest()).unwrap().is_some(), "the GC's merge keeps it");
+        assert!(
+            tessera_core::fgc::RefGraphState::of(r.manifest())
+                .unwrap()
+                .is_some(),
+            "the GC's merge keeps it"
+        );
         for (id, data) in &model {
             assert_eq!(&restore(&r, *id).unwrap(), data, "backup {id}");
         }

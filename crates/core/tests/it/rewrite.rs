@@ -182,11 +182,21 @@ fn har_history_survives_reopen() {
         // Uses only F G of II (2/5 < 0.5): II becomes sparse.
         let r2 = backup_letters(&mut repo, "ABCDEFGNOPKLM", har);
         assert_eq!(r2.rewritten_chunks, 0);
-        assert_eq!(tessera_core::rewrite::SparseHistory::of(repo.manifest()).unwrap().0, vec![ii]);
+        assert_eq!(
+            tessera_core::rewrite::SparseHistory::of(repo.manifest())
+                .unwrap()
+                .0,
+            vec![ii]
+        );
         repo.close().unwrap();
     }
     let mut repo = Repository::open_writer(b, "test").unwrap();
-    assert_eq!(tessera_core::rewrite::SparseHistory::of(repo.manifest()).unwrap().0, vec![ii]);
+    assert_eq!(
+        tessera_core::rewrite::SparseHistory::of(repo.manifest())
+            .unwrap()
+            .0,
+        vec![ii]
+    );
     // With the default cap (5 % of the referenced bytes) the same history
     // is trimmed away: II holds 2 of the backup's 13 chunks.
     {
@@ -195,7 +205,10 @@ fn har_history_survives_reopen() {
         let capped = RewriteSpec::parse("har").unwrap();
         backup_letters(&mut r, "ABCDEFGHIJKLM", capped);
         backup_letters(&mut r, "ABCDEFGNOPKLM", capped);
-        assert!(tessera_core::rewrite::SparseHistory::of(r.manifest()).unwrap().0.is_empty());
+        assert!(tessera_core::rewrite::SparseHistory::of(r.manifest())
+            .unwrap()
+            .0
+            .is_empty());
     }
     // The next HAR backup rewrites every duplicate held only in II.
     let r3 = backup_letters(&mut repo, "ABCFGHIJOPQRS", har);
@@ -204,9 +217,16 @@ fn har_history_survives_reopen() {
         assert_ne!(reads(&repo, r3.backup.id, c), ii);
     }
     // A non-HAR backup leaves the history alone; HAR ignores dead ids.
-    let before = tessera_core::rewrite::SparseHistory::of(repo.manifest()).unwrap().0;
+    let before = tessera_core::rewrite::SparseHistory::of(repo.manifest())
+        .unwrap()
+        .0;
     backup_letters(&mut repo, "ABC", RewriteSpec::None);
-    assert_eq!(tessera_core::rewrite::SparseHistory::of(repo.manifest()).unwrap().0, before);
+    assert_eq!(
+        tessera_core::rewrite::SparseHistory::of(repo.manifest())
+            .unwrap()
+            .0,
+        before
+    );
 }
 
 /// Next version: an overwrite, an insertion, a deletion and a moved block,

@@ -550,7 +550,12 @@ fn s3_online_gc_through_the_metadata_cache() {
     for name in ["a", "b"] {
         let (_, c) = open(name);
         let r = Repository::open(c).unwrap();
-        assert!(tessera_core::fgc::RefGraphState::of(r.manifest()).unwrap().is_some(), "graph merged, not dropped");
+        assert!(
+            tessera_core::fgc::RefGraphState::of(r.manifest())
+                .unwrap()
+                .is_some(),
+            "graph merged, not dropped"
+        );
         assert_eq!(restore(&r, kept_id).unwrap(), kept);
         assert_eq!(restore(&r, again).unwrap(), old);
         assert!(r.manifest().backup(gone).is_none());

@@ -6,11 +6,11 @@ pub mod plan;
 pub mod preprocess;
 
 use crate::container::ContainerId;
+use crate::context::Context;
 use crate::error::Result;
 use crate::fingerprint::Fingerprint;
 use crate::gc::mark::Mark;
 use crate::index::{CopyNo, CopySet};
-use crate::context::Context;
 
 /// The ownership tree of one cached segment: its involved backups (from
 /// the mark's RRT), newest first, checked against their ownership filters.

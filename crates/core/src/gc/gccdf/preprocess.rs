@@ -4,12 +4,12 @@
 
 use crate::catalog::BackupId;
 use crate::container::{ChunkKind, ChunkMeta, ContainerId};
+use crate::context::Context;
 use crate::error::Result;
 use crate::fingerprint::Fingerprint;
 use crate::gc::mark::Mark;
 use crate::gc::sweep::take_live_copies;
 use crate::index::{CopyNo, CopySet};
-use crate::context::Context;
 use std::time::Instant;
 
 /// The valid chunks of one segment, in their old order. Data mode copies the

@@ -28,11 +28,11 @@
 use super::{FpFilter, Live, Mark, Marker, VcSpec};
 use crate::catalog::{BackupEntry, BackupId};
 use crate::container::{ChunkKind, ContainerId};
+use crate::context::Context;
 use crate::error::Result;
+use crate::fgc::{walk_backup, CopyMap, RefGraph, VFile, WHOLE};
 use crate::fingerprint::{Fingerprint, FpSet};
 use crate::index::CopyNo;
-use crate::fgc::{walk_backup, CopyMap, RefGraph, VFile, WHOLE};
-use crate::context::Context;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 #[derive(Clone, Copy, Debug, Default, PartialEq)]

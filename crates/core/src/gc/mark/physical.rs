@@ -37,13 +37,13 @@ use crate::cache::LruCache;
 use crate::catalog::{BackupEntry, BackupId};
 use crate::container::format::{object_name, HEADER_LEN};
 use crate::container::{ChunkKind, ChunkMeta, ContainerId};
+use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FpMap};
 use crate::gc::bloom::Bloom;
 use crate::gc::PhaseReport;
 use crate::metrics::MetricsSnapshot;
 use crate::recipe::{self, MAX_LEVEL};
-use crate::context::Context;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Instant;
 
@@ -174,11 +174,7 @@ impl Clock {
 
     /// A container's metadata (header and chunk list, without its data),
     /// counted as this phase's metadata read.
-    pub(crate) fn read_meta(
-        &mut self,
-        repo: &Context,
-        id: ContainerId,
-    ) -> Result<Vec<ChunkMeta>> {
+    pub(crate) fn read_meta(&mut self, repo: &Context, id: ContainerId) -> Result<Vec<ChunkMeta>> {
         let (h, meta) = repo.store.read_meta(id)?;
         self.metadata_reads += 1;
         self.metadata_bytes += HEADER_LEN as u64 + h.meta_len;
@@ -345,7 +341,10 @@ impl Levels<'_> {
     /// A reference to recipe chunk `fp` at `level` (from a parent, or the
     /// catalog for a root). Walks it unless already walked.
     fn refer(&mut self, fp: &Fingerprint, size: u64, level: usize) {
-        let (Some(c), Some(s)) = (self.repo.locate_copy(ChunkKind::Recipe, fp, 0), self.lp.slot(fp)) else {
+        let (Some(c), Some(s)) = (
+            self.repo.locate_copy(ChunkKind::Recipe, fp, 0),
+            self.lp.slot(fp),
+        ) else {
             self.missing[level].push(*fp);
             return;
         };

@@ -13,9 +13,9 @@ use super::volume::{put_header, CategoryWriter, Volume};
 use super::MfState;
 use crate::backend::ObjectKey;
 use crate::container::IdAllocator;
+use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::fingerprint::FpSet;
-use crate::context::Context;
 use std::collections::HashSet;
 use std::time::Instant;
 

@@ -18,9 +18,9 @@ use super::{avar, MfState};
 use crate::backend::ObjectKey;
 use crate::catalog::{BackupEntry, BackupId, Manifest};
 use crate::container::ContainerId;
+use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::fingerprint::FpSet;
-use crate::context::Context;
 use serde::Serialize;
 use std::collections::HashSet;
 

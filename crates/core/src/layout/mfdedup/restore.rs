@@ -11,10 +11,10 @@
 
 use super::Run;
 use crate::catalog::BackupEntry;
+use crate::context::Context;
 use crate::error::{Error, IoContext, Result};
 use crate::fingerprint::FpMap;
 use crate::metrics::{mb_per_s, read_amplification, speed_factor};
-use crate::context::Context;
 use crate::restore::{RestoreOptions, RestoreReport};
 use serde::Serialize;
 use std::collections::HashSet;
@@ -56,10 +56,9 @@ fn run(
 ) -> Result<Restored> {
     let bid = backup.id;
     let state = super::MfState::of(&repo.manifest)?;
-    let (chain, k) =
-        state.version_of(bid).ok_or_else(|| {
-            Error::corrupt("manifest", format!("backup {bid} belongs to no chain"))
-        })?;
+    let (chain, k) = state
+        .version_of(bid)
+        .ok_or_else(|| Error::corrupt("manifest", format!("backup {bid} belongs to no chain")))?;
     let mut table: FpMap<(u32, Vec<u64>)> = FpMap::default();
     let (mut offset, mut chunks) = (0u64, 0u64);
     {
