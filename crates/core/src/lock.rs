@@ -811,6 +811,32 @@ pub fn current_host() -> String {
     gethostname::gethostname().to_string_lossy().into_owned()
 }
 
+/// Wait (up to `limit`) until the readers holding a lock now are gone,
+/// before containers they may read are deleted; false if some remain.
+pub(crate) fn wait_for_readers(store: &dyn ObjectStore, limit: Duration) -> Result<bool> {
+    let waiting: std::collections::HashSet<String> = shared_holders(store)?
+        .into_iter()
+        .filter(|(_, i)| i.reader)
+        .map(|(t, _)| t)
+        .collect();
+    if waiting.is_empty() {
+        return Ok(true);
+    }
+    let started = std::time::Instant::now();
+    loop {
+        let still = shared_holders(store)?
+            .into_iter()
+            .any(|(t, _)| waiting.contains(&t));
+        if !still {
+            return Ok(true);
+        }
+        if started.elapsed() >= limit {
+            return Ok(false);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -572,14 +572,7 @@ impl Repository {
         opts: &RestoreOptions,
         progress: &mut dyn FnMut(u64),
     ) -> Result<(RestoreReport, ExtractReport)> {
-        crate::restore::restore_into(
-            &self.cx,
-            self.layout.restorer(),
-            backup,
-            target,
-            opts,
-            progress,
-        )
+        self.restore_into_selected(backup, target, opts, &[], progress)
     }
 
     /// [`restore_into`](Self::restore_into) only the entries at or below
@@ -596,8 +589,9 @@ impl Repository {
         progress: &mut dyn FnMut(u64),
     ) -> Result<(RestoreReport, ExtractReport)> {
         let via = self.layout.restorer();
+        let explain = |e| crate::salvage::explain_damage(&self.cx, backup, e);
         crate::restore::restore_into_selected(
-            &self.cx, via, backup, target, opts, include, progress,
+            &self.cx, via, &explain, backup, target, opts, include, progress,
         )
     }
 

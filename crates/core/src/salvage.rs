@@ -248,22 +248,6 @@ impl Context {
         Some((object, h, metas))
     }
 
-    /// Add to a restore's damage error the files of the directory backup
-    /// that are damaged, and how to restore the rest.
-    pub(crate) fn explain_damage(&self, b: &BackupEntry, e: Error) -> Error {
-        let damaged = match TolerantStream::new(self, b) {
-            Ok(mut s) => {
-                let _ = std::io::copy(&mut s, &mut std::io::sink());
-                s.damaged().to_vec()
-            }
-            Err(_) => return e,
-        };
-        if damaged.is_empty() {
-            return e;
-        }
-        e.with_damaged_files(self.damaged_files(b, &damaged))
-    }
-
     /// Paths of a directory backup whose bytes fall in `ranges`.
     pub(crate) fn damaged_files(&self, b: &BackupEntry, ranges: &[(u64, u64)]) -> Vec<String> {
         if b.content_bytes.is_some() {
@@ -355,4 +339,23 @@ pub(crate) fn restore_damaged_into(
     )?;
     let rep = restored?;
     Ok((rep, extracted?))
+}
+
+/// Add to a restore's damage error (corrupt or missing objects) the files
+/// of the backup that are damaged, and how to restore the rest.
+pub(crate) fn explain_damage(repo: &Context, b: &BackupEntry, e: Error) -> Error {
+    if !matches!(e, Error::Corrupt { .. } | Error::MissingObject(_)) {
+        return e;
+    }
+    let damaged = match TolerantStream::new(repo, b) {
+        Ok(mut s) => {
+            let _ = std::io::copy(&mut s, &mut std::io::sink());
+            s.damaged().to_vec()
+        }
+        Err(_) => return e,
+    };
+    if damaged.is_empty() {
+        return e;
+    }
+    e.with_damaged_files(repo.damaged_files(b, &damaged))
 }

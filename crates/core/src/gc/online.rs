@@ -659,32 +659,6 @@ pub(crate) fn remove_records(objects: &SealedStore, records: &[ObjectKey]) -> Re
     Ok(())
 }
 
-/// Wait (up to `limit`) until the readers holding a lock now are gone,
-/// before containers they may read are deleted; false if some remain.
-pub(crate) fn wait_for_readers(objects: &SealedStore, limit: std::time::Duration) -> Result<bool> {
-    let waiting: HashSet<String> = crate::lock::shared_holders(&**objects.store())?
-        .into_iter()
-        .filter(|(_, i)| i.reader)
-        .map(|(t, _)| t)
-        .collect();
-    if waiting.is_empty() {
-        return Ok(true);
-    }
-    let started = std::time::Instant::now();
-    loop {
-        let still = crate::lock::shared_holders(&**objects.store())?
-            .into_iter()
-            .any(|(t, _)| waiting.contains(&t));
-        if !still {
-            return Ok(true);
-        }
-        if started.elapsed() >= limit {
-            return Ok(false);
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-}
-
 /// A GC run between its steps ([`Writer::gc_begin`], [`Writer::gc_cutoff`],
 /// [`Writer::gc_finish`]): what [`Writer::gc`] does in one go, in steps so
 /// that tests can run backups in between.

@@ -11,8 +11,8 @@
 //! walking the containers newest to oldest with a small dead vector.
 
 use super::bloom::Bloom;
-use super::mark::physical::Clock;
 use super::mark::{Live, Mark};
+use super::phase::PhaseClock;
 use crate::catalog::ContainerEntry;
 use crate::container::{ChunkKind, ContainerId};
 use crate::context::Context;
@@ -35,7 +35,12 @@ pub struct Selection {
     pub recipe_copy: Vec<ContainerId>,
 }
 
-pub fn select(repo: &Context, mark: &Mark, threshold: f64, clock: &mut Clock) -> Result<Selection> {
+pub fn select(
+    repo: &Context,
+    mark: &Mark,
+    threshold: f64,
+    clock: &mut PhaseClock,
+) -> Result<Selection> {
     let mut s = Selection::default();
     let gs = deleted_references(repo);
     let mut containers: Vec<ContainerEntry> = repo.manifest.containers.clone();
@@ -117,7 +122,12 @@ fn deleted_references(repo: &Context) -> HashSet<ContainerId> {
 
 /// With a Bloom VC the live chunks of a container are counted from its
 /// metadata (read without its data, as the physical-GC paper's mark does).
-fn live_from_meta(repo: &Context, mark: &Mark, id: ContainerId, clock: &mut Clock) -> Result<Live> {
+fn live_from_meta(
+    repo: &Context,
+    mark: &Mark,
+    id: ContainerId,
+    clock: &mut PhaseClock,
+) -> Result<Live> {
     let meta = clock.read_meta(repo, id)?;
     let mut live = Live::default();
     let mut seen = FpSet::default();
@@ -143,7 +153,7 @@ fn unique_liveness(
     mark: &Mark,
     dup: &HashMap<ContainerId, u32>,
     containers: &[ContainerEntry],
-    clock: &mut Clock,
+    clock: &mut PhaseClock,
 ) -> Result<HashMap<ContainerId, Live>> {
     let data: Vec<&ContainerEntry> = containers
         .iter()

@@ -179,30 +179,6 @@ pub struct SweepStats {
     pub read_throttle: Throttle,
 }
 
-/// The live copies of chunk `fp` that the index places in container `id`
-/// and that are not moved yet, into `out` (cleared first). Recipe chunks
-/// have copy 0 alone.
-pub fn take_live_copies(
-    repo: &Context,
-    mark: &Mark,
-    kind: ChunkKind,
-    fp: &Fingerprint,
-    id: ContainerId,
-    placed: &mut CopySet,
-    out: &mut Vec<CopyNo>,
-) {
-    match kind {
-        ChunkKind::Data => mark.live_copies_in(&repo.index, fp, id, out),
-        ChunkKind::Recipe => {
-            out.clear();
-            if mark.valid_recipe.contains(fp) && repo.index.get(kind, fp) == Some(id) {
-                out.push(0);
-            }
-        }
-    }
-    out.retain(|&n| placed.insert(*fp, n));
-}
-
 /// Naive copy-forward of the live copies in `ids`, in their old order.
 /// `placed` makes each copy move once.
 pub fn copy_forward(
@@ -222,7 +198,7 @@ pub fn copy_forward(
         stats.read_throttle.consume(c.header.logical_len);
         let mut cached = 0;
         for m in &c.meta {
-            take_live_copies(repo, mark, kind, &m.fp, id, placed, &mut copies);
+            mark.take_live_copies(&repo.index, kind, &m.fp, id, placed, &mut copies);
             if !copies.is_empty() {
                 packer.push_stored(m, &copies, c.stored(m))?;
                 cached += m.len as u64;
@@ -586,7 +562,7 @@ pub fn commit(
     let published = crate::publish::publish(repo, next, &superseded).and_then(|()| {
         // Readers of older generations (restore, ls, check in other
         // processes) may still read the reclaimed containers.
-        if super::online::wait_for_readers(&repo.objects, super::READER_WAIT)? {
+        if crate::lock::wait_for_readers(&**repo.objects.store(), super::READER_WAIT)? {
             for id in &gone {
                 repo.objects
                     .delete(&crate::backend::ObjectKey::Container(*id))?;

@@ -20,7 +20,6 @@ use crate::context::Context;
 use crate::error::{Error, IoContext, Result};
 use crate::metrics::{mb_per_s, read_amplification, speed_factor};
 use crate::recipe::RecipeEntry;
-use serde::Serialize;
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
@@ -28,6 +27,7 @@ use std::sync::mpsc::sync_channel;
 use std::time::Instant;
 
 mod loader;
+mod options;
 mod pipe;
 mod plan;
 pub mod range;
@@ -36,7 +36,9 @@ pub mod range;
 /// paths stay for callers that name them through restore.
 pub use crate::cache::{self, CacheSpec, LruCache};
 use loader::{receive, Buffers, Loaders};
+pub use options::{MfdedupReads, Pipeline, RestoreOptions, RestoreReport, Restorer};
 use plan::{Op, Planner};
+use range::{file_name, single_file_listing};
 pub use range::{BackupStream, StreamEntry};
 
 /// Threads reading and opening (decrypting, decompressing) containers
@@ -47,34 +49,6 @@ const EXTRA_LOADERS: usize = 2;
 /// Loaded containers that may wait for the assembler beyond the cache
 /// itself: the read-ahead depth, and its memory (8 × 4 MiB by default).
 const READ_AHEAD: usize = 8;
-
-/// Restore parameters.
-#[derive(Clone, Debug, Default)]
-pub struct RestoreOptions {
-    /// How data containers are cached while the recipe is walked.
-    pub cache: CacheSpec,
-}
-
-/// What a restore did.
-#[derive(Clone, Debug, Serialize)]
-pub struct RestoreReport {
-    pub backup_id: BackupId,
-    pub restored_bytes: u64,
-    pub chunks: u64,
-    pub data_containers_read: u64,
-    pub data_container_bytes_read: u64,
-    pub recipe_containers_read: u64,
-    pub read_amplification: f64,
-    pub speed_factor: f64,
-    pub cache_containers: usize,
-    /// The cache policy used.
-    pub cache: CacheSpec,
-    pub seconds: f64,
-    pub throughput_mb_s: f64,
-    /// MFDedup layout: categories, volumes and sequential runs read.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub mfdedup: Option<crate::layout::mfdedup::restore::MfdedupReads>,
-}
 
 /// Where `e` is in container `c`, checked against the recipe.
 fn chunk_meta(c: &Container, e: &RecipeEntry, bid: BackupId, offset: u64) -> Result<ChunkMeta> {
@@ -241,45 +215,6 @@ impl Context {
         })
     }
 }
-/// How a layout restores a backup that it does not read through the
-/// container pipeline (MFDedup reads whole categories, out of order, by
-/// positional writes). Given by the layout chosen when the repository
-/// opened (`layout::Layout::restorer`); `None` answers take the pipeline.
-pub trait Restorer: Sync {
-    /// Restore `backup`'s stream into `out`, if this layout does it itself.
-    fn restore_to(
-        &self,
-        _cx: &Context,
-        _backup: &BackupEntry,
-        _out: &mut dyn Write,
-        _opts: &RestoreOptions,
-        _progress: &mut dyn FnMut(u64),
-    ) -> Option<Result<RestoreReport>> {
-        None
-    }
-    /// Whether this layout restores file and stream backups into their
-    /// file by positional writes ([`restore_to_file`](Self::restore_to_file)).
-    fn writes_in_place(&self) -> bool {
-        false
-    }
-    /// Restore a file or stream backup into `file` by positional writes
-    /// (asked only when [`writes_in_place`](Self::writes_in_place)).
-    fn restore_to_file(
-        &self,
-        _cx: &Context,
-        _backup: &BackupEntry,
-        _file: &std::fs::File,
-        _opts: &RestoreOptions,
-        _progress: &mut dyn FnMut(u64),
-    ) -> Result<RestoreReport> {
-        Err(Error::invalid("this layout restores no file in place"))
-    }
-}
-
-/// The container pipeline for every backup.
-pub struct Pipeline;
-impl Restorer for Pipeline {}
-
 /// [`Repository::restore_to`](crate::Repository::restore_to).
 pub(crate) fn restore_to(
     repo: &Context,
@@ -336,22 +271,14 @@ pub(crate) fn restore_to(
     })
 }
 
-/// [`Repository::restore_into`](crate::Repository::restore_into).
-pub(crate) fn restore_into(
-    repo: &Context,
-    via: &dyn Restorer,
-    backup: &BackupEntry,
-    target: &Path,
-    opts: &RestoreOptions,
-    progress: &mut dyn FnMut(u64),
-) -> Result<(RestoreReport, ExtractReport)> {
-    restore_into_selected(repo, via, backup, target, opts, &[], progress)
-}
-
 /// [`Repository::restore_into_selected`](crate::Repository::restore_into_selected).
+/// `explain` adds to a damage error what is damaged (the face passes
+/// salvage's tolerant reading).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn restore_into_selected(
     repo: &Context,
     via: &dyn Restorer,
+    explain: &dyn Fn(Error) -> Error,
     backup: &BackupEntry,
     target: &Path,
     opts: &RestoreOptions,
@@ -394,9 +321,7 @@ pub(crate) fn restore_into_selected(
     match restored {
         // Damage explains the truncated stream the extractor saw; name
         // the files it touches.
-        Err(e @ (Error::Corrupt { .. } | Error::MissingObject(_))) => {
-            Err(repo.explain_damage(backup, e))
-        }
+        Err(e @ (Error::Corrupt { .. } | Error::MissingObject(_))) => Err(explain(e)),
         // Otherwise an extraction error explains a broken pipe better
         // than the pipe error.
         restored => {
@@ -458,26 +383,6 @@ pub(crate) fn list_entries(
             })
         }
     }
-}
-
-/// The one entry of a file or stream backup.
-pub(crate) fn single_file_listing(backup: &BackupEntry) -> crate::archive::Listed {
-    crate::archive::Listed {
-        path: file_name(backup).to_string_lossy().into_owned(),
-        kind: "file",
-        size: backup.logical_bytes,
-        mode: 0o644,
-        mtime: backup.time,
-        link: None,
-    }
-}
-
-/// The file a file or stream backup restores to: its source's name.
-fn file_name(backup: &BackupEntry) -> std::ffi::OsString {
-    Path::new(&backup.name)
-        .file_name()
-        .map(|s| s.to_os_string())
-        .unwrap_or_else(|| format!("backup-{}", backup.id).into())
 }
 
 /// Restore into a directory: `produce` writes the backup's byte stream.

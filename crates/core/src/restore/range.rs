@@ -11,6 +11,7 @@
 //! recipe chunks.
 
 use std::collections::{HashMap, VecDeque};
+use std::path::Path;
 use std::sync::Arc;
 
 use crate::archive::meta::{self, Kind, Record};
@@ -154,7 +155,7 @@ impl<'r> BackupStream<'r> {
                 Ok(out)
             }
             _ => {
-                let listed = super::single_file_listing(&b);
+                let listed = single_file_listing(&b);
                 Ok(vec![StreamEntry {
                     listed,
                     content: Some((0, b.logical_bytes)),
@@ -349,4 +350,24 @@ pub(crate) fn tree_records(repo: &Context, b: &BackupEntry) -> Result<Option<(Ve
     };
     let records = BackupStream::open(repo, b)?.records(content)?;
     Ok(Some((records, content)))
+}
+
+/// The one entry of a file or stream backup.
+pub(crate) fn single_file_listing(backup: &BackupEntry) -> crate::archive::Listed {
+    crate::archive::Listed {
+        path: file_name(backup).to_string_lossy().into_owned(),
+        kind: "file",
+        size: backup.logical_bytes,
+        mode: 0o644,
+        mtime: backup.time,
+        link: None,
+    }
+}
+
+/// The file a file or stream backup restores to: its source's name.
+pub(crate) fn file_name(backup: &BackupEntry) -> std::ffi::OsString {
+    Path::new(&backup.name)
+        .file_name()
+        .map(|s| s.to_os_string())
+        .unwrap_or_else(|| format!("backup-{}", backup.id).into())
 }

@@ -8,7 +8,6 @@ use crate::context::Context;
 use crate::error::Result;
 use crate::fingerprint::Fingerprint;
 use crate::gc::mark::Mark;
-use crate::gc::sweep::take_live_copies;
 use crate::index::{CopyNo, CopySet};
 use std::time::Instant;
 
@@ -62,7 +61,7 @@ pub fn load_segment(
         let c = repo.store.read_stored(id)?;
         secs += t.elapsed().as_secs_f64();
         for m in &c.meta {
-            take_live_copies(repo, mark, ChunkKind::Data, &m.fp, id, placed, &mut copies);
+            mark.take_live_copies(&repo.index, ChunkKind::Data, &m.fp, id, placed, &mut copies);
             if !copies.is_empty() {
                 cache.copies.push(std::mem::take(&mut copies));
                 let b = c.stored(m);

@@ -25,7 +25,7 @@
 //! The per-container live counts come from the catalog minus the dead
 //! stored chunks, so only the deleted and correlative recipes are read.
 
-use super::{FpFilter, Live, Mark, Marker, VcSpec};
+use super::liveness::{FocusStats, FpFilter, Live, Mark, Marker, VcSpec};
 use crate::catalog::{BackupEntry, BackupId};
 use crate::container::{ChunkKind, ContainerId};
 use crate::context::Context;
@@ -46,25 +46,6 @@ pub struct FocusedMark {
     /// RRT and per-backup filters) for the containers holding dead chunks;
     /// see [`ownership`].
     pub owners_fp_rate: Option<f64>,
-}
-
-/// What a focused mark found, beyond the [`Mark`] (for reports and tests).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct FocusStats {
-    pub deleted_backups: usize,
-    /// Correlative virtual files walked, and the backups they belong to.
-    pub correlative_vfiles: usize,
-    pub correlative_backups: usize,
-    /// Retained backups not walked.
-    pub skipped_backups: usize,
-    /// Whether the graph had to be rebuilt from every recipe first.
-    pub rebuilt: bool,
-    pub dead_data_chunks: u64,
-    pub dead_recipe_chunks: u64,
-    /// GCCDF: virtual files walked for ownership beyond the correlative
-    /// ones, and the backups they belong to (see [`ownership`]).
-    pub owner_vfiles: usize,
-    pub owner_backups: usize,
 }
 
 impl Marker for FocusedMark {

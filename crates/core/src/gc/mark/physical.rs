@@ -35,17 +35,15 @@
 use super::{FpFilter, Mark, Marker, Phv, VcSpec};
 use crate::cache::LruCache;
 use crate::catalog::{BackupEntry, BackupId};
-use crate::container::format::{object_name, HEADER_LEN};
-use crate::container::{ChunkKind, ChunkMeta, ContainerId};
+use crate::container::format::object_name;
+use crate::container::{ChunkKind, ContainerId};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FpMap};
 use crate::gc::bloom::Bloom;
-use crate::gc::PhaseReport;
-use crate::metrics::MetricsSnapshot;
+use crate::gc::phase::PhaseClock;
 use crate::recipe::{self, MAX_LEVEL};
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::time::Instant;
 
 /// Recipe containers kept between levels (the logical mark keeps as many).
 const RECIPE_CACHE: usize = 16;
@@ -152,56 +150,13 @@ impl LpVector {
     }
 }
 
-/// Times one phase and counts what it read.
-pub struct Clock {
-    phase: String,
-    started: Instant,
-    io: MetricsSnapshot,
-    pub(crate) metadata_reads: u64,
-    pub(crate) metadata_bytes: u64,
-}
-
-impl Clock {
-    pub(crate) fn start(repo: &Context, phase: impl Into<String>) -> Self {
-        Clock {
-            phase: phase.into(),
-            started: Instant::now(),
-            io: repo.metrics.snapshot(),
-            metadata_reads: 0,
-            metadata_bytes: 0,
-        }
-    }
-
-    /// A container's metadata (header and chunk list, without its data),
-    /// counted as this phase's metadata read.
-    pub(crate) fn read_meta(&mut self, repo: &Context, id: ContainerId) -> Result<Vec<ChunkMeta>> {
-        let (h, meta) = repo.store.read_meta(id)?;
-        self.metadata_reads += 1;
-        self.metadata_bytes += HEADER_LEN as u64 + h.meta_len;
-        Ok(meta)
-    }
-
-    pub(crate) fn stop(self, repo: &Context, memory_bytes: usize) -> PhaseReport {
-        let io = repo.metrics.snapshot().since(&self.io);
-        PhaseReport {
-            phase: self.phase,
-            seconds: self.started.elapsed().as_secs_f64(),
-            bytes_read: io.recipe_container_bytes_read + io.data_container_bytes_read,
-            containers_read: io.recipe_containers_read + io.data_containers_read,
-            metadata_reads: self.metadata_reads,
-            metadata_bytes: self.metadata_bytes,
-            memory_bytes: memory_bytes as u64,
-        }
-    }
-}
-
 impl Marker for PhysicalMark {
     fn mark(&self, repo: &Context) -> Result<Mark> {
         let mut backups: Vec<BackupEntry> = repo.manifest.backups.clone();
         backups.sort_by_key(|b| b.id);
 
         // 1'. Analysis: the perfect hashes (and PGC+'s duplicate counter).
-        let clock = Clock::start(repo, "analysis");
+        let clock = PhaseClock::start(repo, "analysis");
         let lp_keys: Vec<Fingerprint> = repo
             .index
             .entries()
@@ -220,7 +175,7 @@ impl Marker for PhysicalMark {
 
         let mut m = match budget {
             None => {
-                let clock = Clock::start(repo, "analysis: live vector");
+                let clock = PhaseClock::start(repo, "analysis: live vector");
                 let mut m = Mark::new(live_vector(repo, spec, &|_| true));
                 phases.push(clock.stop(repo, m.valid.memory_bytes()));
                 if spec == VcSpec::Phv && !self.plus {
@@ -245,7 +200,7 @@ impl Marker for PhysicalMark {
                 .enumerate(repo, &backups, &mut lp, &mut pre, &admit, "pre-")
                 .map(|()| pre)?;
                 phases.extend(pre.phases.iter().cloned());
-                let mut clock = Clock::start(repo, "pre-select");
+                let mut clock = PhaseClock::start(repo, "pre-select");
                 let (candidates, cand) =
                     self.candidates(repo, &pre, spec, limit, rate, &mut clock)?;
                 phases.push(clock.stop(repo, pre.valid.memory_bytes()));
@@ -467,7 +422,7 @@ impl PhysicalMark {
             if lv.frontier[k].is_empty() && lv.missing[k].is_empty() {
                 continue;
             }
-            let clock = Clock::start(repo, format!("{prefix}enumeration L{k}"));
+            let clock = PhaseClock::start(repo, format!("{prefix}enumeration L{k}"));
             let ids: Vec<ContainerId> = std::mem::take(&mut lv.frontier[k]).into_iter().collect();
             for &id in &ids {
                 let c = match cache.get(id, |id| repo.store.read(id)) {
@@ -604,7 +559,7 @@ impl PhysicalMark {
         spec: VcSpec,
         limit: u64,
         rate: f64,
-        clock: &mut Clock,
+        clock: &mut PhaseClock,
     ) -> Result<(HashSet<ContainerId>, Bloom)> {
         let mut ranked = Vec::new();
         let mut containers: Vec<_> = repo

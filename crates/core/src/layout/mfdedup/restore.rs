@@ -16,26 +16,13 @@ use crate::error::{Error, IoContext, Result};
 use crate::fingerprint::FpMap;
 use crate::metrics::{mb_per_s, read_amplification, speed_factor};
 use crate::restore::{RestoreOptions, RestoreReport};
-use serde::Serialize;
 use std::collections::HashSet;
 use std::fs::File;
 use std::io::{Seek, Write};
 use std::os::unix::fs::FileExt;
 use std::time::Instant;
 
-/// The layout's own restore metrics.
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
-pub struct MfdedupReads {
-    /// Categories read.
-    pub categories: u64,
-    /// Volumes read from (each a prefix of its categories).
-    pub volumes: u64,
-    /// Sequential runs read: volumes, the active categories (one run) and
-    /// each pending category — the paper's seek count.
-    pub seeks: u64,
-    /// Whether the output was a stream restored through a temporary file.
-    pub buffered: bool,
-}
+pub use crate::restore::MfdedupReads;
 
 /// Writes a chunk's bytes at an offset of the output.
 type WriteAt<'a> = &'a mut dyn FnMut(&[u8], u64) -> Result<()>;
