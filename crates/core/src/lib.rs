@@ -24,6 +24,7 @@ pub mod ingest;
 pub mod layout;
 pub mod lock;
 pub mod metrics;
+pub mod object_key;
 pub mod recipe;
 pub mod refgraph;
 pub mod repo;

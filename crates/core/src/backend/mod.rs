@@ -23,17 +23,16 @@ mod cached;
 pub mod contract;
 mod counting;
 mod faulty;
-pub mod key;
 mod local;
 mod memory;
 pub mod s3;
 #[cfg(test)]
 mod tests;
 
+pub use crate::object_key::{Generation, KeyKind, ObjectKey};
 pub use cached::{CacheCounters, CachedStore};
 pub use counting::{CountingStore, IoCounters};
 pub use faulty::FaultyStore;
-pub use key::{Generation, KeyKind, ObjectKey};
 pub use local::LocalStore;
 pub use memory::MemoryStore;
 pub use s3::{S3Location, S3Options, S3Store};
