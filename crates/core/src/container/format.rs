@@ -42,15 +42,7 @@ pub const VERSION: u32 = crate::catalog::VERSION;
 pub const HEADER_LEN: usize = 128;
 pub const META_ENTRY_LEN: usize = 48;
 
-pub use crate::ids::ContainerId;
-
-/// What a chunk holds: user data (recipe level 0) or a recipe chunk.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ChunkKind {
-    Data,
-    Recipe,
-}
+pub use crate::ids::{ChunkKind, ContainerId};
 
 /// A value for each [`ChunkKind`]: the data and recipe twins (open
 /// containers, index tables, live counts) that used to be two fields.
@@ -94,10 +86,8 @@ impl<T> std::ops::IndexMut<ChunkKind> for PerKind<T> {
     }
 }
 
+// A kind's byte in a container header and in a metadata entry.
 impl ChunkKind {
-    /// Both kinds, data first.
-    pub const ALL: [ChunkKind; 2] = [ChunkKind::Data, ChunkKind::Recipe];
-
     fn code(self) -> u8 {
         match self {
             ChunkKind::Data => 0,

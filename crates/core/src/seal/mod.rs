@@ -30,9 +30,9 @@ pub mod keys;
 pub mod zstd;
 
 use crate::backend::{KeyKind, ObjectBytes, ObjectKey, ObjectStore};
-use crate::container::{ChunkKind, ContainerId};
 use crate::error::{Error, ObjectRef, Result};
 use crate::fingerprint::Fingerprint;
+use crate::ids::{ChunkKind, ContainerId};
 use aead::Cipher;
 pub use aead::CipherKind;
 use serde::{Deserialize, Serialize};
