@@ -35,6 +35,7 @@ pub mod salvage;
 pub mod seal;
 pub mod trace;
 pub mod units;
+pub mod version;
 mod zerobuf;
 
 pub use backend::{Generation, ObjectKey, ObjectStore};

@@ -38,7 +38,7 @@ use crate::seal::{Codec, Sealer};
 
 pub const MAGIC: [u8; 8] = *b"TSRACONT";
 /// The repository format version: one number for every object kind.
-pub const VERSION: u32 = crate::catalog::VERSION;
+pub use crate::version::VERSION;
 pub const HEADER_LEN: usize = 128;
 pub const META_ENTRY_LEN: usize = 48;
 
