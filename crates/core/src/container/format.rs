@@ -42,6 +42,7 @@ pub use crate::version::VERSION;
 pub const HEADER_LEN: usize = 128;
 pub const META_ENTRY_LEN: usize = 48;
 
+pub use crate::framing::checksum;
 pub use crate::ids::{ChunkKind, ContainerId};
 
 /// A value for each [`ChunkKind`]: the data and recipe twins (open
@@ -163,10 +164,6 @@ impl Header {
     pub fn meta_offset(&self) -> u64 {
         HEADER_LEN as u64 + self.data_len
     }
-}
-
-pub fn checksum(bytes: &[u8]) -> [u8; 16] {
-    xxhash_rust::xxh3::xxh3_128(bytes).to_le_bytes()
 }
 
 /// A container as errors name it (`container 00000000000000a1`).
