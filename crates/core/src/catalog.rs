@@ -13,7 +13,8 @@
 
 use crate::backend::{Generation, ObjectKey};
 use crate::chunking::ChunkerConfig;
-use crate::container::{ChunkKind, ContainerId};
+pub use crate::container::ContainerEntry;
+use crate::container::ContainerId;
 use crate::error::{Error, Result, Subject};
 use crate::fingerprint::{Fingerprint, HashAlgo};
 use serde::{Deserialize, Serialize};
@@ -121,18 +122,6 @@ impl BackupEntry {
         Fingerprint::from_hex(&self.root)
             .ok_or_else(|| Error::corrupt("manifest", format!("bad root of backup {}", self.id)))
     }
-}
-
-/// One container in the catalog.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ContainerEntry {
-    pub id: ContainerId,
-    pub kind: ChunkKind,
-    pub chunks: u32,
-    /// Sum of chunk lengths (the container's size for every metric).
-    pub logical_bytes: u64,
-    /// Size of the stored object.
-    pub object_bytes: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -421,6 +410,7 @@ impl Change {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::ChunkKind;
 
     fn sample() -> Manifest {
         let mut m = Manifest::new(RepoConfig {

@@ -1660,6 +1660,9 @@ pub fn index_dir() -> std::path::PathBuf {
         .unwrap_or_else(std::env::temp_dir)
 }
 
+/// Tests' spelling of [`ContainerEntry::new`] (the container writer uses
+/// that).
+#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn container_entry(
     id: ContainerId,
     kind: ChunkKind,
@@ -1667,11 +1670,5 @@ pub(crate) fn container_entry(
     logical_bytes: u64,
     object_bytes: u64,
 ) -> ContainerEntry {
-    ContainerEntry {
-        id,
-        kind,
-        chunks: chunks as u32,
-        logical_bytes,
-        object_bytes,
-    }
+    ContainerEntry::new(id, kind, chunks, logical_bytes, object_bytes)
 }

@@ -20,6 +20,37 @@ pub use presealed::{ChunkSealing, Presealed, SealedPart};
 use std::sync::Arc;
 pub use writer::{ContainerWriter, IdAllocator};
 
+/// One container in the catalog (the manifest's `containers` list).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ContainerEntry {
+    pub id: ContainerId,
+    pub kind: ChunkKind,
+    pub chunks: u32,
+    /// Sum of chunk lengths (the container's size for every metric).
+    pub logical_bytes: u64,
+    /// Size of the stored object.
+    pub object_bytes: u64,
+}
+
+impl ContainerEntry {
+    /// The entry of a written container of `chunks` chunks.
+    pub fn new(
+        id: ContainerId,
+        kind: ChunkKind,
+        chunks: usize,
+        logical_bytes: u64,
+        object_bytes: u64,
+    ) -> Self {
+        ContainerEntry {
+            id,
+            kind,
+            chunks: chunks as u32,
+            logical_bytes,
+            object_bytes,
+        }
+    }
+}
+
 /// Accumulates the chunks of one open container, stored as they will be
 /// written: each chunk compressed and sealed as it is pushed, so a full
 /// container is framed without another pass over its data. Capacity counts
