@@ -13,7 +13,8 @@ use filetime::FileTime;
 use proptest::prelude::*;
 use tar::EntryType;
 
-use super::serialize::{copy_exactly, encode_header, Attrs, CopyError};
+use super::serialize::{encode_header, Attrs};
+use super::walk::{copy_exactly, CopyError};
 use super::*;
 use crate::error::Error;
 
