@@ -262,6 +262,14 @@ pub fn decode_header(id: ContainerId, b: &[u8]) -> Result<Header> {
     Ok(h)
 }
 
+/// Whether `object` (a whole container object, or at least its header) is
+/// a recipe container with a valid header: what the S3 metadata cache
+/// keeps (the [`crate::backend::ContainerFilter`] its builders pass).
+pub fn is_recipe_container(id: ContainerId, object: &[u8]) -> bool {
+    object.len() >= HEADER_LEN
+        && decode_header(id, &object[..HEADER_LEN]).is_ok_and(|h| h.kind == ChunkKind::Recipe)
+}
+
 /// The metadata section's length for `count` chunks.
 pub fn meta_len(count: u32, sealed: bool) -> u64 {
     count as u64 * META_ENTRY_LEN as u64
@@ -531,6 +539,24 @@ mod tests {
         let kind = ChunkKind::Data;
         let obj = encode(ID, kind, HashAlgo::Blake3, false, &entries, &data, sealer);
         (entries, obj)
+    }
+
+    /// The S3 metadata cache's filter: recipe containers with a valid
+    /// header, from the whole object or the header alone.
+    #[test]
+    fn is_recipe_container_reads_the_header() {
+        let sealer = Sealer::identity();
+        let (entries, data) = sample(false, &sealer);
+        for (kind, recipe) in [(ChunkKind::Data, false), (ChunkKind::Recipe, true)] {
+            let obj = encode(ID, kind, HashAlgo::Blake3, false, &entries, &data, &sealer);
+            assert_eq!(is_recipe_container(ID, &obj), recipe);
+            assert_eq!(is_recipe_container(ID, &obj[..HEADER_LEN]), recipe);
+            assert!(!is_recipe_container(ContainerId(4), &obj), "another id");
+            assert!(!is_recipe_container(ID, &obj[..HEADER_LEN - 1]));
+            let mut bad = obj.clone();
+            bad[20] ^= 1;
+            assert!(!is_recipe_container(ID, &bad), "header checksum");
+        }
     }
 
     #[test]
