@@ -331,8 +331,10 @@ pub fn chunk_stored<'o>(object: &'o [u8], m: &ChunkMeta) -> &'o [u8] {
         .unwrap_or(&[])
 }
 
-/// One chunk of a raw container object opened on its own (salvage: the
-/// others may be damaged); `None` if it does not open.
+/// One chunk of a raw container object opened on its own (salvage and
+/// ranged restores of damaged containers, check: the others may be
+/// damaged); `None` if it does not open (damaged, or its entry points
+/// outside the object).
 pub fn open_chunk(object: &[u8], m: &ChunkMeta, sealer: &Sealer) -> Option<Vec<u8>> {
     let mut out = vec![0u8; m.len as usize];
     sealer
