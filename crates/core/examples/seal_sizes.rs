@@ -37,7 +37,9 @@ fn z(level: i32, lean: bool, plain: &[u8]) -> usize {
 
 fn main() {
     let repo = std::env::args().nth(1).unwrap();
-    let backend = tessera_core::backend::open(&repo).unwrap();
+    let backend =
+        tessera_core::backend::open(&repo, tessera_core::container::format::is_recipe_container)
+            .unwrap();
     let pw = || {
         std::env::var("TESSERA_PASSWORD")
             .map(tessera_core::Password::new)

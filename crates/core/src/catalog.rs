@@ -13,27 +13,15 @@
 
 use crate::backend::{Generation, ObjectKey};
 use crate::chunking::ChunkerConfig;
-use crate::container::{ChunkKind, ContainerId};
+pub use crate::container::ContainerEntry;
+use crate::container::ContainerId;
 use crate::error::{Error, Result, Subject};
 use crate::fingerprint::{Fingerprint, HashAlgo};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 const MAGIC: [u8; 8] = *b"TSRAMANI";
-/// The repository format version: written in the unsealed `config` object
-/// (checked first at open), in every manifest and in every container
-/// header; a repository of another version is refused with a message naming
-/// both. One bump per format change (docs/FORMAT.md): 1 = the first format;
-/// 2 = directory backups as file-aligned contents plus a metadata section
-/// (issue 19); 3 = the MFDedup layout's volume and NDF objects (issue 14);
-/// 4 = recipe leaves and index entries name a chunk copy (issue 11);
-/// 5 = compressed and sealed objects, key slots, keyed fingerprints, the
-/// unsealed `config` object (issue 12); 6 = FGC's reference graph
-/// (`refgraph/` segments and the manifest's `refgraph` field, issue 16);
-/// 7 = extended attributes and ACLs in a directory stream's metadata
-/// (issue 13); 8 = XAES-256-GCM, the new default object cipher, named in
-/// the config's `encryption` (issue 12).
-pub const VERSION: u32 = 8;
+pub use crate::version::VERSION;
 
 /// Fixed at `init`: how every backup of this repository is chunked and stored.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -174,18 +162,6 @@ impl BackupEntry {
         Fingerprint::from_hex(&self.root)
             .ok_or_else(|| Error::corrupt("manifest", format!("bad root of backup {}", self.id)))
     }
-}
-
-/// One container in the catalog.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ContainerEntry {
-    pub id: ContainerId,
-    pub kind: ChunkKind,
-    pub chunks: u32,
-    /// Sum of chunk lengths (the container's size for every metric).
-    pub logical_bytes: u64,
-    /// Size of the stored object.
-    pub object_bytes: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -533,6 +509,7 @@ impl Change {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::ChunkKind;
 
     fn sample() -> Manifest {
         let mut m = Manifest::new(RepoConfig {

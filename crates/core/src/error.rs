@@ -5,9 +5,9 @@
 //! offset, and file) it was needed by ([`Subject`]), so callers such as
 //! `check` read them as data; the one-line text is rendered from them.
 
-use crate::backend::ObjectKey;
-use crate::catalog::BackupId;
 use crate::fingerprint::Fingerprint;
+use crate::ids::BackupId;
+use crate::object_key::ObjectKey;
 use std::fmt;
 use std::path::PathBuf;
 

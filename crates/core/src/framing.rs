@@ -4,9 +4,17 @@
 //! ```text
 //! magic[8] | version u32 | json_len u64 | JSON | XXH3-128 of all before
 //! ```
+//!
+//! [`checksum`] is the one checksum of every format (containers, index
+//! segments, these framed objects); `container::format` re-exports it.
 
-use crate::container::format::checksum;
 use crate::error::{Error, Result, Subject};
+
+/// XXH3-128 of `bytes`, little endian: it guards against corruption;
+/// authenticity is the sealer's job.
+pub fn checksum(bytes: &[u8]) -> [u8; 16] {
+    xxhash_rust::xxh3::xxh3_128(bytes).to_le_bytes()
+}
 
 /// Bytes before the JSON (magic, version, length) plus the checksum after it.
 const OVERHEAD: usize = 8 + 4 + 8 + 16;

@@ -3,6 +3,9 @@
 //! a backup id or a generation is meant. All three are serde-transparent
 //! (manifests, `--json` and CSV keep bare numbers) and print as the number,
 //! as they did when they were bare `u64`s.
+//!
+//! [`ChunkKind`] is the one identifier that is not a number: whether a chunk
+//! holds data or a recipe.
 
 /// Defines one id type: derives, serde-transparent, `next`, `Display`.
 macro_rules! sequence_id {
@@ -73,4 +76,19 @@ impl PartialEq<u64> for BackupId {
     fn eq(&self, other: &u64) -> bool {
         self.0 == *other
     }
+}
+
+/// What a chunk holds: user data (recipe level 0) or a recipe chunk. Its
+/// byte in container headers and metadata entries is spelled in
+/// `container::format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChunkKind {
+    Data,
+    Recipe,
+}
+
+impl ChunkKind {
+    /// Both kinds, data first.
+    pub const ALL: [ChunkKind; 2] = [ChunkKind::Data, ChunkKind::Recipe];
 }

@@ -28,11 +28,11 @@
 //! count × (fingerprint\[32\], container u64, kind u8, zero u8, copy u16,
 //! 4 zero bytes) | XXH3-128 of all before.
 
-use crate::container::format::checksum;
-use crate::container::{ChunkKind, ContainerId};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FpMap, FpSet, FP_LEN};
 use crate::fptable::FpTable;
+use crate::framing::checksum;
+use crate::ids::{ChunkKind, ContainerId};
 use std::collections::HashSet;
 
 pub mod bloom;

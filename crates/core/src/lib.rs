@@ -26,6 +26,7 @@ pub mod ingest;
 pub mod layout;
 pub mod lock;
 pub mod metrics;
+pub mod object_key;
 mod publish;
 pub mod recipe;
 pub mod repo;
@@ -36,6 +37,7 @@ pub mod salvage;
 pub mod seal;
 pub mod trace;
 pub mod units;
+pub mod version;
 mod zerobuf;
 
 pub use backend::{Generation, ObjectKey, ObjectStore};

@@ -994,7 +994,8 @@ fn latest_generation(store: &dyn ObjectStore) -> Result<Option<Generation>> {
     crate::context::latest_generation(store)
 }
 
-/// Used by tests of the modules below to build containers by hand.
+/// Tests of the modules below build containers by hand.
+#[cfg(test)]
 pub(crate) fn container_entry(
     id: ContainerId,
     kind: ChunkKind,
@@ -1002,11 +1003,5 @@ pub(crate) fn container_entry(
     logical_bytes: u64,
     object_bytes: u64,
 ) -> crate::catalog::ContainerEntry {
-    crate::catalog::ContainerEntry {
-        id,
-        kind,
-        chunks: chunks as u32,
-        logical_bytes,
-        object_bytes,
-    }
+    crate::catalog::ContainerEntry::new(id, kind, chunks, logical_bytes, object_bytes)
 }

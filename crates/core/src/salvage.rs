@@ -93,7 +93,7 @@ impl<'a> TolerantStream<'a> {
         }
         let (object, metas) = self.salvaged.get(&id)?.as_ref()?;
         let m = metas.iter().find(|m| m.fp == *fp)?;
-        let bytes = chunk_bytes(object, m, self.repo.store.sealer())?;
+        let bytes = crate::container::open_chunk(object, m, self.repo.store.sealer())?;
         (bytes.len() as u64 == size && self.repo.fingerprinter().hash(&bytes) == *fp)
             .then_some(bytes)
     }

@@ -29,6 +29,7 @@ use std::time::Instant;
 use tessera_core::backend;
 use tessera_core::catalog::SourceKind;
 use tessera_core::chunking::{chunk_all, ChunkerConfig};
+use tessera_core::container::format::is_recipe_container;
 use tessera_core::metrics::mb_per_s;
 use tessera_core::restore::CacheSpec;
 use tessera_core::{
@@ -382,6 +383,7 @@ fn backup_into_fresh_repo(
         repo_dir
             .to_str()
             .with_context(|| format!("{} is not a UTF-8 path", repo_dir.display()))?,
+        is_recipe_container,
     )?;
     let seal = tessera_core::SealOptions {
         compression: opts.compression,

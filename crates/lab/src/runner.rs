@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use tessera_core::backend::{self, CountingStore, IoCounters, ObjectStore};
 use tessera_core::catalog::{BackupId, SourceKind};
+use tessera_core::container::format::is_recipe_container;
 use tessera_core::gc::{GcReport, MarkSpec};
 use tessera_core::ingest::GroupInput;
 use tessera_core::layout::mfdedup::MfState;
@@ -557,8 +558,13 @@ fn open_repo(exp: &Experiment, a: &Approach, work: &Path) -> Result<(Writer, Cou
     };
     let store = match exp.backend {
         // No metadata cache: the rows count what crosses the network.
-        BackendKind::S3 => backend::open_s3(&location, crate::minio::options(), true)?,
-        _ => backend::create(&location)?,
+        BackendKind::S3 => backend::open_s3(
+            &location,
+            crate::minio::options(),
+            true,
+            is_recipe_container,
+        )?,
+        _ => backend::create(&location, is_recipe_container)?,
     };
     let counted = Arc::new(CountingStore::new(store));
     let seal = tessera_core::SealOptions {

@@ -8,6 +8,7 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 use std::process::ExitCode;
 use tessera_core::backend;
+use tessera_core::container::format::is_recipe_container;
 use tessera_core::lock;
 use tessera_core::{Compression, Encryption, InitOptions, KdfParams, Repository, SealOptions};
 
@@ -32,7 +33,7 @@ pub fn init(
         cipher: encryption.cipher().unwrap_or_default(),
     };
     let password = seal.encryption.as_ref().map(|(p, _)| p.clone());
-    let backend = backend::create(&repo.repo)?;
+    let backend = backend::create(&repo.repo, is_recipe_container)?;
     Repository::init_with_index(backend.clone(), opts, layout, &seal, index)?;
     let r = Repository::open_with(backend, &|| {
         password

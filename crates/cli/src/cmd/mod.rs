@@ -18,6 +18,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use tessera_core::backend::{self, CountingStore, ObjectStore};
 use tessera_core::check::ReadData;
+use tessera_core::container::format::is_recipe_container;
 
 pub fn run(cli: Cli) -> Result<ExitCode> {
     crate::ui::set_verbosity(cli.quiet, cli.verbose);
@@ -246,5 +247,8 @@ pub fn open_repo(
 
 /// The store of an existing repository.
 pub fn open_backend(repo: &RepoArg) -> Result<Counted> {
-    Ok(Arc::new(CountingStore::new(backend::open(&repo.repo)?)))
+    Ok(Arc::new(CountingStore::new(backend::open(
+        &repo.repo,
+        is_recipe_container,
+    )?)))
 }

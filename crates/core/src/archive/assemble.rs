@@ -4,10 +4,10 @@
 
 use std::io::{self, Write};
 
+use super::extract::Listed;
 use super::meta::{Kind, Record, SUBJECT};
 use super::serialize::TarOut;
 use super::walk::TreeOut;
-use super::Listed;
 use crate::error::{Error, Result};
 
 /// Write the tar stream of a directory backup: feed it the backup's stream

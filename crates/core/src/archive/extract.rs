@@ -41,11 +41,12 @@ use filetime::FileTime;
 use tar::Header;
 
 use super::meta::Xattr;
+use super::report::{ExtractReport, Refused};
 use super::serialize::{
     padding, BLOCK, BLOCK_DEVICE, CHAR_DEVICE, DIRECTORY, FIFO, HARDLINK, PAX_XATTR, REGULAR,
     SYMLINK,
 };
-use super::{xattr, ExtractReport, Refused};
+use super::xattr;
 use crate::error::{Error, IoContext, Result};
 
 /// The object named in corruption errors.

@@ -5,14 +5,14 @@
 //! link targets (drops `.`, rejects `..`, strips the trailing `/`), and a
 //! backup must store symlink targets verbatim and directories with their `/`.
 
-use std::io::{self, BufWriter, Read, Write};
+use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
 use tar::{EntryType, Header};
 
 use super::meta::{Kind, Record};
+use super::report::TreeStats;
 use super::walk::TreeOut;
-use super::TreeStats;
 use crate::error::{Error, Result};
 
 /// The tar block size: headers and padded data are multiples of it.
@@ -58,7 +58,7 @@ pub fn write_tree(
     let mut tar = TarOut::new(BufWriter::with_capacity(64 * 1024, out));
     let stats = super::walk::walk(
         &[root.to_path_buf()],
-        &super::Selection::default(),
+        &super::select::Selection::default(),
         &mut tar,
         on_bytes,
     )?;
@@ -298,44 +298,4 @@ fn encode_long(out: &mut Vec<u8>, kind: u8, value: &[u8]) {
 fn copy_field(field: &mut [u8], value: &[u8]) {
     let n = value.len().min(field.len());
     field[..n].copy_from_slice(&value[..n]);
-}
-
-pub(super) enum CopyError {
-    Read(io::Error),
-    Write(io::Error),
-}
-
-/// Copy exactly `size` bytes from `src` to `dst`, whatever `src` holds: if it
-/// ends early the rest is zeros, if it has more the excess is not read. This
-/// keeps the stream consistent with a header written before the copy.
-pub(super) fn copy_exactly(
-    src: &mut dyn Read,
-    dst: &mut dyn Write,
-    size: u64,
-    buf: &mut [u8],
-    on_bytes: &mut dyn FnMut(u64),
-) -> std::result::Result<(), CopyError> {
-    let mut left = size;
-    let mut eof = false;
-    while left > 0 {
-        let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
-        let n = if eof {
-            buf[..want].fill(0);
-            want
-        } else {
-            match src.read(&mut buf[..want]) {
-                Ok(0) => {
-                    eof = true;
-                    continue;
-                }
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(CopyError::Read(e)),
-            }
-        };
-        dst.write_all(&buf[..n]).map_err(CopyError::Write)?;
-        on_bytes(n as u64);
-        left -= n as u64;
-    }
-    Ok(())
 }

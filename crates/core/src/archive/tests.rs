@@ -13,7 +13,8 @@ use filetime::FileTime;
 use proptest::prelude::*;
 use tar::EntryType;
 
-use super::serialize::{copy_exactly, encode_header, Attrs, CopyError};
+use super::serialize::{encode_header, Attrs};
+use super::walk::{copy_exactly, CopyError};
 use super::*;
 use crate::error::Error;
 
@@ -1313,7 +1314,11 @@ fn every_entry_kind_round_trips_through_a_repository() {
     build_every_kind(&src, as_root);
 
     let location = dir.path().join("repo");
-    let backend = crate::backend::create(location.to_str().unwrap()).unwrap();
+    let backend = crate::backend::create(
+        location.to_str().unwrap(),
+        crate::container::format::is_recipe_container,
+    )
+    .unwrap();
     crate::Repository::init(backend.clone(), &crate::InitOptions::default()).unwrap();
     let mut w = crate::Repository::open_writer(backend.clone(), "fidelity").unwrap();
     let opts = crate::BackupOptions::new("src", crate::catalog::SourceKind::Tree);
@@ -1750,7 +1755,11 @@ fn restores_with_many_writers_give_exactly_the_tree_of_one_writer() {
     stamp_mtimes(&src, 1_000_000_000);
 
     let location = dir.path().join("repo");
-    let backend = crate::backend::create(location.to_str().unwrap()).unwrap();
+    let backend = crate::backend::create(
+        location.to_str().unwrap(),
+        crate::container::format::is_recipe_container,
+    )
+    .unwrap();
     crate::Repository::init(backend.clone(), &crate::InitOptions::default()).unwrap();
     let mut w = crate::Repository::open_writer(backend.clone(), "writers").unwrap();
     let opts = crate::BackupOptions::new("src", crate::catalog::SourceKind::Tree);

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ffi::OsStr;
 use std::fs::{self, Metadata, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
@@ -15,8 +15,8 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::thread::JoinHandle;
 
 use super::meta::{Kind, Record};
-use super::serialize::{copy_exactly, CopyError};
-use super::{Selection, TreeStats};
+use super::report::TreeStats;
+use super::select::Selection;
 use crate::error::{Error, IoContext, Result};
 
 /// Copy buffer for file contents.
@@ -697,4 +697,45 @@ impl Store<'_> {
             .skipped
             .push(format!("{}: {reason}", String::from_utf8_lossy(rel)));
     }
+}
+
+/// Which side of [`copy_exactly`] failed: the file read or the stream write.
+pub(super) enum CopyError {
+    Read(io::Error),
+    Write(io::Error),
+}
+
+/// Copy exactly `size` bytes from `src` to `dst`, whatever `src` holds: if it
+/// ends early the rest is zeros, if it has more the excess is not read. This
+/// keeps the stream consistent with a header written before the copy.
+pub(super) fn copy_exactly(
+    src: &mut dyn Read,
+    dst: &mut dyn Write,
+    size: u64,
+    buf: &mut [u8],
+    on_bytes: &mut dyn FnMut(u64),
+) -> std::result::Result<(), CopyError> {
+    let mut left = size;
+    let mut eof = false;
+    while left > 0 {
+        let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        let n = if eof {
+            buf[..want].fill(0);
+            want
+        } else {
+            match src.read(&mut buf[..want]) {
+                Ok(0) => {
+                    eof = true;
+                    continue;
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(CopyError::Read(e)),
+            }
+        };
+        dst.write_all(&buf[..n]).map_err(CopyError::Write)?;
+        on_bytes(n as u64);
+        left -= n as u64;
+    }
+    Ok(())
 }

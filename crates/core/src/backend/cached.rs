@@ -12,7 +12,10 @@
 //! whole cache directory at any time only costs refetching.
 //!
 //! Data containers are not cached (they are the bulk of a repository);
-//! a container is recognised as a recipe container by its header.
+//! a container is recognised as a recipe container by its header, which
+//! this layer does not read itself: whoever builds the cache gives it a
+//! [`ContainerFilter`] (the container format's
+//! `container::format::is_recipe_container`).
 //!
 //! Never cached: the mutable objects of concurrent writers and online GC
 //! (`lock`, `locks/*`, `gc/lock`, `gc/state`, `gc/resurrect/*`, the config
@@ -26,12 +29,18 @@
 //! online GC through two caches on MinIO.
 
 use super::{KeyKind, ObjectBytes, ObjectKey, ObjectStore};
-use crate::container::format::{decode_header, ChunkKind, HEADER_LEN};
 use crate::error::Result;
+use crate::ids::ContainerId;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 const HASH_LEN: usize = 32;
+
+/// Whether a fetched container object (its id and bytes) is metadata to
+/// cache rather than bulk data. The container format knows how to tell
+/// (`container::format::is_recipe_container`); the cache is told by
+/// whoever builds it, so the storage layer never reads container headers.
+pub type ContainerFilter = fn(ContainerId, &[u8]) -> bool;
 
 /// Hits and misses, for tests and reports.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -45,6 +54,8 @@ pub struct CacheCounters {
 pub struct CachedStore<B: ObjectStore> {
     inner: B,
     dir: PathBuf,
+    /// Which container objects are cached.
+    containers: ContainerFilter,
     /// Keys this handle wrote: read from the server, never cached.
     written: std::sync::Mutex<std::collections::HashSet<ObjectKey>>,
     hits: AtomicU64,
@@ -53,11 +64,14 @@ pub struct CachedStore<B: ObjectStore> {
 }
 
 impl<B: ObjectStore> CachedStore<B> {
-    /// Cache `inner`'s metadata under `dir` (created on first use).
-    pub fn new(inner: B, dir: PathBuf) -> Self {
+    /// Cache `inner`'s metadata under `dir` (created on first use): its
+    /// manifests, index and reference graph segments, and the container
+    /// objects `containers` accepts.
+    pub fn new(inner: B, dir: PathBuf, containers: ContainerFilter) -> Self {
         CachedStore {
             inner,
             dir,
+            containers,
             written: Default::default(),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
@@ -129,14 +143,10 @@ impl<B: ObjectStore> CachedStore<B> {
     }
 
     /// Whether a fetched object belongs in the cache.
-    fn cacheable(key: &ObjectKey, bytes: &[u8]) -> bool {
+    fn cacheable(&self, key: &ObjectKey, bytes: &[u8]) -> bool {
         match key {
             ObjectKey::Manifest(_) | ObjectKey::IndexSegment(_) | ObjectKey::RefGraph(_) => true,
-            ObjectKey::Container(id) => {
-                bytes.len() >= HEADER_LEN
-                    && decode_header(*id, &bytes[..HEADER_LEN])
-                        .is_ok_and(|h| h.kind == ChunkKind::Recipe)
-            }
+            ObjectKey::Container(id) => (self.containers)(*id, bytes),
             _ => false,
         }
     }
@@ -144,7 +154,7 @@ impl<B: ObjectStore> CachedStore<B> {
     /// Best effort: a cache that cannot be written is only a slower cache.
     fn remember(&self, key: &ObjectKey, bytes: &[u8]) {
         let Some(path) = self.file(key) else { return };
-        if !Self::cacheable(key, bytes) {
+        if !self.cacheable(key, bytes) {
             return;
         }
         let _ = std::fs::create_dir_all(&self.dir);
@@ -272,13 +282,17 @@ mod tests {
     use crate::backend::{Generation, MemoryStore};
     use std::sync::Arc;
 
+    fn no_containers(_: ContainerId, _: &[u8]) -> bool {
+        false
+    }
+
     /// Mutable objects and this handle's own writes are read from the
     /// server every time; another handle caches a published object.
     #[test]
     fn mutable_and_own_objects_are_never_served_from_the_cache() {
         let dir = tempfile::tempdir().unwrap();
         let server = Arc::new(MemoryStore::new());
-        let a = CachedStore::new(server.clone(), dir.path().join("c"));
+        let a = CachedStore::new(server.clone(), dir.path().join("c"), no_containers);
         let manifest = ObjectKey::Manifest(Generation(7));
         let mutable = [
             ObjectKey::Lock,
@@ -303,7 +317,7 @@ mod tests {
         assert_eq!(a.get(&manifest).unwrap(), b"two", "own write cached");
         assert_eq!(a.counters().hits, 0);
         // Another handle caches what it reads (published objects).
-        let b = CachedStore::new(server.clone(), dir.path().join("c"));
+        let b = CachedStore::new(server.clone(), dir.path().join("c"), no_containers);
         assert_eq!(b.get(&manifest).unwrap(), b"two");
         assert_eq!(b.get(&manifest).unwrap(), b"two");
         assert_eq!(b.counters().hits, 1);

@@ -23,17 +23,16 @@ mod cached;
 pub mod contract;
 mod counting;
 mod faulty;
-pub mod key;
 mod local;
 mod memory;
 pub mod s3;
 #[cfg(test)]
 mod tests;
 
-pub use cached::{CacheCounters, CachedStore};
+pub use crate::object_key::{Generation, KeyKind, ObjectKey};
+pub use cached::{CacheCounters, CachedStore, ContainerFilter};
 pub use counting::{CountingStore, IoCounters};
 pub use faulty::FaultyStore;
-pub use key::{Generation, KeyKind, ObjectKey};
 pub use local::LocalStore;
 pub use memory::MemoryStore;
 pub use s3::{S3Location, S3Options, S3Store};
@@ -42,17 +41,22 @@ pub use s3::{S3Location, S3Options, S3Store};
 /// `TESSERA_REPO`: the one place a location is turned into a backend.
 /// A plain path (or `file:PATH`) is a local directory;
 /// `s3:http[s]://HOST[:PORT]/BUCKET[/PREFIX]` is an S3-compatible store
-/// (behind a local cache of its metadata objects, see [`CachedStore`]); a
-/// location with a URL scheme Tessera does not serve is refused rather than
-/// taken for a directory named after it.
-pub fn open(location: &str) -> Result<std::sync::Arc<dyn ObjectStore>> {
+/// (behind a local cache of its metadata objects, see [`CachedStore`],
+/// which keeps the container objects `containers` accepts: pass
+/// `container::format::is_recipe_container`); a location with a URL scheme
+/// Tessera does not serve is refused rather than taken for a directory
+/// named after it.
+pub fn open(
+    location: &str,
+    containers: ContainerFilter,
+) -> Result<std::sync::Arc<dyn ObjectStore>> {
     if location == "memory:" {
         return Err(crate::error::Error::invalid(
             "a memory: repository exists only inside the process that created it",
         ));
     }
     if location.starts_with("s3:") {
-        return open_s3(location, S3Options::from_env()?, false);
+        return open_s3(location, S3Options::from_env()?, false, containers);
     }
     Ok(std::sync::Arc::new(LocalStore::open(&local_path(
         location,
@@ -63,24 +67,29 @@ pub fn open(location: &str) -> Result<std::sync::Arc<dyn ObjectStore>> {
 /// `memory:` is a fresh in-memory repository (the lab's scratch runs). An
 /// S3 bucket must exist already; a server that ignores conditional writes
 /// is refused here.
-pub fn create(location: &str) -> Result<std::sync::Arc<dyn ObjectStore>> {
+pub fn create(
+    location: &str,
+    containers: ContainerFilter,
+) -> Result<std::sync::Arc<dyn ObjectStore>> {
     if location == "memory:" {
         return Ok(std::sync::Arc::new(MemoryStore::new()));
     }
     if location.starts_with("s3:") {
-        return open_s3(location, S3Options::from_env()?, true);
+        return open_s3(location, S3Options::from_env()?, true, containers);
     }
     Ok(std::sync::Arc::new(LocalStore::create(&local_path(
         location,
     )?)?))
 }
 
-/// An S3 store with the given options, behind the metadata cache unless
+/// An S3 store with the given options, behind the metadata cache (keeping
+/// the container objects `containers` accepts) unless
 /// `TESSERA_CACHE_DIR=off`; `create` checks conditional writes first.
 pub fn open_s3(
     location: &str,
     options: S3Options,
     create: bool,
+    containers: ContainerFilter,
 ) -> Result<std::sync::Arc<dyn ObjectStore>> {
     let store = S3Store::open(location, options)?;
     if create {
@@ -88,7 +97,7 @@ pub fn open_s3(
     }
     Ok(
         match CachedStore::<S3Store>::default_dir(&store.location()) {
-            Some(dir) => std::sync::Arc::new(CachedStore::new(store, dir)),
+            Some(dir) => std::sync::Arc::new(CachedStore::new(store, dir, containers)),
             None => std::sync::Arc::new(store),
         },
     )

@@ -17,7 +17,7 @@
 
 use fastcdc::v2020::{self, Normalization, MASKS};
 
-use super::Chunker;
+use super::chunker::Chunker;
 
 /// Normalization level: the strict mask has `log2(avg) + 2` one-bits, the
 /// loose one `log2(avg) - 2`, which concentrates chunk sizes around `avg`.

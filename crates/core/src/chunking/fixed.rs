@@ -1,7 +1,7 @@
 //! Fixed-size chunking: the baseline that content-defined chunking is
 //! measured against (an insertion shifts every later boundary).
 
-use super::Chunker;
+use super::chunker::Chunker;
 
 /// Cuts every `size` bytes; the last chunk of a stream may be shorter.
 #[derive(Clone, Debug)]

@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
+mod chunker;
 mod fastcdc;
 mod fixed;
 mod rabin;
@@ -15,22 +16,10 @@ mod rabin;
 #[cfg(test)]
 mod tests;
 
+pub use self::chunker::Chunker;
 pub use self::fastcdc::FastCdc;
 pub use self::fixed::FixedSize;
 pub use self::rabin::Rabin;
-
-/// Finds chunk boundaries.
-pub trait Chunker: Send + Sync {
-    /// Length of the chunk that starts at `data[0]`.
-    ///
-    /// Contract: `data` is non-empty. If `eof` is false, `data.len() >=
-    /// self.max_size()`. The result is in `1..=min(data.len(), max_size)`,
-    /// and is at least `min_size` unless `data.len() < min_size` (a final
-    /// short chunk, only possible with `eof`).
-    fn cut(&self, data: &[u8], eof: bool) -> usize;
-    /// Largest chunk this chunker produces: the look-ahead the caller keeps.
-    fn max_size(&self) -> usize;
-}
 
 /// Which chunking algorithm, with its size parameters in bytes.
 /// Serialized into the repository config so every backup of a repository

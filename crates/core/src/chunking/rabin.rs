@@ -36,7 +36,7 @@
 //! [`BASE`], [`MAGIC`] and the seed of `T` are part of the on-disk format
 //! (see `tests::rabin_test_vectors`).
 
-use super::Chunker;
+use super::chunker::Chunker;
 
 /// Bytes in the sliding window.
 pub const WINDOW: usize = 48;

@@ -38,19 +38,12 @@ use crate::seal::{Codec, Sealer};
 
 pub const MAGIC: [u8; 8] = *b"TSRACONT";
 /// The repository format version: one number for every object kind.
-pub const VERSION: u32 = crate::catalog::VERSION;
+pub use crate::version::VERSION;
 pub const HEADER_LEN: usize = 128;
 pub const META_ENTRY_LEN: usize = 48;
 
-pub use crate::ids::ContainerId;
-
-/// What a chunk holds: user data (recipe level 0) or a recipe chunk.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ChunkKind {
-    Data,
-    Recipe,
-}
+pub use crate::framing::checksum;
+pub use crate::ids::{ChunkKind, ContainerId};
 
 /// A value for each [`ChunkKind`]: the data and recipe twins (open
 /// containers, index tables, live counts) that used to be two fields.
@@ -94,10 +87,8 @@ impl<T> std::ops::IndexMut<ChunkKind> for PerKind<T> {
     }
 }
 
+// A kind's byte in a container header and in a metadata entry.
 impl ChunkKind {
-    /// Both kinds, data first.
-    pub const ALL: [ChunkKind; 2] = [ChunkKind::Data, ChunkKind::Recipe];
-
     fn code(self) -> u8 {
         match self {
             ChunkKind::Data => 0,
@@ -173,10 +164,6 @@ impl Header {
     pub fn meta_offset(&self) -> u64 {
         HEADER_LEN as u64 + self.data_len
     }
-}
-
-pub fn checksum(bytes: &[u8]) -> [u8; 16] {
-    xxhash_rust::xxh3::xxh3_128(bytes).to_le_bytes()
 }
 
 /// A container as errors name it (`container 00000000000000a1`).
@@ -273,6 +260,14 @@ pub fn decode_header(id: ContainerId, b: &[u8]) -> Result<Header> {
         ));
     }
     Ok(h)
+}
+
+/// Whether `object` (a whole container object, or at least its header) is
+/// a recipe container with a valid header: what the S3 metadata cache
+/// keeps (the [`crate::backend::ContainerFilter`] its builders pass).
+pub fn is_recipe_container(id: ContainerId, object: &[u8]) -> bool {
+    object.len() >= HEADER_LEN
+        && decode_header(id, &object[..HEADER_LEN]).is_ok_and(|h| h.kind == ChunkKind::Recipe)
 }
 
 /// The metadata section's length for `count` chunks.
@@ -544,6 +539,24 @@ mod tests {
         let kind = ChunkKind::Data;
         let obj = encode(ID, kind, HashAlgo::Blake3, false, &entries, &data, sealer);
         (entries, obj)
+    }
+
+    /// The S3 metadata cache's filter: recipe containers with a valid
+    /// header, from the whole object or the header alone.
+    #[test]
+    fn is_recipe_container_reads_the_header() {
+        let sealer = Sealer::identity();
+        let (entries, data) = sample(false, &sealer);
+        for (kind, recipe) in [(ChunkKind::Data, false), (ChunkKind::Recipe, true)] {
+            let obj = encode(ID, kind, HashAlgo::Blake3, false, &entries, &data, &sealer);
+            assert_eq!(is_recipe_container(ID, &obj), recipe);
+            assert_eq!(is_recipe_container(ID, &obj[..HEADER_LEN]), recipe);
+            assert!(!is_recipe_container(ContainerId(4), &obj), "another id");
+            assert!(!is_recipe_container(ID, &obj[..HEADER_LEN - 1]));
+            let mut bad = obj.clone();
+            bad[20] ^= 1;
+            assert!(!is_recipe_container(ID, &bad), "header checksum");
+        }
     }
 
     #[test]

@@ -20,6 +20,37 @@ pub use presealed::{ChunkSealing, Presealed, SealedPart};
 use std::sync::Arc;
 pub use writer::{ContainerWriter, IdAllocator};
 
+/// One container in the catalog (the manifest's `containers` list).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ContainerEntry {
+    pub id: ContainerId,
+    pub kind: ChunkKind,
+    pub chunks: u32,
+    /// Sum of chunk lengths (the container's size for every metric).
+    pub logical_bytes: u64,
+    /// Size of the stored object.
+    pub object_bytes: u64,
+}
+
+impl ContainerEntry {
+    /// The entry of a written container of `chunks` chunks.
+    pub fn new(
+        id: ContainerId,
+        kind: ChunkKind,
+        chunks: usize,
+        logical_bytes: u64,
+        object_bytes: u64,
+    ) -> Self {
+        ContainerEntry {
+            id,
+            kind,
+            chunks: chunks as u32,
+            logical_bytes,
+            object_bytes,
+        }
+    }
+}
+
 /// Accumulates the chunks of one open container, stored as they will be
 /// written: each chunk compressed and sealed as it is pushed, so a full
 /// container is framed without another pass over its data. Capacity counts
@@ -300,8 +331,10 @@ pub fn chunk_stored<'o>(object: &'o [u8], m: &ChunkMeta) -> &'o [u8] {
         .unwrap_or(&[])
 }
 
-/// One chunk of a raw container object opened on its own (salvage: the
-/// others may be damaged); `None` if it does not open.
+/// One chunk of a raw container object opened on its own (salvage and
+/// ranged restores of damaged containers, check: the others may be
+/// damaged); `None` if it does not open (damaged, or its entry points
+/// outside the object).
 pub fn open_chunk(object: &[u8], m: &ChunkMeta, sealer: &Sealer) -> Option<Vec<u8>> {
     let mut out = vec![0u8; m.len as usize];
     sealer

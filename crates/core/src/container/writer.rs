@@ -3,12 +3,11 @@
 //! in one place.
 
 use super::{
-    ChunkKind, ChunkMeta, ChunkSealing, ContainerBuilder, ContainerId, ContainerStore, Presealed,
+    ChunkKind, ChunkMeta, ChunkSealing, ContainerBuilder, ContainerEntry, ContainerId,
+    ContainerStore, Presealed,
 };
-use crate::catalog::ContainerEntry;
 use crate::error::Result;
 use crate::fingerprint::Fingerprint;
-use crate::repo::container_entry;
 use std::time::Instant;
 
 /// Hands out container ids in the order containers are opened; starts at
@@ -158,7 +157,7 @@ impl ContainerWriter {
             .store
             .write_framed(self.id, self.kind, &entries, framed)?;
         self.builder.recycle(buf);
-        let entry = container_entry(self.id, self.kind, entries.len(), logical, object_bytes);
+        let entry = ContainerEntry::new(self.id, self.kind, entries.len(), logical, object_bytes);
         self.written.push(entry);
         self.write_seconds += t.elapsed().as_secs_f64();
         Ok(Some(entry))

@@ -282,7 +282,7 @@ impl<'r> BackupStream<'r> {
             Err(err) => {
                 let salvaged = repo.salvage_object(id).and_then(|(object, _, metas)| {
                     let m = metas.iter().find(|m| m.fp == e.fp)?;
-                    let bytes = crate::salvage::chunk_bytes(&object, m, repo.store.sealer())?;
+                    let bytes = crate::container::open_chunk(&object, m, repo.store.sealer())?;
                     (bytes.len() as u64 == e.size && repo.fingerprinter().hash(&bytes) == e.fp)
                         .then(|| bytes[from..to].to_vec())
                 });

@@ -39,6 +39,12 @@ pub const TAG_LEN: usize = 16;
 /// Bytes a sealed piece adds to its plaintext.
 pub const OVERHEAD: usize = NONCE_LEN + TAG_LEN;
 
+/// Fill `buf` from the operating system's random source (nonces, epoch
+/// prefixes, keys and salts).
+pub fn random(buf: &mut [u8]) {
+    getrandom::fill(buf).expect("the operating system's random source failed");
+}
+
 /// Which AEAD a repository's objects are sealed with (its config says).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -115,7 +121,7 @@ impl Cipher {
         let tag = match &*self.0 {
             Inner::Xaes(x) => x.seal(ad, nonce, body),
             Inner::XChaCha(c) => {
-                super::keys::random(nonce);
+                random(nonce);
                 let tag = c
                     .encrypt_inout_detached(&XNonce::from(*nonce), ad, body.into())
                     .expect("message within XChaCha20-Poly1305 limits");
@@ -237,8 +243,8 @@ impl Xaes {
             if epoch.as_ref().is_none_or(|e| e.sealed >= EPOCH_PIECES) {
                 let mut prefix = [0u8; 12];
                 let mut salt = [0u8; 4];
-                super::keys::random(&mut prefix);
-                super::keys::random(&mut salt);
+                random(&mut prefix);
+                random(&mut salt);
                 let key = self.derive(&prefix);
                 self.remember(prefix, key.clone());
                 *epoch = Some(Epoch {

@@ -12,6 +12,7 @@
 //! Key material lives in [`Zeroizing`] buffers (wiped on drop) and has no
 //! `Debug` that prints it.
 
+pub use super::aead::random;
 use super::aead::{Cipher, CipherKind};
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
@@ -22,11 +23,6 @@ use zeroize::Zeroizing;
 /// repository's object cipher: a slot is read before the config's cipher
 /// matters, and one random nonce per slot is all it needs.
 const SLOT_CIPHER: CipherKind = CipherKind::Xchacha20Poly1305;
-
-/// Fill `buf` from the operating system's random source.
-pub fn random(buf: &mut [u8]) {
-    getrandom::fill(buf).expect("the operating system's random source failed");
-}
 
 /// A password, wiped on drop, never printed.
 #[derive(Clone)]

@@ -30,9 +30,9 @@ pub mod keys;
 pub mod zstd;
 
 use crate::backend::{KeyKind, ObjectBytes, ObjectKey, ObjectStore};
-use crate::container::{ChunkKind, ContainerId};
 use crate::error::{Error, ObjectRef, Result};
 use crate::fingerprint::Fingerprint;
+use crate::ids::{ChunkKind, ContainerId};
 use aead::Cipher;
 pub use aead::CipherKind;
 use serde::{Deserialize, Serialize};
@@ -106,7 +106,7 @@ impl std::str::FromStr for Encryption {
 /// any other object can be read.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RepoSeal {
-    /// The repository format version (`catalog::VERSION`).
+    /// The repository format version (`crate::version::VERSION`).
     pub version: u32,
     pub repo_id: String,
     pub encryption: Encryption,
@@ -129,11 +129,11 @@ impl RepoSeal {
         let name = || ObjectRef::Object(ObjectKey::Config);
         let v: Versioned = serde_json::from_slice(b)
             .map_err(|e| Error::corrupt(name(), format!("unreadable: {e}")))?;
-        if v.version != crate::catalog::VERSION {
+        if v.version != crate::version::VERSION {
             return Err(Error::UnsupportedVersion {
                 object: name().into(),
                 found: v.version,
-                supported: crate::catalog::VERSION,
+                supported: crate::version::VERSION,
             });
         }
         serde_json::from_slice(b).map_err(|e| Error::corrupt(name(), format!("unreadable: {e}")))

@@ -13,6 +13,7 @@ use tessera_core::backend::{
 };
 use tessera_core::check::CheckOptions;
 use tessera_core::chunking::ChunkerConfig;
+use tessera_core::container::format::is_recipe_container;
 use tessera_core::gc::GcOptions;
 use tessera_core::{BackupId, Repository, Writer};
 
@@ -55,7 +56,11 @@ fn s3_backend_contract() {
     check_contract(&*s3(&m, "contract"));
     check_key_validation(&*s3(&m, "keys"));
     let cache = tempfile::tempdir().unwrap();
-    check_contract(&CachedStore::new(s3(&m, "cached"), cache.path().join("c")));
+    check_contract(&CachedStore::new(
+        s3(&m, "cached"),
+        cache.path().join("c"),
+        is_recipe_container,
+    ));
     // Another prefix in the same bucket is another repository.
     let a = s3(&m, "a");
     let b = s3(&m, "b");
@@ -198,7 +203,11 @@ fn s3_metadata_cache_is_verified_and_disposable() {
         let counted = Arc::new(CountingStore::new(
             S3Store::open(&loc, quick_options()).unwrap(),
         ));
-        let cached = Arc::new(CachedStore::new(counted.clone(), cache.path().join("c")));
+        let cached = Arc::new(CachedStore::new(
+            counted.clone(),
+            cache.path().join("c"),
+            is_recipe_container,
+        ));
         (counted, cached)
     };
     let (_, first) = open();
@@ -254,7 +263,7 @@ fn s3_wrong_credentials_and_missing_bucket_are_one_line_errors() {
     let e = S3Store::open(&nobucket, quick_options()).unwrap_err();
     assert_one_line(&e, &["bucket 'no-such-bucket' does not exist"]);
 
-    let e = tessera_core::backend::open("s3:ftp://host/b")
+    let e = tessera_core::backend::open("s3:ftp://host/b", is_recipe_container)
         .err()
         .unwrap();
     assert_one_line(&e, &["bad S3 location"]);
@@ -495,7 +504,11 @@ fn s3_online_gc_through_the_metadata_cache() {
         let counted = Arc::new(CountingStore::new(
             S3Store::open(&loc, quick_options()).unwrap(),
         ));
-        let cached = Arc::new(CachedStore::new(counted.clone(), caches.path().join(name)));
+        let cached = Arc::new(CachedStore::new(
+            counted.clone(),
+            caches.path().join(name),
+            is_recipe_container,
+        ));
         (counted, cached)
     };
     let (_, first) = open("a");

@@ -612,6 +612,7 @@ mod tests {
     use super::*;
     use crate::backend::MemoryStore;
     use crate::catalog::SourceKind;
+    use crate::container::ChunkMeta;
     use crate::gc::{GcOptions, GcStrategy, MarkSpec};
     use crate::index::IndexEntry;
     use crate::recipe::{encode, RecipeEntry};

@@ -1,4 +1,4 @@
-//! Object keys: the one place object names are spelled.
+//! Names of objects in a store: the one place object names are spelled.
 //!
 //! A repository holds five kinds of objects, each under its own prefix with
 //! a 16-hex-digit number: `manifests/<generation>`, `containers/<id>`,
@@ -9,10 +9,9 @@
 //! prefix) are carried as [`ObjectKey::Stray`], so they can still be reported
 //! and deleted.
 
-use crate::container::ContainerId;
 use std::fmt;
 
-pub use crate::ids::Generation;
+pub use crate::ids::{ContainerId, Generation};
 
 /// The kinds of object, by the prefix their names share.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
