@@ -206,7 +206,8 @@ pub enum Error {
     /// Invalid user input (parameters, paths, trace lines).
     #[error("{0}")]
     Invalid(String),
-    /// A fault injected by a test store.
+    /// A fault injected by a test store (`FaultyStore`, feature `testing`).
+    #[cfg(feature = "testing")]
     #[error("injected fault at operation {0}")]
     Injected(u64),
 }

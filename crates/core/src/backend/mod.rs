@@ -19,9 +19,11 @@
 use crate::error::Result;
 
 mod cached;
+#[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod contract;
 mod counting;
+#[cfg(feature = "testing")]
 mod faulty;
 pub mod key;
 mod local;
@@ -32,6 +34,7 @@ mod tests;
 
 pub use cached::{CacheCounters, CachedStore};
 pub use counting::{CountingStore, IoCounters};
+#[cfg(feature = "testing")]
 pub use faulty::FaultyStore;
 pub use key::{Generation, KeyKind, ObjectKey};
 pub use local::LocalStore;
