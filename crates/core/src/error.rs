@@ -294,14 +294,6 @@ impl Error {
         }
         self
     }
-
-    /// Name the file involved.
-    pub fn at_path(mut self, path: impl Into<PathBuf>) -> Self {
-        if let Some(s) = self.subject_mut() {
-            s.path = Some(path.into());
-        }
-        self
-    }
 }
 
 /// Attach a context line to `std::io::Result`s.
