@@ -206,7 +206,8 @@ pub enum Error {
     /// Invalid user input (parameters, paths, trace lines).
     #[error("{0}")]
     Invalid(String),
-    /// A fault injected by a test store.
+    /// A fault injected by a test store (`FaultyStore`, feature `testing`).
+    #[cfg(feature = "testing")]
     #[error("injected fault at operation {0}")]
     Injected(u64),
 }
@@ -290,14 +291,6 @@ impl Error {
     pub fn with_damaged_files(mut self, files: Vec<String>) -> Self {
         if let Some(s) = self.subject_mut() {
             s.damaged_files = files;
-        }
-        self
-    }
-
-    /// Name the file involved.
-    pub fn at_path(mut self, path: impl Into<PathBuf>) -> Self {
-        if let Some(s) = self.subject_mut() {
-            s.path = Some(path.into());
         }
         self
     }

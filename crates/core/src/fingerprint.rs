@@ -35,12 +35,6 @@ impl Fingerprint {
         }
         Self::from_slice(&hex::decode(s).ok()?)
     }
-    /// First 8 bytes as an integer: fingerprints are uniformly random, so this
-    /// is a good hash for in-memory tables and a cheap content-defined signal.
-    #[inline]
-    pub fn prefix_u64(&self) -> u64 {
-        u64::from_le_bytes(self.0[..8].try_into().unwrap())
-    }
 }
 
 impl fmt::Debug for Fingerprint {
@@ -72,13 +66,6 @@ impl HashAlgo {
             HashAlgo::Blake3 => Fingerprint(*blake3::hash(data).as_bytes()),
             HashAlgo::Sha1 => Fingerprint::from_slice(&sha1::Sha1::digest(data)).unwrap(),
             HashAlgo::Sha256 => Fingerprint::from_slice(&sha2::Sha256::digest(data)).unwrap(),
-        }
-    }
-    /// Significant bytes of the digest (the rest of the 32 are zero).
-    pub fn digest_len(self) -> usize {
-        match self {
-            HashAlgo::Sha1 => 20,
-            _ => 32,
         }
     }
     pub fn code(self) -> u8 {

@@ -177,10 +177,6 @@ impl ObjectKey {
         }
     }
 
-    pub fn is_stray(&self) -> bool {
-        matches!(self, ObjectKey::Stray(_))
-    }
-
     /// The container this key names, if it is a (well-formed) container key.
     pub fn container(&self) -> Option<ContainerId> {
         match self {

@@ -1,7 +1,8 @@
 //! The backend contract every [`ObjectStore`] keeps, as a checker that any
 //! test can run against a store: the unit tests run it on the local and
 //! memory stores and the wrappers, the integration tests on S3 (MinIO).
-//! Not part of the API (hidden): it panics on the first broken rule.
+//! A test tool, not part of the API: behind the `testing` feature, and
+//! hidden. It panics on the first broken rule.
 
 use super::*;
 use crate::error::{Error, ObjectRef};

@@ -1,4 +1,5 @@
-//! Fault injection for crash-safety tests.
+//! Fault injection for crash-safety tests (a test tool: behind the `testing`
+//! feature, as is [`Error::Injected`]).
 //!
 //! Mutating operations (`put`, `delete`, `barrier`, `put_if_absent`) are numbered
 //! from 1. When the number reaches `fail_at`, the process is considered dead

@@ -19,9 +19,11 @@
 use crate::error::Result;
 
 mod cached;
+#[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod contract;
 mod counting;
+#[cfg(feature = "testing")]
 mod faulty;
 mod local;
 mod memory;
@@ -32,6 +34,7 @@ mod tests;
 pub use crate::object_key::{Generation, KeyKind, ObjectKey};
 pub use cached::{CacheCounters, CachedStore, ContainerFilter};
 pub use counting::{CountingStore, IoCounters};
+#[cfg(feature = "testing")]
 pub use faulty::FaultyStore;
 pub use local::LocalStore;
 pub use memory::MemoryStore;

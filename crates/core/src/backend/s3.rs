@@ -314,10 +314,6 @@ impl S3Store {
         }
     }
 
-    pub fn s3_location(&self) -> &S3Location {
-        &self.location
-    }
-
     fn path(&self, name: &str) -> S3Path {
         if self.location.prefix.is_empty() {
             S3Path::from(name)
