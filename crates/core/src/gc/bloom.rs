@@ -8,13 +8,6 @@
 
 use crate::fingerprint::Fingerprint;
 
-/// The hashing scheme, recorded in the high 16 bits of the hash-count word of
-/// [`Bloom::to_bytes`]: a filter hashed another way (the first scheme, untagged,
-/// took h2 from bytes 16..24, zero in a short fingerprint) is rejected rather
-/// than queried with the wrong positions, which would give false negatives.
-/// Readers that predate the tag reject these filters too (hash count > 16).
-const SCHEME: u32 = 2 << 16;
-
 /// The double-hashing pair of `fp` (h2 odd, so the k probes are distinct):
 /// the halves of XXH3-128 over all 32 bytes, so every significant byte counts
 /// whatever the length, and structured fingerprints (counters, repeated bytes
@@ -71,12 +64,12 @@ impl Bloom {
         self.bits.len() * 8
     }
 
-    /// The filter as bytes: the hash count in the low 16 bits of a u32 LE
-    /// (the hashing scheme, 2, in the high 16), then the bit words (u64 LE
-    /// each).
+    /// The filter as bytes: the hash count (u32 LE), then the bit words
+    /// (u64 LE each). Its readers know the hashing by the version of what
+    /// holds it (online GC's dead filter: version 2).
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(4 + self.bits.len() * 8);
-        b.extend_from_slice(&(SCHEME | self.hashes).to_le_bytes());
+        b.extend_from_slice(&self.hashes.to_le_bytes());
         for w in &self.bits {
             b.extend_from_slice(&w.to_le_bytes());
         }
@@ -84,14 +77,9 @@ impl Bloom {
     }
 
     /// [`to_bytes`](Self::to_bytes) read back; `None` unless it is a
-    /// power-of-two number of words with 1–16 hashes, hashed by this
-    /// build's scheme.
+    /// power-of-two number of words with 1–16 hashes.
     pub fn from_bytes(b: &[u8]) -> Option<Self> {
-        let tagged = u32::from_le_bytes(b.get(..4)?.try_into().ok()?);
-        if tagged & !0xffff != SCHEME {
-            return None;
-        }
-        let hashes = tagged & 0xffff;
+        let hashes = u32::from_le_bytes(b.get(..4)?.try_into().ok()?);
         let words = &b[4..];
         let n = words.len() / 8;
         if !words.len().is_multiple_of(8) || !n.is_power_of_two() || !(1..=16).contains(&hashes) {
@@ -210,8 +198,8 @@ mod tests {
             (b.bits, b.mask, b.hashes)
         );
         assert!(fps.iter().all(|fp| r.contains(fp)));
-        // The first scheme's filters (an untagged hash count) and unknown ones.
-        for word in [b.hashes, 3 << 16 | b.hashes, SCHEME, SCHEME | 17] {
+        // Hash counts out of range.
+        for word in [0, 17, 2 << 16 | b.hashes] {
             let mut old = bytes.clone();
             old[..4].copy_from_slice(&word.to_le_bytes());
             assert!(Bloom::from_bytes(&old).is_none(), "{word:#x}");

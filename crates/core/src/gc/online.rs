@@ -171,7 +171,9 @@ fn write_state(objects: &SealedStore, s: &GcState) -> Result<()> {
 pub struct DeadFilter(super::bloom::Bloom);
 
 const DEAD_MAGIC: [u8; 8] = *b"TSRADEAD";
-const DEAD_VERSION: u32 = 1;
+/// 2: the filter hashes the whole fingerprint (`gc::bloom`); version 1's
+/// took h2 from bytes 16..24, zero in a trace's 6-byte fingerprints.
+const DEAD_VERSION: u32 = 2;
 /// False-positive rate of a dead filter (~9.6 bits per dead chunk).
 const DEAD_FP_RATE: f64 = 0.01;
 
