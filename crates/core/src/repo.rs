@@ -408,7 +408,7 @@ impl Repository {
     }
 
     fn mfdedup(&self, what: &str) -> Result<&MfdedupLayout> {
-        self.layout.mfdedup().ok_or_else(|| {
+        self.layout.as_any().downcast_ref().ok_or_else(|| {
             Error::invalid(format!(
                 "{what} need the mfdedup layout (this repository uses {})",
                 self.layout.kind()

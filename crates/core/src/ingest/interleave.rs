@@ -12,7 +12,8 @@
 //! per backup, and a segment of interleaved chunks has no single stream to
 //! decide for.
 
-use super::{report, Counts, Member, Sink};
+use super::options::{report, Counts, Member};
+use super::sink::Sink;
 use crate::chunking::chunk_all;
 use crate::context::Context;
 use crate::error::{Error, Result};

@@ -2,8 +2,8 @@
 //! layout's: MFDedup swaps in its NDF index for the backup), written into
 //! new containers, logged for undo.
 
+use super::options::Counts;
 use super::writers::ContainerWriters;
-use super::Counts;
 use crate::catalog::ContainerEntry;
 use crate::container::{ChunkKind, ContainerId};
 use crate::context::Context;
@@ -39,7 +39,7 @@ pub(crate) struct Sink {
     pub(super) refs: Option<Vec<Fingerprint>>,
     /// Every data chunk in stream order, when asked for (the files cache
     /// learns each file's chunks from it).
-    pub(super) trail: Option<super::tree::Trail>,
+    pub(super) trail: Option<Trail>,
     /// Online GC: the chunks deduplicated against existing containers,
     /// recorded and confirmed (see [`crate::gc::online`]); `None` on the
     /// MFDedup layout (one writer at a time, no GC).
@@ -285,5 +285,22 @@ impl Sink {
 impl RecipeSink for Sink {
     fn recipe_chunk(&mut self, fp: Fingerprint, _level: u8, bytes: &[u8]) -> Result<()> {
         self.recipe_bytes(fp, bytes)
+    }
+}
+
+/// The trail of a backup: its data chunks in stream order, and where the
+/// ingest's marks ([`Ingest::mark`]) fell among them.
+#[derive(Default)]
+pub(crate) struct Trail {
+    pub chunks: Vec<(Fingerprint, u32)>,
+    /// Data chunks before each mark.
+    pub marks: Vec<usize>,
+}
+
+impl Trail {
+    /// The chunks between marks `a` and `z`.
+    pub(super) fn between(&self, a: u64, z: u64) -> Option<&[(Fingerprint, u32)]> {
+        let at = |m: u64| self.marks.get(usize::try_from(m).ok()?).copied();
+        self.chunks.get(at(a)?..at(z)?)
     }
 }

@@ -16,7 +16,6 @@ use crate::archive::walk::{store, TreeOut};
 use crate::archive::{FileId, Scan, TreeStats};
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::fingerprint::Fingerprint;
 use crate::rewrite::RewriteSpec;
 
 /// (path, identity, mark before its chunks, mark after) of a regular file stored.
@@ -164,21 +163,4 @@ pub(crate) fn backup_paths(
         let _ = w.write(&file);
     }
     Ok((report, stats.unwrap_or_default()))
-}
-
-/// The trail of a backup: its data chunks in stream order, and where the
-/// ingest's marks ([`Ingest::mark`]) fell among them.
-#[derive(Default)]
-pub(crate) struct Trail {
-    pub chunks: Vec<(Fingerprint, u32)>,
-    /// Data chunks before each mark.
-    pub marks: Vec<usize>,
-}
-
-impl Trail {
-    /// The chunks between marks `a` and `z`.
-    fn between(&self, a: u64, z: u64) -> Option<&[(Fingerprint, u32)]> {
-        let at = |m: u64| self.marks.get(usize::try_from(m).ok()?).copied();
-        self.chunks.get(at(a)?..at(z)?)
-    }
 }

@@ -47,4 +47,7 @@ impl Layout for ContainerLayout {
         crate::publish::publish(cx, next, &[])?;
         Ok(gone)
     }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
 }

@@ -12,45 +12,19 @@
 //!   (AVAR), forget deletes whole categories and copies nothing.
 
 mod containers;
+mod contract;
 pub mod mfdedup;
 
 pub use crate::catalog::LayoutKind;
 pub use containers::ContainerLayout;
+pub use contract::Layout;
 pub use mfdedup::MfdedupLayout;
 
 use crate::backend::{ObjectKey, ObjectStore};
-use crate::catalog::{BackupEntry, BackupId, Manifest};
-use crate::context::{Context, IndexLocator, Locator, PasswordSource};
+use crate::catalog::Manifest;
+use crate::context::{Context, IndexLocator, PasswordSource};
 use crate::error::Result;
-use crate::ingest::BackupHooks;
-use crate::restore::Restorer;
 use std::sync::Arc;
-
-/// A storage layout (see the module docs).
-pub trait Layout: Send + Sync {
-    fn kind(&self) -> LayoutKind;
-    /// Where readers find a chunk copy; installed in the context at open.
-    fn locator(&self) -> Arc<dyn Locator>;
-    /// What ingest does around each backup.
-    fn backup_hooks(&self) -> &dyn BackupHooks;
-    /// How a backup is restored where not through the container pipeline.
-    fn restorer(&self) -> &dyn Restorer;
-    /// Whether several writers may work at once (each publishing by
-    /// compare-and-swap and merging); otherwise a writer holds the
-    /// exclusive lock.
-    fn concurrent_writers(&self) -> bool;
-    /// Refuse what this layout does not have: mark-and-sweep GC, the data
-    /// index on disk. `Ok` where it has it.
-    fn mark_sweep(&self) -> Result<()>;
-    fn index_on_disk(&self) -> Result<()>;
-    /// Remove `ids` from the catalog.
-    fn forget(&self, cx: &mut Context, ids: &[BackupId]) -> Result<Vec<BackupEntry>>;
-    /// This layout as MFDedup, for its own operations (arranging, exact
-    /// forget space); `None` on other layouts.
-    fn mfdedup(&self) -> Option<&MfdedupLayout> {
-        None
-    }
-}
 
 /// The layout of `kind`: chosen once, when a repository opens.
 pub fn for_kind(kind: LayoutKind) -> Box<dyn Layout> {

@@ -22,228 +22,32 @@
 
 pub mod avar;
 pub mod forget;
+mod locate;
 pub mod ndf;
 pub mod restore;
+mod state;
 pub mod volume;
 
 use super::{Layout, LayoutKind};
-use crate::backend::{Generation, ObjectKey};
 use crate::catalog::{BackupEntry, BackupId, ContainerEntry, Manifest};
-use crate::container::{ChunkKind, ContainerId};
+use crate::container::ChunkKind;
 use crate::context::{Context, Locator};
 use crate::error::{Error, Result};
-use crate::fingerprint::{Fingerprint, FpMap};
-use crate::index::{CopyNo, Index, IndexEntry};
+use crate::fingerprint::Fingerprint;
+use crate::index::Index;
 use crate::ingest::{ArrangeReport, BackupHooks, BackupOptions};
 use crate::restore::{RestoreOptions, RestoreReport, Restorer};
-use serde::{Deserialize, Serialize};
-use std::sync::{Arc, RwLock};
+pub(crate) use locate::recipe_index;
+use locate::MfLocator;
+use serde::Serialize;
+pub use state::{Chain, ChainVersion, MfState, Run, Table};
+use std::sync::Arc;
 pub use volume::{Category, Volume};
 
 /// The MFDedup layout (see the module docs).
 #[derive(Default)]
 pub struct MfdedupLayout {
     locator: Arc<MfLocator>,
-}
-
-/// Readers' chunk locations on this layout: recipe chunks through the
-/// recipe index; data chunks through their category parts (restore itself
-/// reads whole categories instead), a map built on first use for the
-/// generation it was built on.
-#[derive(Default)]
-struct MfLocator {
-    located: RwLock<Option<(Generation, Arc<FpMap<ContainerId>>)>>,
-}
-
-impl MfLocator {
-    fn data(&self, cx: &Context) -> Arc<FpMap<ContainerId>> {
-        let generation = cx.manifest.generation;
-        if let Some((g, map)) = &*self.located.read().expect("not poisoned") {
-            if *g == generation {
-                return map.clone();
-            }
-        }
-        let map = Arc::new(data_locations(cx));
-        *self.located.write().expect("not poisoned") = Some((generation, map.clone()));
-        map
-    }
-}
-
-impl Locator for MfLocator {
-    /// MFDedup never rewrites: every chunk is copy 0.
-    fn locate_copy(
-        &self,
-        cx: &Context,
-        kind: ChunkKind,
-        fp: &Fingerprint,
-        copy: CopyNo,
-    ) -> Option<ContainerId> {
-        if copy != 0 {
-            return None;
-        }
-        match kind {
-            ChunkKind::Recipe => cx.index.get(kind, fp),
-            ChunkKind::Data => self.data(cx).get(fp).copied(),
-        }
-    }
-    /// This layout writes no index segments: its index holds the recipe
-    /// chunks, read from the recipe containers' metadata.
-    fn after_load(&self, cx: &mut Context) -> Result<()> {
-        cx.index = recipe_index(cx)?;
-        Ok(())
-    }
-}
-
-/// Every chain of the repository.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MfState {
-    pub chains: Vec<Chain>,
-    /// Next id for volume header and NDF table objects.
-    pub next_key: u64,
-}
-
-impl crate::catalog::Section for MfState {
-    const NAME: &'static str = "mfdedup";
-}
-
-impl MfState {
-    /// The manifest's MFDedup state (empty on the container layout).
-    pub fn of(m: &Manifest) -> Result<MfState> {
-        Ok(m.sections.get()?.unwrap_or_default())
-    }
-    /// Record `state` in `m` (an empty state is not written).
-    pub fn set(m: &mut Manifest, state: &MfState) {
-        m.sections.put((!state.is_empty()).then_some(state))
-    }
-    /// The volume and NDF table objects `m` lists.
-    pub fn listed_keys(m: &Manifest) -> Vec<ObjectKey> {
-        Self::of(m).map(|s| s.keys().collect()).unwrap_or_default()
-    }
-    pub fn is_empty(&self) -> bool {
-        self.chains.is_empty() && self.next_key == 0
-    }
-    /// The volume and NDF table objects the state lists.
-    pub fn keys(&self) -> impl Iterator<Item = ObjectKey> + '_ {
-        self.chains.iter().flat_map(|c| {
-            c.volumes
-                .iter()
-                .map(|v| ObjectKey::Volume(v.key))
-                .chain(c.tables.iter().map(|t| ObjectKey::NdfTable(t.key)))
-        })
-    }
-    pub fn chain(&self, name: &str) -> Option<&Chain> {
-        self.chains.iter().find(|c| c.name == name)
-    }
-    /// The chain and version number of a backup.
-    pub fn version_of(&self, id: BackupId) -> Option<(&Chain, u32)> {
-        self.chains.iter().find_map(|c| {
-            c.versions
-                .iter()
-                .find(|v| v.backup == id)
-                .map(|v| (c, v.version))
-        })
-    }
-    fn take_key(&mut self) -> u64 {
-        self.next_key += 1;
-        self.next_key
-    }
-}
-
-/// One source's versions and their layout.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Chain {
-    pub name: String,
-    /// Version number of the next backup (numbers start at 1, never reused).
-    pub next_version: u32,
-    /// Retained versions, oldest first.
-    pub versions: Vec<ChainVersion>,
-    /// The layout is arranged for versions ≤ this (0: none yet).
-    pub arranged: u32,
-    /// Active categories Cat.(i, arranged), by i, stored consecutively.
-    pub active: Vec<Category>,
-    /// Unique chunks of versions not yet arranged: Cat.(v, v), by v.
-    pub pending: Vec<Category>,
-    /// Volumes, by version.
-    pub volumes: Vec<Volume>,
-    /// NDF tables still needed: the unarranged versions' and the newest.
-    pub tables: Vec<Table>,
-}
-
-impl Chain {
-    /// The newest version number (forgotten or not); 0 for a new chain.
-    pub fn tail(&self) -> u32 {
-        self.next_version.saturating_sub(1)
-    }
-    /// Versions backed up but not arranged yet.
-    pub fn behind(&self) -> u32 {
-        self.tail() - self.arranged
-    }
-    pub fn retained(&self) -> Vec<u32> {
-        self.versions.iter().map(|v| v.version).collect()
-    }
-    pub fn table(&self, version: u32) -> Option<&Table> {
-        self.tables.iter().find(|t| t.version == version)
-    }
-    /// Every category with its place: (volume version or None for active /
-    /// pending, category).
-    pub fn categories(&self) -> impl Iterator<Item = &Category> {
-        self.volumes
-            .iter()
-            .flat_map(|v| v.categories.iter())
-            .chain(self.active.iter())
-            .chain(self.pending.iter())
-    }
-    /// The categories restoring `version` reads, in disk order: volumes
-    /// from `version` on (each a prefix: Cat.(1..=k, m)), then the active
-    /// ones, then pending ones. A version not yet arranged needs every
-    /// active and earlier pending category (§5.7: arranging behind).
-    pub fn required(&self, k: u32) -> Vec<(Run, &Category)> {
-        let mut out = Vec::new();
-        if k <= self.arranged {
-            for v in self.volumes.iter().filter(|v| v.version >= k) {
-                for c in v.categories.iter().filter(|c| c.start <= k) {
-                    out.push((Run::Volume(v.version), c));
-                }
-            }
-            for c in self.active.iter().filter(|c| c.start <= k) {
-                out.push((Run::Active, c));
-            }
-        } else {
-            for c in &self.active {
-                out.push((Run::Active, c));
-            }
-            for c in self.pending.iter().filter(|c| c.start <= k) {
-                out.push((Run::Pending(c.start), c));
-            }
-        }
-        out
-    }
-}
-
-/// Where a category sits: which sequential run a restore reads it in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
-pub enum Run {
-    Volume(u32),
-    Active,
-    Pending(u32),
-}
-
-/// A retained version of a chain.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ChainVersion {
-    pub version: u32,
-    pub backup: BackupId,
-    /// Its recipe containers (recipe chunks are deduplicated per backup).
-    pub recipes: Vec<ContainerId>,
-}
-
-/// An NDF table object of one version.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Table {
-    pub version: u32,
-    pub key: u64,
-    /// Distinct data fingerprints in it.
-    pub fingerprints: u64,
 }
 
 /// What a backup on this layout swapped out of the repository: the recipe
@@ -347,48 +151,6 @@ pub(crate) fn record_backup(
     Ok(())
 }
 
-/// The recipe index of this layout: every recipe container's chunks (read
-/// from container metadata; no data is read).
-pub(crate) fn recipe_index(repo: &Context) -> Result<Index> {
-    let mut index = Index::default();
-    for c in repo
-        .manifest
-        .containers
-        .iter()
-        .filter(|c| c.kind == ChunkKind::Recipe)
-    {
-        let (_, meta) = repo.store.read_meta(c.id)?;
-        for m in meta {
-            index.insert(IndexEntry {
-                fp: m.fp,
-                container: c.id,
-                kind: ChunkKind::Recipe,
-                copy: 0,
-            });
-        }
-    }
-    Ok(index)
-}
-
-/// Data chunk → one category part holding it, for check and salvage (any
-/// copy has the same bytes). Built from part metadata on first use.
-pub(crate) fn data_locations(repo: &Context) -> FpMap<ContainerId> {
-    let mut map = FpMap::default();
-    for c in repo
-        .manifest
-        .containers
-        .iter()
-        .filter(|c| c.kind == ChunkKind::Data)
-    {
-        if let Ok((_, meta)) = repo.store.read_meta(c.id) {
-            for m in meta {
-                map.entry(m.fp).or_insert(c.id);
-            }
-        }
-    }
-    map
-}
-
 /// One chain in `tessera stats`.
 #[derive(Clone, Debug, Serialize)]
 pub struct ChainStats {
@@ -481,8 +243,8 @@ impl Layout for MfdedupLayout {
     fn forget(&self, cx: &mut Context, ids: &[BackupId]) -> Result<Vec<BackupEntry>> {
         forget::forget(cx, ids).map(|(gone, _)| gone)
     }
-    fn mfdedup(&self) -> Option<&MfdedupLayout> {
-        Some(self)
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }
 

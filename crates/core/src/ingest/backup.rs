@@ -1,0 +1,211 @@
+//! One backup (or interleaved group) from start to publish: the layout's
+//! hooks around it, the ingest pipeline, then sealing, the index segment,
+//! the FGC graph's segment and the manifest generation.
+
+use super::options::{report, BackupHooks, BackupOptions, BackupReport, Member};
+use super::pipeline::Ingest;
+use super::sink::{self, Sink, Trail};
+use crate::catalog::BackupEntry;
+use crate::container::ChunkKind;
+use crate::context::Context;
+use crate::error::Result;
+use crate::rewrite::{RewriteSpec, Rewriter};
+use std::time::Instant;
+
+impl Context {
+    /// [`Writer::backup_with`](crate::Writer::backup_with).
+    pub(crate) fn backup_in(
+        &mut self,
+        hooks: &dyn BackupHooks,
+        opts: &BackupOptions,
+        feed: impl FnOnce(&mut Ingest) -> Result<()>,
+    ) -> Result<BackupReport> {
+        self.backup_trailed(hooks, opts, false, feed)
+            .map(|(r, _)| r)
+    }
+
+    /// A directory backup: [`backup_in`](Self::backup_in), also returning
+    /// its data chunks in stream order if `trail` (for the files cache).
+    pub(crate) fn backup_in_tree(
+        &mut self,
+        hooks: &dyn BackupHooks,
+        opts: &BackupOptions,
+        trail: bool,
+        feed: impl FnOnce(&mut Ingest) -> Result<()>,
+    ) -> Result<(BackupReport, Option<Trail>)> {
+        self.backup_trailed(hooks, opts, trail, feed)
+    }
+
+    fn backup_trailed(
+        &mut self,
+        hooks: &dyn BackupHooks,
+        opts: &BackupOptions,
+        trail: bool,
+        feed: impl FnOnce(&mut Ingest) -> Result<()>,
+    ) -> Result<(BackupReport, Option<Trail>)> {
+        let started = Instant::now();
+        let cfg = self.manifest.config.clone();
+        let before = self.metrics.snapshot();
+        hooks.check(opts)?;
+        let chain = hooks.chain(opts);
+        hooks.begin(self, chain.as_deref())?;
+        let rw = match Rewriter::new(&opts.rewrite, opts.segment_bytes, &self.manifest) {
+            Ok(rw) => rw,
+            Err(e) => {
+                hooks.end(self, false);
+                return Err(e);
+            }
+        };
+        let recording = rw.is_none();
+        let mut sink = Sink::new(self, hooks, rw);
+        if recording {
+            sink.corr = crate::fgc::CorrRecorder::start(self);
+        }
+        if trail {
+            sink.trail = Some(Trail::default());
+        }
+        let fingerprinter = self.fingerprinter().clone();
+        let threads = self.threads;
+        let mut ingest = Ingest::start(
+            sink,
+            cfg.chunker.build().into(),
+            fingerprinter,
+            cfg.trace,
+            threads,
+        );
+        let fed = feed(&mut ingest);
+        let (mut sink, recipe, worker, upstream_root) = ingest.stop(fed.is_ok());
+        let member = worker.and(fed).and_then(|()| {
+            let root = match upstream_root {
+                Some(r) => r,
+                None => recipe.finish(&mut sink)?,
+            };
+            Ok(vec![Member {
+                name: opts.name.clone(),
+                chain: chain.clone(),
+                source: opts.source,
+                meta: opts.meta.clone(),
+                root,
+                counts: sink.counts,
+            }])
+        });
+        let counts = sink.counts;
+        let trail = sink.trail.take();
+        let entries = self.commit(hooks, sink, member);
+        let ndf_memory = hooks.end(self, entries.is_ok());
+        let entries = entries?;
+        // The backup's own I/O (arranging is reported on its own).
+        let io = self.metrics.snapshot().since(&before);
+        let arranged = hooks.after(self, chain.as_deref(), opts)?;
+        let entry = entries.into_iter().next().expect("one member, one entry");
+        let sparse = if matches!(opts.rewrite, RewriteSpec::Har { .. }) {
+            crate::rewrite::SparseHistory::of(&self.manifest)?.0.len() as u64
+        } else {
+            0
+        };
+        let mut r = report(entry, counts, sparse, &io, started);
+        r.ndf_memory_bytes = ndf_memory;
+        r.arranged = arranged;
+        Ok((r, trail))
+    }
+
+    /// Seal the open containers, write the index segment and publish one
+    /// manifest generation listing `members` as new backups, in order.
+    /// The index goes back to the repository either way; on failure (of the
+    /// ingest, given as `members`, or here) every entry the sink added is
+    /// removed and every repointed one restored, so the repository is
+    /// exactly as before.
+    /// Seal the open containers, write the index segment and publish one
+    /// manifest generation listing `members` as new backups, in order.
+    /// The index goes back to the repository either way; on failure (of the
+    /// ingest, given as `members`, or here) every entry the sink added is
+    /// removed and every repointed one restored, so the repository is
+    /// exactly as before.
+    pub(super) fn commit(
+        &mut self,
+        hooks: &dyn BackupHooks,
+        mut sink: Sink,
+        members: Result<Vec<Member>>,
+    ) -> Result<Vec<BackupEntry>> {
+        let time = crate::clock::now();
+        let corr = sink.corr.take();
+        let mut graph_superseded = Vec::new();
+        let mut graph_after = None;
+        let outcome = members.and_then(|members| {
+            // Online GC: every deduplicated chunk safe (or stored again)
+            // before the containers are sealed.
+            sink.confirm_online()?;
+            sink.seal(ChunkKind::Data)?;
+            sink.seal(ChunkKind::Recipe)?;
+            let mut next = self.manifest.clone();
+            // A writer that joined others allocates in its reserved
+            // range, below the allocator.
+            next.next_container_id = next.next_container_id.max(sink.writer.next_id());
+            self.containers_allocated(sink.writer.next_id());
+            next.containers.extend_from_slice(sink.writer.written());
+            let capacity = self.manifest.config.container_size as u64;
+            if let Some(sparse) = sink.rw.as_ref().and_then(|r| r.next_sparse(capacity)) {
+                next.sections
+                    .put(Some(&crate::rewrite::SparseHistory(sparse)));
+            }
+            if hooks.writes_index_segment() {
+                self.write_segment(&mut next, &sink.new_entries)?;
+            }
+            (graph_superseded, graph_after) = crate::fgc::commit_backup(self, &mut next, corr)?;
+            let mut entries = Vec::with_capacity(members.len());
+            for m in members {
+                let (root, root_level) = m.root;
+                let c = m.counts;
+                let entry = BackupEntry {
+                    id: next.next_backup_id,
+                    root: root.fp.to_hex(),
+                    root_level,
+                    name: m.name,
+                    source: m.source,
+                    time,
+                    logical_bytes: c.logical,
+                    chunks: c.chunks,
+                    new_bytes: c.new_bytes,
+                    new_chunks: c.new_chunks,
+                    meta: m.meta,
+                    chain: m.chain,
+                    content_bytes: c.meta_from,
+                };
+                let refs = sink.refs.take().unwrap_or_default();
+                hooks.record(self, &mut next, &entry, sink.writer.written(), &refs)?;
+                next.next_backup_id = next.next_backup_id.next();
+                next.backups.push(entry.clone());
+                entries.push(entry);
+            }
+            Ok((next, entries))
+        });
+        // Give the index back before publishing, so a failed publish can undo.
+        let Sink {
+            index,
+            new_entries,
+            online,
+            ..
+        } = sink;
+        self.index = index;
+        // Published entries: renumbered if another writer took their ids.
+        // The graph as of this backup's segments: kept before publishing,
+        // so a publish that has to merge can graft this backup's delta (a
+        // kept graph is only used while the manifest lists its segments).
+        crate::fgc::keep(self, graph_after);
+        let published = outcome.and_then(|(mut next, _entries)| {
+            let mut superseded = self.compact_segments(&mut next)?;
+            superseded.extend(graph_superseded);
+            crate::publish::publish_merged(self, next, &superseded)
+        });
+        if published.is_err() {
+            sink::undo(&mut self.index, &new_entries);
+        } else {
+            if let Some(o) = online {
+                // Best effort: a record left behind only keeps chunks live
+                // until the next GC removes it.
+                let _ = o.finish();
+            }
+        }
+        published
+    }
+}
