@@ -97,7 +97,7 @@ impl Subject {
     }
 
     /// The container this is about, if it is one.
-    pub fn container(&self) -> Option<crate::container::ContainerId> {
+    pub fn container(&self) -> Option<crate::ids::ContainerId> {
         match &self.object {
             ObjectRef::Object(k) | ObjectRef::Stored(k) => k.container(),
             _ => None,

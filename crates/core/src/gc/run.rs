@@ -88,7 +88,7 @@ fn gc_sweep(
     // A dead copy whose index entry names a container that also holds a
     // live copy of the same chunk (PGC+ sent both to one stored chunk): the
     // container stays, so only the entry goes.
-    let aliases: HashSet<(crate::Fingerprint, crate::index::CopyNo)> = repo
+    let aliases: HashSet<(crate::fingerprint::Fingerprint, crate::index::CopyNo)> = repo
         .index
         .entries()
         .filter(|e| {

@@ -18,12 +18,12 @@
 use super::gccdf::{plan, preprocess};
 use super::mark::{FpFilter, Mark};
 use super::select::Selection;
-use super::{GcOptions, GcStrategy};
 use crate::catalog::ContainerEntry;
 use crate::container::{ChunkKind, ChunkMeta, ContainerId, ContainerWriter, IdAllocator};
 use crate::context::Context;
 use crate::error::Result;
 use crate::fingerprint::{Fingerprint, FpMap, FpSet};
+use crate::gc::options::{GcOptions, GcStrategy};
 use crate::index::{sort_entries, CopyNo, CopySet, IndexEntry};
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -439,7 +439,12 @@ impl Swept {
     }
 
     /// The sweep's figures in the report; memory peaks on top of the mark's.
-    pub fn add_to(&self, r: &mut super::GcReport, mark_memory: u64, reclaimed_logical_bytes: u64) {
+    pub fn add_to(
+        &self,
+        r: &mut super::report::GcReport,
+        mark_memory: u64,
+        reclaimed_logical_bytes: u64,
+    ) {
         let (s, rs) = (&self.stats, &self.recipe_stats);
         r.produced_containers = self.data.produced().len() as u64;
         r.recipe_produced_containers = self.recipe.produced().len() as u64;
@@ -562,7 +567,7 @@ pub fn commit(
     let published = crate::publish::publish(repo, next, &superseded).and_then(|()| {
         // Readers of older generations (restore, ls, check in other
         // processes) may still read the reclaimed containers.
-        if crate::lock::wait_for_readers(&**repo.objects.store(), super::READER_WAIT)? {
+        if crate::lock::wait_for_readers(&**repo.objects.store(), super::options::READER_WAIT)? {
             for id in &gone {
                 repo.objects
                     .delete(&crate::backend::ObjectKey::Container(*id))?;

@@ -19,7 +19,7 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::index::DataCursor;
-use crate::ingest::{BackupOptions, BackupReport};
+use crate::ingest::options::{BackupOptions, BackupReport};
 use crate::recipe::RecipeBuilder;
 use crate::rewrite::RewriteSpec;
 use std::time::Instant;
@@ -45,7 +45,7 @@ struct Dealt {
 /// [`Writer::backup_interleaved`](crate::Writer::backup_interleaved).
 pub(crate) fn backup_interleaved(
     repo: &mut Context,
-    hooks: &dyn super::BackupHooks,
+    hooks: &dyn super::options::BackupHooks,
     group: Vec<(BackupOptions, GroupInput)>,
 ) -> Result<Vec<BackupReport>> {
     let started = Instant::now();

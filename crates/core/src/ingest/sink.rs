@@ -59,7 +59,7 @@ impl Sink {
     /// the repository until `commit` gives it back.
     pub(super) fn new(
         repo: &mut Context,
-        hooks: &dyn super::BackupHooks,
+        hooks: &dyn super::options::BackupHooks,
         rw: Option<Rewriter>,
     ) -> Self {
         Sink {

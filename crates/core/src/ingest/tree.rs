@@ -10,12 +10,12 @@ use std::path::PathBuf;
 
 use super::files_cache::{cache_path, CacheWriter, FilesCache, FilesCacheOptions};
 use super::pipeline::Ingest;
-use super::{BackupOptions, BackupReport};
 use crate::archive::meta::{Kind, MetaWriter, Record};
 use crate::archive::walk::{store, TreeOut};
 use crate::archive::{FileId, Scan, TreeStats};
 use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::ingest::options::{BackupOptions, BackupReport};
 use crate::rewrite::RewriteSpec;
 
 /// (path, identity, mark before its chunks, mark after) of a regular file stored.
@@ -88,7 +88,7 @@ impl TreeOut for TreeIngest<'_> {
 /// [`Writer::backup_paths`](crate::Writer::backup_paths).
 pub(crate) fn backup_paths(
     repo: &mut Context,
-    hooks: &dyn super::BackupHooks,
+    hooks: &dyn super::options::BackupHooks,
     files_cache: Option<&FilesCacheOptions>,
     opts: &BackupOptions,
     scan: Scan,

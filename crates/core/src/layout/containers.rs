@@ -1,7 +1,9 @@
 //! The container layout: fixed-size containers filled in stream order, the
 //! exact global index, mark-and-sweep GC with copy-forward (`crate::gc`).
 
-use super::{Layout, LayoutKind};
+use crate::layout::contract::Layout;
+
+use crate::catalog::LayoutKind;
 use crate::catalog::{BackupEntry, BackupId};
 use crate::context::{Context, IndexLocator, Locator};
 use crate::error::Result;

@@ -41,7 +41,7 @@ pub fn for_kind(kind: LayoutKind) -> Box<dyn Layout> {
 pub fn open(
     backend: Arc<dyn ObjectStore>,
     password: PasswordSource,
-    bad_segments: Option<&mut Vec<(ObjectKey, crate::Error)>>,
+    bad_segments: Option<&mut Vec<(ObjectKey, crate::error::Error)>>,
 ) -> Result<(Context, Box<dyn Layout>)> {
     let mut cx = Context::open(backend, password, Arc::new(IndexLocator), bad_segments)?;
     let layout = for_kind(cx.manifest.config.layout);

@@ -10,13 +10,14 @@
 //! read, and every metric, are those of the papers' restore.
 
 use super::loader::{Loaded, Loaders, Permit, Permits};
-use super::{CacheSpec, RestoreOptions};
+use crate::cache::CacheSpec;
 use crate::cache::{faa, Access, Lru, Opt, OPT_WINDOW};
 use crate::catalog::BackupEntry;
 use crate::container::{ChunkKind, ContainerId};
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::recipe::RecipeEntry;
+use crate::restore::options::RestoreOptions;
 use std::collections::{HashMap, VecDeque};
 use std::sync::mpsc::SyncSender;
 

@@ -29,10 +29,11 @@ pub mod aead;
 pub mod keys;
 pub mod zstd;
 
-use crate::backend::{KeyKind, ObjectBytes, ObjectKey, ObjectStore};
+use crate::backend::{ObjectBytes, ObjectStore};
 use crate::error::{Error, ObjectRef, Result};
 use crate::fingerprint::Fingerprint;
 use crate::ids::{ChunkKind, ContainerId};
+use crate::object_key::{KeyKind, ObjectKey};
 use aead::Cipher;
 pub use aead::CipherKind;
 use serde::{Deserialize, Serialize};

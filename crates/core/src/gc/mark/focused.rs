@@ -128,7 +128,7 @@ fn walk_parts(
 /// referencing a copy there.
 struct Owners {
     rate: f64,
-    filters: HashMap<BackupId, crate::gc::mark::FpFilter>,
+    filters: HashMap<BackupId, crate::gc::mark::liveness::FpFilter>,
     rrt: HashMap<ContainerId, BTreeSet<BackupId>>,
 }
 

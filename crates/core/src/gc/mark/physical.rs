@@ -32,7 +32,6 @@
 //! fingerprints, a pre-select picks mostly dead candidate containers, and a
 //! second pass marks exactly the fingerprints of those candidates.
 
-use super::{FpFilter, Mark, Marker, Phv, VcSpec};
 use crate::cache::LruCache;
 use crate::catalog::{BackupEntry, BackupId};
 use crate::container::format::object_name;
@@ -41,6 +40,7 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FpMap};
 use crate::gc::bloom::Bloom;
+use crate::gc::mark::liveness::{FpFilter, Mark, Marker, Phv, VcSpec};
 use crate::gc::phase::PhaseClock;
 use crate::recipe::{self, MAX_LEVEL};
 use std::collections::{BTreeSet, HashMap, HashSet};

@@ -10,12 +10,12 @@
 //! at any point leaves either step's layout intact.
 
 use super::volume::{put_header, CategoryWriter, Volume};
-use super::MfState;
 use crate::backend::ObjectKey;
 use crate::container::IdAllocator;
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::fingerprint::FpSet;
+use crate::layout::mfdedup::state::MfState;
 use std::collections::HashSet;
 use std::time::Instant;
 

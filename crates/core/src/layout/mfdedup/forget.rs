@@ -13,14 +13,15 @@
 //! The plan is computed from the catalog's copy of the volume headers
 //! alone: `forget --dry-run` and `forget` run the same [`plan`].
 
+use super::avar;
 use super::volume::{put_header, Category};
-use super::{avar, MfState};
 use crate::backend::ObjectKey;
 use crate::catalog::{BackupEntry, BackupId, Manifest};
 use crate::container::ContainerId;
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::fingerprint::FpSet;
+use crate::layout::mfdedup::state::MfState;
 use serde::Serialize;
 use std::collections::HashSet;
 
@@ -58,7 +59,7 @@ pub(crate) struct Plan {
     pub space: ForgetSpace,
     pub state: MfState,
     /// Volume headers to write (changed) and keys superseded.
-    pub rewrite_volumes: Vec<(String, super::Volume)>,
+    pub rewrite_volumes: Vec<(String, super::volume::Volume)>,
     pub superseded: Vec<ObjectKey>,
     /// Containers that leave the catalog.
     pub gone: HashSet<ContainerId>,
@@ -68,7 +69,7 @@ pub(crate) struct Plan {
 }
 
 pub(crate) fn plan(m: &Manifest, ids: &[BackupId]) -> Result<Plan> {
-    let mut state = super::MfState::of(m)?;
+    let mut state = super::state::MfState::of(m)?;
     let mut space = ForgetSpace::default();
     let mut rewrite_volumes = Vec::new();
     let mut superseded = Vec::new();
@@ -179,7 +180,7 @@ pub(crate) fn plan(m: &Manifest, ids: &[BackupId]) -> Result<Plan> {
 /// Otherwise only archived categories (lifecycles ending before the newest
 /// arranged version, which stays) can be freed, exactly as arranged, and
 /// arranging may stay behind (§5.7).
-fn needs_arranging(chain: &super::Chain, ids: &[BackupId]) -> bool {
+fn needs_arranging(chain: &super::state::Chain, ids: &[BackupId]) -> bool {
     let gone: Vec<u32> = chain
         .versions
         .iter()
@@ -213,7 +214,7 @@ fn check_ids(repo: &Context, ids: &[BackupId]) -> Result<()> {
 /// [`plan`] frees and publish; returns the forgotten entries and the space.
 pub fn forget(w: &mut Context, ids: &[BackupId]) -> Result<(Vec<BackupEntry>, ForgetSpace)> {
     check_ids(w, ids)?;
-    let chains: Vec<String> = super::MfState::of(&w.manifest)?
+    let chains: Vec<String> = super::state::MfState::of(&w.manifest)?
         .chains
         .iter()
         .filter(|c| needs_arranging(c, ids))
@@ -257,9 +258,9 @@ pub fn forget(w: &mut Context, ids: &[BackupId]) -> Result<(Vec<BackupEntry>, Fo
         .into_iter()
         .partition(|b| ids.contains(&b.id));
     next.backups = kept;
-    super::MfState::set(&mut next, &p.state);
+    super::state::MfState::set(&mut next, &p.state);
     next.containers.retain(|c| !p.gone.contains(&c.id));
     crate::publish::publish(w, next, &p.superseded)?;
-    w.index = super::recipe_index(w)?;
+    w.index = super::locate::recipe_index(w)?;
     Ok((gone, p.space))
 }

@@ -28,7 +28,9 @@ pub mod restore;
 mod state;
 pub mod volume;
 
-use super::{Layout, LayoutKind};
+use crate::layout::contract::Layout;
+
+use crate::catalog::LayoutKind;
 use crate::catalog::{BackupEntry, BackupId, ContainerEntry, Manifest};
 use crate::container::ChunkKind;
 use crate::context::{Context, Locator};
@@ -37,7 +39,6 @@ use crate::fingerprint::Fingerprint;
 use crate::index::Index;
 use crate::ingest::{ArrangeReport, BackupHooks, BackupOptions};
 use crate::restore::{RestoreOptions, RestoreReport, Restorer};
-pub(crate) use locate::recipe_index;
 use locate::MfLocator;
 use serde::Serialize;
 pub use state::{Chain, ChainVersion, MfState, Run, Table};

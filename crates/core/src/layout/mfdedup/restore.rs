@@ -9,11 +9,11 @@
 //! temporary file first and then copied out in order ("buffered through a
 //! temporary file" in the report).
 
-use super::Run;
 use crate::catalog::BackupEntry;
 use crate::context::Context;
 use crate::error::{Error, IoContext, Result};
 use crate::fingerprint::FpMap;
+use crate::layout::mfdedup::state::Run;
 use crate::metrics::{mb_per_s, read_amplification, speed_factor};
 use crate::restore::{RestoreOptions, RestoreReport};
 use std::collections::HashSet;
@@ -42,7 +42,7 @@ fn run(
     progress: &mut dyn FnMut(u64),
 ) -> Result<Restored> {
     let bid = backup.id;
-    let state = super::MfState::of(&repo.manifest)?;
+    let state = super::state::MfState::of(&repo.manifest)?;
     let (chain, k) = state
         .version_of(bid)
         .ok_or_else(|| Error::corrupt("manifest", format!("backup {bid} belongs to no chain")))?;
