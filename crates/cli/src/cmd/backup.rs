@@ -1,6 +1,6 @@
 //! `tessera backup`.
 
-use super::open_backend;
+use super::open::open_backend;
 use crate::args::{RecordArgs, RepoArg, SelectArgs};
 use crate::{filter, ui};
 use anyhow::{bail, Context, Result};
@@ -149,7 +149,7 @@ pub fn backup(
         std::thread::spawn(move || paths.iter().try_fold(0u64, |t, p| Some(t + tree_size(p)?)))
     });
     let backend = open_backend(repo)?;
-    let mut r = super::open_writer(repo, backend.clone(), "tessera backup")?;
+    let mut r = super::open::open_writer(repo, backend.clone(), "tessera backup")?;
     if let Some(c) = compression {
         r.set_compression(c);
     }

@@ -1,6 +1,6 @@
 //! `tessera check`: verify the repository and list every problem.
 
-use super::open_backend;
+use super::open::open_backend;
 use crate::args::RepoArg;
 use crate::ui;
 use anyhow::Result;
@@ -20,7 +20,7 @@ struct Report {
 /// `tessera check --rebuild-refgraph`: FGC's reference graph from the recipes.
 pub fn rebuild_refgraph(repo: &RepoArg, granularity: u64, json: bool) -> Result<()> {
     let backend = open_backend(repo)?;
-    let mut w = super::open_writer(repo, backend, "tessera check --rebuild-refgraph")?;
+    let mut w = super::open::open_writer(repo, backend, "tessera check --rebuild-refgraph")?;
     let g = w.rebuild_refgraph(granularity)?;
     w.close()?;
     if !json {
@@ -48,12 +48,13 @@ pub fn check(
     let mut removed = Vec::new();
     if repair_leftovers {
         // A writer removes exactly the objects no manifest lists.
-        let w = super::open_writer(repo, backend.clone(), "tessera check --repair-leftovers")?;
+        let w =
+            super::open::open_writer(repo, backend.clone(), "tessera check --repair-leftovers")?;
         removed = w.leftovers().objects.clone();
         w.close()?;
     }
     let check = check_backend_with(backend, &CheckOptions { read_data }, &|| {
-        super::key::password(repo).map_err(|e| tessera_core::Error::Key(ui::one_line(&e)))
+        super::password::password(repo).map_err(|e| tessera_core::Error::Key(ui::one_line(&e)))
     })?;
     let ok = check.ok();
     if json {

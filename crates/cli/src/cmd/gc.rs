@@ -1,6 +1,6 @@
 //! gc, and forget by retention policy (or as a dry run).
 
-use super::open_backend;
+use super::open::open_backend;
 use crate::args::GcArgs;
 use crate::args::RepoArg;
 use crate::filter::Filter;
@@ -51,7 +51,7 @@ pub fn forget(repo: &RepoArg, specs: &[String], how: ForgetBy, json: bool) -> Re
     if !specs.is_empty() && !policy.is_empty() {
         bail!("give either backup ids or a retention policy, not both");
     }
-    let mut r = super::open_writer(repo, open_backend(repo)?, "tessera forget")?;
+    let mut r = super::open::open_writer(repo, open_backend(repo)?, "tessera forget")?;
     let mut ids = Vec::new();
     let mut groups = Vec::new();
     if policy.is_empty() {
@@ -217,7 +217,7 @@ pub fn gc(repo: &RepoArg, a: &GcArgs, json: bool) -> Result<ExitCode> {
     let opts = a.options();
     opts.validate().map_err(anyhow::Error::msg)?;
     let backend = open_backend(repo)?;
-    let mut r = super::open_writer(repo, backend.clone(), "tessera gc")?;
+    let mut r = super::open::open_writer(repo, backend.clone(), "tessera gc")?;
     if !r.config().layout.is_containers() {
         // MFDedup: forget already deleted whole categories; gc only looks
         // for categories no retained version needs, and never copies.

@@ -2,7 +2,7 @@
 //! listing (`Repository::list_entries`) and selective restore, so they work
 //! whatever the directory stream's format.
 
-use super::open_backend;
+use super::open::open_backend;
 use crate::args::RepoArg;
 use crate::filter::Filter;
 use crate::ui;
@@ -177,7 +177,7 @@ fn differing(x: &Seen, y: &Seen) -> Vec<&'static str> {
 /// entry is changed when its content (compared by hash), type, size,
 /// modification time, permissions or link target differ.
 pub fn diff(repo: &RepoArg, a: &str, b: &str, json: bool) -> Result<ExitCode> {
-    let r = super::open_repo(repo, open_backend(repo)?)?;
+    let r = super::open::open_repo(repo, open_backend(repo)?)?;
     let (ba, bb) = (r.resolve(a)?.clone(), r.resolve(b)?.clone());
     let (ea, eb) = (entries(&r, &ba)?, entries(&r, &bb)?);
     let mut rep = DiffReport {
@@ -285,7 +285,7 @@ pub fn find(
     ignore_case: bool,
     json: bool,
 ) -> Result<ExitCode> {
-    let r = super::open_repo(repo, open_backend(repo)?)?;
+    let r = super::open::open_repo(repo, open_backend(repo)?)?;
     let mut sel = Selection::default();
     for p in patterns {
         sel.add_exclude(p, ignore_case)?;
@@ -344,7 +344,7 @@ pub fn find(
 /// stream, on standard output. A file or stream backup is dumped by its
 /// name (as `tessera ls` shows it).
 pub fn dump(repo: &RepoArg, snapshot: &str, path: &str, filter: &Filter) -> Result<ExitCode> {
-    let r = super::open_repo(repo, open_backend(repo)?)?;
+    let r = super::open::open_repo(repo, open_backend(repo)?)?;
     let b = filter.resolve(&r, snapshot)?.clone();
     let want = path.trim_matches('/');
     let opts = RestoreOptions::default();

@@ -1,6 +1,6 @@
 //! init, snapshots, forget, stats, unlock.
 
-use super::open_backend;
+use super::open::open_backend;
 use crate::args::RepoArg;
 use crate::filter::Filter;
 use crate::ui;
@@ -28,7 +28,7 @@ pub fn init(
         compression,
         encryption: match encryption {
             Encryption::None => None,
-            _ => Some((super::key::new_password(repo, None, true)?, kdf)),
+            _ => Some((super::password::new_password(repo, None, true)?, kdf)),
         },
         cipher: encryption.cipher().unwrap_or_default(),
     };
@@ -85,7 +85,7 @@ pub fn init(
 
 /// `tessera arrange`: catch up arranging on the mfdedup layout.
 pub fn arrange(repo: &RepoArg, max: Option<usize>, json: bool) -> Result<ExitCode> {
-    let mut r = super::open_writer(repo, open_backend(repo)?, "tessera arrange")?;
+    let mut r = super::open::open_writer(repo, open_backend(repo)?, "tessera arrange")?;
     let reports = r.arrange(max.map(|m| m as u32))?;
     r.close()?;
     if json {
@@ -112,7 +112,7 @@ pub fn arrange(repo: &RepoArg, max: Option<usize>, json: bool) -> Result<ExitCod
 }
 
 pub fn snapshots(repo: &RepoArg, filter: &Filter, json: bool) -> Result<ExitCode> {
-    let r = super::open_repo(repo, open_backend(repo)?)?;
+    let r = super::open::open_repo(repo, open_backend(repo)?)?;
     let chosen = filter.select(r.backups());
     if json {
         ui::print_json(&chosen)?;
@@ -150,7 +150,7 @@ struct ForgetReport {
 }
 
 pub fn forget(repo: &RepoArg, specs: &[String], json: bool) -> Result<ExitCode> {
-    if !super::open_repo(repo, open_backend(repo)?)?
+    if !super::open::open_repo(repo, open_backend(repo)?)?
         .config()
         .layout
         .is_containers()
@@ -164,7 +164,7 @@ pub fn forget(repo: &RepoArg, specs: &[String], json: bool) -> Result<ExitCode> 
         };
         return super::gc::forget(repo, specs, how, json);
     }
-    let mut r = super::open_writer(repo, open_backend(repo)?, "tessera forget")?;
+    let mut r = super::open::open_writer(repo, open_backend(repo)?, "tessera forget")?;
     let mut ids = Vec::new();
     for s in specs {
         let id = r.resolve(s)?.id;
@@ -198,7 +198,7 @@ pub fn forget(repo: &RepoArg, specs: &[String], json: bool) -> Result<ExitCode> 
 }
 
 pub fn stats(repo: &RepoArg, json: bool) -> Result<ExitCode> {
-    let r = super::open_repo(repo, open_backend(repo)?)?;
+    let r = super::open::open_repo(repo, open_backend(repo)?)?;
     let s = r.stats();
     if json {
         ui::print_json(&s)?;

@@ -9,16 +9,15 @@ mod key;
 mod lab;
 mod manage;
 mod mount;
+mod open;
+mod password;
 mod restore;
 
-use crate::args::{Cli, Command, RepoArg};
+use crate::args::{Cli, Command};
 use crate::filter::Filter;
 use anyhow::Result;
 use std::process::ExitCode;
-use std::sync::Arc;
-use tessera_core::backend::{self, CountingStore, ObjectStore};
 use tessera_core::check::ReadData;
-use tessera_core::container::format::is_recipe_container;
 
 pub fn run(cli: Cli) -> Result<ExitCode> {
     crate::ui::set_verbosity(cli.quiet, cli.verbose);
@@ -217,38 +216,4 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Lab { command } => lab::run(command),
     }
-}
-
-/// A repository's store, counted so `--json` reports can say what a
-/// command cost in backend requests and bytes.
-pub type Counted = Arc<CountingStore<Arc<dyn ObjectStore>>>;
-
-/// Open the repository for writing; a stale lock of a crashed writer is
-/// broken on the way, and said so in one line on stderr.
-pub fn open_writer(
-    repo: &RepoArg,
-    backend: Arc<dyn ObjectStore>,
-    command: &str,
-) -> Result<tessera_core::repo::Writer> {
-    let w = key::open_writer(repo, backend, command)?;
-    if let Some(b) = w.broken_lock() {
-        eprintln!("note: {}", b.notice());
-    }
-    Ok(w)
-}
-
-/// Open the repository for reading (the one place commands do).
-pub fn open_repo(
-    repo: &RepoArg,
-    backend: Arc<dyn ObjectStore>,
-) -> Result<tessera_core::Repository> {
-    key::open(repo, backend)
-}
-
-/// The store of an existing repository.
-pub fn open_backend(repo: &RepoArg) -> Result<Counted> {
-    Ok(Arc::new(CountingStore::new(backend::open(
-        &repo.repo,
-        is_recipe_container,
-    )?)))
 }

@@ -8,7 +8,7 @@
 //! recently read ones kept), so reading one file of a large backup reads
 //! that file's containers and nothing else.
 
-use super::open_backend;
+use super::open::open_backend;
 use crate::args::RepoArg;
 use crate::filter::Filter;
 use anyhow::{Context, Result};
@@ -389,7 +389,7 @@ pub fn mount(repo: &RepoArg, mountpoint: &Path, filter: &Filter) -> Result<ExitC
     if !meta.is_dir() {
         anyhow::bail!("{} is not a directory", mountpoint.display());
     }
-    let r = super::open_repo(repo, open_backend(repo)?)?;
+    let r = super::open::open_repo(repo, open_backend(repo)?)?;
     let backups: Vec<BackupEntry> = filter
         .select(r.backups())
         .into_iter()

@@ -1,6 +1,6 @@
 //! `tessera restore`.
 
-use super::open_backend;
+use super::open::open_backend;
 use crate::args::RepoArg;
 use crate::filter::Filter;
 use crate::ui;
@@ -42,7 +42,7 @@ pub fn restore(
 ) -> Result<ExitCode> {
     let (target, to_stdout) = (to.target, to.stdout);
     let backend = open_backend(repo)?;
-    let r = super::open_repo(repo, backend.clone())?;
+    let r = super::open::open_repo(repo, backend.clone())?;
     let backup = filter.resolve(&r, snapshot)?.clone();
     let opts = RestoreOptions { cache };
     let pb = ui::progress(Some(backup.logical_bytes), "restore", json || to_stdout);
@@ -146,7 +146,7 @@ pub fn restore_damaged(
     json: bool,
 ) -> Result<ExitCode> {
     let backend = open_backend(repo)?;
-    let r = super::open_repo(repo, backend.clone())?;
+    let r = super::open::open_repo(repo, backend.clone())?;
     let backup = filter.resolve(&r, snapshot)?.clone();
     let pb = ui::progress(Some(backup.logical_bytes), "restore", json || to_stdout);
     let (rep, ext) = if to_stdout {
@@ -209,7 +209,7 @@ pub fn restore_damaged(
 
 /// `tessera ls`: one line per entry (or, with `--json`, one array).
 pub fn ls(repo: &RepoArg, snapshot: &str, long: bool, json: bool) -> Result<ExitCode> {
-    let r = super::open_repo(repo, open_backend(repo)?)?;
+    let r = super::open::open_repo(repo, open_backend(repo)?)?;
     let backup = r.resolve(snapshot)?.clone();
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());

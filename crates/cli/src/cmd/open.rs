@@ -1,0 +1,42 @@
+//! Opening a command's repository: its store (counted, for `--json`),
+//! for reading or for writing.
+
+use crate::args::RepoArg;
+use anyhow::Result;
+use std::sync::Arc;
+use tessera_core::backend::{self, CountingStore, ObjectStore};
+use tessera_core::container::format::is_recipe_container;
+
+/// A repository's store, counted so `--json` reports can say what a
+/// command cost in backend requests and bytes.
+pub type Counted = Arc<CountingStore<Arc<dyn ObjectStore>>>;
+
+/// Open the repository for writing; a stale lock of a crashed writer is
+/// broken on the way, and said so in one line on stderr.
+pub fn open_writer(
+    repo: &RepoArg,
+    backend: Arc<dyn ObjectStore>,
+    command: &str,
+) -> Result<tessera_core::repo::Writer> {
+    let w = super::password::open_writer(repo, backend, command)?;
+    if let Some(b) = w.broken_lock() {
+        eprintln!("note: {}", b.notice());
+    }
+    Ok(w)
+}
+
+/// Open the repository for reading (the one place commands do).
+pub fn open_repo(
+    repo: &RepoArg,
+    backend: Arc<dyn ObjectStore>,
+) -> Result<tessera_core::Repository> {
+    super::password::open(repo, backend)
+}
+
+/// The store of an existing repository.
+pub fn open_backend(repo: &RepoArg) -> Result<Counted> {
+    Ok(Arc::new(CountingStore::new(backend::open(
+        &repo.repo,
+        is_recipe_container,
+    )?)))
+}
