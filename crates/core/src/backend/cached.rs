@@ -28,7 +28,8 @@
 //! `s3::s3_online_gc_through_the_metadata_cache` runs two writers and an
 //! online GC through two caches on MinIO.
 
-use super::{KeyKind, ObjectBytes, ObjectKey, ObjectStore};
+use super::store::{ObjectBytes, ObjectStore};
+use super::{KeyKind, ObjectKey};
 use crate::error::Result;
 use crate::ids::ContainerId;
 use std::path::{Path, PathBuf};

@@ -2,7 +2,8 @@
 //! can say how much I/O an operation really did, in total and per kind of
 //! object (manifests, containers, index segments, the lock).
 
-use super::{KeyKind, ObjectBytes, ObjectKey, ObjectStore};
+use super::store::{ObjectBytes, ObjectStore};
+use super::{KeyKind, ObjectKey};
 use crate::error::Result;
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};

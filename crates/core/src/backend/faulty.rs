@@ -28,7 +28,8 @@
 //! `clean_interrupted` is passed through uncounted: the stores used with
 //! this wrapper have no temporaries that could change what a reader sees.
 
-use super::{KeyKind, ObjectBytes, ObjectKey, ObjectStore};
+use super::store::{ObjectBytes, ObjectStore};
+use super::{KeyKind, ObjectKey};
 use crate::error::{Error, Result};
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};

@@ -8,7 +8,8 @@
 //! durable). A crash before `barrier` may lose those objects, which the engine
 //! tolerates because no manifest references an object before a `barrier`.
 
-use super::{keys_of, KeyKind, ObjectBytes, ObjectKey, ObjectStore};
+use super::store::{keys_of, ObjectBytes, ObjectStore};
+use super::{KeyKind, ObjectKey};
 use crate::error::{Error, IoContext, ObjectRef, Result};
 use std::collections::BTreeSet;
 use std::fs::{self, File, OpenOptions};

@@ -3,7 +3,8 @@
 //! lab's trace mode where the data never needs to outlive the process.
 
 use super::local::{validate_key, validate_prefix};
-use super::{keys_of, KeyKind, ObjectKey, ObjectStore};
+use super::store::{keys_of, ObjectStore};
+use super::{KeyKind, ObjectKey};
 use crate::error::{Error, ObjectRef, Result};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};

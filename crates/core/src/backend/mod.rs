@@ -28,6 +28,7 @@ mod faulty;
 mod local;
 mod memory;
 pub mod s3;
+mod store;
 #[cfg(test)]
 mod tests;
 
@@ -39,6 +40,7 @@ pub use faulty::FaultyStore;
 pub use local::LocalStore;
 pub use memory::MemoryStore;
 pub use s3::{S3Location, S3Options, S3Store};
+pub use store::{list_all, ObjectBytes, ObjectStore};
 
 /// The backend of a repository location, as given by `--repo` or
 /// `TESSERA_REPO`: the one place a location is turned into a backend.
@@ -124,163 +126,4 @@ fn local_path(location: &str) -> Result<std::path::PathBuf> {
         }
     }
     Ok(location.into())
-}
-
-/// A whole object as read for a reader that only looks at it. Opaque: a
-/// store may hand out its bytes in memory or (a local store) a mapping of
-/// the file that holds them.
-pub struct ObjectBytes(Repr);
-
-enum Repr {
-    Owned(Vec<u8>),
-    Mapped(memmap2::Mmap),
-}
-
-impl std::ops::Deref for ObjectBytes {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        match &self.0 {
-            Repr::Owned(v) => v,
-            Repr::Mapped(m) => m,
-        }
-    }
-}
-
-impl From<Vec<u8>> for ObjectBytes {
-    fn from(v: Vec<u8>) -> Self {
-        ObjectBytes(Repr::Owned(v))
-    }
-}
-
-impl ObjectBytes {
-    /// Bytes of a mapped file (a [`LocalStore`] detail).
-    pub(crate) fn mapped(map: memmap2::Mmap) -> Self {
-        ObjectBytes(Repr::Mapped(map))
-    }
-
-    #[cfg(test)]
-    pub(crate) fn is_mapped(&self) -> bool {
-        matches!(self.0, Repr::Mapped(_))
-    }
-
-    /// The buffer, for the next read to reuse (none for a mapping).
-    pub fn into_buffer(self) -> Vec<u8> {
-        match self.0 {
-            Repr::Owned(v) => v,
-            Repr::Mapped(_) => Vec::new(),
-        }
-    }
-}
-
-pub trait ObjectStore: Send + Sync {
-    /// Read a whole object. A missing key is `Error::MissingObject` naming
-    /// the key.
-    fn get(&self, key: &ObjectKey) -> Result<Vec<u8>>;
-    /// [`get`](Self::get) into `buf`, replacing its contents. A buffer that
-    /// is reused from read to read is not faulted in again: restores read
-    /// hundreds of 4 MiB containers, and fresh pages cost as much as the copy.
-    fn get_into(&self, key: &ObjectKey, buf: &mut Vec<u8>) -> Result<()> {
-        *buf = self.get(key)?;
-        Ok(())
-    }
-    /// Read a whole object to look at it, into `reuse` or however the store
-    /// serves it cheapest (a local store maps large files).
-    fn get_whole(&self, key: &ObjectKey, reuse: Vec<u8>) -> Result<ObjectBytes> {
-        let mut buf = reuse;
-        self.get_into(key, &mut buf)?;
-        Ok(buf.into())
-    }
-    /// Read `len` bytes at `offset`. Reading past the end is `Error::Corrupt`
-    /// (the object is shorter than its header promised).
-    fn get_range(&self, key: &ObjectKey, offset: u64, len: u64) -> Result<Vec<u8>>;
-    /// Size of an object in bytes.
-    fn size(&self, key: &ObjectKey) -> Result<u64>;
-    /// Store `data` under `key` atomically (all or nothing). Overwrites an
-    /// existing object of the same key (used only for leftovers and tests).
-    fn put(&self, key: &ObjectKey, data: &[u8]) -> Result<()>;
-    /// [`put`](Self::put) an owned buffer: a store that keeps objects in
-    /// memory takes it without copying (index segments run to hundreds of MB).
-    fn put_owned(&self, key: &ObjectKey, data: Vec<u8>) -> Result<()> {
-        self.put(key, &data)
-    }
-    /// Create `key` only if it does not exist; false if it already existed.
-    /// Durable on return: this is how a writer publishes (the lock).
-    fn put_if_absent(&self, key: &ObjectKey, data: &[u8]) -> Result<bool>;
-    /// Keys of one kind, sorted by name; names under the kind's prefix that
-    /// do not parse come back as [`ObjectKey::Stray`].
-    fn list(&self, kind: KeyKind) -> Result<Vec<ObjectKey>>;
-    /// Delete an object; deleting a missing object is not an error.
-    fn delete(&self, key: &ObjectKey) -> Result<()>;
-    /// Make every `put` and `delete` so far durable.
-    fn barrier(&self) -> Result<()>;
-    /// Human-readable location, for messages.
-    fn location(&self) -> String;
-    /// Clean up what interrupted puts left behind (a local store's temporary
-    /// files, an object store's incomplete uploads); returns how many. Only
-    /// the writer holding the lock may call it.
-    fn clean_interrupted(&self) -> Result<usize> {
-        Ok(0)
-    }
-}
-
-impl<B: ObjectStore + ?Sized> ObjectStore for std::sync::Arc<B> {
-    fn get(&self, key: &ObjectKey) -> Result<Vec<u8>> {
-        (**self).get(key)
-    }
-    fn get_into(&self, key: &ObjectKey, buf: &mut Vec<u8>) -> Result<()> {
-        (**self).get_into(key, buf)
-    }
-    fn get_whole(&self, key: &ObjectKey, reuse: Vec<u8>) -> Result<ObjectBytes> {
-        (**self).get_whole(key, reuse)
-    }
-    fn get_range(&self, key: &ObjectKey, offset: u64, len: u64) -> Result<Vec<u8>> {
-        (**self).get_range(key, offset, len)
-    }
-    fn size(&self, key: &ObjectKey) -> Result<u64> {
-        (**self).size(key)
-    }
-    fn put(&self, key: &ObjectKey, data: &[u8]) -> Result<()> {
-        (**self).put(key, data)
-    }
-    fn put_owned(&self, key: &ObjectKey, data: Vec<u8>) -> Result<()> {
-        (**self).put_owned(key, data)
-    }
-    fn put_if_absent(&self, key: &ObjectKey, data: &[u8]) -> Result<bool> {
-        (**self).put_if_absent(key, data)
-    }
-    fn list(&self, kind: KeyKind) -> Result<Vec<ObjectKey>> {
-        (**self).list(kind)
-    }
-    fn delete(&self, key: &ObjectKey) -> Result<()> {
-        (**self).delete(key)
-    }
-    fn barrier(&self) -> Result<()> {
-        (**self).barrier()
-    }
-    fn location(&self) -> String {
-        (**self).location()
-    }
-    fn clean_interrupted(&self) -> Result<usize> {
-        (**self).clean_interrupted()
-    }
-}
-
-/// Every object of every kind, sorted by name (for tests and tools that
-/// look at a whole repository).
-pub fn list_all(store: &dyn ObjectStore) -> Result<Vec<ObjectKey>> {
-    let mut all = Vec::new();
-    for kind in KeyKind::ALL {
-        all.extend(store.list(kind)?);
-    }
-    all.sort();
-    Ok(all)
-}
-
-/// Names of `kind` among `names` (listed under its prefix), as keys.
-pub(crate) fn keys_of(kind: KeyKind, names: impl IntoIterator<Item = String>) -> Vec<ObjectKey> {
-    names
-        .into_iter()
-        .filter(|n| KeyKind::of_name(n) == Some(kind))
-        .map(|n| ObjectKey::parse(&n))
-        .collect()
 }

@@ -28,7 +28,8 @@
 //!   conflict with itself.
 
 use super::local::{validate_key, validate_prefix};
-use super::{keys_of, KeyKind, ObjectKey, ObjectStore};
+use super::store::{keys_of, ObjectStore};
+use super::{KeyKind, ObjectKey};
 use crate::error::{Error, ObjectRef, Result};
 use bytes::Bytes;
 use futures::TryStreamExt;

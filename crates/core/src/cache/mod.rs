@@ -3,15 +3,16 @@
 //! salvage keep recipe containers in an [`LruCache`]. Each policy is usable
 //! on bare container ids, so read counts can be checked on hand-made recipes.
 
+mod access;
 pub mod faa;
 pub mod lru;
 pub mod opt;
 
+pub use access::Access;
 pub use faa::{area_bytes, faa_reads};
 pub use lru::{Lru, LruCache};
 pub use opt::{Opt, OPT_WINDOW};
 
-use crate::container::ContainerId;
 use serde::Serialize;
 
 /// A restore cache, as named on the command line (`lru:32`, `opt:32`,
@@ -78,15 +79,6 @@ impl std::str::FromStr for CacheSpec {
     fn from_str(s: &str) -> std::result::Result<Self, String> {
         Self::parse(s)
     }
-}
-
-/// What a cache policy decided for one reference.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Access<K = ContainerId> {
-    /// The container is cached.
-    Hit,
-    /// The container must be read; it replaces `evict` when the cache is full.
-    Miss { evict: Option<K> },
 }
 
 /// Containers an LRU cache of `n` reads for the reference string `refs`.

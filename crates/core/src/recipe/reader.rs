@@ -9,7 +9,7 @@
 //! a depth-first visit of the recipe chunks themselves that can skip a
 //! subtree already seen (GC's mark: a fingerprint fixes its subtree).
 
-use super::{check_child, decode, RecipeChunk, RecipeWalker};
+use super::tree::{check_child, decode, RecipeChunk, RecipeWalker};
 use crate::cache::LruCache;
 use crate::container::{format::object_name, ChunkKind, ContainerId, ContainerStore};
 use crate::context::Context;

@@ -1,0 +1,336 @@
+//! Reading and writing containers: [`ContainerStore`] puts and gets
+//! container objects through the sealing layer, verifying every read and
+//! counting it in [`Metrics`]; a [`Container`] is one read back; and the
+//! helpers that open the chunks of a raw container object. Apart from
+//! `mod.rs` so the container writer uses the store without depending on the
+//! folder's re-exports.
+
+use super::builder::ContainerBuilder;
+use super::format;
+use super::{ChunkKind, ChunkMeta, ContainerId, Header};
+use crate::backend::ObjectBytes;
+use crate::error::{Error, Result};
+use crate::fingerprint::{Fingerprint, FpMap, HashAlgo};
+use crate::metrics::Metrics;
+use crate::seal::{Codec, Compression, SealedStore, Sealer};
+use std::sync::Arc;
+
+/// A container read back from storage: verified header, metadata and data.
+/// When its chunks are stored as they are, their bytes are read out of the
+/// object; otherwise every chunk was opened, when it was read, into a plain
+/// buffer that replaces the object (`opened`).
+pub struct Container {
+    pub header: Header,
+    pub meta: Vec<ChunkMeta>,
+    object: ObjectBytes,
+    /// `object` holds the opened chunks at their logical offsets.
+    opened: bool,
+    /// Read with [`ContainerStore::read_stored`], chunks not stored plain:
+    /// only their stored bytes are at hand.
+    stored_only: bool,
+    by_fp: FpMap<u32>,
+}
+
+impl Container {
+    fn new(header: Header, meta: Vec<ChunkMeta>, object: ObjectBytes, opened: bool) -> Self {
+        let mut by_fp = FpMap::with_capacity_and_hasher(meta.len(), Default::default());
+        for (i, m) in meta.iter().enumerate() {
+            by_fp.entry(m.fp).or_insert(i as u32);
+        }
+        Container {
+            header,
+            meta,
+            object,
+            opened,
+            stored_only: false,
+            by_fp,
+        }
+    }
+    pub fn id(&self) -> ContainerId {
+        self.header.id
+    }
+    /// Metadata of the chunk with this fingerprint, if the container holds it.
+    pub fn find(&self, fp: &Fingerprint) -> Option<&ChunkMeta> {
+        self.by_fp.get(fp).map(|&i| &self.meta[i as usize])
+    }
+    /// Plain bytes of a chunk of this container (empty in trace mode, and
+    /// for a container read with [`ContainerStore::read_stored`]).
+    pub fn bytes(&self, m: &ChunkMeta) -> &[u8] {
+        if self.header.trace || self.stored_only {
+            return &[];
+        }
+        if self.opened {
+            return self
+                .object
+                .get(m.offset as usize..m.offset as usize + m.len as usize)
+                .unwrap_or(&[]);
+        }
+        let start = format::HEADER_LEN + m.stored_offset as usize;
+        &self.object[start..start + m.len as usize]
+    }
+    /// Stored bytes of a chunk (compressed and/or sealed), as GC copies them
+    /// (a container read with [`ContainerStore::read_stored`]).
+    pub fn stored(&self, m: &ChunkMeta) -> &[u8] {
+        if self.opened {
+            return &[];
+        }
+        let start = format::HEADER_LEN + m.stored_offset as usize;
+        &self.object[start..start + m.stored_len as usize]
+    }
+    /// Bytes of the chunk with this fingerprint.
+    pub fn chunk(&self, fp: &Fingerprint) -> Option<&[u8]> {
+        self.find(fp).map(|m| self.bytes(m))
+    }
+    /// The buffer the container was read into, for
+    /// [`ContainerStore::read_into`] to reuse.
+    pub fn into_buffer(self) -> Vec<u8> {
+        self.object.into_buffer()
+    }
+}
+
+thread_local! {
+    /// The buffer a sealed container's object was read into, kept for the
+    /// next container this thread opens.
+    static OPEN_BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Whether a container's chunks can be read straight out of its object.
+fn stored_plain(meta: &[ChunkMeta], sealer: &Sealer) -> bool {
+    !sealer.encrypted() && meta.iter().all(|m| m.codec == Codec::Raw)
+}
+
+/// Open every chunk of a container into `plain` (logical offsets; resized
+/// to `logical_len`). A chunk that does not open is a corruption of the
+/// container naming it.
+pub fn open_chunks(
+    id: ContainerId,
+    object: &[u8],
+    meta: &[ChunkMeta],
+    sealer: &Sealer,
+    logical_len: u64,
+    mut plain: Vec<u8>,
+) -> Result<Vec<u8>> {
+    // Not zeroed first: the entries tile `0..logical_len` exactly (checked
+    // by `format::decode_meta`), so every byte is written below, and a
+    // buffer left half written by an error is dropped with it.
+    plain.resize(logical_len as usize, 0);
+    plain.truncate(logical_len as usize);
+    for m in meta {
+        let stored = chunk_stored(object, m);
+        let out = &mut plain[m.offset as usize..m.offset as usize + m.len as usize];
+        sealer
+            .unseal_chunk(m.kind, &m.fp, m.codec, stored, out)
+            .map_err(|why| {
+                Error::corrupt(
+                    format::object_name(id),
+                    format!("chunk {}: {why}", m.fp.to_hex()),
+                )
+            })?;
+    }
+    Ok(plain)
+}
+
+/// Stored bytes of a chunk in a raw container object (empty if its entry
+/// points outside it).
+pub fn chunk_stored<'o>(object: &'o [u8], m: &ChunkMeta) -> &'o [u8] {
+    let start = format::HEADER_LEN + m.stored_offset as usize;
+    object
+        .get(start..start + m.stored_len as usize)
+        .unwrap_or(&[])
+}
+
+/// One chunk of a raw container object opened on its own (salvage and
+/// ranged restores of damaged containers, check: the others may be
+/// damaged); `None` if it does not open (damaged, or its entry points
+/// outside the object).
+pub fn open_chunk(object: &[u8], m: &ChunkMeta, sealer: &Sealer) -> Option<Vec<u8>> {
+    let mut out = vec![0u8; m.len as usize];
+    sealer
+        .unseal_chunk(m.kind, &m.fp, m.codec, chunk_stored(object, m), &mut out)
+        .ok()?;
+    Some(out)
+}
+
+/// Puts and gets containers through the sealing layer; verifies and counts.
+#[derive(Clone)]
+pub struct ContainerStore {
+    objects: SealedStore,
+    algo: HashAlgo,
+    trace: bool,
+    metrics: Arc<Metrics>,
+    /// How new chunks are compressed (the repository's default, or a
+    /// backup's `--compression`).
+    compression: Compression,
+}
+
+impl ContainerStore {
+    pub fn new(objects: SealedStore, algo: HashAlgo, trace: bool, metrics: Arc<Metrics>) -> Self {
+        let compression = objects.sealer().compression();
+        ContainerStore {
+            objects,
+            algo,
+            trace,
+            metrics,
+            compression,
+        }
+    }
+
+    /// The same store compressing new chunks with `compression`.
+    pub fn with_compression(&self, compression: Compression) -> Self {
+        ContainerStore {
+            compression,
+            ..self.clone()
+        }
+    }
+
+    pub fn compression(&self) -> Compression {
+        self.compression
+    }
+
+    pub fn sealer(&self) -> &Arc<Sealer> {
+        self.objects.sealer()
+    }
+
+    /// An empty builder of `kind` containers storing chunks as this store
+    /// seals them.
+    pub fn builder(&self, kind: ChunkKind, capacity: u64, trace: bool) -> ContainerBuilder {
+        ContainerBuilder::sealing(
+            kind,
+            capacity,
+            trace,
+            self.sealer().clone(),
+            self.compression,
+        )
+    }
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+    pub fn objects(&self) -> &SealedStore {
+        &self.objects
+    }
+
+    /// Write one container of the chunks `entries` (fingerprint and
+    /// length; their other fields are recomputed) whose plain bytes are
+    /// `data` back to back. Recipe containers always hold their bytes
+    /// (recipes are metadata); data containers hold none in trace mode.
+    /// Returns the object size in bytes.
+    pub fn write(
+        &self,
+        id: ContainerId,
+        kind: ChunkKind,
+        entries: &[ChunkMeta],
+        data: &[u8],
+    ) -> Result<u64> {
+        let trace = self.trace && kind == ChunkKind::Data;
+        let total: u64 = entries.iter().map(|e| e.len as u64).sum();
+        let mut b = self.builder(kind, total.max(1), trace);
+        let mut at = 0usize;
+        for e in entries {
+            let bytes = if trace {
+                &[][..]
+            } else {
+                &data[at..at + e.len as usize]
+            };
+            b.push(e.fp, e.len, bytes);
+            at += e.len as usize;
+        }
+        let (entries, framed) = b.take();
+        self.write_framed(id, kind, &entries, framed)
+            .map(|(n, _)| n)
+    }
+
+    /// [`write`](Self::write) from a framed buffer (header space + data, as
+    /// [`ContainerBuilder::take`] returns it). Returns the object size and the
+    /// buffer, for reuse.
+    pub fn write_framed(
+        &self,
+        id: ContainerId,
+        kind: ChunkKind,
+        entries: &[ChunkMeta],
+        framed: Vec<u8>,
+    ) -> Result<(u64, Vec<u8>)> {
+        let trace = self.trace && kind == ChunkKind::Data;
+        let object =
+            format::encode_framed(id, kind, self.algo, trace, entries, framed, self.sealer());
+        self.objects.put_container(id, &object)?;
+        let logical: u64 = entries.iter().map(|e| e.len as u64).sum();
+        self.metrics
+            .container_written(kind == ChunkKind::Recipe, logical);
+        Ok((object.len() as u64, object))
+    }
+
+    /// Read and verify a whole container.
+    pub fn read(&self, id: ContainerId) -> Result<Container> {
+        self.read_into(id, Vec::new())
+    }
+
+    /// [`read`](Self::read) into `buf` (from [`Container::into_buffer`]), so
+    /// a restore reuses the memory of the containers it evicts.
+    pub fn read_into(&self, id: ContainerId, reuse: Vec<u8>) -> Result<Container> {
+        let object = self.objects.get_container(id, reuse)?;
+        let (header, meta) = format::decode(id, &object, self.sealer())?;
+        self.check_algo(&header)?;
+        let opened = !header.trace && !stored_plain(&meta, self.sealer());
+        let object = if opened {
+            // The plain bytes replace the object; the two buffers take
+            // turns (this thread keeps the other one), so a restore opens
+            // containers without allocating.
+            let spare = OPEN_BUFFER.with(|b| std::mem::take(&mut *b.borrow_mut()));
+            let sealer = self.sealer();
+            let plain = open_chunks(id, &object, &meta, sealer, header.logical_len, spare)?;
+            let old = object.into_buffer();
+            OPEN_BUFFER.with(|b| *b.borrow_mut() = old);
+            plain.into()
+        } else {
+            object
+        };
+        self.metrics
+            .container_read(header.kind == ChunkKind::Recipe, header.logical_len);
+        Ok(Container::new(header, meta, object, opened))
+    }
+
+    /// Read and verify a whole container without opening its chunks: for
+    /// GC's copy-forward, which moves stored bytes as they are
+    /// ([`Container::stored`]; [`Container::bytes`] is empty unless the
+    /// chunks are stored plain).
+    pub fn read_stored(&self, id: ContainerId) -> Result<Container> {
+        let object = self.objects.get_container(id, Vec::new())?;
+        let (header, meta) = format::decode(id, &object, self.sealer())?;
+        self.check_algo(&header)?;
+        self.metrics
+            .container_read(header.kind == ChunkKind::Recipe, header.logical_len);
+        let stored_only = !stored_plain(&meta, self.sealer());
+        let mut c = Container::new(header, meta, object, false);
+        c.stored_only = stored_only;
+        Ok(c)
+    }
+
+    /// Read only the header and metadata section (two ranged reads). Not
+    /// counted as a container read: it touches no chunk data.
+    pub fn read_meta(&self, id: ContainerId) -> Result<(Header, Vec<ChunkMeta>)> {
+        let head = self
+            .objects
+            .get_container_range(id, 0, format::HEADER_LEN as u64)?;
+        let header = format::decode_header(id, &head)?;
+        self.check_algo(&header)?;
+        let meta = self
+            .objects
+            .get_container_range(id, header.meta_offset(), header.meta_len)?;
+        let meta = format::decode_meta(&header, &meta, self.sealer())?;
+        Ok((header, meta))
+    }
+
+    fn check_algo(&self, h: &Header) -> Result<()> {
+        if h.algo != self.algo {
+            return Err(Error::corrupt(
+                format::object_name(h.id),
+                format!(
+                    "fingerprints are {}, repository uses {}",
+                    h.algo.name(),
+                    self.algo.name()
+                ),
+            ));
+        }
+        Ok(())
+    }
+}

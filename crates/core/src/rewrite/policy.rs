@@ -1,0 +1,70 @@
+//! The contract between ingest and a rewrite policy: the [`Segment`] a
+//! policy is shown (its distinct duplicate chunks and the containers holding
+//! them), the [`RewritePolicy`] trait, the [`decide_by_selection`] rule the
+//! container-selecting policies share, and the naive [`NoRewrite`]. A file
+//! of its own so the policies (Capping, NED, SMR, HAR) depend on the
+//! contract, not on the folder's `mod.rs` that re-exports them.
+
+use crate::container::ContainerId;
+
+/// Default ingest segment: 20 MiB of chunks, the size Capping, NED and SMR
+/// all recommend.
+pub const DEFAULT_SEGMENT_BYTES: u64 = 20 << 20;
+
+/// One distinct duplicate chunk of a segment, as the policy sees it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SegmentChunk {
+    /// Chunk length in bytes.
+    pub len: u32,
+    /// Every live, sealed container holding a copy, the index's preferred
+    /// (most recently referenced) copy first. Rewriting makes copies, so one
+    /// chunk can have several; SMR needs all of them to see redundancy.
+    pub containers: Vec<ContainerId>,
+}
+
+/// The distinct duplicate chunks of one ingest segment (unique chunks and
+/// chunks already in the open container are not the policy's business).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Segment {
+    pub chunks: Vec<SegmentChunk>,
+}
+
+/// Decides, per segment, which duplicates are deduplicated and which are
+/// written again.
+pub trait RewritePolicy: Send {
+    /// For each chunk of `seg` (same order), `Some(container)` to reference
+    /// that copy, `None` to rewrite it.
+    fn decide(&mut self, seg: &Segment) -> Vec<Option<ContainerId>>;
+    /// The backup sealed data container `id` holding `chunk_bytes` of
+    /// chunks (it may be referenced by later segments).
+    fn sealed(&mut self, _id: ContainerId, _chunk_bytes: u64) {}
+}
+
+/// Reference each chunk's copy in the earliest-selected container holding
+/// it; rewrite chunks no selected container holds.
+pub fn decide_by_selection(seg: &Segment, selected: &[ContainerId]) -> Vec<Option<ContainerId>> {
+    let rank: std::collections::HashMap<ContainerId, usize> =
+        selected.iter().enumerate().map(|(i, &c)| (c, i)).collect();
+    seg.chunks
+        .iter()
+        .map(|c| {
+            c.containers
+                .iter()
+                .filter_map(|id| rank.get(id).map(|&r| (r, *id)))
+                .min()
+                .map(|(_, id)| id)
+        })
+        .collect()
+}
+
+/// Deduplicates everything (the naive baseline, as a policy).
+pub struct NoRewrite;
+
+impl RewritePolicy for NoRewrite {
+    fn decide(&mut self, seg: &Segment) -> Vec<Option<ContainerId>> {
+        seg.chunks
+            .iter()
+            .map(|c| c.containers.first().copied())
+            .collect()
+    }
+}
