@@ -29,9 +29,9 @@
 //! online GC through two caches on MinIO.
 
 use super::store::{ObjectBytes, ObjectStore};
-use super::{KeyKind, ObjectKey};
 use crate::error::Result;
 use crate::ids::ContainerId;
+use crate::object_key::{KeyKind, ObjectKey};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -37,14 +37,14 @@ pub fn contents(b: &dyn ObjectStore) -> BTreeMap<String, Vec<u8>> {
         .collect()
 }
 
-pub fn assert_missing<T: std::fmt::Debug>(r: crate::Result<T>, key: &str) {
+pub fn assert_missing<T: std::fmt::Debug>(r: crate::error::Result<T>, key: &str) {
     match r {
         Err(Error::MissingObject(k)) => assert_eq!(k.object, ObjectRef::Stored(nk(key))),
         other => panic!("expected MissingObject({key}), got {other:?}"),
     }
 }
 
-pub fn assert_truncated<T: std::fmt::Debug>(r: crate::Result<T>, key: &str) {
+pub fn assert_truncated<T: std::fmt::Debug>(r: crate::error::Result<T>, key: &str) {
     match r {
         Err(e @ Error::Corrupt { .. }) => {
             let msg = e.to_string();
@@ -200,7 +200,7 @@ pub fn check_key_validation(b: &dyn ObjectStore) {
         "a/.x.1.2.tmp",
         "a\0b",
     ] {
-        let invalid = |r: crate::Result<()>| matches!(r, Err(Error::Invalid(_)));
+        let invalid = |r: crate::error::Result<()>| matches!(r, Err(Error::Invalid(_)));
         assert!(invalid(b.put(&nk(key), b"x")), "put {key:?}");
         assert!(invalid(b.get(&nk(key)).map(drop)), "get {key:?}");
         assert!(

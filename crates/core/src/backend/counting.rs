@@ -3,8 +3,8 @@
 //! object (manifests, containers, index segments, the lock).
 
 use super::store::{ObjectBytes, ObjectStore};
-use super::{KeyKind, ObjectKey};
 use crate::error::Result;
+use crate::object_key::{KeyKind, ObjectKey};
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 

@@ -29,8 +29,8 @@
 //! this wrapper have no temporaries that could change what a reader sees.
 
 use super::store::{ObjectBytes, ObjectStore};
-use super::{KeyKind, ObjectKey};
 use crate::error::{Error, Result};
+use crate::object_key::{KeyKind, ObjectKey};
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 

@@ -9,8 +9,8 @@
 //! tolerates because no manifest references an object before a `barrier`.
 
 use super::store::{keys_of, ObjectBytes, ObjectStore};
-use super::{KeyKind, ObjectKey};
 use crate::error::{Error, IoContext, ObjectRef, Result};
+use crate::object_key::{KeyKind, ObjectKey};
 use std::collections::BTreeSet;
 use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, Write};

@@ -4,8 +4,8 @@
 
 use super::local::{validate_key, validate_prefix};
 use super::store::{keys_of, ObjectStore};
-use super::{KeyKind, ObjectKey};
 use crate::error::{Error, ObjectRef, Result};
+use crate::object_key::{KeyKind, ObjectKey};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 

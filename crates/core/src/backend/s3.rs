@@ -29,8 +29,8 @@
 
 use super::local::{validate_key, validate_prefix};
 use super::store::{keys_of, ObjectStore};
-use super::{KeyKind, ObjectKey};
 use crate::error::{Error, ObjectRef, Result};
+use crate::object_key::{KeyKind, ObjectKey};
 use bytes::Bytes;
 use futures::TryStreamExt;
 use object_store::aws::{AmazonS3, AmazonS3Builder, S3ConditionalPut};

@@ -1,6 +1,6 @@
 //! Least-recently-used replacement of whole containers.
 
-use super::Access;
+use crate::cache::access::Access;
 use crate::container::{Container, ContainerId};
 use crate::error::Result;
 use std::collections::HashMap;

@@ -3,7 +3,7 @@
 //! future is (partly) known; evicting the container needed farthest ahead
 //! is optimal for a whole-container cache.
 
-use super::Access;
+use crate::cache::access::Access;
 use crate::container::ContainerId;
 use std::collections::{HashMap, VecDeque};
 

@@ -4,8 +4,10 @@
 //! it without depending on the folder's re-exports.
 
 use super::format;
-use super::{ChunkKind, ChunkMeta, ChunkSealing};
+use crate::container::format::ChunkMeta;
+use crate::container::presealed::ChunkSealing;
 use crate::fingerprint::Fingerprint;
+use crate::ids::ChunkKind;
 use crate::seal::{Codec, Compression, Sealer};
 use std::sync::Arc;
 

@@ -3,7 +3,7 @@
 //! manifest's `containers` list holds. A file of its own so the writer
 //! builds entries without depending on the folder's `mod.rs`.
 
-use super::{ChunkKind, ContainerId};
+use crate::ids::{ChunkKind, ContainerId};
 
 /// One container in the catalog (the manifest's `containers` list).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -9,7 +9,9 @@
 //! layout (which chunk goes into which container, in which order) does not
 //! depend on how many workers ran, or whether any did.
 
-use super::{ChunkKind, ChunkMeta};
+use crate::ids::ChunkKind;
+
+use crate::container::format::ChunkMeta;
 use crate::fingerprint::{Fingerprint, FpMap};
 use crate::seal::{Codec, Compression, Sealer};
 use std::sync::Arc;

@@ -7,10 +7,11 @@
 
 use super::builder::ContainerBuilder;
 use super::format;
-use super::{ChunkKind, ChunkMeta, ContainerId, Header};
 use crate::backend::ObjectBytes;
+use crate::container::format::{ChunkMeta, Header};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FpMap, HashAlgo};
+use crate::ids::{ChunkKind, ContainerId};
 use crate::metrics::Metrics;
 use crate::seal::{Codec, Compression, SealedStore, Sealer};
 use std::sync::Arc;

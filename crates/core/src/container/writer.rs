@@ -2,10 +2,17 @@
 //! through it, so ids, sealing and the catalog's container list are decided
 //! in one place.
 
-use super::{
-    ChunkKind, ChunkMeta, ChunkSealing, ContainerBuilder, ContainerEntry, ContainerId,
-    ContainerStore, Presealed,
-};
+use crate::ids::{ChunkKind, ContainerId};
+
+use crate::container::format::ChunkMeta;
+
+use crate::container::presealed::{ChunkSealing, Presealed};
+
+use crate::container::builder::ContainerBuilder;
+
+use crate::container::entry::ContainerEntry;
+
+use crate::container::store::ContainerStore;
 use crate::error::Result;
 use crate::fingerprint::Fingerprint;
 use std::time::Instant;

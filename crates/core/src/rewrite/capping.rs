@@ -1,8 +1,8 @@
 //! Capping (Lillibridge et al., FAST'13): per segment, keep the `level` old
 //! containers that hold the most of the segment's chunks, rewrite the rest.
 
-use super::{decide_by_selection, RewritePolicy, Segment};
 use crate::container::ContainerId;
+use crate::rewrite::policy::{decide_by_selection, RewritePolicy, Segment};
 use std::collections::HashMap;
 
 pub struct Capping {

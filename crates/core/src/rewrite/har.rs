@@ -3,9 +3,9 @@
 //! sparsely are avoided by the next one — duplicates that would reference
 //! them are rewritten.
 
-use super::{RewritePolicy, Segment};
 use crate::container::ContainerId;
 use crate::fingerprint::{Fingerprint, FpSet};
+use crate::rewrite::policy::{RewritePolicy, Segment};
 use std::collections::{HashMap, HashSet};
 
 pub struct Har {

@@ -5,8 +5,8 @@
 //! every container holding a copy (it does not see redundancy among
 //! containers, which is what SMR fixes).
 
-use super::{decide_by_selection, RewritePolicy, Segment};
 use crate::container::ContainerId;
+use crate::rewrite::policy::{decide_by_selection, RewritePolicy, Segment};
 use std::collections::HashMap;
 
 pub struct Ned {

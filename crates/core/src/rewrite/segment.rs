@@ -4,11 +4,12 @@
 //! sealed and referenced; the decisions themselves are the policy's.
 
 use super::har::{inherited_sparse, HarUse};
-use super::{RewritePolicy, RewriteSpec, Segment};
 use crate::catalog::Manifest;
 use crate::container::{ChunkKind, ContainerId};
 use crate::fingerprint::Fingerprint;
 use crate::index::{CopyList, CopyNo};
+use crate::rewrite::policy::{RewritePolicy, Segment};
+use crate::rewrite::spec::RewriteSpec;
 use std::collections::HashSet;
 
 /// Segment buffering and the rewrite policy of one backup (absent without

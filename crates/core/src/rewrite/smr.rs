@@ -2,8 +2,8 @@
 //! most `level` old containers maximizing the number of *distinct* segment
 //! chunks they cover (Algorithm 1), so redundant copies are not counted twice.
 
-use super::{decide_by_selection, RewritePolicy, Segment};
 use crate::container::ContainerId;
+use crate::rewrite::policy::{decide_by_selection, RewritePolicy, Segment};
 use std::collections::HashMap;
 
 pub struct Smr {

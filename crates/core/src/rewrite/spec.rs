@@ -4,8 +4,11 @@
 //! policies depend on the contract, the spec on them.
 
 use super::policy::{NoRewrite, RewritePolicy};
-use super::{Capping, Har, Ned, Smr, HAR_LIMIT, HAR_THRESHOLD};
 use crate::container::ContainerId;
+use crate::rewrite::capping::Capping;
+use crate::rewrite::har::{Har, HAR_LIMIT, HAR_THRESHOLD};
+use crate::rewrite::ned::Ned;
+use crate::rewrite::smr::Smr;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
