@@ -796,19 +796,19 @@ impl Writer {
     /// mark and select on the newest generation (see [`crate::gc::online`]).
     pub fn gc_begin(&mut self, opts: &GcOptions) -> Result<OnlineGc> {
         self.layout.mark_sweep()?;
-        self.cx_mut().gc_begin(opts)
+        crate::gc::online::begin_run(self.cx_mut(), opts)
     }
 
     /// Step 2, the cutoff: announce the containers to reclaim, then
     /// resurrect the dead copies concurrent backups recorded.
     pub fn gc_cutoff(&mut self, run: &mut OnlineGc) -> Result<()> {
-        self.cx_mut().gc_cutoff(run)
+        crate::gc::online::cutoff_run(self.cx_mut(), run)
     }
 
     /// Step 3: sweep and commit (merging with what others published),
     /// record the run as done, and delete the records of writers gone.
     pub fn gc_finish(&mut self, run: OnlineGc) -> Result<GcReport> {
-        self.cx_mut().gc_finish(run)
+        crate::gc::online::finish_run(self.cx_mut(), run)
     }
 
     /// Rebuild FGC's reference graph from the recipes (`tessera check

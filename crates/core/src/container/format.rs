@@ -1,4 +1,5 @@
-//! The container object format (repository format version 2). See
+//! The container object format (the repository's format version:
+//! `crate::version`). See
 //! `docs/FORMAT.md`.
 //!
 //! ```text

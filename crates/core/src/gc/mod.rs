@@ -6,10 +6,11 @@
 //! first, publishes a new manifest generation, and only then deletes the
 //! containers it reclaimed.
 //!
-//! A GC is a [`GcPlan`] (mark + select, what `--dry-run` reports) carried
-//! out by [`Writer::gc_with`](crate::Writer::gc_with). The mark is a [`Marker`]: the logical
-//! mark today; the physical (PGC) and focused (FGC) marks implement the same
-//! trait and reach the sweep through [`Repository::plan_gc_marked`].
+//! A GC is a [`GcPlan`] (mark + select, what `--dry-run` reports: `plan.rs`)
+//! carried out by `run.rs` (sweep, publish, delete). The mark is a
+//! [`Marker`]: logical (LGC), physical (PGC/PGC+) or focused (FGC), each in
+//! `mark/`, any of them with either sweep (naive or GCCDF). A GC runs online
+//! (`online.rs`): backups in other processes go on meanwhile.
 
 pub mod bloom;
 pub mod gccdf;
@@ -17,6 +18,7 @@ pub mod mark;
 pub mod online;
 mod options;
 pub mod phase;
+mod plan;
 mod report;
 mod run;
 pub mod select;
@@ -25,15 +27,14 @@ pub mod sweep;
 pub use mark::{LogicalMark, Mark, MarkSpec, Marker, PhysicalMark, VcSpec};
 pub use options::{GcOptions, GcStrategy, READER_WAIT, SPLIT_FRACTION};
 pub use phase::PhaseReport;
-pub use report::{GcPlan, GcReport};
+pub use plan::GcPlan;
+pub(crate) use plan::{plan_gc, plan_gc_marked};
+pub use report::GcReport;
 pub(crate) use run::gc_with;
 pub use select::Selection;
 
 use crate::context::Context;
-use crate::error::{Error, Result};
-use phase::PhaseClock;
-use std::collections::HashSet;
-use std::time::Instant;
+use crate::error::Result;
 
 /// [`Writer::gc`](crate::Writer::gc): online, so backups in other
 /// processes keep running (see [`online`]): under the GC lock, announce a
@@ -45,87 +46,9 @@ pub(crate) fn gc(repo: &mut Context, opts: &GcOptions) -> Result<GcReport> {
         let plan = plan_gc(repo, opts)?;
         return gc_with(repo, plan);
     }
-    let mut run = repo.gc_begin(opts)?;
-    repo.gc_cutoff(&mut run)?;
-    repo.gc_finish(run)
-}
-
-/// [`Repository::plan_gc`](crate::Repository::plan_gc).
-pub(crate) fn plan_gc(repo: &Context, opts: &GcOptions) -> Result<GcPlan> {
-    match opts.mark {
-        MarkSpec::Logical => plan_gc_marked(repo, opts, &opts.marker()),
-        MarkSpec::Physical => plan_gc_marked(repo, opts, &opts.physical_marker(false)),
-        // PGC+'s dynamic duplicate removal is a feature of the naive
-        // copy phase; under GCCDF's sweep its unique-liveness selection lost
-        // chunks (a gc_rewrite proptest case), so there it marks as PGC.
-        MarkSpec::PhysicalPlus if opts.strategy == GcStrategy::Gccdf => {
-            plan_gc_marked(repo, opts, &opts.physical_marker(false))
-        }
-        MarkSpec::PhysicalPlus => plan_gc_marked(repo, opts, &opts.physical_marker(true)),
-        MarkSpec::Focused => {
-            let marker = mark::FocusedMark {
-                vc: opts.vc,
-                granularity: opts.fgc_granularity,
-                owners_fp_rate: (opts.strategy == GcStrategy::Gccdf)
-                    .then_some(opts.ownership_fp_rate),
-            };
-            plan_gc_marked(repo, opts, &marker)
-        }
-    }
-}
-
-/// [`Repository::plan_gc_marked`](crate::Repository::plan_gc_marked).
-pub(crate) fn plan_gc_marked(
-    repo: &Context,
-    opts: &GcOptions,
-    marker: &dyn Marker,
-) -> Result<GcPlan> {
-    opts.validate().map_err(Error::invalid)?;
-    let started = Instant::now();
-    let io0 = repo.metrics.snapshot();
-    let clock = PhaseClock::start(repo, "enumeration");
-    let mut mark = marker.mark(repo)?;
-    let mut phases = std::mem::take(&mut mark.phases);
-    if phases.is_empty() {
-        // A mark that reports itself as one phase (the logical walk).
-        phases.push(clock.stop(repo, mark.memory_bytes as usize));
-    }
-    let mut clock = PhaseClock::start(repo, "select");
-    let selection = select::select(repo, &mark, opts.liveness_threshold, &mut clock)?;
-    phases.push(clock.stop(repo, 0));
-    let mark_seconds = started.elapsed().as_secs_f64();
-    let mark_bytes_read = repo
-        .metrics
-        .snapshot()
-        .since(&io0)
-        .recipe_container_bytes_read;
-    let reclaimed: HashSet<_> = selection
-        .empty
-        .iter()
-        .chain(&selection.copy)
-        .chain(&selection.recipe_empty)
-        .chain(&selection.recipe_copy)
-        .copied()
-        .collect();
-    let reclaimed_logical_bytes = repo
-        .manifest
-        .containers
-        .iter()
-        .filter(|c| reclaimed.contains(&c.id))
-        .map(|c| c.logical_bytes)
-        .sum();
-    Ok(GcPlan {
-        options: opts.clone(),
-        generation: repo.manifest.generation,
-        mark,
-        selection,
-        reclaimed,
-        reclaimed_logical_bytes,
-        mark_seconds,
-        mark_bytes_read,
-        container_size: repo.manifest.config.container_size as u64,
-        phases,
-    })
+    let mut run = online::begin_run(repo, opts)?;
+    online::cutoff_run(repo, &mut run)?;
+    online::finish_run(repo, run)
 }
 
 #[cfg(test)]

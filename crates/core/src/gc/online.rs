@@ -32,9 +32,15 @@
 //! backup deletes its own after committing when no GC is marking (else a
 //! GC that planned on an older generation would miss its references).
 
+use super::bloom::Bloom;
+use super::options::GcOptions;
+use super::plan::{plan_gc, GcPlan};
+use super::report::GcReport;
+use super::run::gc_with;
 use crate::backend::{Generation, KeyKind, ObjectKey};
 use crate::container::format::checksum;
 use crate::container::{ChunkKind, ContainerId};
+use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FP_LEN};
 use crate::index::CopyNo;
@@ -168,7 +174,7 @@ fn write_state(objects: &SealedStore, s: &GcState) -> Result<()> {
 /// same fingerprint and copy number (or keeps them where they are), and
 /// the backup's reference stays good. A false positive only stores a chunk
 /// once more. Resurrections at the cutoff only make more chunks live.
-pub struct DeadFilter(super::bloom::Bloom);
+pub struct DeadFilter(Bloom);
 
 const DEAD_MAGIC: [u8; 8] = *b"TSRADEAD";
 /// 2: the filter hashes the whole fingerprint (`gc::bloom`); version 1's
@@ -179,7 +185,7 @@ const DEAD_FP_RATE: f64 = 0.01;
 
 impl DeadFilter {
     /// The dead chunks of `plan` in the containers it reclaims.
-    pub(crate) fn of_plan(repo: &crate::context::Context, plan: &super::GcPlan) -> Self {
+    pub(crate) fn of_plan(repo: &crate::context::Context, plan: &GcPlan) -> Self {
         // Two passes (count, then insert) rather than a list of them.
         let dead = || {
             repo.index
@@ -190,7 +196,7 @@ impl DeadFilter {
                     ChunkKind::Recipe => !plan.mark.valid_recipe.contains(&e.fp),
                 })
         };
-        let mut b = super::bloom::Bloom::new(dead().count(), DEAD_FP_RATE);
+        let mut b = Bloom::new(dead().count(), DEAD_FP_RATE);
         for e in dead() {
             b.insert(&e.fp);
         }
@@ -225,7 +231,7 @@ impl DeadFilter {
         if u32::from_le_bytes(body[8..12].try_into().unwrap()) != DEAD_VERSION {
             return Err(bad("unknown dead filter version"));
         }
-        super::bloom::Bloom::from_bytes(&body[12..])
+        Bloom::from_bytes(&body[12..])
             .map(DeadFilter)
             .ok_or_else(|| bad("malformed Bloom filter"))
     }
@@ -540,7 +546,7 @@ pub(crate) fn begin(objects: &SealedStore, newest: &crate::catalog::Manifest) ->
 pub(crate) fn cutoff(
     repo: &crate::context::Context,
     seq: u64,
-    plan: &mut super::GcPlan,
+    plan: &mut GcPlan,
 ) -> Result<Cutoff> {
     let objects = &repo.objects;
     let mut s = read_state(objects)?;
@@ -667,14 +673,14 @@ pub(crate) fn remove_records(objects: &SealedStore, records: &[ObjectKey]) -> Re
 pub struct OnlineGc {
     seq: u64,
     lock: Option<crate::lock::RepoLock>,
-    plan: Option<super::GcPlan>,
+    plan: Option<GcPlan>,
     cut: Option<Cutoff>,
     before: Generation,
 }
 
 impl OnlineGc {
     /// The plan (mark and select) this run carries out.
-    pub fn plan(&self) -> Option<&super::GcPlan> {
+    pub fn plan(&self) -> Option<&GcPlan> {
         self.plan.as_ref()
     }
     /// Dead copies resurrected at the cutoff (after [`Writer::gc_cutoff`]).
@@ -683,10 +689,26 @@ impl OnlineGc {
     }
 }
 
-impl crate::context::Context {
-    /// Online GC, step 1: take the GC lock, announce a marking run, then
-    /// mark and select on the newest generation.
-    pub(crate) fn gc_begin(&mut self, opts: &super::GcOptions) -> Result<OnlineGc> {
+/// Online GC, step 1: take the GC lock, announce a marking run, then mark
+/// and select on the newest generation.
+pub(crate) fn begin_run(cx: &mut Context, opts: &GcOptions) -> Result<OnlineGc> {
+    cx.gc_begin(opts)
+}
+
+/// Step 2, the cutoff: announce the containers to reclaim, then resurrect
+/// the dead copies concurrent backups recorded.
+pub(crate) fn cutoff_run(cx: &mut Context, run: &mut OnlineGc) -> Result<()> {
+    cx.gc_cutoff(run)
+}
+
+/// Step 3: sweep and commit (merging with what others published), record
+/// the run as done, and delete the records of writers gone.
+pub(crate) fn finish_run(cx: &mut Context, run: OnlineGc) -> Result<GcReport> {
+    cx.gc_finish(run)
+}
+
+impl Context {
+    fn gc_begin(&mut self, opts: &GcOptions) -> Result<OnlineGc> {
         let lock = crate::lock::RepoLock::acquire_gc(self.objects.store().clone(), "tessera gc")?;
         let newest = crate::context::read_newest(&self.objects)?;
         let seq = begin(&self.objects, &newest)?;
@@ -705,7 +727,7 @@ impl crate::context::Context {
             Ok(_) => self.reload(),
             Err(e) => Err(e),
         };
-        let planned = fresh.and_then(|()| super::plan_gc(self, opts));
+        let planned = fresh.and_then(|()| plan_gc(self, opts));
         match planned {
             Ok(p) => {
                 run.plan = Some(p);
@@ -718,9 +740,7 @@ impl crate::context::Context {
         }
     }
 
-    /// Step 2, the cutoff: announce the containers to reclaim, then
-    /// resurrect the dead copies concurrent backups recorded.
-    pub(crate) fn gc_cutoff(&mut self, run: &mut OnlineGc) -> Result<()> {
+    fn gc_cutoff(&mut self, run: &mut OnlineGc) -> Result<()> {
         let plan = run
             .plan
             .as_mut()
@@ -737,16 +757,14 @@ impl crate::context::Context {
         }
     }
 
-    /// Step 3: sweep and commit (merging with what others published),
-    /// record the run as done, and delete the records of writers gone.
-    pub(crate) fn gc_finish(&mut self, mut run: OnlineGc) -> Result<super::GcReport> {
+    fn gc_finish(&mut self, mut run: OnlineGc) -> Result<GcReport> {
         let plan = run
             .plan
             .take()
             .ok_or_else(|| Error::invalid("GC run without a plan"))?;
         let cut = run.cut.take().unwrap_or_default();
         let planned = plan.generation;
-        let result = super::gc_with(self, plan);
+        let result = gc_with(self, plan);
         let committed = match &result {
             Ok(_) if self.manifest.generation == planned => None,
             _ if self.manifest.generation != run.before && self.manifest.generation != planned => {

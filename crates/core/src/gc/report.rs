@@ -1,13 +1,8 @@
-//! What a GC plans and what it did.
+//! What a GC did.
 
-use super::mark::Mark;
-use super::options::{GcOptions, GcStrategy};
+use super::options::GcStrategy;
 use super::phase::PhaseReport;
-use super::select::Selection;
-use crate::backend::Generation;
-use crate::container::ContainerId;
 use serde::Serialize;
-use std::collections::HashSet;
 
 /// What a GC did. Container counts and bytes are of data containers (the
 /// papers' figures); recipe containers are reported in `recipe_*`.
@@ -77,66 +72,4 @@ pub struct GcReport {
     pub resurrections: u64,
     /// Online GC: resurrection records read at the cutoff.
     pub resurrection_records: u64,
-}
-
-/// Mark and select: what a GC would do, before it does it (`gc --dry-run`
-/// reports exactly this). [`Writer::gc_with`](crate::Writer::gc_with) carries it out.
-pub struct GcPlan {
-    pub options: GcOptions,
-    /// The manifest generation planned on: a plan is only carried out on it.
-    pub generation: Generation,
-    pub mark: Mark,
-    pub selection: Selection,
-    /// Containers to delete, data and recipe (empty and copied forward).
-    pub reclaimed: HashSet<ContainerId>,
-    /// Logical bytes of the reclaimed containers.
-    pub reclaimed_logical_bytes: u64,
-    /// Time of mark and select.
-    pub mark_seconds: f64,
-    /// Recipe container bytes mark read.
-    pub mark_bytes_read: u64,
-    /// Logical bytes per container (the dry run's produced estimate).
-    pub container_size: u64,
-    /// The mark's phases and select.
-    pub phases: Vec<PhaseReport>,
-}
-
-impl GcPlan {
-    /// The report of the plan alone: what a dry run prints. A GC that
-    /// sweeps adds the sweep's figures to it.
-    pub fn report(&self) -> GcReport {
-        let sel = &self.selection;
-        let involved = sel.involved.len() as u64;
-        let reclaimed = (sel.empty.len() + sel.copy.len()) as u64;
-        let mut r = GcReport {
-            strategy: self.options.strategy,
-            mark: self.options.mark.to_string(),
-            mark_passes: self.mark.passes,
-            skipped_subtrees: self.mark.walk.skipped_subtrees,
-            skipped_bytes: self.mark.walk.skipped_bytes,
-            phases: self.phases.clone(),
-            dry_run: self.options.dry_run,
-            involved_containers: involved,
-            involved_bytes: sel.involved.iter().map(|c| c.logical_bytes).sum(),
-            deleted_without_copy: sel.empty.len() as u64,
-            reclaimed_containers: reclaimed,
-            skipped_containers: involved - reclaimed,
-            recipe_involved_containers: sel.recipe_involved.len() as u64,
-            recipe_reclaimed_containers: (sel.recipe_empty.len() + sel.recipe_copy.len()) as u64,
-            mark_seconds: self.mark_seconds,
-            mark_bytes_read: self.mark_bytes_read,
-            mark_memory_bytes: self.mark.memory_bytes,
-            peak_memory_bytes: self.mark.memory_bytes,
-            total_seconds: self.mark_seconds,
-            ..Default::default()
-        };
-        if self.options.dry_run {
-            // A lower bound: the live bytes in as few containers as hold them.
-            r.produced_containers = sel.copy_live_bytes.div_ceil(self.container_size);
-            r.reclaimed_bytes = self
-                .reclaimed_logical_bytes
-                .saturating_sub(sel.copy_live_bytes);
-        }
-        r
-    }
 }

@@ -2,7 +2,8 @@
 //! the new generation, then delete the reclaimed containers.
 
 use super::phase::PhaseClock;
-use super::report::{GcPlan, GcReport};
+use super::plan::GcPlan;
+use super::report::GcReport;
 use super::sweep;
 use crate::context::Context;
 use crate::error::{Error, Result};

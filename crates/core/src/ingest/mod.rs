@@ -1,15 +1,16 @@
 //! Backup ingest: chunk → fingerprint → dedup → containers + recipe.
 //!
 //! Two stages run concurrently so that both cores work:
-//! 1. the caller's thread produces bytes (a file, stdin, a tar stream of a
-//!    directory) and cuts them into chunks, in batches of about 4 MiB;
-//! 2. a worker thread fingerprints each chunk, looks it up in the index,
-//!    appends new chunks to the open data container and every chunk to the
-//!    recipe tree.
+//! 1. the caller's thread produces bytes (a file, stdin, a directory's
+//!    stream) in batches of about 4 MiB, marking where each file ends;
+//! 2. a worker thread has each batch cut, fingerprinted and its new chunks
+//!    sealed by scoped worker threads (`parallel.rs`), then looks each chunk
+//!    up in the index in stream order, appends new chunks to the open data
+//!    container and every chunk to the recipe tree (`sink.rs`).
 //!
-//! Two threads for two stages, and no thread pool: measured on the 2-core
-//! reference machine, rayon's idle workers spun (sched_yield) and took the
-//! cores from both stages, cutting backup throughput by more than half.
+//! No thread pool: measured on the 2-core reference machine, rayon's idle
+//! workers spun (sched_yield) and took the cores from both stages, cutting
+//! backup throughput by more than half; the workers are scoped to a batch.
 //!
 //! Memory is bounded: at most two batches in flight plus one open container
 //! of each kind, whatever the input size. Trace mode feeds (fingerprint, size)
@@ -37,10 +38,13 @@
 //! entry the backup added is removed again, so the in-memory repository
 //! matches the last published generation.
 //!
-//! Modules: `pipeline` (the two threads, [`Ingest`]), `sink` (dedup against
-//! the layout's [`DedupIndex`](crate::index::DedupIndex), the layout's
-//! writer, the undo log), `segment` (rewriting decisions per segment; the
-//! buffer and policy state live in [`crate::rewrite`]), `interleave`.
+//! Modules: `options` (what a backup is asked and reports; the layout's
+//! [`BackupHooks`]), `backup` (one backup from hooks to publish),
+//! `pipeline` (the two stages, [`Ingest`]), `parallel` (the batch workers),
+//! `sink` (dedup against the index, the backup's containers (`writers`),
+//! the undo log), `rewriting` (rewriting decisions per ingest segment; the
+//! buffer and policy state live in [`crate::rewrite`]), `tree` and
+//! `files_cache` (directory backups), `interleave` (groups).
 
 use crate::context::Context;
 use crate::error::{Error, Result};
@@ -53,7 +57,7 @@ pub(crate) mod interleave;
 mod options;
 mod parallel;
 mod pipeline;
-mod segment;
+mod rewriting;
 mod sink;
 mod tree;
 mod writers;

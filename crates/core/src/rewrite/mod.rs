@@ -9,7 +9,7 @@ mod capping;
 mod har;
 mod ned;
 mod policy;
-mod segment;
+mod rewriter;
 mod smr;
 mod spec;
 
@@ -19,7 +19,7 @@ pub use ned::{ned_select, Ned};
 pub use policy::{
     decide_by_selection, NoRewrite, RewritePolicy, Segment, SegmentChunk, DEFAULT_SEGMENT_BYTES,
 };
-pub(crate) use segment::Rewriter;
+pub(crate) use rewriter::Rewriter;
 pub use smr::{smr_select, Smr};
 pub use spec::RewriteSpec;
 

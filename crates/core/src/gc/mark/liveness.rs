@@ -158,7 +158,7 @@ pub enum FpFilter {
     AllBut(FpSet),
 }
 
-/// A perfect-hash vector (physical GC, FAST'17 §4): a minimal perfect hash
+/// A perfect-hash vector (physical GC, FAST'17 §3.2.1): a minimal perfect hash
 /// over every data fingerprint the index holds, and one bit per fingerprint.
 /// GC only ever asks about stored chunks, all of which are keys, so it is
 /// exact for them at about 4 bits per chunk instead of 33 bytes; a
