@@ -20,23 +20,14 @@ impl Context {
         opts: &BackupOptions,
         feed: impl FnOnce(&mut Ingest) -> Result<()>,
     ) -> Result<BackupReport> {
-        self.backup_trailed(hooks, opts, false, feed)
+        self.backup_in_tree(hooks, opts, false, feed)
             .map(|(r, _)| r)
     }
 
-    /// A directory backup: [`backup_in`](Self::backup_in), also returning
-    /// its data chunks in stream order if `trail` (for the files cache).
+    /// [`backup_in`](Self::backup_in), also returning its data chunks in
+    /// stream order if `trail` (directory backups: the files cache learns
+    /// each file's chunks from them).
     pub(crate) fn backup_in_tree(
-        &mut self,
-        hooks: &dyn BackupHooks,
-        opts: &BackupOptions,
-        trail: bool,
-        feed: impl FnOnce(&mut Ingest) -> Result<()>,
-    ) -> Result<(BackupReport, Option<Trail>)> {
-        self.backup_trailed(hooks, opts, trail, feed)
-    }
-
-    fn backup_trailed(
         &mut self,
         hooks: &dyn BackupHooks,
         opts: &BackupOptions,
