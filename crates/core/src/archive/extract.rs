@@ -151,7 +151,7 @@ pub(super) fn extract_as(
             dirs: HashMap::new(),
             buf: vec![0; COPY_BUF],
             select,
-            pool: Writers::spawn(scope, writers),
+            pool: FileCreators::spawn(scope, writers),
         };
         while let Some(entry) = next_entry(&mut stream)? {
             let mut data = (&mut stream).take(entry.size);
@@ -660,7 +660,7 @@ struct Extractor {
     /// `--include`: which entries to restore (all without one).
     select: Option<Selection>,
     /// Writer threads for small regular files; none with one writer.
-    pool: Option<Writers>,
+    pool: Option<FileCreators>,
 }
 
 /// What a restored regular file gets after its data.
@@ -706,14 +706,14 @@ struct FileDone {
 /// file still being written waits for the writers first, as do hard links
 /// to it and the directories' metadata at the end: so every check sees what
 /// a one-writer extraction would see.
-struct Writers {
+struct FileCreators {
     jobs: SyncSender<FileJob>,
     done: Receiver<FileDone>,
     /// Keys of the files queued or being written.
     pending: HashSet<Vec<u8>>,
 }
 
-impl Writers {
+impl FileCreators {
     /// `writers` threads in `scope`, or none (everything is written by the
     /// parsing thread) for one writer or if no thread can be started.
     fn spawn<'scope>(
@@ -767,7 +767,7 @@ impl Writers {
                 started += 1;
             }
         }
-        (started > 0).then(|| Writers {
+        (started > 0).then(|| FileCreators {
             jobs,
             done,
             pending: HashSet::new(),

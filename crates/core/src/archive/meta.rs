@@ -105,7 +105,7 @@ pub struct Record {
 
 /// Encodes records in stream order into the two sections.
 #[derive(Default)]
-pub(crate) struct MetaWriter {
+pub(crate) struct MetaEncoder {
     names: Vec<u8>,
     times: Vec<u8>,
     count: u64,
@@ -113,7 +113,7 @@ pub(crate) struct MetaWriter {
     prev_mtime: i64,
 }
 
-impl MetaWriter {
+impl MetaEncoder {
     pub(crate) fn push(&mut self, r: &Record) {
         let n = &mut self.names;
         n.push(r.kind.code());

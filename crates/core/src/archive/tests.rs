@@ -1487,7 +1487,7 @@ fn record_strategy() -> impl Strategy<Value = meta::Record> {
 }
 
 fn encode_records(records: &[meta::Record]) -> Vec<u8> {
-    let mut w = meta::MetaWriter::default();
+    let mut w = meta::MetaEncoder::default();
     for r in records {
         w.push(r);
     }
@@ -1562,7 +1562,7 @@ fn metadata_of_an_unchanged_tree_differs_only_in_the_times_column() {
         r.mtime_nsec = 999;
     }
     let enc = |rs: &[meta::Record]| {
-        let mut w = meta::MetaWriter::default();
+        let mut w = meta::MetaEncoder::default();
         rs.iter().for_each(|r| w.push(r));
         w.finish()
     };

@@ -4,20 +4,20 @@
 //! one container; [`ContainerStore`] puts and gets container objects
 //! through the sealing layer ([`SealedStore`](crate::seal::SealedStore)),
 //! verifying every read and counting every read and write in
-//! [`Metrics`](crate::metrics::Metrics); [`ContainerWriter`] fills and seals
+//! [`Metrics`](crate::metrics::Metrics); [`ContainerFiller`] fills and seals
 //! new containers (ingest and GC sweep); [`ContainerEntry`] is a written
 //! container in the catalog.
 
 mod builder;
 mod entry;
+mod filler;
 pub mod format;
 mod presealed;
 mod store;
-mod writer;
 
 pub use builder::ContainerBuilder;
 pub use entry::ContainerEntry;
+pub use filler::{ContainerFiller, IdAllocator};
 pub use format::{ChunkKind, ChunkMeta, ContainerId, Header, PerKind};
 pub use presealed::{ChunkSealing, Presealed, SealedPart};
 pub use store::{chunk_stored, open_chunk, open_chunks, Container, ContainerStore};
-pub use writer::{ContainerWriter, IdAllocator};

@@ -19,7 +19,7 @@ use super::gccdf::{plan, preprocess};
 use super::mark::{FpFilter, Mark};
 use super::select::Selection;
 use crate::catalog::ContainerEntry;
-use crate::container::{ChunkKind, ChunkMeta, ContainerId, ContainerWriter, IdAllocator};
+use crate::container::{ChunkKind, ChunkMeta, ContainerFiller, ContainerId, IdAllocator};
 use crate::context::Context;
 use crate::error::Result;
 use crate::fingerprint::{Fingerprint, FpMap, FpSet};
@@ -70,11 +70,11 @@ impl Throttle {
     }
 }
 
-/// Fills new containers of one kind through the shared [`ContainerWriter`]
+/// Fills new containers of one kind through the shared [`ContainerFiller`]
 /// and records where each moved chunk went.
 pub struct Packer {
     kind: ChunkKind,
-    writer: ContainerWriter,
+    writer: ContainerFiller,
     ids: IdAllocator,
     /// Index entries of the copies moved ((fingerprint, copy) → new container).
     pub moved: Vec<IndexEntry>,
@@ -92,7 +92,7 @@ impl Packer {
         let cfg = &repo.manifest.config;
         Packer {
             kind,
-            writer: ContainerWriter::new(
+            writer: ContainerFiller::new(
                 repo.store.clone(),
                 kind,
                 cfg.container_size as u64,

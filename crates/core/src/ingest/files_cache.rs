@@ -157,15 +157,15 @@ impl Reader<'_> {
 }
 
 /// Builds the cache a backup leaves for the next one.
-pub(crate) struct CacheWriter {
+pub(crate) struct CacheBuilder {
     body: Vec<u8>,
 }
 
-impl CacheWriter {
+impl CacheBuilder {
     pub(crate) fn new(started: u64) -> Self {
         let mut body = MAGIC.to_vec();
         body.extend_from_slice(&started.to_le_bytes());
-        CacheWriter { body }
+        CacheBuilder { body }
     }
 
     pub(crate) fn push(&mut self, path: &[u8], id: &FileId, chunks: &[(Fingerprint, u32)]) {

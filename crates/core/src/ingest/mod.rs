@@ -52,6 +52,7 @@ use crate::fingerprint::Fingerprint;
 use std::io::{self, Read, Write};
 
 mod backup;
+mod containers;
 mod files_cache;
 pub(crate) mod interleave;
 mod options;
@@ -60,7 +61,6 @@ mod pipeline;
 mod rewriting;
 mod sink;
 mod tree;
-mod writers;
 pub use files_cache::FilesCacheOptions;
 pub use interleave::GroupInput;
 pub use options::{ArrangeReport, BackupHooks, BackupOptions, BackupReport, Plain};

@@ -2,8 +2,8 @@
 //! layout's: MFDedup swaps in its NDF index for the backup), written into
 //! new containers, logged for undo.
 
+use super::containers::BackupContainers;
 use super::options::Counts;
-use super::writers::ContainerWriters;
 use crate::catalog::ContainerEntry;
 use crate::container::{ChunkKind, ContainerId};
 use crate::context::Context;
@@ -18,7 +18,7 @@ use crate::rewrite::Rewriter;
 /// layout's index; `Repository::commit` gives it back.
 pub(crate) struct Sink {
     pub(super) index: Index,
-    pub(super) writer: ContainerWriters,
+    pub(super) writer: BackupContainers,
     /// Index entries this backup added, in order (the new index segment).
     /// Every one is a new copy: a backup never moves an existing copy.
     pub(super) new_entries: Vec<IndexEntry>,
@@ -65,7 +65,7 @@ impl Sink {
         Sink {
             rewriting: rw.is_some(),
             index: std::mem::take(&mut repo.index),
-            writer: ContainerWriters::new(repo),
+            writer: BackupContainers::new(repo),
             new_entries: Vec::new(),
             counts: Counts::default(),
             rw,

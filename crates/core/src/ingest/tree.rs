@@ -8,9 +8,9 @@
 use std::io::{self, Write};
 use std::path::PathBuf;
 
-use super::files_cache::{cache_path, CacheWriter, FilesCache, FilesCacheOptions};
+use super::files_cache::{cache_path, CacheBuilder, FilesCache, FilesCacheOptions};
 use super::pipeline::Ingest;
-use crate::archive::meta::{Kind, MetaWriter, Record};
+use crate::archive::meta::{Kind, MetaEncoder, Record};
 use crate::archive::walk::{store, TreeOut};
 use crate::archive::{FileId, Scan, TreeStats};
 use crate::context::Context;
@@ -24,7 +24,7 @@ type Learnt = (Vec<u8>, FileId, u64, u64);
 /// The walk's output into a running backup.
 struct TreeIngest<'a> {
     ingest: &'a mut Ingest,
-    meta: MetaWriter,
+    meta: MetaEncoder,
     /// The previous backup's files cache (files it may skip reading).
     cache: Option<&'a FilesCache>,
     /// Each regular file, for the next files cache.
@@ -126,7 +126,7 @@ pub(crate) fn backup_paths(
     let (mut report, trail) = repo.backup_in_tree(hooks, opts, cache_file.is_some(), |ingest| {
         let mut out = TreeIngest {
             ingest,
-            meta: MetaWriter::default(),
+            meta: MetaEncoder::default(),
             cache: old.as_ref(),
             learnt: cache_file.is_some().then(Vec::new),
             current: None,
@@ -153,7 +153,7 @@ pub(crate) fn backup_paths(
     })?;
     report.files_from_cache = from_cache;
     if let (Some(file), Some(learnt), Some(trail)) = (cache_file, learnt, trail) {
-        let mut w = CacheWriter::new(started);
+        let mut w = CacheBuilder::new(started);
         for (path, id, a, z) in learnt {
             if let Some(chunks) = trail.between(a, z) {
                 w.push(&path, &id, chunks);

@@ -9,7 +9,7 @@
 //! durable first, the old active parts are deleted only after, so a crash
 //! at any point leaves either step's layout intact.
 
-use super::volume::{put_header, CategoryWriter, Volume};
+use super::volume::{put_header, CategoryFiller, Volume};
 use crate::backend::ObjectKey;
 use crate::container::IdAllocator;
 use crate::context::Context;
@@ -76,8 +76,8 @@ fn step(w: &mut Context, name: &str, report: &mut ArrangeReport) -> Result<()> {
     let cfg = w.manifest.config.clone();
     let mut ids = IdAllocator::new(w.manifest.next_container_id);
     let cap = cfg.container_size as u64;
-    let mut keep = CategoryWriter::new(w.store.clone(), cap, cfg.trace);
-    let mut arch = CategoryWriter::new(w.store.clone(), cap, cfg.trace);
+    let mut keep = CategoryFiller::new(w.store.clone(), cap, cfg.trace);
+    let mut arch = CategoryFiller::new(w.store.clone(), cap, cfg.trace);
     let mut active = Vec::new();
     let mut archived = Vec::new();
     for cat in &chain.active {

@@ -11,7 +11,7 @@
 
 use crate::backend::ObjectKey;
 use crate::catalog::ContainerEntry;
-use crate::container::{ChunkKind, ContainerId, ContainerStore, ContainerWriter, IdAllocator};
+use crate::container::{ChunkKind, ContainerFiller, ContainerId, ContainerStore, IdAllocator};
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::seal::SealedStore;
@@ -103,18 +103,18 @@ pub fn put_header(objects: &SealedStore, chain: &str, v: &Volume) -> Result<()> 
 }
 
 /// Writes one category at a time as parts of at most `capacity` bytes.
-pub struct CategoryWriter {
-    inner: ContainerWriter,
+pub struct CategoryFiller {
+    inner: ContainerFiller,
     chunks: u64,
     bytes: u64,
     /// Parts written so far, all categories.
     from: usize,
 }
 
-impl CategoryWriter {
+impl CategoryFiller {
     pub fn new(store: ContainerStore, capacity: u64, trace: bool) -> Self {
-        CategoryWriter {
-            inner: ContainerWriter::new(store, ChunkKind::Data, capacity, trace),
+        CategoryFiller {
+            inner: ContainerFiller::new(store, ChunkKind::Data, capacity, trace),
             chunks: 0,
             bytes: 0,
             from: 0,

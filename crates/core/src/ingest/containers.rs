@@ -4,27 +4,27 @@
 
 use crate::catalog::ContainerEntry;
 use crate::container::{
-    ChunkKind, ChunkSealing, ContainerId, ContainerWriter, IdAllocator, PerKind, Presealed,
+    ChunkKind, ChunkSealing, ContainerFiller, ContainerId, IdAllocator, PerKind, Presealed,
 };
 use crate::context::Context;
 use crate::error::Result;
 use crate::fingerprint::Fingerprint;
 
-pub struct ContainerWriters {
+pub struct BackupContainers {
     ids: IdAllocator,
-    kinds: PerKind<ContainerWriter>,
+    kinds: PerKind<ContainerFiller>,
     written: Vec<ContainerEntry>,
 }
 
-impl ContainerWriters {
-    /// Writers for a backup of `cx`; ids from its allocator (a joining
+impl BackupContainers {
+    /// The containers of a backup of `cx`; ids from its allocator (a joining
     /// writer's reserved range).
     pub fn new(cx: &Context) -> Self {
         let cfg = &cx.manifest.config;
-        ContainerWriters {
+        BackupContainers {
             ids: IdAllocator::new(cx.first_container_id()),
             kinds: PerKind::new(|kind| {
-                ContainerWriter::new(cx.store.clone(), kind, cfg.container_size as u64, cfg.trace)
+                ContainerFiller::new(cx.store.clone(), kind, cfg.container_size as u64, cfg.trace)
             }),
             written: Vec::new(),
         }

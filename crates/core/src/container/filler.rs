@@ -44,7 +44,7 @@ impl IdAllocator {
 /// Fills containers of one kind: opens one (allocating its id) at the first
 /// chunk, seals it through [`ContainerStore::write_framed`] when the next
 /// chunk does not fit, reuses its buffer, and lists what it wrote.
-pub struct ContainerWriter {
+pub struct ContainerFiller {
     store: ContainerStore,
     kind: ChunkKind,
     builder: ContainerBuilder,
@@ -56,13 +56,13 @@ pub struct ContainerWriter {
     presealed: Presealed,
 }
 
-impl ContainerWriter {
+impl ContainerFiller {
     /// A writer of `kind` containers of `capacity` bytes; data containers of
     /// a trace-mode repository hold no bytes.
     pub fn new(store: ContainerStore, kind: ChunkKind, capacity: u64, trace: bool) -> Self {
         debug_assert!(capacity > 0);
         let trace = trace && kind == ChunkKind::Data;
-        ContainerWriter {
+        ContainerFiller {
             builder: store.builder(kind, capacity, trace),
             store,
             kind,
