@@ -416,14 +416,6 @@ impl Mark {
         }
     }
 
-    /// Whether any copy of data chunk `fp` is valid.
-    pub fn any_valid(&self, index: &crate::index::Index, fp: &Fingerprint) -> bool {
-        index
-            .copy_list(fp)
-            .iter()
-            .any(|(n, _)| self.is_valid(fp, n))
-    }
-
     /// The valid copies of data chunk `fp` that the index places in
     /// container `id`, into `out` (cleared first). Almost always none or
     /// one; more only where GC packed two copies into one container.
