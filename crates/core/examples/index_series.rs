@@ -11,9 +11,9 @@
 //! `get_data_seq`, `insert`).
 
 use std::time::Instant;
+use tessera_core::ids::ChunkKind;
 use tessera_core::index::disk::{DiskConfig, DiskCursor, DiskTable};
 use tessera_core::index::{DataCursor, Index, IndexEntry};
-use tessera_core::ids::ChunkKind;
 use tessera_core::{ContainerId, Fingerprint};
 
 /// The table under test (one, on the stack: boxing the large variant

@@ -38,8 +38,8 @@
 //! matches the last published generation.
 //!
 //! Modules: `pipeline` (the two threads, [`Ingest`]), `sink` (dedup against
-//! the layout's [`DedupIndex`](crate::index::DedupIndex), the layout's
-//! writer, the undo log), `segment` (rewriting decisions per segment; the
+//! the layout's [`Index`](crate::index::Index), the layout's writer, the
+//! undo log), `segment` (rewriting decisions per segment; the
 //! buffer and policy state live in [`crate::rewrite`]), `interleave`.
 
 use crate::context::Context;

@@ -10,7 +10,7 @@ use crate::context::Context;
 use crate::error::Result;
 use crate::fingerprint::Fingerprint;
 use crate::gc::online::{Ref, Resurrector};
-use crate::index::{CopyNo, DedupIndex, Index, IndexEntry};
+use crate::index::{CopyNo, DataCursor, Index, IndexEntry};
 use crate::recipe::{RecipeBuilder, RecipeSink};
 use crate::rewrite::Rewriter;
 
@@ -31,7 +31,7 @@ pub(crate) struct Sink {
     /// Whether the backup rewrites (`rw` is absent while a segment is decided).
     rewriting: bool,
     /// Where the index's log expects the next data chunk.
-    pub(super) cursor: <Index as DedupIndex>::Cursor,
+    pub(super) cursor: DataCursor,
     /// FGC's CorrRecorder, when the repository records the reference graph.
     pub(super) corr: Option<crate::fgc::CorrRecorder>,
     /// MFDedup only: every data fingerprint of the backup, in order (its
@@ -48,7 +48,7 @@ pub(crate) struct Sink {
 
 /// Put the index back as it was before a failed backup: remove exactly the
 /// copies it added (`Sink::new_entries`); it changed no other entry.
-pub(crate) fn undo<I: DedupIndex>(index: &mut I, added: &[IndexEntry]) {
+pub(crate) fn undo(index: &mut Index, added: &[IndexEntry]) {
     for ne in added {
         index.remove_copy(ne.kind, &ne.fp, ne.copy);
     }
