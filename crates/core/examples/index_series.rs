@@ -39,11 +39,9 @@ impl Table {
         }
     }
     #[inline]
-    fn insert(&mut self, fp: Fingerprint, container: u64) {
+    fn insert(&mut self, fp: Fingerprint, container: u64) -> tessera_core::Result<()> {
         match self {
-            Table::Disk(t, _) => {
-                t.insert(fp, container);
-            }
+            Table::Disk(t, _) => t.insert(fp, container).map(drop),
             Table::Index(t, _) => t.insert(IndexEntry {
                 fp,
                 container: ContainerId(container),
@@ -75,7 +73,7 @@ impl Table {
     }
 }
 
-fn main() {
+fn main() -> tessera_core::Result<()> {
     let mut args = std::env::args().skip(1);
     let n: usize = args.next().map_or(1_000_000, |a| a.parse().unwrap());
     let versions: usize = args.next().map_or(10, |a| a.parse().unwrap());
@@ -126,7 +124,7 @@ fn main() {
         t.new_stream();
         for fp in &version {
             if !t.contains_seq(fp) {
-                t.insert(*fp, stored / 512);
+                t.insert(*fp, stored / 512)?;
                 stored += 1;
             }
         }
@@ -145,4 +143,5 @@ fn main() {
         "all: {:.2} M lookups/s",
         total_refs as f64 / total_secs / 1e6
     );
+    Ok(())
 }

@@ -24,6 +24,15 @@
 //! the same answer to every query. The copy lists and the recipe table stay
 //! in memory either way (few entries: only rewritten chunks, recipe chunks).
 //!
+//! Errors: the changes ([`Index::insert`], [`Index::remove`],
+//! [`Index::remove_copy`], [`Index::set_data_state`]) and
+//! [`Index::flush`] return a [`Result`]: an on-disk table may fail to
+//! write its files, and says so in one line naming the file (in memory
+//! they always succeed). The change is made even then, so the index
+//! answers as if it succeeded (and an undo after it is exact); an on-disk
+//! table that failed returns its first error from every later change
+//! ([`disk`]). Lookups read memory and mapped files only, and cannot fail.
+//!
 //! Segment format: `b"TSRAINDX"` | version u32 | count u64 |
 //! count × (fingerprint\[32\], container u64, kind u8, zero u8, copy u16,
 //! 4 zero bytes) | XXH3-128 of all before.
@@ -104,11 +113,24 @@ impl DataTable {
     fn contains(&self, fp: &Fingerprint) -> bool {
         both!(self, t => t.contains(fp))
     }
-    fn insert(&mut self, fp: Fingerprint, v: u64) -> Option<u64> {
-        both!(self, t => t.insert(fp, v))
+    #[inline]
+    fn insert(&mut self, fp: Fingerprint, v: u64) -> Result<()> {
+        match self {
+            DataTable::Mem(t) => {
+                t.insert(fp, v);
+                Ok(())
+            }
+            DataTable::Disk(t) => t.insert(fp, v).map(drop),
+        }
     }
-    fn remove(&mut self, fp: &Fingerprint) -> Option<u64> {
-        both!(self, t => t.remove(fp))
+    fn remove(&mut self, fp: &Fingerprint) -> Result<()> {
+        match self {
+            DataTable::Mem(t) => {
+                t.remove(fp);
+                Ok(())
+            }
+            DataTable::Disk(t) => t.remove(fp).map(drop),
+        }
     }
     fn len(&self) -> usize {
         both!(self, t => t.len())
@@ -309,9 +331,10 @@ impl Index {
     }
     /// Write pending on-disk changes as a run (no-op in memory). Loading
     /// ends with it, so the first backup's lookups see sorted runs.
-    pub fn flush(&mut self) {
-        if let DataTable::Disk(t) = &mut self.data {
-            t.flush()
+    pub fn flush(&mut self) -> Result<()> {
+        match &mut self.data {
+            DataTable::Mem(_) => Ok(()),
+            DataTable::Disk(t) => t.flush(),
         }
     }
 
@@ -440,13 +463,13 @@ impl Index {
             ChunkKind::Recipe => self.recipe.prefetch(fp),
         }
     }
-    /// Add or move one copy.
-    pub fn insert(&mut self, e: IndexEntry) {
+    /// Add or move one copy. An error (on disk: a file not written) leaves
+    /// the copy added (see the module documentation).
+    pub fn insert(&mut self, e: IndexEntry) -> Result<()> {
         match e.kind {
             ChunkKind::Data => {
                 if e.copy == 0 && !self.copies.contains_key(&e.fp) {
-                    self.data.insert(e.fp, e.container.0);
-                    return;
+                    return self.data.insert(e.fp, e.container.0);
                 }
                 let old = self.data.get(&e.fp);
                 let c = self.copies.entry(e.fp).or_insert_with(|| match old {
@@ -464,31 +487,36 @@ impl Index {
                     }
                 }
                 let newest = *c.at.last().expect("just inserted");
-                self.data.insert(e.fp, newest.0);
+                self.data.insert(e.fp, newest.0)
             }
             ChunkKind::Recipe => {
                 debug_assert_eq!(e.copy, 0, "recipe chunks have one copy");
                 self.recipe.insert(e.fp, e.container.0);
+                Ok(())
             }
-        };
+        }
     }
-    /// Forget every copy of a chunk.
-    pub fn remove(&mut self, kind: ChunkKind, fp: &Fingerprint) {
+    /// Forget every copy of a chunk. An error leaves them forgotten.
+    pub fn remove(&mut self, kind: ChunkKind, fp: &Fingerprint) -> Result<()> {
         match kind {
             ChunkKind::Data => {
                 self.copies.remove(fp);
                 self.data.remove(fp)
             }
-            ChunkKind::Recipe => self.recipe.remove(fp),
-        };
+            ChunkKind::Recipe => {
+                self.recipe.remove(fp);
+                Ok(())
+            }
+        }
     }
-    /// Forget one copy of a chunk (the others stay).
-    pub fn remove_copy(&mut self, kind: ChunkKind, fp: &Fingerprint, copy: CopyNo) {
+    /// Forget one copy of a chunk (the others stay). An error leaves it
+    /// forgotten.
+    pub fn remove_copy(&mut self, kind: ChunkKind, fp: &Fingerprint, copy: CopyNo) -> Result<()> {
         if kind == ChunkKind::Recipe || !self.copies.contains_key(fp) {
             if copy == 0 {
-                self.remove(kind, fp);
+                return self.remove(kind, fp);
             }
-            return;
+            return Ok(());
         }
         let c = self.copies.get_mut(fp).expect("checked");
         if let Ok(i) = c.nos.binary_search(&copy) {
@@ -498,15 +526,13 @@ impl Index {
         match (c.nos.as_slice(), c.at.last().copied()) {
             ([], _) => {
                 self.copies.remove(fp);
-                self.data.remove(fp);
+                self.data.remove(fp)
             }
             (&[0], Some(at)) => {
                 self.copies.remove(fp);
-                self.data.insert(*fp, at.0);
+                self.data.insert(*fp, at.0)
             }
-            (_, Some(at)) => {
-                self.data.insert(*fp, at.0);
-            }
+            (_, Some(at)) => self.data.insert(*fp, at.0),
             (_, None) => unreachable!("parallel arrays"),
         }
     }
@@ -521,16 +547,25 @@ impl Index {
     pub fn data_state(&self, fp: &Fingerprint) -> Vec<(CopyNo, ContainerId)> {
         self.copy_list(fp).iter().collect()
     }
-    pub fn set_data_state(&mut self, fp: Fingerprint, copies: Vec<(CopyNo, ContainerId)>) {
-        self.remove(ChunkKind::Data, &fp);
+    /// Put a data chunk back in a state [`data_state`](Self::data_state)
+    /// saved. Every copy is put back even after an error (the first is
+    /// returned): an undo must be exact.
+    pub fn set_data_state(
+        &mut self,
+        fp: Fingerprint,
+        copies: Vec<(CopyNo, ContainerId)>,
+    ) -> Result<()> {
+        let mut done = self.remove(ChunkKind::Data, &fp);
         for (copy, container) in copies {
-            self.insert(IndexEntry {
+            let put = self.insert(IndexEntry {
                 fp,
                 container,
                 kind: ChunkKind::Data,
                 copy,
             });
+            done = done.and(put);
         }
+        done
     }
     /// Every data fingerprint (each once, whatever its copies).
     pub fn data_fingerprints(&self) -> impl Iterator<Item = Fingerprint> + '_ {
@@ -755,10 +790,10 @@ mod tests {
     fn kinds_are_separate_and_later_entries_win() {
         let fp = HashAlgo::Blake3.hash(b"x");
         let mut idx = Index::default();
-        idx.insert(data(fp, 0, 1));
+        idx.insert(data(fp, 0, 1)).unwrap();
         assert_eq!(idx.get(ChunkKind::Recipe, &fp), None);
         // The same copy moved (GC): no second copy.
-        idx.insert(data(fp, 0, 5));
+        idx.insert(data(fp, 0, 5)).unwrap();
         assert_eq!(idx.get(ChunkKind::Data, &fp), Some(ContainerId(5)));
         assert_eq!(idx.len(), (1, 0));
         assert!(idx.copies(&fp).is_empty());
@@ -772,43 +807,43 @@ mod tests {
         let fp = HashAlgo::Blake3.hash(b"x");
         let mut idx = Index::default();
         assert_eq!(idx.next_copy(&fp), Some(0));
-        idx.insert(data(fp, 0, 1));
+        idx.insert(data(fp, 0, 1)).unwrap();
         assert_eq!(idx.next_copy(&fp), Some(1));
-        idx.insert(data(fp, 1, 4));
-        idx.insert(data(fp, 2, 7));
+        idx.insert(data(fp, 1, 4)).unwrap();
+        idx.insert(data(fp, 2, 7)).unwrap();
         assert_eq!(idx.get(ChunkKind::Data, &fp), Some(ContainerId(7)));
         assert_eq!(idx.newest_copy(&fp), 2);
         assert_eq!(idx.get_copy(ChunkKind::Data, &fp, 1), Some(ContainerId(4)));
         assert_eq!(idx.copies(&fp), &[ContainerId(1), ContainerId(4)]);
         assert_eq!(idx.extra_copies(), 2);
         // GC moves copy 1.
-        idx.insert(data(fp, 1, 9));
+        idx.insert(data(fp, 1, 9)).unwrap();
         assert_eq!(idx.get_copy(ChunkKind::Data, &fp, 1), Some(ContainerId(9)));
         assert_eq!(idx.get(ChunkKind::Data, &fp), Some(ContainerId(7)));
         let mut replay = Index::default();
         let mut entries: Vec<_> = idx.entries().collect();
         entries.reverse();
         for e in entries {
-            replay.insert(e);
+            replay.insert(e).unwrap();
         }
         assert_eq!(replay.data_state(&fp), idx.data_state(&fp));
         // The newest copy dies: copy 1 is the newest; numbers are not reused.
-        idx.remove_copy(ChunkKind::Data, &fp, 2);
+        idx.remove_copy(ChunkKind::Data, &fp, 2).unwrap();
         assert_eq!(idx.get(ChunkKind::Data, &fp), Some(ContainerId(9)));
         assert_eq!(idx.next_copy(&fp), Some(2));
-        idx.remove_copy(ChunkKind::Data, &fp, 1);
+        idx.remove_copy(ChunkKind::Data, &fp, 1).unwrap();
         assert!(idx.first_copies_only(), "copy 0 alone again");
         assert_eq!(idx.get(ChunkKind::Data, &fp), Some(ContainerId(1)));
         // Copy 0 dies while copy 3 lives: copy 0 is gone, not repointed.
-        idx.insert(data(fp, 3, 11));
-        idx.remove_copy(ChunkKind::Data, &fp, 0);
+        idx.insert(data(fp, 3, 11)).unwrap();
+        idx.remove_copy(ChunkKind::Data, &fp, 0).unwrap();
         assert_eq!(idx.get_copy(ChunkKind::Data, &fp, 0), None);
         assert_eq!(idx.get(ChunkKind::Data, &fp), Some(ContainerId(11)));
         assert!(!idx.first_copies_only());
         let saved = idx.data_state(&fp);
-        idx.remove(ChunkKind::Data, &fp);
+        idx.remove(ChunkKind::Data, &fp).unwrap();
         assert!(idx.copy_list(&fp).is_empty());
-        idx.set_data_state(fp, saved.clone());
+        idx.set_data_state(fp, saved.clone()).unwrap();
         assert_eq!(idx.data_state(&fp), saved);
     }
 
@@ -817,10 +852,10 @@ mod tests {
         let fp = HashAlgo::Blake3.hash(b"x");
         let mut idx = Index::default();
         for n in 0..MAX_COPIES as CopyNo {
-            idx.insert(data(fp, n, n as u64));
+            idx.insert(data(fp, n, n as u64)).unwrap();
         }
         assert_eq!(idx.next_copy(&fp), None);
-        idx.remove_copy(ChunkKind::Data, &fp, 0);
+        idx.remove_copy(ChunkKind::Data, &fp, 0).unwrap();
         assert_eq!(idx.next_copy(&fp), Some(MAX_COPIES as CopyNo));
     }
 }

@@ -109,22 +109,22 @@ proptest! {
                         kind: if recipe { ChunkKind::Recipe } else { ChunkKind::Data },
                         copy: if recipe { 0 } else { copy },
                     };
-                    mem.insert(e);
-                    disk.insert(e);
+                    mem.insert(e).unwrap();
+                    disk.insert(e).unwrap();
                 }
                 IxOp::Remove(f, recipe) => {
                     let k = if recipe { ChunkKind::Recipe } else { ChunkKind::Data };
-                    mem.remove(k, &fp(f));
-                    disk.remove(k, &fp(f));
+                    mem.remove(k, &fp(f)).unwrap();
+                    disk.remove(k, &fp(f)).unwrap();
                 }
                 IxOp::RemoveCopy(f, c) => {
-                    mem.remove_copy(ChunkKind::Data, &fp(f), c);
-                    disk.remove_copy(ChunkKind::Data, &fp(f), c);
+                    mem.remove_copy(ChunkKind::Data, &fp(f), c).unwrap();
+                    disk.remove_copy(ChunkKind::Data, &fp(f), c).unwrap();
                 }
                 IxOp::SetState(f, s) => {
                     let s: Vec<_> = s.into_iter().map(|(c, at)| (c, ContainerId(at))).collect();
-                    mem.set_data_state(fp(f), s.clone());
-                    disk.set_data_state(fp(f), s);
+                    mem.set_data_state(fp(f), s.clone()).unwrap();
+                    disk.set_data_state(fp(f), s).unwrap();
                 }
                 IxOp::Stream(seq) => {
                     // A stream of lookups with cursors (the backup path).
