@@ -322,6 +322,13 @@ impl Index {
             DataTable::Disk(_) => IndexKind::Disk,
         }
     }
+    /// The private directory of an on-disk index's files (`None` in memory).
+    pub fn disk_dir(&self) -> Option<&std::path::Path> {
+        match &self.data {
+            DataTable::Mem(_) => None,
+            DataTable::Disk(t) => Some(t.dir()),
+        }
+    }
     /// Where an on-disk index answered its lookups (`None` in memory).
     pub fn disk_counts(&self) -> Option<disk::DiskCounts> {
         match &self.data {
@@ -857,5 +864,59 @@ mod tests {
         assert_eq!(idx.next_copy(&fp), None);
         idx.remove_copy(ChunkKind::Data, &fp, 0).unwrap();
         assert_eq!(idx.next_copy(&fp), Some(MAX_COPIES as CopyNo));
+    }
+
+    /// An on-disk index whose directory became a regular file: the insert
+    /// whose flush cannot create its file returns one line naming it, the
+    /// index answers every lookup as if it had succeeded, and an undo after
+    /// it (every later change returns the first error) is still exact.
+    #[test]
+    fn a_disk_index_error_names_the_file_and_keeps_the_answers() {
+        let base = std::env::temp_dir().join("tessera-index-unit");
+        let cfg = disk::DiskConfig {
+            flush_at: 10,
+            cache_containers: 2,
+            background_merges: false,
+        };
+        let mut idx = Index::on_disk(&base, cfg).unwrap();
+        let fp = |i: u64| HashAlgo::Blake3.hash(&i.to_le_bytes());
+        for i in 0..25 {
+            idx.insert(data(fp(i), 0, i / 4)).unwrap();
+        }
+        idx.insert(data(fp(0), 1, 100)).unwrap();
+        idx.flush().unwrap();
+        let dir = idx.disk_dir().unwrap().to_path_buf();
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::write(&dir, b"not a directory").unwrap();
+        let added: Vec<IndexEntry> = (25..40).map(|i| data(fp(i), 0, i / 4)).collect();
+        let mut err = None;
+        for e in &added {
+            if let Err(x) = idx.insert(*e) {
+                err.get_or_insert(x);
+            }
+        }
+        let msg = err.expect("the 10th insert flushes").to_string();
+        assert!(
+            msg.starts_with(&format!("on-disk index {}/lists-", dir.display())),
+            "{msg}"
+        );
+        assert!(!msg.contains('\n'), "{msg}");
+        for i in 0..40 {
+            let c0 = idx.get_copy(ChunkKind::Data, &fp(i), 0);
+            assert_eq!(c0, Some(ContainerId(i / 4)));
+        }
+        assert_eq!(idx.get(ChunkKind::Data, &fp(0)), Some(ContainerId(100)));
+        assert_eq!(idx.flush().unwrap_err().to_string(), msg);
+        // The undo of a failed backup: every copy removed, each call failing.
+        for e in &added {
+            let e = idx.remove_copy(e.kind, &e.fp, e.copy).unwrap_err();
+            assert_eq!(e.to_string(), msg);
+        }
+        assert_eq!(idx.len(), (25, 0));
+        for i in 25..40 {
+            assert!(!idx.contains(ChunkKind::Data, &fp(i)));
+        }
+        drop(idx);
+        std::fs::remove_file(&dir).unwrap();
     }
 }

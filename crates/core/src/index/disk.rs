@@ -930,6 +930,11 @@ impl DiskTable {
         Ok(())
     }
 
+    /// The private directory of the table's files.
+    pub fn dir(&self) -> &Path {
+        &self.t.dir
+    }
+
     /// Every live entry, in fingerprint order (runs merged, overlay on top).
     pub fn iter(&self) -> impl Iterator<Item = (Fingerprint, u64)> + '_ {
         self.t.iter()
@@ -1654,5 +1659,162 @@ mod tests {
         assert_eq!(c.lists_loaded - before.lists_loaded, 10, "{c:?}");
         assert_eq!(c.run_probes - before.run_probes, 10, "{c:?}");
         assert_eq!(c.cursor - before.cursor, 2_990, "{c:?}");
+    }
+
+    /// Every answer of `t` equals the model's.
+    fn exact(t: &DiskTable, m: &HashMap<Fingerprint, u64>) {
+        for (k, v) in m {
+            assert_eq!(t.get(k), Some(*v));
+        }
+        assert_eq!(t.get(&fp(u64::MAX)), None);
+        assert_eq!(t.len(), m.len());
+        let mut want: Vec<_> = m.iter().map(|(k, v)| (*k, *v)).collect();
+        want.sort();
+        assert_eq!(t.iter().collect::<Vec<_>>(), want);
+    }
+
+    /// Put a regular file where the table's directory was (as root, a
+    /// permission change would not stop the writes).
+    fn break_dir(t: &DiskTable) -> PathBuf {
+        let dir = t.dir().to_path_buf();
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::write(&dir, b"not a directory").unwrap();
+        dir
+    }
+
+    /// One line: the file under `dir` that could not be written, and why.
+    fn names_a_file_in(e: &Error, dir: &Path, file: &str) {
+        let msg = e.to_string();
+        assert!(matches!(e, Error::Io { .. }), "{msg}");
+        let at = format!("on-disk index {}/{file}", dir.display());
+        assert!(msg.starts_with(&at), "{msg} (expected {at}…)");
+        assert!(!msg.contains('\n'), "{msg}");
+    }
+
+    /// The directory replaced by a file under an open table: the change
+    /// whose flush cannot create its file (or the flush after it, when the
+    /// flush ran on its own thread) returns an error naming the file; no
+    /// call panics; every change is still made and every lookup exact;
+    /// every later change or flush returns the first error again.
+    #[test]
+    fn a_directory_gone_is_an_error_naming_the_file() {
+        for background_merges in [false, true] {
+            let mut t = table(100, 4, background_merges);
+            let mut m = HashMap::new();
+            for i in 0..250u64 {
+                t.insert(fp(i), i / 10).unwrap();
+                m.insert(fp(i), i / 10);
+            }
+            t.flush().unwrap();
+            let dir = break_dir(&t);
+            let mut err = None;
+            for i in 250..1000u64 {
+                m.insert(fp(i), i / 10);
+                if let Err(e) = t.insert(fp(i), i / 10) {
+                    err = Some(e);
+                    break;
+                }
+            }
+            if !background_merges {
+                assert_eq!(m.len(), 350, "the 100th change since the flush flushes");
+            }
+            let err = err.unwrap_or_else(|| t.flush().unwrap_err());
+            names_a_file_in(&err, &dir, "lists-");
+            exact(&t, &m);
+            // Changes are made, and fail with the first error.
+            let again = t.insert(fp(5000), 7).unwrap_err();
+            assert_eq!(again.to_string(), err.to_string());
+            m.insert(fp(5000), 7);
+            assert_eq!(t.remove(&fp(3)).unwrap_err().to_string(), err.to_string());
+            m.remove(&fp(3));
+            assert_eq!(t.flush().unwrap_err().to_string(), err.to_string());
+            exact(&t, &m);
+            drop(t);
+            std::fs::remove_file(&dir).unwrap();
+        }
+    }
+
+    /// A flush on its own thread that cannot write: the change that started
+    /// it succeeds, lookups answer from the frozen overlay meanwhile, and
+    /// the next change returns the error.
+    #[test]
+    fn a_failed_background_flush_surfaces_at_the_next_change() {
+        let mut t = table(100, 4, true);
+        let mut m = HashMap::new();
+        for i in 0..99u64 {
+            t.insert(fp(i), i / 10).unwrap();
+            m.insert(fp(i), i / 10);
+        }
+        let dir = break_dir(&t);
+        // The 100th: the overlay goes to a flush thread.
+        t.insert(fp(99), 9).unwrap();
+        m.insert(fp(99), 9);
+        let flushing = || t.t.flushing.as_ref().expect("a flush in flight");
+        while !flushing().is_finished() {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        exact(&t, &m);
+        let err = t.insert(fp(100), 10).unwrap_err();
+        m.insert(fp(100), 10);
+        names_a_file_in(&err, &dir, "lists-00000001");
+        assert_eq!(t.runs(), 0);
+        exact(&t, &m);
+        drop(t);
+        std::fs::remove_file(&dir).unwrap();
+    }
+
+    /// A merge that cannot create its run (the name taken): its inputs
+    /// stay in place and answer every lookup; the error names the run and
+    /// comes from the flush that merged (inline) or, when the merge ran on
+    /// its own thread, from the next change after it finished.
+    #[test]
+    fn a_failed_merge_keeps_its_inputs_and_surfaces_at_the_next_call() {
+        for background_merges in [false, true] {
+            let mut t = table(100, 4, background_merges);
+            let mut m = HashMap::new();
+            for i in 0..300u64 {
+                t.insert(fp(i), i / 10).unwrap();
+                m.insert(fp(i), i / 10);
+                if i % 100 == 99 {
+                    t.flush().unwrap();
+                }
+            }
+            assert_eq!(t.runs(), 3);
+            // The fourth flush writes a list file and a run; the merge of
+            // the four runs takes the name after them.
+            let merged = format!("run-{:08}", t.t.next_file + 3);
+            std::fs::create_dir(t.dir().join(&merged)).unwrap();
+            for i in 300..399u64 {
+                t.insert(fp(i), i / 10).unwrap();
+                m.insert(fp(i), i / 10);
+            }
+            m.insert(fp(399), 39);
+            let err = if background_merges {
+                // The flush goes to its thread; installed, it starts the
+                // merge on another.
+                t.insert(fp(399), 39).unwrap();
+                let t = &mut t.t;
+                while !t.flushing.as_ref().expect("flushing").is_finished() {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                t.finish_flush().unwrap();
+                while !t.merging.as_ref().expect("merging").job.is_finished() {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                None
+            } else {
+                Some(t.insert(fp(399), 39).unwrap_err())
+            };
+            assert_eq!(t.runs(), 4);
+            exact(&t, &m);
+            let err = err.unwrap_or_else(|| {
+                m.insert(fp(400), 40);
+                t.insert(fp(400), 40).unwrap_err()
+            });
+            names_a_file_in(&err, t.dir(), &merged);
+            assert_eq!(t.runs(), 4, "the inputs stay");
+            exact(&t, &m);
+            assert_eq!(t.flush().unwrap_err().to_string(), err.to_string());
+        }
     }
 }
