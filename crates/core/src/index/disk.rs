@@ -1075,8 +1075,18 @@ impl Tables {
     /// overlay, grow the summary vector. An error names the file it met
     /// (this change's flush, or background work finished since the last
     /// change); after one, every change returns the first.
+    #[inline]
     fn after_change(&mut self) -> Result<()> {
-        let disk = self.disk_work();
+        // Most changes have no file work: a few comparisons decide it.
+        let disk = if self.flushing.as_ref().is_some_and(|j| j.is_finished())
+            || self.merging.as_ref().is_some_and(|m| m.job.is_finished())
+            || self.overlay_full()
+            || self.failed.is_some()
+        {
+            self.disk_work()
+        } else {
+            Ok(())
+        };
         if let Some(r) = &self.rebuilding {
             if r.job.is_finished() {
                 self.install_bloom();
@@ -1084,11 +1094,20 @@ impl Tables {
         } else if self.len > self.bloom.capacity() {
             self.rebuild_bloom();
         }
-        disk?;
-        self.check()
+        disk
     }
 
-    /// The file work of [`after_change`](Self::after_change).
+    /// Whether the overlay is due to be flushed. It grows with the table
+    /// (a 64th of it): fewer, larger runs, so each record is rewritten by
+    /// fewer merges.
+    #[inline]
+    fn overlay_full(&self) -> bool {
+        self.overlay.len() >= self.cfg.flush_at.max(self.len / 64).max(1)
+    }
+
+    /// The file work of [`after_change`](Self::after_change), and the
+    /// first error if the table failed.
+    #[inline(never)]
     fn disk_work(&mut self) -> Result<()> {
         if self.flushing.as_ref().is_some_and(|j| j.is_finished()) {
             self.finish_flush()?;
@@ -1097,12 +1116,10 @@ impl Tables {
         if self.merging.as_ref().is_some_and(|m| m.job.is_finished()) {
             self.merge_levels()?;
         }
-        // The overlay grows with the table (a 64th of it): fewer, larger
-        // runs, so each record is rewritten by fewer merges.
-        if self.overlay.len() >= self.cfg.flush_at.max(self.len / 64).max(1) {
+        if self.overlay_full() {
             self.flush()?;
         }
-        Ok(())
+        self.check()
     }
 
     /// The first error the table met, if any (then it writes no more).
