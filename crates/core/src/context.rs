@@ -391,12 +391,12 @@ impl Context {
             };
             for e in entries {
                 if listed.contains(&e.container) {
-                    index.insert(e);
+                    index.insert(e)?;
                 }
             }
         }
         // On disk: the loaded entries become sorted runs before the first lookup.
-        index.flush();
+        index.flush()?;
         let metrics = Arc::new(Metrics::default());
         let store = ContainerStore::new(
             objects.clone(),
@@ -722,12 +722,11 @@ fn load_segments(objects: &SealedStore, manifest: &Manifest, index: &mut Index) 
         // The decoder names what it is given; the error names the key.
         let entries = decode_segment(&bytes, &name.to_string()).map_err(|e| e.about(name))?;
         for e in entries {
-            index.insert(e);
+            index.insert(e)?;
         }
     }
     // On disk: the loaded entries become sorted runs before the first lookup.
-    index.flush();
-    Ok(())
+    index.flush()
 }
 
 /// Where an on-disk index keeps its private files while a repository is

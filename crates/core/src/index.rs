@@ -24,6 +24,15 @@
 //! the same answer to every query. The copy lists and the recipe table stay
 //! in memory either way (few entries: only rewritten chunks, recipe chunks).
 //!
+//! Errors: the changes ([`Index::insert`], [`Index::remove`],
+//! [`Index::remove_copy`], [`Index::set_data_state`]) and
+//! [`Index::flush`] return a [`Result`]: an on-disk table may fail to
+//! write its files, and says so in one line naming the file (in memory
+//! they always succeed). The change is made even then, so the index
+//! answers as if it succeeded (and an undo after it is exact); an on-disk
+//! table that failed returns its first error from every later change
+//! ([`disk`]). Lookups read memory and mapped files only, and cannot fail.
+//!
 //! Segment format: `b"TSRAINDX"` | version u32 | count u64 |
 //! count × (fingerprint\[32\], container u64, kind u8, zero u8, copy u16,
 //! 4 zero bytes) | XXH3-128 of all before.
@@ -104,11 +113,24 @@ impl DataTable {
     fn contains(&self, fp: &Fingerprint) -> bool {
         both!(self, t => t.contains(fp))
     }
-    fn insert(&mut self, fp: Fingerprint, v: u64) -> Option<u64> {
-        both!(self, t => t.insert(fp, v))
+    #[inline]
+    fn insert(&mut self, fp: Fingerprint, v: u64) -> Result<()> {
+        match self {
+            DataTable::Mem(t) => {
+                t.insert(fp, v);
+                Ok(())
+            }
+            DataTable::Disk(t) => t.insert(fp, v).map(drop),
+        }
     }
-    fn remove(&mut self, fp: &Fingerprint) -> Option<u64> {
-        both!(self, t => t.remove(fp))
+    fn remove(&mut self, fp: &Fingerprint) -> Result<()> {
+        match self {
+            DataTable::Mem(t) => {
+                t.remove(fp);
+                Ok(())
+            }
+            DataTable::Disk(t) => t.remove(fp).map(drop),
+        }
     }
     fn len(&self) -> usize {
         both!(self, t => t.len())
@@ -300,6 +322,13 @@ impl Index {
             DataTable::Disk(_) => IndexKind::Disk,
         }
     }
+    /// The private directory of an on-disk index's files (`None` in memory).
+    pub fn disk_dir(&self) -> Option<&std::path::Path> {
+        match &self.data {
+            DataTable::Mem(_) => None,
+            DataTable::Disk(t) => Some(t.dir()),
+        }
+    }
     /// Where an on-disk index answered its lookups (`None` in memory).
     pub fn disk_counts(&self) -> Option<disk::DiskCounts> {
         match &self.data {
@@ -309,9 +338,10 @@ impl Index {
     }
     /// Write pending on-disk changes as a run (no-op in memory). Loading
     /// ends with it, so the first backup's lookups see sorted runs.
-    pub fn flush(&mut self) {
-        if let DataTable::Disk(t) = &mut self.data {
-            t.flush()
+    pub fn flush(&mut self) -> Result<()> {
+        match &mut self.data {
+            DataTable::Mem(_) => Ok(()),
+            DataTable::Disk(t) => t.flush(),
         }
     }
 
@@ -440,13 +470,13 @@ impl Index {
             ChunkKind::Recipe => self.recipe.prefetch(fp),
         }
     }
-    /// Add or move one copy.
-    pub fn insert(&mut self, e: IndexEntry) {
+    /// Add or move one copy. An error (on disk: a file not written) leaves
+    /// the copy added (see the module documentation).
+    pub fn insert(&mut self, e: IndexEntry) -> Result<()> {
         match e.kind {
             ChunkKind::Data => {
                 if e.copy == 0 && !self.copies.contains_key(&e.fp) {
-                    self.data.insert(e.fp, e.container.0);
-                    return;
+                    return self.data.insert(e.fp, e.container.0);
                 }
                 let old = self.data.get(&e.fp);
                 let c = self.copies.entry(e.fp).or_insert_with(|| match old {
@@ -464,31 +494,36 @@ impl Index {
                     }
                 }
                 let newest = *c.at.last().expect("just inserted");
-                self.data.insert(e.fp, newest.0);
+                self.data.insert(e.fp, newest.0)
             }
             ChunkKind::Recipe => {
                 debug_assert_eq!(e.copy, 0, "recipe chunks have one copy");
                 self.recipe.insert(e.fp, e.container.0);
+                Ok(())
             }
-        };
+        }
     }
-    /// Forget every copy of a chunk.
-    pub fn remove(&mut self, kind: ChunkKind, fp: &Fingerprint) {
+    /// Forget every copy of a chunk. An error leaves them forgotten.
+    pub fn remove(&mut self, kind: ChunkKind, fp: &Fingerprint) -> Result<()> {
         match kind {
             ChunkKind::Data => {
                 self.copies.remove(fp);
                 self.data.remove(fp)
             }
-            ChunkKind::Recipe => self.recipe.remove(fp),
-        };
+            ChunkKind::Recipe => {
+                self.recipe.remove(fp);
+                Ok(())
+            }
+        }
     }
-    /// Forget one copy of a chunk (the others stay).
-    pub fn remove_copy(&mut self, kind: ChunkKind, fp: &Fingerprint, copy: CopyNo) {
+    /// Forget one copy of a chunk (the others stay). An error leaves it
+    /// forgotten.
+    pub fn remove_copy(&mut self, kind: ChunkKind, fp: &Fingerprint, copy: CopyNo) -> Result<()> {
         if kind == ChunkKind::Recipe || !self.copies.contains_key(fp) {
             if copy == 0 {
-                self.remove(kind, fp);
+                return self.remove(kind, fp);
             }
-            return;
+            return Ok(());
         }
         let c = self.copies.get_mut(fp).expect("checked");
         if let Ok(i) = c.nos.binary_search(&copy) {
@@ -498,15 +533,13 @@ impl Index {
         match (c.nos.as_slice(), c.at.last().copied()) {
             ([], _) => {
                 self.copies.remove(fp);
-                self.data.remove(fp);
+                self.data.remove(fp)
             }
             (&[0], Some(at)) => {
                 self.copies.remove(fp);
-                self.data.insert(*fp, at.0);
+                self.data.insert(*fp, at.0)
             }
-            (_, Some(at)) => {
-                self.data.insert(*fp, at.0);
-            }
+            (_, Some(at)) => self.data.insert(*fp, at.0),
             (_, None) => unreachable!("parallel arrays"),
         }
     }
@@ -521,16 +554,25 @@ impl Index {
     pub fn data_state(&self, fp: &Fingerprint) -> Vec<(CopyNo, ContainerId)> {
         self.copy_list(fp).iter().collect()
     }
-    pub fn set_data_state(&mut self, fp: Fingerprint, copies: Vec<(CopyNo, ContainerId)>) {
-        self.remove(ChunkKind::Data, &fp);
+    /// Put a data chunk back in a state [`data_state`](Self::data_state)
+    /// saved. Every copy is put back even after an error (the first is
+    /// returned): an undo must be exact.
+    pub fn set_data_state(
+        &mut self,
+        fp: Fingerprint,
+        copies: Vec<(CopyNo, ContainerId)>,
+    ) -> Result<()> {
+        let mut done = self.remove(ChunkKind::Data, &fp);
         for (copy, container) in copies {
-            self.insert(IndexEntry {
+            let put = self.insert(IndexEntry {
                 fp,
                 container,
                 kind: ChunkKind::Data,
                 copy,
             });
+            done = done.and(put);
         }
+        done
     }
     /// Every data fingerprint (each once, whatever its copies).
     pub fn data_fingerprints(&self) -> impl Iterator<Item = Fingerprint> + '_ {
@@ -583,136 +625,6 @@ impl Index {
             copy: 0,
         });
         d.chain(r)
-    }
-}
-
-/// What ingest deduplicates against: exact and global today ([`Index`]);
-/// MFDedup's NDF index (this and the previous version of one source) will
-/// implement it too. Ingest is generic over it, so the per-chunk lookups
-/// stay monomorphized and inlined. A location is a container id here (a
-/// category id under MFDedup). An index without rewriting keeps copy 0 of
-/// each chunk only: the copy methods' defaults say so.
-pub trait DedupIndex: Default + Send + Sync + 'static {
-    /// Where a stream of data lookups expects its next fingerprint (a hint
-    /// that lets most lookups of a repeated stream skip the table).
-    type Cursor: Copy + Default + Send;
-    /// A data chunk's state before a backup changed it, to undo exactly.
-    type Saved: Send;
-
-    /// Whether a data chunk is held, for consecutive chunks of one stream.
-    /// Takes the index mutably: an on-disk index loads container lists
-    /// into its cache (a backup owns its index).
-    fn contains_data_seq(&mut self, cursor: &mut Self::Cursor, fp: &Fingerprint) -> bool {
-        self.get_data_seq(cursor, fp).is_some()
-    }
-    /// The location of a data chunk (as [`get`](Self::get)), for
-    /// consecutive chunks of one stream.
-    fn get_data_seq(&mut self, cursor: &mut Self::Cursor, fp: &Fingerprint) -> Option<ContainerId>;
-    /// Hint that the log entry `ahead` after `cursor` will be read soon.
-    fn prefetch_data_log(&self, cursor: Self::Cursor, ahead: usize);
-    /// Hint that `fp` is looked up `ahead` lookups after `cursor`.
-    /// (Mutable: an on-disk index reads its cached list without locking.)
-    fn prefetch_data_seq(&mut self, cursor: Self::Cursor, ahead: usize, fp: &Fingerprint);
-    fn contains(&self, kind: ChunkKind, fp: &Fingerprint) -> bool;
-    /// The preferred location of a chunk (its newest copy).
-    fn get(&self, kind: ChunkKind, fp: &Fingerprint) -> Option<ContainerId>;
-    /// Containers of a data chunk's copies other than the newest, oldest first.
-    fn copies(&self, _fp: &Fingerprint) -> &[ContainerId] {
-        &[]
-    }
-    /// Add or move one copy of a chunk.
-    fn insert(&mut self, e: IndexEntry);
-    /// Forget every copy of a chunk.
-    fn remove(&mut self, kind: ChunkKind, fp: &Fingerprint);
-    fn data_state(&self, fp: &Fingerprint) -> Self::Saved;
-    fn set_data_state(&mut self, fp: Fingerprint, state: Self::Saved);
-
-    /// Every stored copy of a data chunk (copy numbers ascending).
-    fn copy_list(&self, fp: &Fingerprint) -> CopyList<'_> {
-        match self.get(ChunkKind::Data, fp) {
-            Some(c) => CopyList::One(0, c),
-            None => CopyList::None,
-        }
-    }
-    /// The copy number of the chunk's newest copy (what dedup references).
-    fn newest_copy(&self, _fp: &Fingerprint) -> CopyNo {
-        0
-    }
-    /// The number a new copy of `fp` takes; `None` if it may not get one
-    /// (then rewriting references the newest copy instead).
-    fn next_copy(&self, fp: &Fingerprint) -> Option<CopyNo> {
-        (!self.contains(ChunkKind::Data, fp)).then_some(0)
-    }
-    /// Whether every data chunk has copy 0 alone (recipes then depend on
-    /// the stream alone, so trace ingest may build them upstream).
-    fn first_copies_only(&self) -> bool {
-        true
-    }
-    /// Forget one copy of a chunk.
-    fn remove_copy(&mut self, kind: ChunkKind, fp: &Fingerprint, copy: CopyNo) {
-        if copy == 0 {
-            self.remove(kind, fp)
-        }
-    }
-}
-
-impl DedupIndex for Index {
-    type Cursor = DataCursor;
-    type Saved = Vec<(CopyNo, ContainerId)>;
-
-    #[inline]
-    fn get_data_seq(&mut self, cursor: &mut DataCursor, fp: &Fingerprint) -> Option<ContainerId> {
-        Index::get_data_seq(self, cursor, fp)
-    }
-    #[inline]
-    fn prefetch_data_log(&self, cursor: DataCursor, ahead: usize) {
-        Index::prefetch_data_log(self, cursor, ahead)
-    }
-    #[inline]
-    fn prefetch_data_seq(&mut self, cursor: DataCursor, ahead: usize, fp: &Fingerprint) {
-        Index::prefetch_data_seq(self, cursor, ahead, fp)
-    }
-    #[inline]
-    fn contains(&self, kind: ChunkKind, fp: &Fingerprint) -> bool {
-        Index::contains(self, kind, fp)
-    }
-    #[inline]
-    fn get(&self, kind: ChunkKind, fp: &Fingerprint) -> Option<ContainerId> {
-        Index::get(self, kind, fp)
-    }
-    #[inline]
-    fn copies(&self, fp: &Fingerprint) -> &[ContainerId] {
-        Index::copies(self, fp)
-    }
-    #[inline]
-    fn insert(&mut self, e: IndexEntry) {
-        Index::insert(self, e)
-    }
-    fn remove(&mut self, kind: ChunkKind, fp: &Fingerprint) {
-        Index::remove(self, kind, fp)
-    }
-    fn data_state(&self, fp: &Fingerprint) -> Self::Saved {
-        Index::data_state(self, fp)
-    }
-    fn set_data_state(&mut self, fp: Fingerprint, state: Self::Saved) {
-        Index::set_data_state(self, fp, state)
-    }
-    #[inline]
-    fn copy_list(&self, fp: &Fingerprint) -> CopyList<'_> {
-        Index::copy_list(self, fp)
-    }
-    #[inline]
-    fn newest_copy(&self, fp: &Fingerprint) -> CopyNo {
-        Index::newest_copy(self, fp)
-    }
-    fn next_copy(&self, fp: &Fingerprint) -> Option<CopyNo> {
-        Index::next_copy(self, fp)
-    }
-    fn first_copies_only(&self) -> bool {
-        Index::first_copies_only(self)
-    }
-    fn remove_copy(&mut self, kind: ChunkKind, fp: &Fingerprint, copy: CopyNo) {
-        Index::remove_copy(self, kind, fp, copy)
     }
 }
 
@@ -885,10 +797,10 @@ mod tests {
     fn kinds_are_separate_and_later_entries_win() {
         let fp = HashAlgo::Blake3.hash(b"x");
         let mut idx = Index::default();
-        idx.insert(data(fp, 0, 1));
+        idx.insert(data(fp, 0, 1)).unwrap();
         assert_eq!(idx.get(ChunkKind::Recipe, &fp), None);
         // The same copy moved (GC): no second copy.
-        idx.insert(data(fp, 0, 5));
+        idx.insert(data(fp, 0, 5)).unwrap();
         assert_eq!(idx.get(ChunkKind::Data, &fp), Some(ContainerId(5)));
         assert_eq!(idx.len(), (1, 0));
         assert!(idx.copies(&fp).is_empty());
@@ -902,43 +814,43 @@ mod tests {
         let fp = HashAlgo::Blake3.hash(b"x");
         let mut idx = Index::default();
         assert_eq!(idx.next_copy(&fp), Some(0));
-        idx.insert(data(fp, 0, 1));
+        idx.insert(data(fp, 0, 1)).unwrap();
         assert_eq!(idx.next_copy(&fp), Some(1));
-        idx.insert(data(fp, 1, 4));
-        idx.insert(data(fp, 2, 7));
+        idx.insert(data(fp, 1, 4)).unwrap();
+        idx.insert(data(fp, 2, 7)).unwrap();
         assert_eq!(idx.get(ChunkKind::Data, &fp), Some(ContainerId(7)));
         assert_eq!(idx.newest_copy(&fp), 2);
         assert_eq!(idx.get_copy(ChunkKind::Data, &fp, 1), Some(ContainerId(4)));
         assert_eq!(idx.copies(&fp), &[ContainerId(1), ContainerId(4)]);
         assert_eq!(idx.extra_copies(), 2);
         // GC moves copy 1.
-        idx.insert(data(fp, 1, 9));
+        idx.insert(data(fp, 1, 9)).unwrap();
         assert_eq!(idx.get_copy(ChunkKind::Data, &fp, 1), Some(ContainerId(9)));
         assert_eq!(idx.get(ChunkKind::Data, &fp), Some(ContainerId(7)));
         let mut replay = Index::default();
         let mut entries: Vec<_> = idx.entries().collect();
         entries.reverse();
         for e in entries {
-            replay.insert(e);
+            replay.insert(e).unwrap();
         }
         assert_eq!(replay.data_state(&fp), idx.data_state(&fp));
         // The newest copy dies: copy 1 is the newest; numbers are not reused.
-        idx.remove_copy(ChunkKind::Data, &fp, 2);
+        idx.remove_copy(ChunkKind::Data, &fp, 2).unwrap();
         assert_eq!(idx.get(ChunkKind::Data, &fp), Some(ContainerId(9)));
         assert_eq!(idx.next_copy(&fp), Some(2));
-        idx.remove_copy(ChunkKind::Data, &fp, 1);
+        idx.remove_copy(ChunkKind::Data, &fp, 1).unwrap();
         assert!(idx.first_copies_only(), "copy 0 alone again");
         assert_eq!(idx.get(ChunkKind::Data, &fp), Some(ContainerId(1)));
         // Copy 0 dies while copy 3 lives: copy 0 is gone, not repointed.
-        idx.insert(data(fp, 3, 11));
-        idx.remove_copy(ChunkKind::Data, &fp, 0);
+        idx.insert(data(fp, 3, 11)).unwrap();
+        idx.remove_copy(ChunkKind::Data, &fp, 0).unwrap();
         assert_eq!(idx.get_copy(ChunkKind::Data, &fp, 0), None);
         assert_eq!(idx.get(ChunkKind::Data, &fp), Some(ContainerId(11)));
         assert!(!idx.first_copies_only());
         let saved = idx.data_state(&fp);
-        idx.remove(ChunkKind::Data, &fp);
+        idx.remove(ChunkKind::Data, &fp).unwrap();
         assert!(idx.copy_list(&fp).is_empty());
-        idx.set_data_state(fp, saved.clone());
+        idx.set_data_state(fp, saved.clone()).unwrap();
         assert_eq!(idx.data_state(&fp), saved);
     }
 
@@ -947,10 +859,64 @@ mod tests {
         let fp = HashAlgo::Blake3.hash(b"x");
         let mut idx = Index::default();
         for n in 0..MAX_COPIES as CopyNo {
-            idx.insert(data(fp, n, n as u64));
+            idx.insert(data(fp, n, n as u64)).unwrap();
         }
         assert_eq!(idx.next_copy(&fp), None);
-        idx.remove_copy(ChunkKind::Data, &fp, 0);
+        idx.remove_copy(ChunkKind::Data, &fp, 0).unwrap();
         assert_eq!(idx.next_copy(&fp), Some(MAX_COPIES as CopyNo));
+    }
+
+    /// An on-disk index whose directory became a regular file: the insert
+    /// whose flush cannot create its file returns one line naming it, the
+    /// index answers every lookup as if it had succeeded, and an undo after
+    /// it (every later change returns the first error) is still exact.
+    #[test]
+    fn a_disk_index_error_names_the_file_and_keeps_the_answers() {
+        let base = std::env::temp_dir().join("tessera-index-unit");
+        let cfg = disk::DiskConfig {
+            flush_at: 10,
+            cache_containers: 2,
+            background_merges: false,
+        };
+        let mut idx = Index::on_disk(&base, cfg).unwrap();
+        let fp = |i: u64| HashAlgo::Blake3.hash(&i.to_le_bytes());
+        for i in 0..25 {
+            idx.insert(data(fp(i), 0, i / 4)).unwrap();
+        }
+        idx.insert(data(fp(0), 1, 100)).unwrap();
+        idx.flush().unwrap();
+        let dir = idx.disk_dir().unwrap().to_path_buf();
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::write(&dir, b"not a directory").unwrap();
+        let added: Vec<IndexEntry> = (25..40).map(|i| data(fp(i), 0, i / 4)).collect();
+        let mut err = None;
+        for e in &added {
+            if let Err(x) = idx.insert(*e) {
+                err.get_or_insert(x);
+            }
+        }
+        let msg = err.expect("the 10th insert flushes").to_string();
+        assert!(
+            msg.starts_with(&format!("on-disk index {}/lists-", dir.display())),
+            "{msg}"
+        );
+        assert!(!msg.contains('\n'), "{msg}");
+        for i in 0..40 {
+            let c0 = idx.get_copy(ChunkKind::Data, &fp(i), 0);
+            assert_eq!(c0, Some(ContainerId(i / 4)));
+        }
+        assert_eq!(idx.get(ChunkKind::Data, &fp(0)), Some(ContainerId(100)));
+        assert_eq!(idx.flush().unwrap_err().to_string(), msg);
+        // The undo of a failed backup: every copy removed, each call failing.
+        for e in &added {
+            let e = idx.remove_copy(e.kind, &e.fp, e.copy).unwrap_err();
+            assert_eq!(e.to_string(), msg);
+        }
+        assert_eq!(idx.len(), (25, 0));
+        for i in 25..40 {
+            assert!(!idx.contains(ChunkKind::Data, &fp(i)));
+        }
+        drop(idx);
+        std::fs::remove_file(&dir).unwrap();
     }
 }

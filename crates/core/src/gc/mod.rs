@@ -131,7 +131,7 @@ mod tests {
             repo.write_segment(&mut next, &moved).unwrap();
             crate::publish::publish(repo.cx_mut(), next, &[]).unwrap();
             for e in &moved {
-                repo.index.insert(*e);
+                repo.index.insert(*e).unwrap();
             }
             assert_eq!(restore(&repo, id), data);
             let stored = repo.stats().stored_data_bytes;

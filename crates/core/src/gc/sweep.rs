@@ -583,13 +583,17 @@ pub fn commit(
     // and applying them again would drop the copies a backup stored again
     // of chunks this GC deleted (same fingerprint and copy number).
     let merged = repo.manifest.generation != generation.next();
+    let mut follow = Ok(());
     if repo.manifest.generation != generation && !merged {
+        // Every change is made even after an on-disk index error (the
+        // index then fails every later change); the first error is kept.
         for e in dropped {
-            repo.index.remove_copy(e.kind, &e.fp, e.copy);
+            follow = follow.and(repo.index.remove_copy(e.kind, &e.fp, e.copy));
         }
         for e in moved {
-            repo.index.insert(*e);
+            follow = follow.and(repo.index.insert(*e));
         }
     }
-    published
+    // The publish's own error first: it says whether the GC is out.
+    published.and(follow)
 }

@@ -41,11 +41,22 @@
 //!
 //! The files live in a private directory removed on drop: the repository's
 //! index segments stay the durable index, and opening the repository
-//! streams them through this table (see docs/FORMAT.md). A local I/O error
-//! panics, naming the file: the table cannot answer a lookup it cannot read,
-//! and a guessed answer would change dedup decisions.
+//! streams them through this table (see docs/FORMAT.md).
+//!
+//! **I/O errors** (writing a run or a list file, mapping one) are returned
+//! as one line naming the file: from the change or [`DiskTable::flush`]
+//! that met them, or, met by a background thread, from the next change or
+//! flush after it finished. The change itself is always made: a failed
+//! flush puts its entries back into the overlay, a failed merge leaves its
+//! input runs in place, so every lookup stays exact (from memory and the
+//! runs already mapped). A table that failed once writes no more files and
+//! returns the first error from every later change or flush (its overlay
+//! only grows): the caller gives up on it (a backup fails, the repository
+//! is reopened) instead of going on with an index it cannot persist.
+//! Lookups read memory and mapped runs only: they cannot fail.
 
 use super::bloom::Bloom;
+use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FP_LEN};
 use crate::fptable::FpTable;
 use crate::zerobuf::ZeroBuf;
@@ -97,18 +108,91 @@ impl Default for DiskConfig {
     }
 }
 
-fn fail(path: &Path, e: std::io::Error) -> ! {
-    panic!("on-disk index: {}: {e}", path.display())
+/// An I/O error on one of the table's files, as one line naming it.
+fn io_error(path: &Path, e: std::io::Error) -> Error {
+    Error::io(format!("on-disk index {}", path.display()), e)
 }
 
 /// A new private file, readable for mapping once written.
-fn create(path: &Path) -> File {
+fn create(path: &Path) -> Result<File> {
     std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .create_new(true)
         .open(path)
-        .unwrap_or_else(|e| fail(path, e))
+        .map_err(|e| io_error(path, e))
+}
+
+/// Fill the new file `f` at `path` with `write` and map it (unless empty);
+/// on an error the file is removed and the error names it.
+fn fill(
+    path: &Path,
+    f: File,
+    write: impl FnOnce(&mut BufWriter<File>) -> std::io::Result<bool>,
+) -> Result<Option<Mmap>> {
+    let mut w = BufWriter::with_capacity(1 << 20, f);
+    let done = write(&mut w).and_then(|empty| {
+        let f = w.into_inner().map_err(|e| e.into_error())?;
+        // SAFETY: the file is private to this table and never written again.
+        (!empty).then(|| unsafe { Mmap::map(&f) }).transpose()
+    });
+    done.map_err(|e| {
+        let _ = std::fs::remove_file(path);
+        io_error(path, e)
+    })
+}
+
+/// Work on its own thread, or already done: inline when no thread could
+/// be spawned (the machine out of threads is no reason to fail).
+enum Job<T> {
+    Thread(JoinHandle<T>),
+    Done(T),
+}
+
+impl<T: Send + 'static> Job<T> {
+    fn spawn(name: &str, work: impl FnOnce() -> T + Send + 'static) -> Job<T> {
+        // The work waits in a slot the thread takes it from, so it is
+        // still here to run inline if the thread is never spawned.
+        let slot = Arc::new(Mutex::new(Some(work)));
+        let theirs = Arc::clone(&slot);
+        let spawned = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                let work = theirs.lock().unwrap_or_else(|e| e.into_inner()).take();
+                work.expect("the work is taken once")()
+            });
+        match spawned {
+            Ok(handle) => Job::Thread(handle),
+            Err(_) => {
+                let work = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+                Job::Done(work.expect("no thread took the work")())
+            }
+        }
+    }
+}
+
+impl<T> Job<T> {
+    fn is_finished(&self) -> bool {
+        match self {
+            Job::Thread(h) => h.is_finished(),
+            Job::Done(_) => true,
+        }
+    }
+
+    /// Its result (a panic of the thread, a bug, is re-raised).
+    fn join(self) -> T {
+        match self {
+            Job::Thread(h) => h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)),
+            Job::Done(t) => t,
+        }
+    }
+
+    /// Wait for it, whatever it gives (dropping the table).
+    fn wait(self) {
+        if let Job::Thread(h) = self {
+            let _ = h.join();
+        }
+    }
 }
 
 /// One sorted run file, mapped; the file is removed when the run is
@@ -224,30 +308,29 @@ impl Run {
     }
 
     /// Write sorted `(fp, value)` records as a run.
-    fn write(path: PathBuf, level: u32, records: impl Iterator<Item = (Fingerprint, u64)>) -> Run {
-        let f = create(&path);
-        let mut w = BufWriter::with_capacity(1 << 20, f);
+    fn write(
+        path: PathBuf,
+        level: u32,
+        records: impl Iterator<Item = (Fingerprint, u64)>,
+    ) -> Result<Run> {
+        let f = create(&path)?;
         let mut fences = Vec::new();
         let mut len = 0;
-        for (fp, v) in records {
-            if len % FENCE_EVERY == 0 {
-                fences.push(head(&fp.0));
+        let map = fill(&path, f, |w| {
+            for (fp, v) in records {
+                if len % FENCE_EVERY == 0 {
+                    fences.push(head(&fp.0));
+                }
+                w.write_all(&fp.0)?;
+                w.write_all(&v.to_le_bytes())?;
+                len += 1;
             }
-            w.write_all(&fp.0).unwrap_or_else(|e| fail(&path, e));
-            w.write_all(&v.to_le_bytes())
-                .unwrap_or_else(|e| fail(&path, e));
-            len += 1;
-        }
-        let f = w
-            .into_inner()
-            .map_err(|e| e.into_error())
-            .unwrap_or_else(|e| fail(&path, e));
+            Ok(len == 0)
+        })?;
         let (dir, bits) = Self::directory(&fences);
         // Both are probed at random: on huge pages when large (see ZeroBuf).
         let (fences, dir) = (ZeroBuf::from_slice(&fences), ZeroBuf::from_slice(&dir));
-        // SAFETY: the file is private to this table and never written again.
-        let map = (len > 0).then(|| unsafe { Mmap::map(&f) }.unwrap_or_else(|e| fail(&path, e)));
-        Run {
+        Ok(Run {
             path,
             map,
             len,
@@ -255,7 +338,7 @@ impl Run {
             fences,
             dir,
             bits,
-        }
+        })
     }
 }
 
@@ -491,7 +574,7 @@ struct Tables {
     /// A cleared overlay, its allocation kept for the next flush.
     spare: FpTable,
     /// The flush in flight, if any.
-    flushing: Option<JoinHandle<Flushed>>,
+    flushing: Option<Job<Result<Flushed>>>,
     /// Containers whose lists were invalidated while a flush was in flight
     /// (a set: a GC moving many chunks of one container records it once).
     invalidated: std::collections::HashSet<u64>,
@@ -516,6 +599,26 @@ struct Tables {
     /// and zeroing).
     scratch: Vec<(Fingerprint, u64)>,
     next_file: u64,
+    /// The first I/O error met: no file is written after it, and every
+    /// change or flush returns it again.
+    failed: Option<Failure>,
+}
+
+/// The first I/O error a table met, kept to be returned again (an
+/// `io::Error` cannot be cloned: its kind and text are).
+struct Failure {
+    context: String,
+    kind: std::io::ErrorKind,
+    text: String,
+}
+
+impl Failure {
+    fn error(&self) -> Error {
+        Error::io(
+            self.context.clone(),
+            std::io::Error::new(self.kind, self.text.clone()),
+        )
+    }
 }
 
 type FpLikeMap<V> = std::collections::HashMap<u64, V>;
@@ -554,6 +657,7 @@ impl DiskTable {
                 by_size: Vec::new(),
                 scratch: Vec::new(),
                 next_file: 0,
+                failed: None,
             },
             cache: Mutex::new(Cache::default()),
         })
@@ -757,8 +861,9 @@ impl DiskTable {
         }
     }
 
-    /// Insert or replace; returns the previous value.
-    pub fn insert(&mut self, fp: Fingerprint, v: u64) -> Option<u64> {
+    /// Insert or replace; returns the previous value. An error (see the
+    /// module documentation) leaves the change made.
+    pub fn insert(&mut self, fp: Fingerprint, v: u64) -> Result<Option<u64>> {
         assert_ne!(v, TOMB, "container id reserved by the on-disk index");
         let (t, c) = self.split();
         let old = if t.last_miss == Some(fp) {
@@ -768,7 +873,7 @@ impl DiskTable {
         };
         t.last_miss = None;
         if old == Some(v) {
-            return old;
+            return t.check().map(|()| old);
         }
         if old.is_some() {
             t.shadow(fp);
@@ -782,16 +887,19 @@ impl DiskTable {
             }
         }
         t.overlay.insert(fp, v);
-        t.after_change();
-        old
+        t.after_change()?;
+        Ok(old)
     }
 
-    /// Remove; returns the value.
-    pub fn remove(&mut self, fp: &Fingerprint) -> Option<u64> {
+    /// Remove; returns the value. An error (see the module documentation)
+    /// leaves the change made.
+    pub fn remove(&mut self, fp: &Fingerprint) -> Result<Option<u64>> {
         let (t, c) = self.split();
         t.last_miss = None;
         let old = t.lookup(c, fp).0;
-        old?;
+        if old.is_none() {
+            return t.check().map(|()| None);
+        }
         t.shadow(*fp);
         t.forget_cached(c, old);
         t.len -= 1;
@@ -806,14 +914,25 @@ impl DiskTable {
         } else {
             t.overlay.remove(fp);
         }
-        t.after_change();
-        old
+        t.after_change()?;
+        Ok(old)
     }
 
-    /// Write pending changes as a run (and wait for it).
-    pub fn flush(&mut self) {
-        self.t.flush();
-        self.t.finish_flush();
+    /// Write pending changes as a run (and wait for it; not for a merge).
+    /// Returns an error met by it or by background work finished before.
+    pub fn flush(&mut self) -> Result<()> {
+        let t = &mut self.t;
+        t.flush()?;
+        t.finish_flush()?;
+        if t.merging.as_ref().is_some_and(|m| m.job.is_finished()) {
+            t.merge_levels()?;
+        }
+        Ok(())
+    }
+
+    /// The private directory of the table's files.
+    pub fn dir(&self) -> &Path {
+        &self.t.dir
     }
 
     /// Every live entry, in fingerprint order (runs merged, overlay on top).
@@ -952,22 +1071,83 @@ impl Tables {
         }
     }
 
-    fn after_change(&mut self) {
-        if self.flushing.as_ref().is_some_and(|h| h.is_finished()) {
-            self.finish_flush();
-        }
-        // The overlay grows with the table (a 64th of it): fewer, larger
-        // runs, so each record is rewritten by fewer merges.
-        if self.overlay.len() >= self.cfg.flush_at.max(self.len / 64).max(1) {
-            self.flush();
-        }
+    /// After a change: install finished background work, flush a full
+    /// overlay, grow the summary vector. An error names the file it met
+    /// (this change's flush, or background work finished since the last
+    /// change); after one, every change returns the first.
+    #[inline]
+    fn after_change(&mut self) -> Result<()> {
+        // Most changes have no file work: a few comparisons decide it.
+        let disk = if self.flushing.as_ref().is_some_and(|j| j.is_finished())
+            || self.merging.as_ref().is_some_and(|m| m.job.is_finished())
+            || self.overlay_full()
+            || self.failed.is_some()
+        {
+            self.disk_work()
+        } else {
+            Ok(())
+        };
         if let Some(r) = &self.rebuilding {
-            if r.handle.is_finished() {
+            if r.job.is_finished() {
                 self.install_bloom();
             }
         } else if self.len > self.bloom.capacity() {
             self.rebuild_bloom();
         }
+        disk
+    }
+
+    /// Whether the overlay is due to be flushed. It grows with the table
+    /// (a 64th of it): fewer, larger runs, so each record is rewritten by
+    /// fewer merges.
+    #[inline]
+    fn overlay_full(&self) -> bool {
+        self.overlay.len() >= self.cfg.flush_at.max(self.len / 64).max(1)
+    }
+
+    /// The file work of [`after_change`](Self::after_change), and the
+    /// first error if the table failed.
+    #[inline(never)]
+    fn disk_work(&mut self) -> Result<()> {
+        if self.flushing.as_ref().is_some_and(|j| j.is_finished()) {
+            self.finish_flush()?;
+        }
+        // A merge that finished (or failed) is installed at the next change.
+        if self.merging.as_ref().is_some_and(|m| m.job.is_finished()) {
+            self.merge_levels()?;
+        }
+        if self.overlay_full() {
+            self.flush()?;
+        }
+        self.check()
+    }
+
+    /// The first error the table met, if any (then it writes no more).
+    #[inline]
+    fn check(&self) -> Result<()> {
+        match &self.failed {
+            None => Ok(()),
+            Some(f) => Err(f.error()),
+        }
+    }
+
+    /// Note `e` (the first one is kept) and return it.
+    fn fail(&mut self, e: Error) -> Error {
+        if self.failed.is_none() {
+            self.failed = Some(match &e {
+                Error::Io { context, source } => Failure {
+                    context: context.clone(),
+                    kind: source.kind(),
+                    text: source.to_string(),
+                },
+                other => Failure {
+                    context: format!("on-disk index {}", self.dir.display()),
+                    kind: std::io::ErrorKind::Other,
+                    text: other.to_string(),
+                },
+            });
+        }
+        e
     }
 
     fn file(&mut self, what: &str) -> PathBuf {
@@ -979,11 +1159,12 @@ impl Tables {
     /// full levels. In the background, the overlay is frozen (still
     /// answering lookups) while a thread sorts and writes it; one flush is
     /// in flight at a time, so a full overlay waits for the previous one.
-    pub fn flush(&mut self) {
+    pub fn flush(&mut self) -> Result<()> {
+        self.check()?;
         if self.overlay.is_empty() {
-            return;
+            return Ok(());
         }
-        self.finish_flush();
+        self.finish_flush()?;
         // Insertion order: the container lists keep each container's order.
         // The overlays and the scratch keep their allocations (refilled to
         // the same size, they neither regrow nor fault in fresh pages).
@@ -997,31 +1178,43 @@ impl Tables {
         let file_no = self.lists.len() as u32;
         let job = move || write_flush(entries, file_no, lists_path, run_path);
         if !self.cfg.background_merges {
-            let done = job();
-            self.install_flush(done);
-            return;
+            self.flushing = Some(Job::Done(job()));
+            return self.finish_flush();
         }
-        let handle = std::thread::Builder::new()
-            .name("tessera-index-flush".into())
-            .spawn(job)
-            .expect("spawning the index flush thread");
-        self.flushing = Some(handle);
+        self.flushing = Some(Job::spawn("tessera-index-flush", job));
+        Ok(())
     }
 
-    /// Wait for the flush in flight (if any) and install it.
-    fn finish_flush(&mut self) {
-        if let Some(handle) = self.flushing.take() {
-            let done = handle
-                .join()
-                .unwrap_or_else(|e| std::panic::resume_unwind(e));
-            self.install_flush(done);
+    /// Wait for the flush in flight (if any) and install it. A failed one
+    /// gives its entries back to the overlay (under the changes made since
+    /// it was frozen): the table answers as before, from memory.
+    fn finish_flush(&mut self) -> Result<()> {
+        let Some(job) = self.flushing.take() else {
+            return Ok(());
+        };
+        match job.join() {
+            Ok(done) => self.install_flush(done),
+            Err(e) => {
+                if let Some(frozen) = self.frozen.take() {
+                    let mut newer = std::mem::replace(&mut self.overlay, frozen);
+                    for (fp, v) in newer.iter() {
+                        self.overlay.insert(fp, v);
+                    }
+                    newer.clear();
+                    self.spare = newer;
+                }
+                // No list file came: nothing to keep out of the extents.
+                self.invalidated.clear();
+                Err(self.fail(e))
+            }
         }
     }
 
     /// Put a written flush in place: its list file and extents (but not
     /// of containers invalidated meanwhile: their lists may name a moved
-    /// fingerprint), its run; the frozen overlay becomes the spare.
-    fn install_flush(&mut self, done: Flushed) {
+    /// fingerprint), its run; the frozen overlay becomes the spare. Then
+    /// merge (an error is the merge's: the flush is in place).
+    fn install_flush(&mut self, done: Flushed) -> Result<()> {
         debug_assert_eq!(self.lists.len(), done.file_no as usize);
         self.lists.push(Arc::new(done.list));
         for (c, ext) in done.extents {
@@ -1037,19 +1230,23 @@ impl Tables {
             self.spare = f;
         }
         self.scratch = done.entries;
-        self.merge_levels();
+        self.merge_levels()
     }
 
     /// Merge while [`FANOUT`] consecutive runs share a level (the newest
     /// such group first). In the background, one merge runs at a time: a
     /// finished one is installed here, and runs flushed meanwhile wait.
-    fn merge_levels(&mut self) {
+    /// None starts once the table failed.
+    fn merge_levels(&mut self) -> Result<()> {
         loop {
             if let Some(m) = &self.merging {
-                if !m.handle.is_finished() {
-                    return;
+                if !m.job.is_finished() {
+                    return Ok(());
                 }
-                self.install();
+                self.install()?;
+            }
+            if self.failed.is_some() {
+                return Ok(());
             }
             let Some(first) = (0..=self.runs.len().saturating_sub(FANOUT))
                 .rev()
@@ -1060,7 +1257,7 @@ impl Tables {
                             .all(|r| r.level == self.runs[i].level)
                 })
             else {
-                return;
+                return Ok(());
             };
             let inputs: Vec<Arc<Run>> = self.runs[first..first + FANOUT].to_vec();
             let level = inputs[0].level + 1;
@@ -1068,30 +1265,32 @@ impl Tables {
             let drop_tombs = first == 0;
             let path = self.file("run");
             if self.cfg.background_merges {
-                let handle = std::thread::Builder::new()
-                    .name("tessera-index-merge".into())
-                    .spawn(move || merge(&inputs, path, level, drop_tombs))
-                    .expect("spawning the index merge thread");
-                self.merging = Some(Merging { first, handle });
-                return;
+                let job = Job::spawn("tessera-index-merge", move || {
+                    merge(&inputs, path, level, drop_tombs)
+                });
+                self.merging = Some(Merging { first, job });
+                return Ok(());
             }
-            let merged = merge(&inputs, path, level, drop_tombs);
+            // A failed merge leaves its inputs in place.
+            let merged = merge(&inputs, path, level, drop_tombs).map_err(|e| self.fail(e))?;
             self.runs.splice(first..first + FANOUT, [Arc::new(merged)]);
             self.order_runs();
         }
     }
 
     /// Wait for the background merge (if any) and put its run in place of
-    /// its inputs (a merge thread's panic, an I/O failure, is re-raised).
-    fn install(&mut self) {
-        let Some(m) = self.merging.take() else { return };
-        let merged = m
-            .handle
-            .join()
-            .unwrap_or_else(|e| std::panic::resume_unwind(e));
+    /// its inputs. A failed merge leaves them in place (lookups used them
+    /// meanwhile and go on doing so); its error is returned. A merge
+    /// thread's panic, a bug, is re-raised.
+    fn install(&mut self) -> Result<()> {
+        let Some(m) = self.merging.take() else {
+            return Ok(());
+        };
+        let merged = m.job.join().map_err(|e| self.fail(e))?;
         self.runs
             .splice(m.first..m.first + FANOUT, [Arc::new(merged)]);
         self.order_runs();
+        Ok(())
     }
 
     /// Size the summary vector for twice the live fingerprints and fill it
@@ -1100,7 +1299,8 @@ impl Tables {
     /// rebuilds together under twice the final size's work. In the
     /// background, the old filter answers meanwhile (over capacity: more
     /// false positives, never a false negative) and the keys inserted
-    /// since are added to the new one when it is installed.
+    /// since are added to the new one when it is installed. It reads
+    /// memory and mapped runs only: it cannot fail.
     fn rebuild_bloom(&mut self) {
         let runs: Vec<Arc<Run>> = self.runs.clone();
         let overlay: Vec<Fingerprint> = self
@@ -1125,12 +1325,8 @@ impl Tables {
             self.bloom = build();
             return;
         }
-        let handle = std::thread::Builder::new()
-            .name("tessera-index-bloom".into())
-            .spawn(build)
-            .expect("spawning the index's Bloom rebuild thread");
         self.rebuilding = Some(Rebuilding {
-            handle,
+            job: Job::spawn("tessera-index-bloom", build),
             pending: Vec::new(),
             bytes: Bloom::bytes_for(capacity),
         });
@@ -1142,10 +1338,7 @@ impl Tables {
         let Some(r) = self.rebuilding.take() else {
             return;
         };
-        let mut b = r
-            .handle
-            .join()
-            .unwrap_or_else(|e| std::panic::resume_unwind(e));
+        let mut b = r.job.join();
         b.insert_all(r.pending.into_iter());
         self.bloom = b;
     }
@@ -1207,53 +1400,50 @@ struct Flushed {
 }
 
 /// Write a flush's `entries` (insertion order) as list file `file_no` at
-/// `lists_path` and a level-0 run at `run_path`.
+/// `lists_path` and a level-0 run at `run_path`. On an error neither file
+/// is left.
 fn write_flush(
     mut entries: Vec<(Fingerprint, u64)>,
     file_no: u32,
     lists_path: PathBuf,
     run_path: PathBuf,
-) -> Flushed {
+) -> Result<Flushed> {
     let mut by_container: Vec<usize> = (0..entries.len())
         .filter(|&i| entries[i].1 != TOMB)
         .collect();
     by_container.sort_by_key(|&i| entries[i].1);
     let mut extents = Vec::new();
-    let f = create(&lists_path);
-    let mut w = BufWriter::with_capacity(1 << 20, f);
-    let mut i = 0;
-    while i < by_container.len() {
-        let c = entries[by_container[i]].1;
-        let start = i;
-        while i < by_container.len() && entries[by_container[i]].1 == c {
-            w.write_all(&entries[by_container[i]].0 .0)
-                .unwrap_or_else(|e| fail(&lists_path, e));
-            i += 1;
+    let f = create(&lists_path)?;
+    let map = fill(&lists_path, f, |w| {
+        let mut i = 0;
+        while i < by_container.len() {
+            let c = entries[by_container[i]].1;
+            let start = i;
+            while i < by_container.len() && entries[by_container[i]].1 == c {
+                w.write_all(&entries[by_container[i]].0 .0)?;
+                i += 1;
+            }
+            extents.push((c, (file_no, start as u64, (i - start) as u32)));
         }
-        extents.push((c, (file_no, start as u64, (i - start) as u32)));
-    }
-    let f = w
-        .into_inner()
-        .map_err(|e| e.into_error())
-        .unwrap_or_else(|e| fail(&lists_path, e));
-    // SAFETY: private to this table, never written again.
-    let map = (!by_container.is_empty())
-        .then(|| unsafe { Mmap::map(&f) }.unwrap_or_else(|e| fail(&lists_path, e)));
+        Ok(by_container.is_empty())
+    })?;
     entries.sort_unstable_by(|a, b| key_cmp(&a.0 .0, &b.0 .0));
-    let run = Run::write(run_path, 0, entries.iter().copied());
-    Flushed {
+    let run = Run::write(run_path, 0, entries.iter().copied()).inspect_err(|_| {
+        let _ = std::fs::remove_file(&lists_path);
+    })?;
+    Ok(Flushed {
         file_no,
         list: ListFile { map },
         extents,
         run,
         entries,
-    }
+    })
 }
 
 /// A larger summary vector being filled on its own thread from a snapshot
 /// of the runs and overlay; `pending` holds the keys inserted since.
 struct Rebuilding {
-    handle: JoinHandle<Bloom>,
+    job: Job<Bloom>,
     pending: Vec<Fingerprint>,
     /// The new filter's size: while it fills, both filters are in RAM.
     bytes: usize,
@@ -1263,13 +1453,13 @@ struct Rebuilding {
 /// (runs are only appended meanwhile, so the range stays theirs).
 struct Merging {
     first: usize,
-    handle: JoinHandle<Run>,
+    job: Job<Result<Run>>,
 }
 
 /// Merge sorted `runs` (oldest first) into one run of `level` at `path`:
 /// the newest record of a key wins; removal marks are dropped with
 /// `drop_tombs`.
-fn merge(runs: &[Arc<Run>], path: PathBuf, level: u32, drop_tombs: bool) -> Run {
+fn merge(runs: &[Arc<Run>], path: PathBuf, level: u32, drop_tombs: bool) -> Result<Run> {
     let mut at: Vec<usize> = vec![0; runs.len()];
     // At most FANOUT runs: the smallest head is found by a scan of integer
     // heads (cheaper than a heap of 32-byte keys), the newest run winning a
@@ -1309,13 +1499,13 @@ impl Drop for DiskTable {
     fn drop(&mut self) {
         // The merge thread writes in the directory: wait for it first.
         if let Some(m) = self.t.merging.take() {
-            let _ = m.handle.join();
+            m.job.wait();
         }
         if let Some(f) = self.t.flushing.take() {
-            let _ = f.join();
+            f.wait();
         }
         if let Some(r) = self.t.rebuilding.take() {
-            let _ = r.handle.join();
+            r.job.wait();
         }
         self.t.runs.clear();
         self.t.lists.clear();
@@ -1366,9 +1556,9 @@ mod tests {
                 0 | 1 => {
                     // Containers of ~20 consecutive inserts, as ingest fills them.
                     let c = step / 20 % 50;
-                    assert_eq!(t.insert(key, c), m.insert(key, c));
+                    assert_eq!(t.insert(key, c).unwrap(), m.insert(key, c));
                 }
-                2 => assert_eq!(t.remove(&key), m.remove(&key)),
+                2 => assert_eq!(t.remove(&key).unwrap(), m.remove(&key)),
                 _ => {
                     let seq = fp(step % 2000);
                     assert_eq!(t.get_seq(&mut cursor, &seq), m.get(&seq).copied());
@@ -1400,9 +1590,9 @@ mod tests {
         for background_merges in [false, true] {
             let mut t = table(100, 2, background_merges);
             for i in 0..5000u32 {
-                t.insert(key(i * 2 + 1), u64::from(i / 50));
+                t.insert(key(i * 2 + 1), u64::from(i / 50)).unwrap();
             }
-            t.flush();
+            t.flush().unwrap();
             assert!(t.runs() >= 1);
             for i in 0..5000u32 {
                 assert_eq!(t.get(&key(i * 2 + 1)), Some(u64::from(i / 50)), "{i}");
@@ -1419,9 +1609,9 @@ mod tests {
     fn repeated_stream_hits_the_locality_cache() {
         let mut t = table(1000, 4, true);
         for i in 0..10_000u64 {
-            t.insert(fp(i), i / 100);
+            t.insert(fp(i), i / 100).unwrap();
         }
-        t.flush();
+        t.flush().unwrap();
         let before = t.counts();
         let mut cursor = DiskCursor::default();
         for i in 0..10_000u64 {
@@ -1459,7 +1649,7 @@ mod tests {
 
         // A moved chunk invalidates its old container's list: the lookup
         // still answers exactly, from the overlay.
-        t.insert(fp(5), 999);
+        t.insert(fp(5), 999).unwrap();
         assert_eq!(t.get(&fp(5)), Some(999));
         assert_eq!(t.get(&fp(6)), Some(0));
     }
@@ -1472,9 +1662,9 @@ mod tests {
         let mut t = table(1000, 4, false);
         // Containers of 300: 3 and 6 straddle the flushes at 1000 and 2000.
         for i in 0..3_000u64 {
-            t.insert(fp(i), i / 300);
+            t.insert(fp(i), i / 300).unwrap();
         }
-        t.flush();
+        t.flush().unwrap();
         let split = t.t.extents.values().filter(|e| e.len() > 1).count();
         assert_eq!(split, 2, "containers 3 and 6 in two list files");
         let before = t.counts();
@@ -1486,5 +1676,162 @@ mod tests {
         assert_eq!(c.lists_loaded - before.lists_loaded, 10, "{c:?}");
         assert_eq!(c.run_probes - before.run_probes, 10, "{c:?}");
         assert_eq!(c.cursor - before.cursor, 2_990, "{c:?}");
+    }
+
+    /// Every answer of `t` equals the model's.
+    fn exact(t: &DiskTable, m: &HashMap<Fingerprint, u64>) {
+        for (k, v) in m {
+            assert_eq!(t.get(k), Some(*v));
+        }
+        assert_eq!(t.get(&fp(u64::MAX)), None);
+        assert_eq!(t.len(), m.len());
+        let mut want: Vec<_> = m.iter().map(|(k, v)| (*k, *v)).collect();
+        want.sort();
+        assert_eq!(t.iter().collect::<Vec<_>>(), want);
+    }
+
+    /// Put a regular file where the table's directory was (as root, a
+    /// permission change would not stop the writes).
+    fn break_dir(t: &DiskTable) -> PathBuf {
+        let dir = t.dir().to_path_buf();
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::write(&dir, b"not a directory").unwrap();
+        dir
+    }
+
+    /// One line: the file under `dir` that could not be written, and why.
+    fn names_a_file_in(e: &Error, dir: &Path, file: &str) {
+        let msg = e.to_string();
+        assert!(matches!(e, Error::Io { .. }), "{msg}");
+        let at = format!("on-disk index {}/{file}", dir.display());
+        assert!(msg.starts_with(&at), "{msg} (expected {at}…)");
+        assert!(!msg.contains('\n'), "{msg}");
+    }
+
+    /// The directory replaced by a file under an open table: the change
+    /// whose flush cannot create its file (or the flush after it, when the
+    /// flush ran on its own thread) returns an error naming the file; no
+    /// call panics; every change is still made and every lookup exact;
+    /// every later change or flush returns the first error again.
+    #[test]
+    fn a_directory_gone_is_an_error_naming_the_file() {
+        for background_merges in [false, true] {
+            let mut t = table(100, 4, background_merges);
+            let mut m = HashMap::new();
+            for i in 0..250u64 {
+                t.insert(fp(i), i / 10).unwrap();
+                m.insert(fp(i), i / 10);
+            }
+            t.flush().unwrap();
+            let dir = break_dir(&t);
+            let mut err = None;
+            for i in 250..1000u64 {
+                m.insert(fp(i), i / 10);
+                if let Err(e) = t.insert(fp(i), i / 10) {
+                    err = Some(e);
+                    break;
+                }
+            }
+            if !background_merges {
+                assert_eq!(m.len(), 350, "the 100th change since the flush flushes");
+            }
+            let err = err.unwrap_or_else(|| t.flush().unwrap_err());
+            names_a_file_in(&err, &dir, "lists-");
+            exact(&t, &m);
+            // Changes are made, and fail with the first error.
+            let again = t.insert(fp(5000), 7).unwrap_err();
+            assert_eq!(again.to_string(), err.to_string());
+            m.insert(fp(5000), 7);
+            assert_eq!(t.remove(&fp(3)).unwrap_err().to_string(), err.to_string());
+            m.remove(&fp(3));
+            assert_eq!(t.flush().unwrap_err().to_string(), err.to_string());
+            exact(&t, &m);
+            drop(t);
+            std::fs::remove_file(&dir).unwrap();
+        }
+    }
+
+    /// A flush on its own thread that cannot write: the change that started
+    /// it succeeds, lookups answer from the frozen overlay meanwhile, and
+    /// the next change returns the error.
+    #[test]
+    fn a_failed_background_flush_surfaces_at_the_next_change() {
+        let mut t = table(100, 4, true);
+        let mut m = HashMap::new();
+        for i in 0..99u64 {
+            t.insert(fp(i), i / 10).unwrap();
+            m.insert(fp(i), i / 10);
+        }
+        let dir = break_dir(&t);
+        // The 100th: the overlay goes to a flush thread.
+        t.insert(fp(99), 9).unwrap();
+        m.insert(fp(99), 9);
+        let flushing = || t.t.flushing.as_ref().expect("a flush in flight");
+        while !flushing().is_finished() {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        exact(&t, &m);
+        let err = t.insert(fp(100), 10).unwrap_err();
+        m.insert(fp(100), 10);
+        names_a_file_in(&err, &dir, "lists-00000001");
+        assert_eq!(t.runs(), 0);
+        exact(&t, &m);
+        drop(t);
+        std::fs::remove_file(&dir).unwrap();
+    }
+
+    /// A merge that cannot create its run (the name taken): its inputs
+    /// stay in place and answer every lookup; the error names the run and
+    /// comes from the flush that merged (inline) or, when the merge ran on
+    /// its own thread, from the next change after it finished.
+    #[test]
+    fn a_failed_merge_keeps_its_inputs_and_surfaces_at_the_next_call() {
+        for background_merges in [false, true] {
+            let mut t = table(100, 4, background_merges);
+            let mut m = HashMap::new();
+            for i in 0..300u64 {
+                t.insert(fp(i), i / 10).unwrap();
+                m.insert(fp(i), i / 10);
+                if i % 100 == 99 {
+                    t.flush().unwrap();
+                }
+            }
+            assert_eq!(t.runs(), 3);
+            // The fourth flush writes a list file and a run; the merge of
+            // the four runs takes the name after them.
+            let merged = format!("run-{:08}", t.t.next_file + 3);
+            std::fs::create_dir(t.dir().join(&merged)).unwrap();
+            for i in 300..399u64 {
+                t.insert(fp(i), i / 10).unwrap();
+                m.insert(fp(i), i / 10);
+            }
+            m.insert(fp(399), 39);
+            let err = if background_merges {
+                // The flush goes to its thread; installed, it starts the
+                // merge on another.
+                t.insert(fp(399), 39).unwrap();
+                let t = &mut t.t;
+                while !t.flushing.as_ref().expect("flushing").is_finished() {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                t.finish_flush().unwrap();
+                while !t.merging.as_ref().expect("merging").job.is_finished() {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                None
+            } else {
+                Some(t.insert(fp(399), 39).unwrap_err())
+            };
+            assert_eq!(t.runs(), 4);
+            exact(&t, &m);
+            let err = err.unwrap_or_else(|| {
+                m.insert(fp(400), 40);
+                t.insert(fp(400), 40).unwrap_err()
+            });
+            names_a_file_in(&err, t.dir(), &merged);
+            assert_eq!(t.runs(), 4, "the inputs stay");
+            exact(&t, &m);
+            assert_eq!(t.flush().unwrap_err().to_string(), err.to_string());
+        }
     }
 }

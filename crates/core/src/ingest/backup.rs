@@ -43,7 +43,9 @@ impl Context {
         let rw = match Rewriter::new(&opts.rewrite, opts.segment_bytes, &self.manifest) {
             Ok(rw) => rw,
             Err(e) => {
-                hooks.end(self, false);
+                // The rewriter's error is the one to report (the index is
+                // back either way).
+                let _ = hooks.end(self, false);
                 return Err(e);
             }
         };
@@ -85,6 +87,7 @@ impl Context {
         let entries = self.commit(hooks, sink, member);
         let ndf_memory = hooks.end(self, entries.is_ok());
         let entries = entries?;
+        let ndf_memory = ndf_memory?;
         // The backup's own I/O (arranging is reported on its own).
         let io = self.metrics.snapshot().since(&before);
         let arranged = hooks.after(self, chain.as_deref(), opts)?;
@@ -189,7 +192,10 @@ impl Context {
             crate::publish::publish_merged(self, next, &superseded)
         });
         if published.is_err() {
-            sink::undo(&mut self.index, &new_entries);
+            // The backup's error is the one to report; an on-disk index
+            // error met undoing still removes every entry (and the index
+            // returns it from the next change).
+            let _ = sink::undo(&mut self.index, &new_entries);
         } else {
             if let Some(o) = online {
                 // Best effort: a record left behind only keeps chunks live

@@ -41,7 +41,7 @@
 //! Modules: `options` (what a backup is asked and reports; the layout's
 //! [`BackupHooks`]), `backup` (one backup from hooks to publish),
 //! `pipeline` (the two stages, [`Ingest`]), `parallel` (the batch workers),
-//! `sink` (dedup against the index, the backup's containers (`writers`),
+//! `sink` (dedup against the index, the backup's containers (`containers`),
 //! the undo log), `rewriting` (rewriting decisions per ingest segment; the
 //! buffer and policy state live in [`crate::rewrite`]), `tree` and
 //! `files_cache` (directory backups), `interleave` (groups).

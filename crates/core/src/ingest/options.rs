@@ -128,9 +128,10 @@ pub trait BackupHooks: Sync {
         Ok(())
     }
     /// After it, published or not: the index back; returns the memory of
-    /// the layout's own dedup index at its peak, if it has one.
-    fn end(&self, _cx: &mut Context, _published: bool) -> Option<u64> {
-        None
+    /// the layout's own dedup index at its peak, if it has one. The index
+    /// is back even after an error.
+    fn end(&self, _cx: &mut Context, _published: bool) -> Result<Option<u64>> {
+        Ok(None)
     }
     /// Whether the backup's data fingerprints are collected in order for
     /// [`record`](Self::record).

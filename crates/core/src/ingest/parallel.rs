@@ -16,7 +16,7 @@
 use crate::chunking::Chunker;
 use crate::container::{ChunkKind, ChunkSealing, SealedPart};
 use crate::fingerprint::{Fingerprint, Fingerprinter, FpSet};
-use crate::index::DedupIndex;
+use crate::index::Index;
 use std::sync::Mutex;
 
 /// Runs a batch is split into per thread.
@@ -88,13 +88,13 @@ impl Workers {
     /// of each), fingerprint every chunk (then in [`chunks`](Self::chunks)),
     /// and with `sealing`, seal the ones `index` does not hold. Returns the
     /// sealed parts, for the writer's [`Presealed`](crate::container::Presealed).
-    pub(super) fn prepare<I: DedupIndex>(
+    pub(super) fn prepare(
         &mut self,
         buf: &[u8],
         pieces: &[Piece],
         chunker: &dyn Chunker,
         algo: &Fingerprinter,
-        index: &I,
+        index: &Index,
         sealing: Option<&ChunkSealing>,
     ) -> Vec<SealedPart> {
         let sealing = sealing.filter(|_| self.threads > 1);

@@ -11,7 +11,6 @@ use super::sink::Sink;
 use crate::chunking::Chunker;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, Fingerprinter};
-use crate::index::DedupIndex;
 use crate::recipe::{RecipeBuilder, RecipeEntry, RecipeSink};
 use std::io::{self, Write};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
@@ -176,7 +175,7 @@ fn worker(
                     // so the probes' cache misses overlap.
                     let ahead = if sink.rw.is_none() { PREFETCH } else { 0 };
                     for (j, &(fp, _)) in entries.iter().take(ahead).enumerate() {
-                        DedupIndex::prefetch_data_seq(&mut sink.index, sink.cursor, j, &fp);
+                        sink.index.prefetch_data_seq(sink.cursor, j, &fp);
                     }
                     let mut events = ev.events.iter().peekable();
                     for (i, &(fp, len)) in entries.iter().enumerate() {
@@ -184,14 +183,9 @@ fn worker(
                             // Two stages: the log entry expected 2·ahead on,
                             // then (the log entry now cached) the index slot
                             // ahead on unless the log predicts the chunk.
-                            DedupIndex::prefetch_data_log(&sink.index, sink.cursor, 2 * ahead);
+                            sink.index.prefetch_data_log(sink.cursor, 2 * ahead);
                             if let Some(&(next, _)) = entries.get(i + ahead) {
-                                DedupIndex::prefetch_data_seq(
-                                    &mut sink.index,
-                                    sink.cursor,
-                                    ahead,
-                                    &next,
-                                );
+                                sink.index.prefetch_data_seq(sink.cursor, ahead, &next);
                             }
                         }
                         if recipe_upstream {

@@ -10,7 +10,7 @@ use crate::context::Context;
 use crate::error::Result;
 use crate::fingerprint::Fingerprint;
 use crate::gc::online::{Ref, Resurrector};
-use crate::index::{CopyNo, DedupIndex, Index, IndexEntry};
+use crate::index::{CopyNo, DataCursor, Index, IndexEntry};
 use crate::recipe::{RecipeBuilder, RecipeSink};
 use crate::rewrite::Rewriter;
 
@@ -31,7 +31,7 @@ pub(crate) struct Sink {
     /// Whether the backup rewrites (`rw` is absent while a segment is decided).
     rewriting: bool,
     /// Where the index's log expects the next data chunk.
-    pub(super) cursor: <Index as DedupIndex>::Cursor,
+    pub(super) cursor: DataCursor,
     /// FGC's CorrRecorder, when the repository records the reference graph.
     pub(super) corr: Option<crate::fgc::CorrRecorder>,
     /// MFDedup only: every data fingerprint of the backup, in order (its
@@ -47,11 +47,15 @@ pub(crate) struct Sink {
 }
 
 /// Put the index back as it was before a failed backup: remove exactly the
-/// copies it added (`Sink::new_entries`); it changed no other entry.
-pub(crate) fn undo<I: DedupIndex>(index: &mut I, added: &[IndexEntry]) {
+/// copies it added (`Sink::new_entries`); it changed no other entry. Every
+/// copy is removed even after an on-disk index error (the first is
+/// returned): the in-memory index must match the published generation.
+pub(crate) fn undo(index: &mut Index, added: &[IndexEntry]) -> Result<()> {
+    let mut done = Ok(());
     for ne in added {
-        index.remove_copy(ne.kind, &ne.fp, ne.copy);
+        done = done.and(index.remove_copy(ne.kind, &ne.fp, ne.copy));
     }
+    done
 }
 
 impl Sink {
@@ -163,10 +167,11 @@ impl Sink {
         Ok((0, true))
     }
 
-    /// Index `e` and log it for the new segment.
-    fn index_entry(&mut self, e: IndexEntry) {
-        self.index.insert(e);
+    /// Index `e` and log it for the new segment. Logged first: an on-disk
+    /// index error still adds the entry, and an undo must remove it.
+    fn index_entry(&mut self, e: IndexEntry) -> Result<()> {
         self.new_entries.push(e);
+        self.index.insert(e)
     }
 
     /// Append copy `copy` of a chunk to the open container of `kind` and
@@ -187,7 +192,7 @@ impl Sink {
             container,
             kind,
             copy,
-        });
+        })?;
         Ok(container)
     }
 

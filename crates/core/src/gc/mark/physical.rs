@@ -673,7 +673,7 @@ mod tests {
         repo.write_segment(next, &entries).unwrap();
         crate::publish::publish(repo, next.clone(), &[]).unwrap();
         for e in entries {
-            repo.index.insert(e);
+            repo.index.insert(e).unwrap();
         }
     }
 
@@ -870,7 +870,7 @@ mod tests {
                 match how {
                     "deleted" => damage(&mut f.repo, f.shared_home, f.shared, true),
                     "corrupted" => damage(&mut f.repo, f.shared_home, f.shared, false),
-                    _ => f.repo.index.remove(ChunkKind::Recipe, &f.shared),
+                    _ => f.repo.index.remove(ChunkKind::Recipe, &f.shared).unwrap(),
                 }
                 let before = f.repo.manifest.clone();
                 let err = f

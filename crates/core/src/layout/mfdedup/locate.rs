@@ -75,7 +75,7 @@ pub(crate) fn recipe_index(repo: &Context) -> Result<Index> {
                 container: c.id,
                 kind: ChunkKind::Recipe,
                 copy: 0,
-            });
+            })?;
         }
     }
     Ok(index)

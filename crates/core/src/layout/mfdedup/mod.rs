@@ -70,25 +70,27 @@ pub(crate) fn begin_backup(w: &mut Context, chain: &str) -> Result<Stash> {
         },
         None => Vec::new(),
     };
-    let ndf = ndf::index_of(&prev);
+    let ndf = ndf::index_of(&prev)?;
     let recipes = std::mem::replace(&mut w.index, ndf);
     Ok(Stash { recipes })
 }
 
 /// After a backup (published or not): the recipe index comes back, with
 /// the new backup's recipe chunks if it was published. Returns the NDF
-/// index's memory at its peak (previous + current version).
-pub(crate) fn end_backup(w: &mut Context, stash: Stash, published: bool) -> usize {
+/// index's memory at its peak (previous + current version). The recipe
+/// index comes back even after an index error (the first is returned).
+pub(crate) fn end_backup(w: &mut Context, stash: Stash, published: bool) -> Result<usize> {
     let ndf = std::mem::take(&mut w.index);
     let memory = ndf.memory_bytes();
     let mut recipes = stash.recipes;
+    let mut done = Ok(());
     if published {
         for e in ndf.entries().filter(|e| e.kind == ChunkKind::Recipe) {
-            recipes.insert(e);
+            done = done.and(recipes.insert(e));
         }
     }
     w.index = recipes;
-    memory
+    done.map(|()| memory)
 }
 
 /// In the manifest a backup publishes: its version of the chain, its
@@ -274,9 +276,11 @@ impl BackupHooks for MfdedupLayout {
         cx.memo.put(stash);
         Ok(())
     }
-    fn end(&self, cx: &mut Context, published: bool) -> Option<u64> {
-        let stash = cx.memo.take::<Stash>()?;
-        Some(end_backup(cx, stash, published) as u64)
+    fn end(&self, cx: &mut Context, published: bool) -> Result<Option<u64>> {
+        let Some(stash) = cx.memo.take::<Stash>() else {
+            return Ok(None);
+        };
+        Ok(Some(end_backup(cx, stash, published)? as u64))
     }
     fn collects_refs(&self) -> bool {
         true

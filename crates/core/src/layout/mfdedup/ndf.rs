@@ -77,7 +77,7 @@ pub fn distinct(fps: &[Fingerprint]) -> Vec<Fingerprint> {
 /// The index a backup deduplicates against: the previous version's table.
 /// Locations are meaningless here (recipes hold fingerprints only and the
 /// chunk is found through its category), so every entry names container 0.
-pub fn index_of(prev: &[Fingerprint]) -> Index {
+pub fn index_of(prev: &[Fingerprint]) -> Result<Index> {
     let mut index = Index::default();
     for &fp in prev {
         index.insert(IndexEntry {
@@ -85,9 +85,9 @@ pub fn index_of(prev: &[Fingerprint]) -> Index {
             container: ContainerId(0),
             kind: ChunkKind::Data,
             copy: 0,
-        });
+        })?;
     }
-    index
+    Ok(index)
 }
 
 /// Memory of the NDF tables a backup holds: the previous version's and its
