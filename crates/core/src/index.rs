@@ -309,13 +309,6 @@ impl Index {
             ..Index::default()
         })
     }
-    /// An empty index of `kind` (disk: files under `base`).
-    pub fn of_kind(kind: IndexKind, base: &std::path::Path) -> std::io::Result<Self> {
-        match kind {
-            IndexKind::Memory => Ok(Index::default()),
-            IndexKind::Disk => Index::on_disk(base, DiskConfig::default()),
-        }
-    }
     pub fn kind(&self) -> IndexKind {
         match self.data {
             DataTable::Mem(_) => IndexKind::Memory,
