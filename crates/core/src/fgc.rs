@@ -517,7 +517,7 @@ pub(crate) fn rebuild(
 }
 
 /// Merging the graph when a publish has to merge with another writer's
-/// generation (`Writer::publish_merged`): made before the compare-and-swap
+/// generation (`publish::publish_merged`): made before the compare-and-swap
 /// loop, asked at each merge, finished after it.
 ///
 /// One side's change to the graph is a *delta* appended to the base

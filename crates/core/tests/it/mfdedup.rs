@@ -385,7 +385,7 @@ fn data_mode_round_trips_on_two_chains() {
     let r = Repository::open(b.clone()).unwrap();
     for (id, data) in &versions {
         assert_eq!(&restored(&r, *id), data);
-        // Salvage reads in order, finding chunks through `Repository::locate`.
+        // Salvage reads in order, finding chunks through the layout's `Locator`.
         let entry = r.manifest().backup(*id).unwrap().clone();
         let mut out = Vec::new();
         r.restore_damaged_to(&entry, &mut out, &mut |_| {}).unwrap();
