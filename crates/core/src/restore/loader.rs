@@ -1,5 +1,5 @@
 //! The restore's container loaders: worker threads that read and verify
-//! containers in the order the planner asks for them.
+//! containers in the order the scheduler asks for them.
 //!
 //! Why: a restore spends most of its time reading containers (the system
 //! call that copies them out of the page cache, the checksum, the chunk
@@ -28,7 +28,7 @@ struct Job {
     reply: SyncSender<Result<Container>>,
 }
 
-/// The planner's end of the pool: where read requests go.
+/// The scheduler's end of the pool: where read requests go.
 pub(crate) struct Loaders {
     jobs: SyncSender<Job>,
 }
@@ -104,7 +104,7 @@ pub(crate) fn receive(loaded: &Loaded) -> Result<Container> {
     })
 }
 
-/// How many loaded containers may wait for the assembler: the planner takes
+/// How many loaded containers may wait for the assembler: the scheduler takes
 /// a permit per read, the assembler returns it when it takes the container.
 pub(crate) struct Permits {
     take: SyncSender<()>,
@@ -149,7 +149,7 @@ impl Permits {
 impl PermitReturn {
     /// The assembler took a loaded container.
     pub(crate) fn give_back(&self) {
-        // Empty or closed: the planner took no permit for it or has stopped.
+        // Empty or closed: the scheduler took no permit for it or has stopped.
         let _ = self.give_back.try_recv();
     }
 }

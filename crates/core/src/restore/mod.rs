@@ -6,7 +6,7 @@
 //! read amplification (container bytes read / bytes restored) and speed factor
 //! (MB restored per container read), the papers' restore metrics.
 //!
-//! Three stages run at once: the planner (`plan.rs`) walks the recipe and runs
+//! Three stages run at once: the scheduler (`schedule.rs`) walks the recipe and runs
 //! the cache policy on container ids, the loaders (`loader.rs`) read and verify
 //! the containers it decides to read (several in flight), and the caller's
 //! thread, the assembler, copies chunks out of them in recipe order. The
@@ -29,17 +29,17 @@ use std::time::Instant;
 mod loader;
 mod options;
 mod pipe;
-mod plan;
 pub mod range;
+mod schedule;
 
 /// The caches live in [`crate::cache`] (GC and check use them too); these
 /// paths stay for callers that name them through restore.
 pub use crate::cache::{self, CacheSpec, LruCache};
 use loader::{receive, Buffers, Loaders};
 pub use options::{MfdedupReads, Pipeline, RestoreOptions, RestoreReport, Restorer};
-use plan::{Op, Planner};
 use range::{file_name, single_file_listing};
 pub use range::{BackupStream, StreamEntry};
+use schedule::{Op, Scheduler};
 
 /// Threads reading and opening (decrypting, decompressing) containers
 /// beyond the repository's worker threads ([`Repository::threads`]): reads
@@ -71,19 +71,19 @@ fn chunk_meta(c: &Container, e: &RecipeEntry, bid: BackupId, offset: u64) -> Res
     Ok(meta)
 }
 
-/// The planner sent a chunk of a container it never loaded: a bug, reported
+/// The scheduler sent a chunk of a container it never loaded: a bug, reported
 /// as an error rather than a panic.
 fn unplanned(id: ContainerId, bid: BackupId, offset: u64) -> Error {
     Error::io(
         format!("restore of backup {bid} at offset {offset}"),
         std::io::Error::other(format!(
-            "{} was used before it was read (restore planner bug)",
+            "{} was used before it was read (restore scheduler bug)",
             object_name(id)
         )),
     )
 }
 
-/// The restore's last stage: carries out the planner's ops in recipe order,
+/// The restore's last stage: carries out the scheduler's ops in recipe order,
 /// copying chunks out of the loaded containers into `out`.
 struct Assembler<'a> {
     out: &'a mut dyn Write,
@@ -136,7 +136,7 @@ impl Assembler<'_> {
 
     /// Fill the area from each of the window's containers in turn, then
     /// write it whole.
-    fn window(&mut self, w: plan::Window) -> Result<()> {
+    fn window(&mut self, w: schedule::Window) -> Result<()> {
         let (bid, offset) = (self.bid, self.offset);
         // Every byte of the area is overwritten below.
         if !self.trace {
@@ -168,7 +168,7 @@ impl Assembler<'_> {
 }
 
 impl Context {
-    /// The three stages: the planner walks the recipe and decides the cache
+    /// The three stages: the scheduler walks the recipe and decides the cache
     /// (on this repository's index), the loaders read and verify the
     /// containers it asks for, and this thread, the [`Assembler`], copies
     /// chunks out of them into `out`. The cache decisions, and so the
@@ -183,17 +183,17 @@ impl Context {
     ) -> Result<(u64, u64)> {
         std::thread::scope(|scope| {
             // Made here so that an early return drops this thread's ends
-            // and a planner blocked on either stops.
-            let (ops, planned) = sync_channel::<plan::Batch>(4);
+            // and a scheduler blocked on either stops.
+            let (ops, planned) = sync_channel::<schedule::Batch>(4);
             let (permits, permit_return) = loader::permits(READ_AHEAD);
             let buffers = Buffers::default();
             let loaders =
                 Loaders::spawn(scope, &self.store, self.threads() + EXTRA_LOADERS, &buffers)?;
-            let planner = Planner::new(ops, loaders, permits);
+            let scheduler = Scheduler::new(ops, loaders, permits);
             std::thread::Builder::new()
                 .name("tessera-plan".into())
-                .spawn_scoped(scope, move || planner.run(self, backup, opts))
-                .ctx(|| "cannot start the restore planner thread".into())?;
+                .spawn_scoped(scope, move || scheduler.run(self, backup, opts))
+                .ctx(|| "cannot start the restore scheduler thread".into())?;
             let mut a = Assembler {
                 out,
                 trace: self.manifest.config.trace,

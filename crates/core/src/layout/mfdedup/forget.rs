@@ -10,8 +10,8 @@
 //! active categories may be freed too, and its NDF table loses their
 //! fingerprints, so the next backup stores those chunks anew.
 //!
-//! The plan is computed from the catalog's copy of the volume headers
-//! alone: `forget --dry-run` and `forget` run the same [`plan`].
+//! What forgetting frees is computed from the catalog's copy of the volume headers
+//! alone: `forget --dry-run` and `forget` run the same [`freeing`].
 
 use super::avar;
 use super::volume::{put_header, Category};
@@ -55,7 +55,7 @@ pub struct ForgetSpace {
 }
 
 /// The new state after forgetting `ids`, and what it frees.
-pub(crate) struct Plan {
+pub(crate) struct Freeing {
     pub space: ForgetSpace,
     pub state: MfState,
     /// Volume headers to write (changed) and keys superseded.
@@ -68,7 +68,7 @@ pub(crate) struct Plan {
     pub tail_filters: Vec<(usize, Vec<Category>)>,
 }
 
-pub(crate) fn plan(m: &Manifest, ids: &[BackupId]) -> Result<Plan> {
+pub(crate) fn freeing(m: &Manifest, ids: &[BackupId]) -> Result<Freeing> {
     let mut state = super::state::MfState::of(m)?;
     let mut space = ForgetSpace::default();
     let mut rewrite_volumes = Vec::new();
@@ -164,7 +164,7 @@ pub(crate) fn plan(m: &Manifest, ids: &[BackupId]) -> Result<Plan> {
         v.key = key;
         vol.key = key;
     }
-    Ok(Plan {
+    Ok(Freeing {
         space,
         state,
         rewrite_volumes,
@@ -175,7 +175,7 @@ pub(crate) fn plan(m: &Manifest, ids: &[BackupId]) -> Result<Plan> {
 }
 
 /// Whether forgetting `ids` must arrange `chain` first: only when it is
-/// behind and the plan could touch its active categories, that is when a
+/// behind and forgetting could touch its active categories, that is when a
 /// forgotten version is not yet arranged or the newest arranged one goes.
 /// Otherwise only archived categories (lifecycles ending before the newest
 /// arranged version, which stays) can be freed, exactly as arranged, and
@@ -196,7 +196,7 @@ fn needs_arranging(chain: &super::state::Chain, ids: &[BackupId]) -> bool {
 /// [`Repository::forget_space`](crate::Repository::forget_space).
 pub fn forget_space(repo: &Context, ids: &[BackupId]) -> Result<ForgetSpace> {
     check_ids(repo, ids)?;
-    Ok(plan(&repo.manifest, ids)?.space)
+    Ok(freeing(&repo.manifest, ids)?.space)
 }
 
 fn check_ids(repo: &Context, ids: &[BackupId]) -> Result<()> {
@@ -211,7 +211,7 @@ fn check_ids(repo: &Context, ids: &[BackupId]) -> Result<()> {
 }
 
 /// Forget `ids` on this layout: arrange their chains, then delete what
-/// [`plan`] frees and publish; returns the forgotten entries and the space.
+/// [`freeing`] frees and publish; returns the forgotten entries and the space.
 pub fn forget(w: &mut Context, ids: &[BackupId]) -> Result<(Vec<BackupEntry>, ForgetSpace)> {
     check_ids(w, ids)?;
     let chains: Vec<String> = super::state::MfState::of(&w.manifest)?
@@ -223,7 +223,7 @@ pub fn forget(w: &mut Context, ids: &[BackupId]) -> Result<(Vec<BackupEntry>, Fo
     for c in &chains {
         avar::arrange_chain(w, c, None)?;
     }
-    let mut p = plan(&w.manifest, ids)?;
+    let mut p = freeing(&w.manifest, ids)?;
     let mut next = w.manifest.clone();
     for (ci, freed) in &p.tail_filters {
         let chain = &mut p.state.chains[*ci];

@@ -1,4 +1,4 @@
-//! The restore planner: walks a backup's recipe, finds each chunk's
+//! The restore scheduler: walks a backup's recipe, finds each chunk's
 //! container in the index, and runs the cache policy on container ids
 //! ahead of the data. Its output is a stream of [`Op`]s in recipe order;
 //! each container read is requested from the [loaders](super::loader) as
@@ -47,23 +47,23 @@ pub(crate) struct Window {
     pub filled: u64,
 }
 
-/// What the planner hands the assembler.
+/// What the scheduler hands the assembler.
 pub(crate) type Batch = Result<Vec<Op>>;
 
-/// The planner's outputs: ops to the assembler, reads to the loaders.
-pub(crate) struct Planner {
+/// The scheduler's outputs: ops to the assembler, reads to the loaders.
+pub(crate) struct Scheduler {
     ops: SyncSender<Batch>,
     batch: Vec<Op>,
     loaders: Loaders,
     permits: Permits,
 }
 
-/// The assembler stopped (it reports why); the planner just ends.
+/// The assembler stopped (it reports why); the scheduler just ends.
 struct Stopped;
 
-impl Planner {
+impl Scheduler {
     pub(crate) fn new(ops: SyncSender<Batch>, loaders: Loaders, permits: Permits) -> Self {
-        Planner {
+        Scheduler {
             ops,
             batch: Vec::with_capacity(BATCH),
             loaders,
