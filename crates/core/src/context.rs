@@ -551,6 +551,22 @@ impl Context {
         self.locator.locate_copy(self, kind, fp, copy)
     }
 
+    /// [`locate_copy`](Self::locate_copy) of a data chunk a recipe of
+    /// `backup` names; its absence is the recipe's damage.
+    pub(crate) fn locate_data(
+        &self,
+        backup: crate::ids::BackupId,
+        fp: &Fingerprint,
+        copy: CopyNo,
+    ) -> Result<ContainerId> {
+        self.locate_copy(ChunkKind::Data, fp, copy).ok_or_else(|| {
+            Error::corrupt(
+                format!("backup {backup}"),
+                format!("chunk {} (copy {copy}) is not in the index", fp.to_hex()),
+            )
+        })
+    }
+
     pub fn manifest(&self) -> &Manifest {
         &self.manifest
     }

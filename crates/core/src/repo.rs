@@ -650,18 +650,7 @@ impl Repository {
         let mut w = reader.entries(b.root_fp()?, b.root_level)?;
         let mut out = Vec::with_capacity(b.chunks as usize);
         while let Some(e) = w.next()? {
-            let c = self
-                .locate_copy(ChunkKind::Data, &e.fp, e.copy)
-                .ok_or_else(|| {
-                    Error::corrupt(
-                        format!("backup {}", b.id),
-                        format!(
-                            "chunk {} (copy {}) is not in the index",
-                            e.fp.to_hex(),
-                            e.copy
-                        ),
-                    )
-                })?;
+            let c = self.locate_data(b.id, &e.fp, e.copy)?;
             out.push((e, c));
         }
         Ok(out)

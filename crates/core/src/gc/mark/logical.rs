@@ -2,9 +2,9 @@
 
 use super::liveness::{FpFilter, Mark, Marker, VcSpec};
 use crate::catalog::{BackupEntry, BackupId};
-use crate::container::{ChunkKind, ContainerId};
+use crate::container::ContainerId;
 use crate::context::Context;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::fingerprint::{Fingerprint, FpMap};
 use crate::recipe::{RecipeChunk, RecipeVisitor};
 use std::sync::Arc;
@@ -131,19 +131,7 @@ impl Walk<'_> {
     fn add_data_chunks(&mut self, chunk: &RecipeChunk) -> Result<Arc<[ContainerId]>> {
         let mut homes = Vec::with_capacity(chunk.entries.len());
         for e in &chunk.entries {
-            let c = self
-                .repo
-                .locate_copy(ChunkKind::Data, &e.fp, e.copy)
-                .ok_or_else(|| {
-                    Error::corrupt(
-                        format!("backup {}", self.backup),
-                        format!(
-                            "chunk {} (copy {}) is not in the index",
-                            e.fp.to_hex(),
-                            e.copy
-                        ),
-                    )
-                })?;
+            let c = self.repo.locate_data(self.backup, &e.fp, e.copy)?;
             if self.m.insert_valid(e.fp, e.copy) {
                 self.m
                     .count_live(&self.repo.index, &e.fp, e.copy, c, e.size);
