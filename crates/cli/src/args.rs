@@ -183,9 +183,9 @@ pub enum Command {
         /// Rewrite policy against fragmentation: none, capping:T, smr:T, ned:T, har, har:U or har:U:L (T: containers kept per segment, or for NED the utilization below which a container's duplicates are rewritten; U: sparse below this utilization, default 0.5; L: sparse list capped at this share of the bytes referenced, default 0.05)
         #[arg(long, value_name = "SPEC", default_value = "none", value_parser = Checked(prefixed::<RewriteSpec>))]
         rewrite: RewriteSpec,
-        /// Chunks per rewriting decision (the ingest segment), e.g. 20MiB
-        #[arg(long, value_name = "SIZE", default_value = "20MiB", value_parser = Checked(segment_size))]
-        segment_size: u64,
+        /// Chunks per rewriting decision (the ingest segment), e.g. 20MiB; default 5 containers of data (20 MiB at 4 MiB containers), so that a level keeps the SMR paper's meaning (containers per 5 containers of data) at any container size
+        #[arg(long, visible_alias = "segment-size", value_name = "SIZE", value_parser = Checked(segment_size))]
+        rewrite_segment: Option<u64>,
         /// Compression of this backup's chunks (default: the repository's, chosen at init): off, auto, fastest, better, max or zstd:1..22
         #[arg(long, value_name = "LEVEL", value_parser = Checked(prefixed::<Compression>))]
         compression: Option<Compression>,

@@ -10,14 +10,16 @@ use crate::context::Context;
 use crate::error::Result;
 use crate::fgc::{GraphMerge, RefGraphState};
 use crate::ids::BackupId;
-use crate::rewrite::SparseHistory;
+use crate::rewrite::HarHistory;
 use std::collections::HashSet;
 
 /// Sections a merged publish takes from this writer although another
-/// writer changed them too: HAR's history (the newest backup's), and
+/// writer changed them too: HAR's history (the newest backup's; and the
+/// older builds' list it removes), and
 /// FGC's graph (grafted afterwards).
 const OVERWRITES: &[&str] = &[
-    <SparseHistory as crate::catalog::Section>::NAME,
+    <HarHistory as crate::catalog::Section>::NAME,
+    <crate::rewrite::LegacySparse as crate::catalog::Section>::NAME,
     <RefGraphState as crate::catalog::Section>::NAME,
 ];
 

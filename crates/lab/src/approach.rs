@@ -25,6 +25,13 @@ pub struct ApproachDef {
     /// `none`, `naive` or `gccdf`.
     #[serde(default = "naive")]
     pub gc: String,
+    /// Rewriting's ingest segment (e.g. "20MiB"); default 5 containers of
+    /// data, the SMR paper's 20 MB at 4 MB containers, so a level means
+    /// the same at any container size. (Not `segment_containers`, GCCDF's
+    /// GC batch.)
+    #[serde(default)]
+    pub segment: Option<ByteSize>,
+    /// GCCDF: GC-involved containers analyzed together.
     #[serde(default = "segment")]
     pub segment_containers: usize,
     #[serde(default = "one")]
@@ -101,6 +108,8 @@ fn split() -> usize {
 pub struct Approach {
     pub name: String,
     pub rewrite: RewriteSpec,
+    /// Rewriting's ingest segment in bytes (`None`: 5 containers of data).
+    pub segment: Option<u64>,
     /// `None`: deleted backups' chunks are never reclaimed.
     pub gc: Option<GcOptions>,
     pub cache: Option<CacheSpec>,
@@ -117,7 +126,12 @@ impl Approach {
                 self.arrange_lag
             );
         }
-        let rw = self.rewrite.to_string();
+        let rw = match self.segment {
+            Some(b) if self.rewrite != RewriteSpec::None => {
+                format!("{} segment={}", self.rewrite, ByteSize(b))
+            }
+            _ => self.rewrite.to_string(),
+        };
         let gc = self.gc.as_ref().map_or("none".to_string(), |g| {
             // The valid-chunk table, when not the exact set.
             let vc = match g.vc {
@@ -154,6 +168,7 @@ pub fn builtin(name: &str) -> Result<ApproachDef, String> {
         name: name.to_string(),
         rewrite: rewrite.into(),
         gc: gc.into(),
+        segment: None,
         segment_containers: segment(),
         liveness_threshold: 1.0,
         split_threshold: split(),
@@ -235,9 +250,13 @@ impl ApproachDef {
                 "a name may use letters, digits and - _ . : + (not starting with .)".into(),
             ));
         }
+        if self.segment.is_some_and(|b| b.0 == 0) {
+            return Err(ctx("segment must be positive".into()));
+        }
         Ok(Approach {
             name: self.name.clone(),
             rewrite,
+            segment: self.segment.map(|b| b.0),
             gc,
             cache,
             layout,

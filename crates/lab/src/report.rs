@@ -358,7 +358,9 @@ pub fn html(r: &Results) -> String {
     write!(h, "<p>Mode <b>{:?}</b>, chunker {}, hash {}, containers of {} KiB, {} backups in sequence. Restore metrics are those of the final restore of every retained backup.</p>", r.mode, esc(&r.chunker), esc(&r.hash), r.container_size / 1024, r.versions.len()).ok();
     h.push_str(r#"<h2>Summary</h2><table id="summary"><tr><th>approach</th><th>configuration</th><th>status</th><th>backups</th><th>retained</th><th>stored MiB</th><th>actual dedup ratio</th><th>classic dedup ratio</th><th>mean read amplification</th><th>mean speed factor</th><th>backup MB/s</th><th>chunk refs/s</th><th>GC rounds</th><th>GC reclaimed</th><th>GC produced</th><th>GC MiB read</th><th>GC MiB written</th><th>GC s</th><th>peak RSS MiB</th><th>time s</th></tr>"#);
     for s in &r.summaries {
-        let status = if s.status == "ok" {
+        let status = if s.status == "ok" && s.rewrote_nothing {
+            r#"ok <span class="bad">(rewrote nothing)</span>"#.to_string()
+        } else if s.status == "ok" {
             "ok".to_string()
         } else {
             format!(r#"<span class="bad">{}</span>"#, esc(&s.status))

@@ -50,6 +50,8 @@ pub struct BackupRow {
     pub chunks: u64,
     /// Data bytes this backup stored anew (rewrites included).
     pub new_bytes: u64,
+    /// Duplicate bytes the rewrite policy stored again (part of `new_bytes`).
+    pub rewritten_bytes: u64,
     /// Data bytes stored in the repository after it (all copies).
     pub stored_bytes: u64,
     pub data_containers: usize,
@@ -203,6 +205,12 @@ pub struct Summary {
     pub gc_bytes_read: u64,
     pub gc_bytes_written: u64,
     pub gc_seconds: f64,
+    /// Duplicate bytes the rewrite policy stored again, over all backups.
+    pub rewritten_bytes: u64,
+    /// The approach has a rewrite policy but rewrote nothing: its rows are
+    /// the baseline's, whatever its name says (a level too loose for the
+    /// data, say).
+    pub rewrote_nothing: bool,
     /// Process peak resident memory when the approach finished (a high-water mark).
     pub peak_rss_bytes: u64,
     pub seconds: f64,
@@ -239,13 +247,16 @@ pub fn peak_rss_bytes() -> u64 {
     }
 }
 
-/// List a dataset directory: regular, non-hidden files in name order.
+/// List a dataset directory: regular, non-hidden files (or links to them:
+/// a multi-source series is a directory of links into each source's
+/// series) in name order.
 fn list_dir(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut v = Vec::new();
     for e in std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))? {
         let e = e.with_context(|| format!("cannot list {}", dir.display()))?;
         let name = e.file_name();
-        if name.to_string_lossy().starts_with('.') || !e.file_type()?.is_file() {
+        let file = std::fs::metadata(e.path()).is_ok_and(|m| m.is_file());
+        if name.to_string_lossy().starts_with('.') || !file {
             continue;
         }
         v.push(e.path());
@@ -455,6 +466,8 @@ pub fn run(exp: &Experiment, opts: &RunOptions) -> Result<Results> {
         summary.seconds = started.elapsed().as_secs_f64();
         summary.peak_rss_bytes = peak_rss_bytes();
         summarize(&mut summary, &mine);
+        summary.rewrote_nothing =
+            a.rewrite != tessera_core::rewrite::RewriteSpec::None && summary.rewritten_bytes == 0;
         rows.extend(mine);
         summaries.push(summary);
     }
@@ -493,6 +506,7 @@ fn summarize(s: &mut Summary, rows: &[Row]) {
     s.backups = backups.len();
     let (mut logical, mut secs, mut chunks) = (0u64, 0f64, 0u64);
     for b in &backups {
+        s.rewritten_bytes += b.rewritten_bytes;
         logical += b.logical_bytes;
         secs += b.seconds;
         chunks += b.chunks;
@@ -678,10 +692,12 @@ impl ApproachRun<'_> {
         } else {
             SourceKind::File
         };
-        let mf = self.a.layout == LayoutKind::Mfdedup;
         BackupOptions {
             rewrite: self.a.rewrite,
-            chain: mf.then(|| chain_of(&v.name)),
+            segment_bytes: self.a.segment,
+            // Every approach names the chain: MFDedup keeps one per
+            // source, HAR a history per source.
+            chain: Some(chain_of(&v.name)),
             arrange: self.a.arrange_lag == 0,
             ..BackupOptions::new(v.name.clone(), source)
         }
@@ -785,6 +801,7 @@ impl ApproachRun<'_> {
             logical_bytes: report.logical_bytes,
             chunks: report.chunks,
             new_bytes: report.stored_bytes,
+            rewritten_bytes: report.rewritten_bytes,
             stored_bytes: st.stored_data_bytes,
             data_containers: st.data_containers,
             retained_backups: st.backups,

@@ -100,7 +100,11 @@ fn files_from(files: &[PathBuf]) -> Result<Vec<PathBuf>> {
 pub fn backup(
     repo: &RepoArg,
     source: Source,
-    (rewrite, segment_bytes, compression): (RewriteSpec, u64, Option<tessera_core::Compression>),
+    (rewrite, segment_bytes, compression): (
+        RewriteSpec,
+        Option<u64>,
+        Option<tessera_core::Compression>,
+    ),
     select: &SelectArgs,
     record: &RecordArgs,
     (chain, arrange): (Option<String>, bool),

@@ -151,7 +151,11 @@ fn print_summary(r: &Results) {
             s.gc_reclaimed_containers,
             s.peak_rss_bytes as f64 / (1u64 << 20) as f64,
             s.seconds,
-            s.status
+            if s.rewrote_nothing {
+                format!("{} (rewrote nothing)", s.status)
+            } else {
+                s.status.clone()
+            }
         );
     }
 }

@@ -98,8 +98,15 @@ fn bad_specs_give_one_clear_error_line() {
         "unknown rewrite policy",
     );
     fails(
-        tessera(&repo).args(["backup", p, "--rewrite", "smr:4", "--segment-size", "lots"]),
-        "--segment-size",
+        tessera(&repo).args([
+            "backup",
+            p,
+            "--rewrite",
+            "smr:4",
+            "--rewrite-segment",
+            "lots",
+        ]),
+        "--rewrite-segment",
     );
     ok(tessera(&repo).args(["backup", p]));
     fails(

@@ -9,8 +9,14 @@ use crate::catalog::BackupEntry;
 use crate::container::ChunkKind;
 use crate::context::Context;
 use crate::error::Result;
-use crate::rewrite::{RewriteSpec, Rewriter};
+use crate::rewrite::{default_segment_bytes, HarHistory, RewriteSpec, Rewriter};
 use std::time::Instant;
+
+/// The chain whose HAR history a backup continues: its chain, else its
+/// name (the CLI's default chain is the backup's name too).
+pub(super) fn har_chain(opts: &BackupOptions) -> String {
+    opts.chain.clone().unwrap_or_else(|| opts.name.clone())
+}
 
 impl Context {
     /// [`Writer::backup_with`](crate::Writer::backup_with).
@@ -40,7 +46,15 @@ impl Context {
         hooks.check(opts)?;
         let chain = hooks.chain(opts);
         hooks.begin(self, chain.as_deref())?;
-        let rw = match Rewriter::new(&opts.rewrite, opts.segment_bytes, &self.manifest) {
+        let segment = opts
+            .segment_bytes
+            .unwrap_or_else(|| default_segment_bytes(cfg.container_size as u64));
+        let rw = match Rewriter::new(
+            &opts.rewrite,
+            segment,
+            &self.manifest,
+            vec![har_chain(opts)],
+        ) {
             Ok(rw) => rw,
             Err(e) => {
                 // The rewriter's error is the one to report (the index is
@@ -93,7 +107,9 @@ impl Context {
         let arranged = hooks.after(self, chain.as_deref(), opts)?;
         let entry = entries.into_iter().next().expect("one member, one entry");
         let sparse = if matches!(opts.rewrite, RewriteSpec::Har { .. }) {
-            crate::rewrite::SparseHistory::of(&self.manifest)?.0.len() as u64
+            HarHistory::of(&self.manifest)?
+                .chain(&har_chain(opts))
+                .len() as u64
         } else {
             0
         };
@@ -103,12 +119,6 @@ impl Context {
         Ok((r, trail))
     }
 
-    /// Seal the open containers, write the index segment and publish one
-    /// manifest generation listing `members` as new backups, in order.
-    /// The index goes back to the repository either way; on failure (of the
-    /// ingest, given as `members`, or here) every entry the sink added is
-    /// removed and every repointed one restored, so the repository is
-    /// exactly as before.
     /// Seal the open containers, write the index segment and publish one
     /// manifest generation listing `members` as new backups, in order.
     /// The index goes back to the repository either way; on failure (of the
@@ -139,8 +149,17 @@ impl Context {
             next.containers.extend_from_slice(sink.writer.written());
             let capacity = self.manifest.config.container_size as u64;
             if let Some(sparse) = sink.rw.as_ref().and_then(|r| r.next_sparse(capacity)) {
-                next.sections
-                    .put(Some(&crate::rewrite::SparseHistory(sparse)));
+                let mut history = HarHistory::of(&next)?;
+                let live = next
+                    .containers
+                    .iter()
+                    .map(|c| c.id)
+                    .collect::<std::collections::HashSet<_>>();
+                for (chain, list) in sparse {
+                    history.record(chain, list, &live);
+                }
+                next.sections.put(Some(&history));
+                next.sections.put::<crate::rewrite::LegacySparse>(None);
             }
             if hooks.writes_index_segment() {
                 self.write_segment(&mut next, &sink.new_entries)?;

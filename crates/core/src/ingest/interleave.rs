@@ -8,11 +8,17 @@
 //! Why it exists: it is how the artifact's baselines become fragmented, and
 //! reproducing its fragmentation figures needs the same layout. It is a
 //! reproduction option (`interleave = N` in the lab), not how a user backs
-//! up. Rewriting is not supported: the artifact's rewriting baselines run
-//! per backup, and a segment of interleaved chunks has no single stream to
-//! decide for.
+//! up.
+//!
+//! Rewriting runs on the dealt stream, as the artifact's rewriting
+//! baselines do: its segments (5 containers of data by default) hold
+//! chunks of every member, the policy decides each segment once, and each
+//! chunk still goes to its own member's recipe, so every backup restores
+//! from its own copies. HAR keeps its history per member's chain. Every
+//! member must ask for the same policy and segment: the group has one.
 
 use super::options::{report, Counts, Member};
+use super::rewriting::StreamOut;
 use super::sink::Sink;
 use crate::chunking::chunk_all;
 use crate::context::Context;
@@ -21,7 +27,7 @@ use crate::fingerprint::Fingerprint;
 use crate::index::DataCursor;
 use crate::ingest::options::{BackupOptions, BackupReport};
 use crate::recipe::RecipeBuilder;
-use crate::rewrite::RewriteSpec;
+use crate::rewrite::{default_segment_bytes, HarHistory, Rewriter};
 use std::time::Instant;
 
 /// One backup of an interleaved group: its whole stream.
@@ -42,6 +48,17 @@ struct Dealt {
     cursor: DataCursor,
 }
 
+/// Where a segment of the dealt stream goes: each member's recipe and counts.
+fn outs(dealt: &mut [Dealt]) -> Vec<StreamOut<'_>> {
+    dealt
+        .iter_mut()
+        .map(|d| StreamOut {
+            recipe: &mut d.recipe,
+            counts: Some(&mut d.counts),
+        })
+        .collect()
+}
+
 /// [`Writer::backup_interleaved`](crate::Writer::backup_interleaved).
 pub(crate) fn backup_interleaved(
     repo: &mut Context,
@@ -55,17 +72,22 @@ pub(crate) fn backup_interleaved(
     if group.is_empty() {
         return Ok(Vec::new());
     }
+    let (rewrite, segment) = (group[0].0.rewrite, group[0].0.segment_bytes);
     let mut names = Vec::with_capacity(group.len());
+    let mut chains = Vec::with_capacity(group.len());
     let mut dealt = Vec::with_capacity(group.len());
     let chunker = cfg.chunker.build();
     let fingerprinter = repo.fingerprinter().clone();
     for (opts, input) in group {
-        if opts.rewrite != RewriteSpec::None {
+        if (opts.rewrite, opts.segment_bytes) != (rewrite, segment) {
             return Err(Error::invalid(format!(
-                "backup {:?}: interleaved ingest does not rewrite (rewrite {} was asked)",
-                opts.name, opts.rewrite
+                "backup {:?}: an interleaved group rewrites with one policy and segment \
+                 ({} here, {} for the group's first backup)",
+                opts.name, opts.rewrite, rewrite
             )));
         }
+        hooks.check(&opts)?;
+        chains.push(super::backup::har_chain(&opts));
         let (chunks, bytes) = match input {
             GroupInput::Trace(t) => {
                 if !cfg.trace {
@@ -104,12 +126,16 @@ pub(crate) fn backup_interleaved(
         });
     }
 
-    let mut sink = Sink::new(repo, hooks, None);
+    let segment = segment.unwrap_or_else(|| default_segment_bytes(cfg.container_size as u64));
+    let chains_of_members = chains.clone();
+    let rw = Rewriter::new(&rewrite, segment, &repo.manifest, chains)?;
+    let mut sink = Sink::new(repo, hooks, rw);
     let trace = cfg.trace;
     let mut deal = || -> Result<Vec<Member>> {
         let longest = dealt.iter().map(|d| d.chunks.len()).max().unwrap_or(0);
         for k in 0..longest {
-            for d in dealt.iter_mut() {
+            for m in 0..dealt.len() {
+                let d = &mut dealt[m];
                 let Some(&(fp, len, at)) = d.chunks.get(k) else {
                     continue;
                 };
@@ -118,6 +144,12 @@ pub(crate) fn backup_interleaved(
                 } else {
                     &d.bytes[at..at + len as usize]
                 };
+                if let Some(rw) = &mut sink.rw {
+                    if rw.push(m, fp, len, bytes) {
+                        sink.flush_segment(&mut outs(&mut dealt))?;
+                    }
+                    continue;
+                }
                 // The sink counts for, and follows the index log of,
                 // the member whose chunk this is.
                 sink.counts = d.counts;
@@ -128,6 +160,7 @@ pub(crate) fn backup_interleaved(
                 d.cursor = sink.cursor;
             }
         }
+        sink.flush_segment(&mut outs(&mut dealt))?;
         let mut members = Vec::with_capacity(dealt.len());
         for (d, (name, source, meta)) in dealt.drain(..).zip(names.drain(..)) {
             sink.counts = d.counts;
@@ -150,9 +183,18 @@ pub(crate) fn backup_interleaved(
     };
     let entries = repo.commit(hooks, sink, members)?;
     let io = repo.metrics.snapshot().since(&before);
+    // HAR: each member's chain's list for its next backup.
+    let history = match rewrite {
+        crate::rewrite::RewriteSpec::Har { .. } => Some(HarHistory::of(&repo.manifest)?),
+        _ => None,
+    };
     Ok(entries
         .into_iter()
         .zip(counts)
-        .map(|(e, c)| report(e, c, 0, &io, started))
+        .zip(chains_of_members)
+        .map(|((e, c), chain)| {
+            let sparse = history.as_ref().map_or(0, |h| h.chain(&chain).len() as u64);
+            report(e, c, sparse, &io, started)
+        })
         .collect())
 }

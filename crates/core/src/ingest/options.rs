@@ -17,8 +17,9 @@ pub struct BackupOptions {
     pub source: SourceKind,
     /// Which duplicate chunks are written again to fight fragmentation.
     pub rewrite: RewriteSpec,
-    /// Logical bytes of chunks per rewriting decision (the ingest segment).
-    pub segment_bytes: u64,
+    /// Logical bytes of chunks per rewriting decision (the ingest segment);
+    /// `None`: 5 containers of data ([`crate::rewrite::default_segment_bytes`]).
+    pub segment_bytes: Option<u64>,
     /// Host, user, paths, tags and parent, recorded in the catalog entry.
     pub meta: crate::catalog::SnapshotMeta,
     /// The version chain (`--source`); the name when unset. Recorded in
@@ -35,7 +36,7 @@ impl BackupOptions {
             name: name.into(),
             source,
             rewrite: RewriteSpec::None,
-            segment_bytes: crate::rewrite::DEFAULT_SEGMENT_BYTES,
+            segment_bytes: None,
             meta: Default::default(),
             chain: None,
             arrange: true,

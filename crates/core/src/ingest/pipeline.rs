@@ -206,7 +206,7 @@ fn worker(
                 }
             }
         }
-        sink.flush_segment(&mut recipe)
+        sink.flush_own_segment(&mut recipe)
     };
     let result = run();
     (sink, recipe, result)

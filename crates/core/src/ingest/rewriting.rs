@@ -1,6 +1,9 @@
 //! Ingest with a rewrite policy: a buffered segment is decided at once,
-//! then its chunks are stored and referenced in stream order.
+//! then its chunks are stored and referenced in stream order. The segment
+//! may interleave several streams (an interleaved group): each chunk goes
+//! to its own stream's recipe and counts.
 
+use super::options::Counts;
 use super::sink::Sink;
 use crate::container::{ChunkKind, ContainerId};
 use crate::error::Result;
@@ -23,17 +26,53 @@ enum Plan {
     Done(CopyNo),
 }
 
+/// Where one stream's chunks of a segment go: its recipe, and its counts
+/// (`None`: the sink's own, a single backup's).
+pub(super) struct StreamOut<'a> {
+    pub recipe: &'a mut RecipeBuilder,
+    pub counts: Option<&'a mut Counts>,
+}
+
+impl StreamOut<'_> {
+    /// Make this stream's counts the sink's (and back again: it swaps).
+    #[inline]
+    fn swap_counts(&mut self, sink: &mut Sink) {
+        if let Some(c) = self.counts.as_deref_mut() {
+            std::mem::swap(c, &mut sink.counts);
+        }
+    }
+}
+
 impl Sink {
-    /// Decide and store the buffered segment (no-op without rewriting).
-    pub(super) fn flush_segment(&mut self, recipe: &mut RecipeBuilder) -> Result<()> {
+    /// [`flush_segment`](Self::flush_segment) of a single backup: its
+    /// recipe, the sink's own counts.
+    pub(super) fn flush_own_segment(&mut self, recipe: &mut RecipeBuilder) -> Result<()> {
+        self.flush_segment(&mut [StreamOut {
+            recipe,
+            counts: None,
+        }])
+    }
+
+    /// Decide and store the buffered segment (no-op without rewriting);
+    /// `outs[k]` receives the chunks of stream `k`.
+    pub(super) fn flush_segment(&mut self, outs: &mut [StreamOut<'_>]) -> Result<()> {
         let Some(mut rw) = self.rw.take() else {
             return Ok(());
         };
         let r = if rw.entries.is_empty() {
             Ok(())
         } else {
-            self.counts.segments += 1;
-            self.segment(&mut rw, recipe)
+            // A segment counts for every stream it holds chunks of.
+            let mut seen = vec![false; outs.len()];
+            for e in &rw.entries {
+                seen[e.3] = true;
+            }
+            for (o, _) in outs.iter_mut().zip(&seen).filter(|(_, &s)| s) {
+                o.swap_counts(self);
+                self.counts.segments += 1;
+                o.swap_counts(self);
+            }
+            self.segment(&mut rw, outs)
         };
         // Containers sealed while the segment was stored are dedup targets
         // for the policy and later segments too.
@@ -50,11 +89,11 @@ impl Sink {
     /// order. A chunk is written at most once per segment. The recipe names
     /// the copy each chunk is read from: the one the policy chose, or the
     /// new copy a rewrite stored (the next copy number).
-    fn segment(&mut self, rw: &mut Rewriter, recipe: &mut RecipeBuilder) -> Result<()> {
+    fn segment(&mut self, rw: &mut Rewriter, outs: &mut [StreamOut<'_>]) -> Result<()> {
         let open = self.writer.open(ChunkKind::Data);
         let mut plan: FpMap<Plan> = FpMap::default();
         let mut seg = Segment::default();
-        for &(fp, len, _) in &rw.entries {
+        for &(fp, len, _, stream) in &rw.entries {
             if plan.contains_key(&fp) {
                 continue;
             }
@@ -71,6 +110,7 @@ impl Sink {
                         seg.chunks.push(SegmentChunk {
                             len,
                             containers: cs,
+                            stream,
                         });
                         Plan::Dup(seg.chunks.len() - 1, nos)
                     }
@@ -81,7 +121,28 @@ impl Sink {
         let decisions = rw.decide(&seg);
         debug_assert_eq!(decisions.len(), seg.chunks.len());
         for k in 0..rw.entries.len() {
-            let (fp, len, off) = rw.entries[k];
+            let (fp, len, off, stream) = rw.entries[k];
+            let out = &mut outs[stream];
+            out.swap_counts(self);
+            let r = self.segment_chunk(rw, &seg, &decisions, &mut plan, (fp, len, off, stream));
+            let r = r.and_then(|copy| out.recipe.push(fp, len, copy, self));
+            out.swap_counts(self);
+            r?;
+        }
+        Ok(())
+    }
+
+    /// Store or reference one chunk of a decided segment; the copy its
+    /// recipe names.
+    fn segment_chunk(
+        &mut self,
+        rw: &mut Rewriter,
+        seg: &Segment,
+        decisions: &[Option<ContainerId>],
+        plan: &mut FpMap<Plan>,
+        (fp, len, off, stream): (Fingerprint, u32, usize, usize),
+    ) -> Result<CopyNo> {
+        {
             let p = plan.get_mut(&fp).expect("planned");
             let (copy, used) = match std::mem::replace(p, Plan::Done(0)) {
                 Plan::Done(n) => (n, None),
@@ -133,13 +194,12 @@ impl Sink {
             };
             *p = Plan::Done(copy);
             if let Some(c) = used {
-                rw.referenced(fp, c, len);
+                rw.referenced(stream, fp, c, len);
             }
             self.counts.logical += len as u64;
             self.counts.chunks += 1;
-            recipe.push(fp, len, copy, self)?;
+            Ok(copy)
         }
-        Ok(())
     }
 
     /// Store copy `copy` of a segment chunk (new, or a rewritten duplicate)

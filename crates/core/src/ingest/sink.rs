@@ -226,8 +226,8 @@ impl Sink {
         bytes: &[u8],
     ) -> Result<()> {
         if let Some(rw) = &mut self.rw {
-            if rw.push(fp, len, bytes) {
-                self.flush_segment(recipe)?;
+            if rw.push(0, fp, len, bytes) {
+                self.flush_own_segment(recipe)?;
             }
             return Ok(());
         }

@@ -1,55 +1,91 @@
 //! HAR, history-aware rewriting (Fu et al., ATC'14): consecutive backups
 //! share most of their fragmentation, so containers the previous backup used
 //! sparsely are avoided by the next one — duplicates that would reference
-//! them are rewritten.
+//! them are rewritten. "Previous backup" means the previous backup of the
+//! same chain (source): Destor keeps one dataset per store, and on a
+//! repository of several sources a backup must not inherit another
+//! source's containers (with a repository-wide list HAR did nothing on a
+//! multi-source series).
 
 use crate::container::ContainerId;
 use crate::fingerprint::{Fingerprint, FpSet};
 use crate::rewrite::policy::{RewritePolicy, Segment};
 use std::collections::{HashMap, HashSet};
 
+/// HAR with the sparse containers each stream inherited (one stream for a
+/// single backup; one per member of an interleaved group).
 pub struct Har {
-    sparse: HashSet<ContainerId>,
+    sparse: Vec<HashSet<ContainerId>>,
 }
 
-/// HAR's history in the manifest (section `har_sparse`): the data
-/// containers the last HAR backup used sparsely; the next HAR backup
-/// rewrites duplicates held only there. Ids of containers that no longer
-/// exist are ignored.
+/// HAR's history in the manifest (section `har_history`): per chain, the
+/// data containers its last HAR backup used sparsely; the chain's next HAR
+/// backup rewrites duplicates held only there. Ids of containers that no
+/// longer exist are ignored. (Format 8 manifests written before it kept one
+/// repository-wide list under `har_sparse`; it is dropped at the next HAR
+/// backup, which then starts without history, as a first backup does.)
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(transparent)]
-pub struct SparseHistory(pub Vec<ContainerId>);
+pub struct HarHistory(pub std::collections::BTreeMap<String, Vec<ContainerId>>);
 
-impl crate::catalog::Section for SparseHistory {
+impl crate::catalog::Section for HarHistory {
+    const NAME: &'static str = "har_history";
+}
+
+/// The repository-wide list older builds wrote; only ever removed.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub(crate) struct LegacySparse(Vec<ContainerId>);
+
+impl crate::catalog::Section for LegacySparse {
     const NAME: &'static str = "har_sparse";
 }
 
-impl SparseHistory {
+impl HarHistory {
     /// The manifest's history (empty when no HAR backup recorded one).
     pub fn of(m: &crate::catalog::Manifest) -> crate::error::Result<Self> {
         Ok(m.sections.get()?.unwrap_or_default())
     }
+
+    /// The sparse list chain `chain` recorded last (empty if none).
+    pub fn chain(&self, chain: &str) -> &[ContainerId] {
+        self.0.get(chain).map_or(&[], |v| v.as_slice())
+    }
+
+    /// Record `chain`'s new list, and drop the ids of containers that no
+    /// longer exist (`live`) from every chain, and chains left empty, so
+    /// the section stays the size of what it can still name.
+    pub fn record(&mut self, chain: &str, sparse: Vec<ContainerId>, live: &HashSet<ContainerId>) {
+        self.0.insert(chain.to_string(), sparse);
+        for v in self.0.values_mut() {
+            v.retain(|c| live.contains(c));
+        }
+        self.0.retain(|_, v| !v.is_empty());
+    }
 }
 
 impl Har {
-    pub fn new(sparse: &[ContainerId]) -> Self {
+    /// HAR whose stream `k` avoids the containers of `sparse[k]`.
+    pub fn new(sparse: Vec<Vec<ContainerId>>) -> Self {
         Har {
-            sparse: sparse.iter().copied().collect(),
+            sparse: sparse
+                .into_iter()
+                .map(|s| s.into_iter().collect())
+                .collect(),
         }
     }
 }
 
 impl RewritePolicy for Har {
-    /// Reference the first copy outside a sparse container (the index's
-    /// preferred copy first); rewrite if every copy is sparse.
+    /// Reference the first copy outside a sparse container of the chunk's
+    /// stream (the index's preferred copy first); rewrite if every copy is
+    /// sparse.
     fn decide(&mut self, seg: &Segment) -> Vec<Option<ContainerId>> {
+        let none = HashSet::new();
         seg.chunks
             .iter()
             .map(|c| {
-                c.containers
-                    .iter()
-                    .find(|id| !self.sparse.contains(id))
-                    .copied()
+                let sparse = self.sparse.get(c.stream).unwrap_or(&none);
+                c.containers.iter().find(|id| !sparse.contains(id)).copied()
             })
             .collect()
     }

@@ -1,7 +1,7 @@
 //! Rewriting of fragmented duplicates at backup time (Capping, NED, SMR, HAR).
 //!
-//! A rewrite policy looks at each ingest segment (a run of chunks, 20 MiB by
-//! default) and decides which duplicate chunks are deduplicated and which are
+//! A rewrite policy looks at each ingest segment (a run of chunks, 5
+//! containers of data by default: 20 MiB at the papers' 4 MiB) and decides which duplicate chunks are deduplicated and which are
 //! written again, next to their neighbours, so that restores read fewer
 //! containers. See `smr-rewriting.md` and `mfdedup-tos.md` §2.2.
 
@@ -14,10 +14,12 @@ mod smr;
 mod spec;
 
 pub use capping::{capping_select, Capping};
-pub use har::{har_sparse, Har, SparseHistory, HAR_LIMIT, HAR_THRESHOLD};
+pub(crate) use har::LegacySparse;
+pub use har::{har_sparse, Har, HarHistory, HAR_LIMIT, HAR_THRESHOLD};
 pub use ned::{ned_select, Ned};
 pub use policy::{
-    decide_by_selection, NoRewrite, RewritePolicy, Segment, SegmentChunk, DEFAULT_SEGMENT_BYTES,
+    decide_by_selection, default_segment_bytes, NoRewrite, RewritePolicy, Segment, SegmentChunk,
+    DEFAULT_SEGMENT_CONTAINERS,
 };
 pub(crate) use rewriter::Rewriter;
 pub use smr::{smr_select, Smr};
@@ -44,6 +46,7 @@ mod tests {
             .map(|(_, cs)| SegmentChunk {
                 len: 1,
                 containers: cs.to_vec(),
+                stream: 0,
             })
             .collect();
         (names, Segment { chunks })
@@ -137,7 +140,7 @@ mod tests {
     #[test]
     fn har_rewrites_only_chunks_without_a_dense_copy() {
         let (names, seg) = segment(&[("a", &[I]), ("b", &[II]), ("c", &[I, III])]);
-        let d = Har::new(&[I]).decide(&seg);
+        let d = Har::new(vec![vec![I]]).decide(&seg);
         assert_eq!(rewritten(&names, &d), ["a"]);
         assert_eq!(d[2], Some(III));
         let used = HashMap::from([(I, 40), (II, 60), (III, 50)]);

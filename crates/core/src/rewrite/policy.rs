@@ -7,9 +7,19 @@
 
 use crate::container::ContainerId;
 
-/// Default ingest segment: 20 MiB of chunks, the size Capping, NED and SMR
-/// all recommend.
-pub const DEFAULT_SEGMENT_BYTES: u64 = 20 << 20;
+/// Default ingest segment, in containers of data: 5, i.e. the 20 MiB
+/// segment Capping, NED and SMR recommend with their 4 MiB containers. A
+/// rewrite level counts containers per segment, so the segment scales with
+/// the container size to keep a level's meaning: `capping:20` allows 20
+/// containers per 5 containers of data at 128 KiB as at 4 MiB (a fixed
+/// 20 MiB segment at 256 KiB containers made every level 16× tighter).
+pub const DEFAULT_SEGMENT_CONTAINERS: u64 = 5;
+
+/// The default ingest segment of a repository whose containers hold
+/// `container_size` bytes.
+pub fn default_segment_bytes(container_size: u64) -> u64 {
+    DEFAULT_SEGMENT_CONTAINERS * container_size.max(1)
+}
 
 /// One distinct duplicate chunk of a segment, as the policy sees it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -20,6 +30,9 @@ pub struct SegmentChunk {
     /// (most recently referenced) copy first. Rewriting makes copies, so one
     /// chunk can have several; SMR needs all of them to see redundancy.
     pub containers: Vec<ContainerId>,
+    /// Which stream of an interleaved group the chunk came from (first
+    /// occurrence; 0 for a single backup): HAR keeps a history per chain.
+    pub stream: usize,
 }
 
 /// The distinct duplicate chunks of one ingest segment (unique chunks and

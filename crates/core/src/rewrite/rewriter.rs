@@ -2,6 +2,11 @@
 //! duplicate may be deduplicated against, the policy and HAR's bookkeeping.
 //! Ingest's sink asks it which copies a duplicate has and tells it what it
 //! sealed and referenced; the decisions themselves are the policy's.
+//!
+//! A rewriter serves one stream (a backup) or several (an interleaved
+//! group, whose dealt chunks form one stream of segments, as the GCCDF
+//! artifact ingests its baselines): each buffered chunk names its stream,
+//! so HAR counts and avoids per chain.
 
 use super::har::{inherited_sparse, HarUse};
 use crate::catalog::Manifest;
@@ -18,23 +23,28 @@ pub(crate) struct Rewriter {
     policy: Box<dyn RewritePolicy>,
     segment_bytes: u64,
     trace: bool,
-    /// The segment's chunk bytes (data mode) and (fingerprint, len, offset).
+    /// The segment's chunk bytes (data mode) and (fingerprint, len,
+    /// offset, stream).
     buf: Vec<u8>,
-    pub(crate) entries: Vec<(Fingerprint, u32, usize)>,
+    pub(crate) entries: Vec<(Fingerprint, u32, usize, usize)>,
     logical: u64,
     /// Sealed data containers a chunk may be deduplicated against.
     live: HashSet<ContainerId>,
-    /// HAR bookkeeping (absent for other policies).
-    har: Option<HarUse>,
+    /// HAR bookkeeping, one per stream (absent for other policies).
+    har: Option<Vec<HarUse>>,
+    /// Each stream's chain: the key of its HAR history.
+    chains: Vec<String>,
 }
 
 impl Rewriter {
-    /// The rewriter of a backup with `spec` on a repository at `manifest`,
-    /// or `None` without rewriting.
+    /// The rewriter of a backup (or interleaved group) with `spec` on a
+    /// repository at `manifest`, one stream per entry of `chains` (the
+    /// chain each stream continues), or `None` without rewriting.
     pub(crate) fn new(
         spec: &RewriteSpec,
         segment_bytes: u64,
         manifest: &Manifest,
+        chains: Vec<String>,
     ) -> crate::error::Result<Option<Self>> {
         if *spec == RewriteSpec::None {
             return Ok(None);
@@ -46,12 +56,13 @@ impl Rewriter {
                 .filter(|c| c.kind == ChunkKind::Data)
         };
         let live: HashSet<ContainerId> = data().map(|c| c.id).collect();
-        let history = super::har::SparseHistory::of(manifest)?;
-        let sparse = inherited_sparse(&history.0, &live);
+        let history = super::har::HarHistory::of(manifest)?;
+        let sparse: Vec<Vec<ContainerId>> = chains
+            .iter()
+            .map(|c| inherited_sparse(history.chain(c), &live))
+            .collect();
         Ok(Some(Rewriter {
-            policy: spec.policy(&sparse, || {
-                data().map(|c| (c.id, c.logical_bytes)).collect()
-            }),
+            policy: spec.policy(sparse, || data().map(|c| (c.id, c.logical_bytes)).collect()),
             segment_bytes: segment_bytes.max(1),
             trace: manifest.config.trace,
             buf: Vec::new(),
@@ -59,17 +70,24 @@ impl Rewriter {
             logical: 0,
             live,
             har: match *spec {
-                RewriteSpec::Har { threshold, limit } => Some(HarUse::new(threshold, limit)),
+                RewriteSpec::Har { threshold, limit } => Some(
+                    chains
+                        .iter()
+                        .map(|_| HarUse::new(threshold, limit))
+                        .collect(),
+                ),
                 _ => None,
             },
+            chains,
         }))
     }
 
-    /// Buffer a chunk; true when the segment is full.
+    /// Buffer a chunk of stream `stream`; true when the segment is full.
     #[inline]
-    pub(crate) fn push(&mut self, fp: Fingerprint, len: u32, bytes: &[u8]) -> bool {
+    pub(crate) fn push(&mut self, stream: usize, fp: Fingerprint, len: u32, bytes: &[u8]) -> bool {
         self.buf.extend_from_slice(bytes);
-        self.entries.push((fp, len, self.buf.len() - bytes.len()));
+        self.entries
+            .push((fp, len, self.buf.len() - bytes.len(), stream));
         self.logical += len as u64;
         self.logical >= self.segment_bytes
     }
@@ -118,16 +136,29 @@ impl Rewriter {
         self.policy.decide(seg)
     }
 
-    /// The backup referenced `fp` in `container` (HAR counts it).
+    /// Stream `stream` referenced `fp` in `container` (HAR counts it).
     #[inline]
-    pub(crate) fn referenced(&mut self, fp: Fingerprint, container: ContainerId, len: u32) {
-        if let Some(h) = &mut self.har {
+    pub(crate) fn referenced(
+        &mut self,
+        stream: usize,
+        fp: Fingerprint,
+        container: ContainerId,
+        len: u32,
+    ) {
+        if let Some(h) = self.har.as_mut().and_then(|h| h.get_mut(stream)) {
             h.referenced(fp, container, len);
         }
     }
 
-    /// HAR: the sparse list for the next backup; `None` for other policies.
-    pub(crate) fn next_sparse(&self, capacity: u64) -> Option<Vec<ContainerId>> {
-        self.har.as_ref().map(|h| h.sparse(capacity))
+    /// HAR: each stream's chain and its sparse list for the chain's next
+    /// backup; `None` for other policies.
+    pub(crate) fn next_sparse(&self, capacity: u64) -> Option<Vec<(&str, Vec<ContainerId>)>> {
+        self.har.as_ref().map(|h| {
+            self.chains
+                .iter()
+                .zip(h)
+                .map(|(c, h)| (c.as_str(), h.sparse(capacity)))
+                .collect()
+        })
     }
 }

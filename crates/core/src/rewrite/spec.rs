@@ -28,7 +28,7 @@ pub enum RewriteSpec {
     /// (bytes referenced / bytes stored).
     Ned { threshold: f64 },
     /// History-aware rewriting: rewrite duplicates held in containers the
-    /// previous backup used below `threshold`, the sparse list trimmed (most
+    /// previous backup of the chain used below `threshold`, the sparse list trimmed (most
     /// used first) until its referenced bytes are at most `limit` of the
     /// previous backup's.
     Har { threshold: f64, limit: f64 },
@@ -93,12 +93,13 @@ impl RewriteSpec {
 }
 
 impl RewriteSpec {
-    /// The policy object for one backup. HAR needs the sparse containers
-    /// the previous backup left, NED the chunk bytes stored in each live
-    /// data container (both from the manifest).
+    /// The policy object for one backup or interleaved group. HAR needs
+    /// the sparse containers each stream's chain left at its previous
+    /// backup, NED the chunk bytes stored in each live data container (both
+    /// from the manifest).
     pub fn policy(
         &self,
-        sparse: &[ContainerId],
+        sparse: Vec<Vec<ContainerId>>,
         stored: impl FnOnce() -> std::collections::HashMap<ContainerId, u64>,
     ) -> Box<dyn RewritePolicy> {
         match *self {

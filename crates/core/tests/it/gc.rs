@@ -635,7 +635,7 @@ proptest! {
                     };
                     let opts = BackupOptions {
                         rewrite,
-                        segment_bytes: 8 * 1024,
+                        segment_bytes: Some(8 * 1024),
                         ..BackupOptions::new("m", SourceKind::Stream)
                     };
                     let id = repo.backup_reader(&opts, &mut &data[..], &mut |_| {}).unwrap().backup.id;
@@ -1012,7 +1012,7 @@ fn live_copies_meeting_in_one_new_container_share_one_stored_copy() {
         };
         let opts = BackupOptions {
             rewrite,
-            segment_bytes: 8 * 1024,
+            segment_bytes: Some(8 * 1024),
             ..BackupOptions::new("m", SourceKind::Stream)
         };
         let id = repo
@@ -1237,7 +1237,7 @@ proptest! {
                     }
                     let opts = BackupOptions {
                         rewrite,
-                        segment_bytes: 32 * 1024,
+                        segment_bytes: Some(32 * 1024),
                         ..BackupOptions::new("m", SourceKind::Stream)
                     };
                     let id = repo.backup_reader(&opts, &mut &data[..], &mut |_| {}).unwrap().backup.id;
@@ -1988,7 +1988,7 @@ fn copies_merged_by_gc_leave_garbage_the_next_full_gc_reclaims() {
             } else {
                 RewriteSpec::None
             },
-            segment_bytes: 8 * 1024,
+            segment_bytes: Some(8 * 1024),
             ..BackupOptions::new("m", SourceKind::Stream)
         };
         ids.push(

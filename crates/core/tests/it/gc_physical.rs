@@ -99,7 +99,7 @@ fn pgc_plus_removes_the_duplicates_rewriting_left() {
         v = w;
         let opts = BackupOptions {
             rewrite: RewriteSpec::Capping { level: 1 },
-            segment_bytes: 32 * 1024,
+            segment_bytes: Some(32 * 1024),
             ..BackupOptions::new("v", SourceKind::Stream)
         };
         let id = repo

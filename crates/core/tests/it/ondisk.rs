@@ -233,7 +233,7 @@ proptest! {
                     Op::Backup(v, rewrite) => {
                         let opts = BackupOptions {
                             rewrite: *rewrite,
-                            segment_bytes: 32 * 1024,
+                            segment_bytes: Some(32 * 1024),
                             ..BackupOptions::new(format!("v{v}"), SourceKind::Stream)
                         };
                         let rep = w.backup_reader(&opts, &mut &version(*v)[..], &mut |_| {}).unwrap();

@@ -25,8 +25,10 @@ fn trace_repo() -> Writer {
 }
 
 fn backup_letters(repo: &mut Writer, letters: &str, rewrite: RewriteSpec) -> BackupReport {
+    // Versions of one source: one chain (HAR's history is per chain).
     let opts = BackupOptions {
         rewrite,
+        chain: Some("letters".into()),
         ..BackupOptions::new(letters, SourceKind::Trace)
     };
     repo.backup_trace(&opts, letters.chars().map(|c| Ok((fp(c), CHUNK))))
@@ -183,18 +185,20 @@ fn har_history_survives_reopen() {
         let r2 = backup_letters(&mut repo, "ABCDEFGNOPKLM", har);
         assert_eq!(r2.rewritten_chunks, 0);
         assert_eq!(
-            tessera_core::rewrite::SparseHistory::of(repo.manifest())
+            tessera_core::rewrite::HarHistory::of(repo.manifest())
                 .unwrap()
-                .0,
+                .chain("letters")
+                .to_vec(),
             vec![ii]
         );
         repo.close().unwrap();
     }
     let mut repo = Repository::open_writer(b, "test").unwrap();
     assert_eq!(
-        tessera_core::rewrite::SparseHistory::of(repo.manifest())
+        tessera_core::rewrite::HarHistory::of(repo.manifest())
             .unwrap()
-            .0,
+            .chain("letters")
+            .to_vec(),
         vec![ii]
     );
     // With the default cap (5 % of the referenced bytes) the same history
@@ -205,9 +209,10 @@ fn har_history_survives_reopen() {
         let capped = RewriteSpec::parse("har").unwrap();
         backup_letters(&mut r, "ABCDEFGHIJKLM", capped);
         backup_letters(&mut r, "ABCDEFGNOPKLM", capped);
-        assert!(tessera_core::rewrite::SparseHistory::of(r.manifest())
+        assert!(tessera_core::rewrite::HarHistory::of(r.manifest())
             .unwrap()
-            .0
+            .chain("letters")
+            .to_vec()
             .is_empty());
     }
     // The next HAR backup rewrites every duplicate held only in II.
@@ -217,14 +222,16 @@ fn har_history_survives_reopen() {
         assert_ne!(reads(&repo, r3.backup.id, c), ii);
     }
     // A non-HAR backup leaves the history alone; HAR ignores dead ids.
-    let before = tessera_core::rewrite::SparseHistory::of(repo.manifest())
+    let before = tessera_core::rewrite::HarHistory::of(repo.manifest())
         .unwrap()
-        .0;
+        .chain("letters")
+        .to_vec();
     backup_letters(&mut repo, "ABC", RewriteSpec::None);
     assert_eq!(
-        tessera_core::rewrite::SparseHistory::of(repo.manifest())
+        tessera_core::rewrite::HarHistory::of(repo.manifest())
             .unwrap()
-            .0,
+            .chain("letters")
+            .to_vec(),
         before
     );
 }
@@ -285,7 +292,7 @@ proptest! {
             8 * 1024,
             false,
         );
-        let segment_bytes = if big_segment { 1 << 30 } else { 6 * 1024 };
+        let segment_bytes = Some(if big_segment { 1 << 30 } else { 6 * 1024 });
         let mut versions = vec![bytes(seed, size)];
         let mut ids = Vec::new();
         let mut stored = 0u64;
@@ -360,7 +367,8 @@ fn policies_rewrite_fragmented_versions() {
         for k in 0..8u64 {
             let opts = BackupOptions {
                 rewrite: RewriteSpec::parse(spec).unwrap(),
-                segment_bytes: 32 * 1024,
+                segment_bytes: Some(32 * 1024),
+                chain: Some("v".into()),
                 ..BackupOptions::new(format!("v{k}"), SourceKind::Stream)
             };
             let r = repo.backup_reader(&opts, &mut &v[..], &mut |_| {}).unwrap();
@@ -411,7 +419,7 @@ fn failed_rewriting_backup_restores_the_index_exactly() {
         for (k, v) in versions[..3].iter().enumerate() {
             let opts = BackupOptions {
                 rewrite: RewriteSpec::Smr { level: 1 },
-                segment_bytes: 16 * 1024,
+                segment_bytes: Some(16 * 1024),
                 ..BackupOptions::new(format!("v{k}"), SourceKind::Stream)
             };
             repo.backup_reader(&opts, &mut &v[..], &mut |_| {}).unwrap();
@@ -422,7 +430,7 @@ fn failed_rewriting_backup_restores_the_index_exactly() {
     let last = |repo: &mut Writer| {
         let opts = BackupOptions {
             rewrite: RewriteSpec::Capping { level: 1 },
-            segment_bytes: 16 * 1024,
+            segment_bytes: Some(16 * 1024),
             ..BackupOptions::new("v3", SourceKind::Stream)
         };
         repo.backup_reader(&opts, &mut &versions[3][..], &mut |_| {})
@@ -691,7 +699,7 @@ fn a_container_sealed_mid_segment_is_deduplicated_against() {
         let mut repo = trace_repo();
         let opts = BackupOptions {
             rewrite: RewriteSpec::parse(spec).unwrap(),
-            segment_bytes: 7 * CHUNK as u64,
+            segment_bytes: Some(7 * CHUNK as u64),
             ..BackupOptions::new("x", SourceKind::Trace)
         };
         // Segment 1 (A–G) seals A–E mid-segment; segment 2 repeats them.
@@ -701,4 +709,38 @@ fn a_container_sealed_mid_segment_is_deduplicated_against() {
         assert_eq!((r.new_chunks, r.rewritten_chunks), (9, 0), "{spec}");
         assert_eq!(containers_read(&repo, r.backup.id), 2, "{spec}");
     }
+}
+
+/// A level means containers per segment of 5 containers of data (the SMR
+/// paper's 20 MB at 4 MB containers), so the default segment scales with
+/// the container size and a level rewrites the same share of one chunk
+/// stream at 4 MiB and at 256 KiB containers. (With a fixed 20 MiB
+/// segment, capping:3 at 256 KiB kept 3 of 80 containers per segment and
+/// rewrote 96 % of the duplicates instead of 40 %.)
+#[test]
+fn a_level_rewrites_the_same_share_at_any_container_size() {
+    const C: u32 = 8192;
+    let v1: Vec<Fingerprint> = (0..25_600u32).map(|i| common::fp_n(i as u64)).collect();
+    let share = |container_size: u32| {
+        let b: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+        let mut r = open_new(b, ChunkerConfig::default(), container_size, true);
+        let opts = BackupOptions::new("v1", SourceKind::Trace);
+        r.backup_trace(&opts, v1.iter().map(|f| Ok((*f, C))))
+            .unwrap();
+        // The next version starts 37 chunks in: segments straddle containers.
+        let opts = BackupOptions {
+            rewrite: RewriteSpec::parse("capping:3").unwrap(),
+            ..BackupOptions::new("v2", SourceKind::Trace)
+        };
+        let rep = r
+            .backup_trace(&opts, v1[37..].iter().map(|f| Ok((*f, C))))
+            .unwrap();
+        rep.rewritten_bytes as f64 / rep.logical_bytes as f64
+    };
+    let (big, small) = (share(4 << 20), share(256 << 10));
+    assert!(big > 0.3 && big < 0.5, "4 MiB: {big}");
+    assert!(
+        (small / big - 1.0).abs() < 0.1,
+        "4 MiB: {big}, 256 KiB: {small}"
+    );
 }

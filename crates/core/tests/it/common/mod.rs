@@ -51,6 +51,11 @@ pub fn fp(letter: char) -> Fingerprint {
     HashAlgo::Blake3.hash(letter.to_string().as_bytes())
 }
 
+/// The fingerprint of chunk number `n` of a generated trace.
+pub fn fp_n(n: u64) -> Fingerprint {
+    HashAlgo::Blake3.hash(&n.to_le_bytes())
+}
+
 /// Initialise a BLAKE3 repository on `backend`.
 pub fn init_blake3(
     backend: Arc<dyn ObjectStore>,
