@@ -8,27 +8,27 @@
 #   experiments/reproduce.sh --no-run   # only rewrite the doc from the CSVs
 #   TESSERA=path/to/tessera experiments/reproduce.sh
 #
-# redis-series, git-series, git-git-series, git-git-interleave-series and
-# gccdf-synthetic-mix-50g need their datasets first (see their .toml files);
+# redis-series, redis-interleave-series, mix-redis-nginx, smr-redis
+# (experiments/real-series-gen.sh), git-series, git-git-series,
+# git-git-interleave-series and gccdf-synth5-50g need their datasets first (see their .toml files);
 # without them they are skipped and their tables kept from the CSVs.
 #
 # Directives in the .in file: `@TABLE NAME` (summarize.awk: dedup, RA, GC
 # produced per approach), `@GCTABLE NAME` (gcsummary.awk: GC's share of the
 # layout), `@ROUNDS NAME APPROACH…` (rounds.awk: RA of the newest backup
-# round by round).
+# round by round), `@SMRTABLE NAME` (smrsummary.awk: the SMR paper's
+# dedup ratio and speed factor per approach).
 set -eu
 cd "$(dirname "$0")/.."
 TESSERA=${TESSERA:-target/release/tessera}
-EXPERIMENTS="gccdf-synthetic-mix gccdf-interleave-synthetic-mix rewrite-synthetic-mix vc-synthetic-mix git-series redis-series git-git-series git-git-interleave-series gccdf-synthetic-mix-50g"
+EXPERIMENTS="gccdf-synth5 gccdf-interleave-synth5 rewrite-synth5 vc-synth5 git-series redis-series redis-interleave-series mix-redis-nginx smr-redis git-git-series git-git-interleave-series gccdf-synth5-50g"
 if [ "${1:-}" != "--no-run" ]; then
     for e in $EXPERIMENTS; do
-        if [ "$e" = redis-series ] && [ ! -d /tmp/copies-redis ]; then
-            echo "skipping $e: no dataset at /tmp/copies-redis" >&2
-            continue
-        fi
         case $e in
+        redis-series | redis-interleave-series | smr-redis) ds=/tmp/series/redis ;;
+        mix-redis-nginx) ds=/tmp/series/mix ;;
         git-git-series | git-git-interleave-series) ds=/tmp/series-git/traces ;;
-        gccdf-synthetic-mix-50g) ds=/tmp/series-mix/traces ;;
+        gccdf-synth5-50g) ds=/tmp/series-mix/traces ;;
         *) ds= ;;
         esac
         if [ -n "$ds" ] && [ ! -d "$ds" ]; then
@@ -47,7 +47,7 @@ tmp=$out.tmp
 : > "$tmp"
 while IFS= read -r line; do
     case $line in
-    @TABLE\ * | @GCTABLE\ * | @ROUNDS\ *)
+    @TABLE\ * | @GCTABLE\ * | @ROUNDS\ * | @SMRTABLE\ *)
         set -- $line
         directive=$1
         e=$2
@@ -57,6 +57,8 @@ while IFS= read -r line; do
             echo "(not run yet: experiments/results/$e)" >> "$tmp"
         elif [ "$directive" = @TABLE ]; then
             awk -F, -f experiments/summarize.awk "$csv" >> "$tmp"
+        elif [ "$directive" = @SMRTABLE ]; then
+            awk -F, -f experiments/smrsummary.awk "$csv" >> "$tmp"
         elif [ "$directive" = @GCTABLE ]; then
             awk -F, -f experiments/gcsummary.awk "$csv" >> "$tmp"
         else

@@ -22,6 +22,7 @@ const COLUMNS: &[&str] = &[
     "logical_bytes",
     "chunks",
     "new_bytes",
+    "rewritten_bytes",
     "stored_bytes",
     "data_containers",
     "retained_backups",
@@ -172,7 +173,7 @@ pub fn csv(r: &Results) -> String {
 pub fn jsonl(r: &Results) -> Result<String> {
     let mut out = String::new();
     let head = serde_json::json!({
-        "kind": "run", "experiment": r.experiment, "mode": r.mode, "chunker": r.chunker,
+        "kind": "run", "experiment": r.experiment, "stamp": r.stamp, "mode": r.mode, "chunker": r.chunker,
         "hash": r.hash, "container_size": r.container_size, "versions": r.versions,
     });
     writeln!(out, "{head}").ok();
@@ -356,6 +357,16 @@ pub fn html(r: &Results) -> String {
     let mut h = String::new();
     write!(h, r#"<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>Tessera lab: {0}</title><style>body{{font-family:Helvetica,Arial,sans-serif;margin:24px;max-width:1400px}}table{{border-collapse:collapse;font-size:13px}}td,th{{border:1px solid #ccc;padding:3px 7px;text-align:right}}td:first-child,th:first-child,td.l{{text-align:left}}.plots{{display:flex;flex-wrap:wrap;gap:12px}}.bad{{color:#b00}}</style></head><body><h1>Tessera lab: {0}</h1>"#, esc(&r.experiment)).ok();
     write!(h, "<p>Mode <b>{:?}</b>, chunker {}, hash {}, containers of {} KiB, {} backups in sequence. Restore metrics are those of the final restore of every retained backup.</p>", r.mode, esc(&r.chunker), esc(&r.hash), r.container_size / 1024, r.versions.len()).ok();
+    write!(
+        h,
+        "<p class=\"stamp\">Run {} on {} ({} cores), build {} (tessera {}).</p>",
+        esc(&r.stamp.date),
+        esc(&r.stamp.host),
+        r.stamp.cores,
+        esc(&r.stamp.commit),
+        esc(&r.stamp.version)
+    )
+    .ok();
     h.push_str(r#"<h2>Summary</h2><table id="summary"><tr><th>approach</th><th>configuration</th><th>status</th><th>backups</th><th>retained</th><th>stored MiB</th><th>actual dedup ratio</th><th>classic dedup ratio</th><th>mean read amplification</th><th>mean speed factor</th><th>backup MB/s</th><th>chunk refs/s</th><th>GC rounds</th><th>GC reclaimed</th><th>GC produced</th><th>GC MiB read</th><th>GC MiB written</th><th>GC s</th><th>peak RSS MiB</th><th>time s</th></tr>"#);
     for s in &r.summaries {
         let status = if s.status == "ok" && s.rewrote_nothing {

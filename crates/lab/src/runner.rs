@@ -216,9 +216,60 @@ pub struct Summary {
     pub seconds: f64,
 }
 
+/// Which build ran an experiment, where and when: stamped into every
+/// results directory so a figure can be traced to the commit behind it.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Stamp {
+    /// `git rev-parse HEAD` of the working directory (the checkout the
+    /// lab was run from; "unknown" outside one), `+dirty` when tracked
+    /// files differ from it.
+    pub commit: String,
+    pub version: String,
+    /// UTC, when the run started.
+    pub date: String,
+    pub host: String,
+    pub cores: usize,
+}
+
+impl Stamp {
+    /// The stamp of a run starting now.
+    pub fn now() -> Self {
+        let git = |args: &[&str]| {
+            std::process::Command::new("git")
+                .args(args)
+                .output()
+                .ok()
+                .filter(|o| o.status.success())
+                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        };
+        let commit = match git(&["rev-parse", "HEAD"]) {
+            Some(c) if !c.is_empty() => {
+                let dirty = git(&["status", "--porcelain", "--untracked-files=no"])
+                    .is_some_and(|s| !s.is_empty());
+                if dirty {
+                    format!("{c}+dirty")
+                } else {
+                    c
+                }
+            }
+            _ => "unknown".into(),
+        };
+        Stamp {
+            commit,
+            version: env!("CARGO_PKG_VERSION").into(),
+            date: tessera_core::clock::format_utc(tessera_core::clock::now()),
+            host: std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_string())
+                .unwrap_or_default(),
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        }
+    }
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct Results {
     pub experiment: String,
+    pub stamp: Stamp,
     pub mode: Mode,
     pub chunker: String,
     pub hash: String,
@@ -433,6 +484,7 @@ impl RunOptions {
 /// Run every approach of `exp` and collect the results. An approach that
 /// fails stops there; its summary says why and the others still run.
 pub fn run(exp: &Experiment, opts: &RunOptions) -> Result<Results> {
+    let stamp = Stamp::now();
     std::fs::create_dir_all(&opts.work)
         .with_context(|| format!("cannot create {}", opts.work.display()))?;
     let versions = prepare(exp, &opts.work)?;
@@ -474,6 +526,7 @@ pub fn run(exp: &Experiment, opts: &RunOptions) -> Result<Results> {
     progress.finish();
     Ok(Results {
         experiment: exp.name.clone(),
+        stamp,
         mode: exp.mode,
         chunker: exp.chunker.describe(),
         hash: exp.hash.name().into(),

@@ -230,6 +230,18 @@ fn report_has_every_plot_and_the_summary() {
         serde_json::from_str::<serde_json::Value>(l).unwrap();
     }
     assert_eq!(jl.lines().count(), 1 + r.rows.len() + r.summaries.len());
+    // The run header names the build, the machine and the date (the tests
+    // run inside the repository's checkout: a 40-hex commit).
+    let head: serde_json::Value = serde_json::from_str(jl.lines().next().unwrap()).unwrap();
+    let commit = head["stamp"]["commit"].as_str().unwrap();
+    let hex = commit.trim_end_matches("+dirty");
+    assert!(
+        hex.len() == 40 && hex.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{commit}"
+    );
+    assert!(head["stamp"]["date"].as_str().unwrap().starts_with("20"));
+    assert!(head["stamp"]["cores"].as_u64().unwrap() >= 1);
+    assert!(html.contains(&format!("build {commit}")), "stamped report");
 }
 
 #[test]
