@@ -8,6 +8,8 @@
 #   redis/  the 290 tags of Redis whose names start with a digit (1.3.6 …),
 #           one trace per tag, in version order
 #   nginx/  nginx's `release-*` tags (release-0.1.0 … release-1.31.4)
+#   redis-tar/  (with KEEP_TARS=1) the Redis tarballs themselves, the
+#           data-mode dataset of gc-time-redis.toml
 #   mix/    a two-source series as the GCCDF paper's MIX (a second real
 #           source interleaved with Redis): Redis tag k and nginx tag k
 #           alternate as NNNNN-s0-vKKKK / NNNNN-s1-vKKKK (symbolic links),
@@ -20,14 +22,16 @@ out=${3:-/tmp/series}
 T=${TESSERA:-target/release/tessera}
 mkdir -p "$out"
 for s in redis nginx; do
-    [ -d "$out/$s" ] && continue
+    if [ -d "$out/$s" ] && { [ -z "${KEEP_TARS:-}" ] || [ -d "$out/$s-tar" ] || [ $s = nginx ]; }; then
+        continue
+    fi
     case $s in
     redis) repo=$redis tags='[0-9]*' ;;
     nginx) repo=$nginx tags='release-*' ;;
     esac
     "$T" lab gen git -q --repo "$repo" --tags "$tags" --out "$out/$s-tar"
-    "$T" lab gen trace -q --chunker gccdf --hash sha1 --out "$out/$s" "$out/$s-tar"
-    rm -rf "$out/$s-tar"
+    [ -d "$out/$s" ] || "$T" lab gen trace -q --chunker gccdf --hash sha1 --out "$out/$s" "$out/$s-tar"
+    [ -n "${KEEP_TARS:-}" ] && [ $s = redis ] || rm -rf "$out/$s-tar"
 done
 rm -rf "$out/mix"
 mkdir "$out/mix"

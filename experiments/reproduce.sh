@@ -16,17 +16,19 @@
 # Directives in the .in file: `@TABLE NAME` (summarize.awk: dedup, RA, GC
 # produced per approach), `@GCTABLE NAME` (gcsummary.awk: GC's share of the
 # layout), `@ROUNDS NAME APPROACH…` (rounds.awk: RA of the newest backup
-# round by round), `@SMRTABLE NAME` (smrsummary.awk: the SMR paper's
+# round by round), `@GCTIME NAME` (gctime.awk: GC time in the GCCDF
+# paper's four stages), `@SMRTABLE NAME` (smrsummary.awk: the SMR paper's
 # dedup ratio and speed factor per approach).
 set -eu
 cd "$(dirname "$0")/.."
 TESSERA=${TESSERA:-target/release/tessera}
-EXPERIMENTS="gccdf-synth5 gccdf-interleave-synth5 rewrite-synth5 vc-synth5 git-series redis-series redis-interleave-series mix-redis-nginx smr-redis git-git-series git-git-interleave-series gccdf-synth5-50g"
+EXPERIMENTS="gccdf-synth5 gccdf-interleave-synth5 rewrite-synth5 vc-synth5 git-series redis-series redis-interleave-series mix-redis-nginx smr-redis gc-time-redis git-git-series git-git-interleave-series gccdf-synth5-50g"
 if [ "${1:-}" != "--no-run" ]; then
     for e in $EXPERIMENTS; do
         case $e in
         redis-series | redis-interleave-series | smr-redis) ds=/tmp/series/redis ;;
         mix-redis-nginx) ds=/tmp/series/mix ;;
+        gc-time-redis) ds=/tmp/series/redis-tar ;;
         git-git-series | git-git-interleave-series) ds=/tmp/series-git/traces ;;
         gccdf-synth5-50g) ds=/tmp/series-mix/traces ;;
         *) ds= ;;
@@ -47,7 +49,7 @@ tmp=$out.tmp
 : > "$tmp"
 while IFS= read -r line; do
     case $line in
-    @TABLE\ * | @GCTABLE\ * | @ROUNDS\ * | @SMRTABLE\ *)
+    @TABLE\ * | @GCTABLE\ * | @ROUNDS\ * | @SMRTABLE\ * | @GCTIME\ *)
         set -- $line
         directive=$1
         e=$2
@@ -57,6 +59,8 @@ while IFS= read -r line; do
             echo "(not run yet: experiments/results/$e)" >> "$tmp"
         elif [ "$directive" = @TABLE ]; then
             awk -F, -f experiments/summarize.awk "$csv" >> "$tmp"
+        elif [ "$directive" = @GCTIME ]; then
+            awk -F, -f experiments/gctime.awk "$csv" >> "$tmp"
         elif [ "$directive" = @SMRTABLE ]; then
             awk -F, -f experiments/smrsummary.awk "$csv" >> "$tmp"
         elif [ "$directive" = @GCTABLE ]; then

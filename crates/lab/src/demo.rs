@@ -50,6 +50,7 @@ pub fn experiment(approaches: Vec<Approach>, file: &Path) -> Experiment {
             probability: 1.0,
             pick: Pick::Oldest,
             gc: true,
+            cold_gc: false,
             seed: 1,
         }),
         restore: RestorePlan {

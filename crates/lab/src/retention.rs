@@ -33,6 +33,11 @@ pub struct Retention {
     /// Run the approach's GC after each round.
     #[serde(default = "yes")]
     pub gc: bool,
+    /// Before each GC: write dirty pages back and drop the page cache
+    /// (root only), so GC reads its containers from the disk as the
+    /// papers' GC timings do (a local-backend, data-mode experiment).
+    #[serde(default)]
+    pub cold_gc: bool,
     #[serde(default)]
     pub seed: u64,
 }
@@ -113,6 +118,7 @@ mod tests {
             probability: 1.0,
             pick: Pick::Oldest,
             gc: true,
+            cold_gc: false,
             seed: 0,
         };
         let (rounds, kept) = simulate(&r, 9);

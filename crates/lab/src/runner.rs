@@ -285,6 +285,15 @@ impl Results {
     }
 }
 
+/// Write dirty pages back and drop the page cache: what follows reads
+/// from the disk. Needs root (`/proc/sys/vm/drop_caches`).
+fn drop_page_cache() -> Result<()> {
+    // SAFETY: sync has no arguments and cannot fail.
+    unsafe { libc::sync() };
+    std::fs::write("/proc/sys/vm/drop_caches", "3\n")
+        .context("cannot write /proc/sys/vm/drop_caches (run as root, or set cold_gc = false)")
+}
+
 /// Process peak resident set size (getrusage; Linux reports KiB).
 pub fn peak_rss_bytes() -> u64 {
     // SAFETY: getrusage only writes into the zeroed struct we pass.
@@ -920,6 +929,9 @@ impl ApproachRun<'_> {
             ..Default::default()
         };
         if let (true, Some(gopts)) = (ret.gc, &self.a.gc) {
+            if ret.cold_gc {
+                drop_page_cache().context("cold_gc: dropping the page cache before GC")?;
+            }
             g.report = self
                 .repo
                 .gc(gopts)
