@@ -222,7 +222,7 @@ pub struct Summary {
 pub struct Stamp {
     /// `git rev-parse HEAD` of the working directory (the checkout the
     /// lab was run from; "unknown" outside one), `+dirty` when tracked
-    /// files differ from it.
+    /// files other than `experiments/results/` differ from it.
     pub commit: String,
     pub version: String,
     /// UTC, when the run started.
@@ -244,8 +244,15 @@ impl Stamp {
         };
         let commit = match git(&["rev-parse", "HEAD"]) {
             Some(c) if !c.is_empty() => {
-                let dirty = git(&["status", "--porcelain", "--untracked-files=no"])
-                    .is_some_and(|s| !s.is_empty());
+                // Results being written are not the build's changes.
+                let dirty = git(&[
+                    "status",
+                    "--porcelain",
+                    "--untracked-files=no",
+                    "--",
+                    ":(top,exclude)experiments/results",
+                ])
+                .is_some_and(|s| !s.is_empty());
                 if dirty {
                     format!("{c}+dirty")
                 } else {
