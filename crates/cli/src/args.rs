@@ -649,6 +649,9 @@ pub struct GcArgs {
     /// GCCDF: false-positive rate of the per-backup ownership Bloom filters (0 = exact sets)
     #[arg(long, default_value = "0.01", value_name = "P", value_parser = Checked(ownership_fp_rate))]
     pub ownership_fp_rate: f64,
+    /// GCCDF: cluster packing, recency (the paper's) or random (its Fig. 15 ablation: the same clusters in a random order)
+    #[arg(long, default_value = "recency", value_name = "PACKING", value_parser = Checked(plain::<tessera_core::gc::Packing>))]
+    pub packing: tessera_core::gc::Packing,
     /// Show what would be reclaimed without changing the repository
     #[arg(long)]
     pub dry_run: bool,
@@ -688,6 +691,7 @@ impl GcArgs {
                 VcSpec::from_fp_rate(self.vc_fp_rate)
             },
             ownership_fp_rate: self.ownership_fp_rate,
+            packing: self.packing,
             dry_run: self.dry_run,
             fgc_granularity: self.fgc_granularity.map(|b| b.0),
             memory_limit: self.memory_limit.map(|b| b.0),

@@ -3,7 +3,7 @@
 //! technique becomes available to the lab as soon as core implements it.
 
 use serde::{Deserialize, Serialize};
-use tessera_core::gc::{GcOptions, GcStrategy, MarkSpec, VcSpec};
+use tessera_core::gc::{GcOptions, GcStrategy, MarkSpec, Packing, VcSpec};
 use tessera_core::layout::LayoutKind;
 use tessera_core::restore::CacheSpec;
 use tessera_core::rewrite::RewriteSpec;
@@ -42,6 +42,10 @@ pub struct ApproachDef {
     /// repository's containers (`gc::SPLIT_FRACTION`).
     #[serde(default = "split")]
     pub split_threshold: usize,
+    /// GCCDF: `recency` (the paper's cluster packing) or `random` (its
+    /// Fig. 15 ablation: the same clusters in a random order).
+    #[serde(default = "recency")]
+    pub packing: String,
     /// GC's valid-chunk table: `exact`, `bloom:P` (false-positive rate P)
     /// or `phv` (perfect-hash vector).
     #[serde(default = "exact")]
@@ -74,6 +78,10 @@ pub struct ApproachDef {
     /// as the physical-GC paper's LGC does, instead of skipping them.
     #[serde(default)]
     pub walk_shared_subtrees: bool,
+}
+
+fn recency() -> String {
+    "recency".into()
 }
 
 fn containers() -> String {
@@ -142,6 +150,10 @@ impl Approach {
                 MarkSpec::Logical => String::new(),
                 m => format!(" mark={m}"),
             };
+            let mark = match g.packing {
+                Packing::Recency => mark,
+                p => format!("{mark} packing={p}"),
+            };
             let budget = g
                 .memory_limit
                 .map_or(String::new(), |l| format!(" memory-limit={}", ByteSize(l)));
@@ -172,6 +184,7 @@ pub fn builtin(name: &str) -> Result<ApproachDef, String> {
         segment_containers: segment(),
         liveness_threshold: 1.0,
         split_threshold: split(),
+        packing: recency(),
         vc: exact(),
         cache: None,
         layout: containers(),
@@ -223,6 +236,7 @@ impl ApproachDef {
                 segment_containers: self.segment_containers.max(1),
                 liveness_threshold: self.liveness_threshold,
                 split_threshold: self.split_threshold,
+                packing: self.packing.parse::<Packing>().map_err(ctx)?,
                 vc,
                 dry_run: false,
                 mark: self.mark.parse::<MarkSpec>().map_err(ctx)?,

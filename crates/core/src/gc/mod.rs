@@ -24,6 +24,7 @@ mod run;
 pub mod select;
 pub mod sweep;
 
+pub use gccdf::plan::Packing;
 pub use mark::{LogicalMark, Mark, MarkSpec, Marker, PhysicalMark, VcSpec};
 pub use options::{GcOptions, GcStrategy, READER_WAIT, SPLIT_FRACTION};
 pub use phase::PhaseReport;

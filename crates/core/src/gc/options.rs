@@ -63,6 +63,9 @@ pub struct GcOptions {
     /// GCCDF: false-positive rate of the per-backup ownership Bloom
     /// filters; 0 = exact fingerprint sets.
     pub ownership_fp_rate: f64,
+    /// GCCDF: how clusters are packed (the paper's recency order, or the
+    /// random ablation of its Fig. 15).
+    pub packing: super::gccdf::plan::Packing,
     /// The focused mark: virtual-file size of the reference graph (FGC's
     /// granularity); `None` keeps the recorded graph's. Another size than
     /// the recorded one rebuilds the graph from every recipe.
@@ -90,6 +93,7 @@ impl Default for GcOptions {
             split_threshold: 0,
             vc: VcSpec::Exact,
             ownership_fp_rate: 0.01,
+            packing: Default::default(),
             fgc_granularity: None,
             memory_limit: None,
             max_read_rate: None,

@@ -360,11 +360,12 @@ pub fn gccdf_sweep(
     repo: &Context,
     mark: &Mark,
     ids: &[ContainerId],
-    segment_containers: usize,
-    split_threshold: usize,
+    opts: &GcOptions,
     packer: &mut Packer,
     stats: &mut SweepStats,
 ) -> Result<()> {
+    let (segment_containers, split_threshold) =
+        (opts.segment_containers, opts.split_threshold_for(repo));
     let mut placed = CopySet::default();
     for segment in ids.chunks(segment_containers.max(1)) {
         stats.segments += 1;
@@ -381,7 +382,7 @@ pub fn gccdf_sweep(
         stats.cache_peak_bytes = stats.cache_peak_bytes.max(cache.logical);
         let t = Instant::now();
         let tree = super::gccdf::segment_tree(mark, &cache, segment, split_threshold);
-        let order = plan::migration_order(&tree);
+        let order = plan::migration_order(&tree, opts.packing, stats.segments);
         stats.tree_peak_bytes = stats.tree_peak_bytes.max(tree.memory_bytes());
         drop(tree);
         stats.analyze_seconds += t.elapsed().as_secs_f64();
@@ -494,8 +495,7 @@ pub fn sweep_containers(
             repo,
             mark,
             &with_live_empties(repo, mark, sel)?,
-            opts.segment_containers,
-            opts.split_threshold_for(repo),
+            opts,
             &mut data,
             &mut stats,
         )?,
