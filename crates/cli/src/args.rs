@@ -628,7 +628,7 @@ impl SynthArgs {
 /// parsed, by the same rules as [`GcOptions::validate`].
 #[derive(Args)]
 pub struct GcArgs {
-    /// naive (copy live chunks forward in their old order) or gccdf (regroup them by ownership)
+    /// naive (copy live chunks forward in their old order), gccdf (regroup them by ownership) or cma (delete only containers with no live chunk, copy nothing: Destor's container-marker GC)
     #[arg(long, default_value = "naive", value_parser = Checked(plain::<GcStrategy>))]
     pub strategy: GcStrategy,
     /// GCCDF: GC-involved containers analyzed together (memory grows with it)

@@ -145,6 +145,12 @@ fn dry_runs_change_nothing() {
         assert!(r["reclaimed_containers"].as_u64().unwrap() > 0, "{r}");
         assert_eq!(listing(&repo), before);
     }
+    // CMA: whole dead containers only, nothing copied.
+    let r = json(tessera(&repo).args(["gc", "--dry-run", "--strategy", "cma", "--json"]));
+    assert_eq!(r["strategy"], "cma");
+    assert_eq!(r["produced_containers"], 0, "{r}");
+    assert_eq!(r["deleted_without_copy"], r["reclaimed_containers"], "{r}");
+    assert_eq!(listing(&repo), before);
 }
 
 #[test]

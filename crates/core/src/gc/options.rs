@@ -15,6 +15,12 @@ pub enum GcStrategy {
     Naive,
     /// Cluster live chunks by ownership and pack similar clusters together.
     Gccdf,
+    /// Destor's container-marker algorithm (CMA, mfdedup-tos.md §5's
+    /// second baseline): only containers with no live chunk are deleted and
+    /// nothing is copied, so a container keeps its dead chunks as long as
+    /// one of its chunks lives. The coarse end of GC (the paper's
+    /// "utilization threshold 100 %"): fastest, leaves the most garbage.
+    Cma,
 }
 
 impl GcStrategy {
@@ -22,8 +28,9 @@ impl GcStrategy {
         match s.to_ascii_lowercase().as_str() {
             "naive" => Ok(GcStrategy::Naive),
             "gccdf" => Ok(GcStrategy::Gccdf),
+            "cma" => Ok(GcStrategy::Cma),
             _ => Err(format!(
-                "unknown gc strategy '{s}' (expected naive or gccdf)"
+                "unknown gc strategy '{s}' (expected naive, gccdf or cma)"
             )),
         }
     }
@@ -34,6 +41,7 @@ impl fmt::Display for GcStrategy {
         f.write_str(match self {
             GcStrategy::Naive => "naive",
             GcStrategy::Gccdf => "gccdf",
+            GcStrategy::Cma => "cma",
         })
     }
 }
@@ -41,7 +49,7 @@ impl fmt::Display for GcStrategy {
 /// GC parameters.
 #[derive(Clone, Debug)]
 pub struct GcOptions {
-    /// The sweep: naive copy-forward or GCCDF.
+    /// The sweep: naive copy-forward, GCCDF, or none (CMA).
     pub strategy: GcStrategy,
     /// The mark: logical today; physical, physical+ and focused plug in here.
     pub mark: MarkSpec,

@@ -83,7 +83,10 @@ pub(crate) fn plan_gc(repo: &Context, opts: &GcOptions) -> Result<GcPlan> {
         // PGC+'s dynamic duplicate removal is a feature of the naive
         // copy phase; under GCCDF's sweep its unique-liveness selection lost
         // chunks (a gc_rewrite proptest case), so there it marks as PGC.
-        MarkSpec::PhysicalPlus if opts.strategy == GcStrategy::Gccdf => {
+        // CMA copies nothing, so it needs exact liveness, not PGC+'s
+        // estimate (which calls a container holding only older live copies
+        // empty, leaving the copy phase to save them).
+        MarkSpec::PhysicalPlus if opts.strategy != GcStrategy::Naive => {
             plan_gc_marked(repo, opts, &opts.physical_marker(false))
         }
         MarkSpec::PhysicalPlus => plan_gc_marked(repo, opts, &opts.physical_marker(true)),
@@ -116,7 +119,7 @@ pub(crate) fn plan_gc_marked(
         phases.push(clock.stop(repo, mark.memory_bytes as usize));
     }
     let mut clock = PhaseClock::start(repo, "select");
-    let selection = select::select(repo, &mark, opts.liveness_threshold, &mut clock)?;
+    let selection = select::select(repo, &mark, select::Keep::of(opts), &mut clock)?;
     phases.push(clock.stop(repo, 0));
     let mark_seconds = started.elapsed().as_secs_f64();
     let mark_bytes_read = repo

@@ -222,6 +222,116 @@ fn deleted_bytes(before: &tessera_core::catalog::Manifest, after: &Repository, c
         .sum()
 }
 
+/// CMA (Destor's container-marker GC, mfdedup-tos.md §5): exactly the
+/// containers none of whose chunks a retained backup references are
+/// deleted, nothing is read or copied, a container with a live chunk
+/// among dead ones stays whole, and every retained backup restores.
+#[test]
+fn cma_deletes_exactly_the_fully_dead_containers_and_copies_nothing() {
+    for mark in [
+        MarkSpec::Logical,
+        MarkSpec::Physical,
+        MarkSpec::PhysicalPlus,
+        MarkSpec::Focused,
+    ] {
+        let b = mem();
+        init_small(b.clone(), false);
+        let mut repo = Repository::open_writer(b.clone(), "t").unwrap();
+        let v1 = bytes(1, 200_000);
+        // v2 shares a 6 KB run from the middle of v1 (a few chunks of one
+        // or two of v1's containers) and v3 a later version of v2.
+        let mut v2 = v1[100_000..106_000].to_vec();
+        v2.extend_from_slice(&bytes(2, 60_000));
+        let v3 = mutate(&v2, 3);
+        let id1 = backup(&mut repo, "a", &v1).unwrap();
+        let id2 = backup(&mut repo, "b", &v2).unwrap();
+        let id3 = backup(&mut repo, "c", &v3).unwrap();
+        if mark == MarkSpec::Focused {
+            repo.rebuild_refgraph(0).unwrap();
+        }
+        repo.forget(&[id1]).unwrap();
+        let before: BTreeMap<ContainerId, _> = repo
+            .manifest()
+            .containers
+            .iter()
+            .map(|c| (c.id, *c))
+            .collect();
+        // Expected independently of the mark: a container is dead iff none
+        // of its chunks is a copy a retained recipe names.
+        let (data, recipes) = referenced(&repo);
+        let mut dead = HashSet::new();
+        let mut mixed = 0;
+        for c in before.values() {
+            let got = repo.store().read(c.id).unwrap();
+            let live = got
+                .meta
+                .iter()
+                .filter(|m| match c.kind {
+                    ChunkKind::Data => repo
+                        .index()
+                        .copy_list(&m.fp)
+                        .in_container(c.id)
+                        .any(|n| data.contains(&(m.fp, n))),
+                    ChunkKind::Recipe => recipes.contains(&m.fp),
+                })
+                .count();
+            if live == 0 {
+                dead.insert(c.id);
+            } else if live < got.meta.len() && c.kind == ChunkKind::Data {
+                mixed += 1;
+            }
+        }
+        assert!(mixed >= 1, "the scenario needs a partly live container");
+        assert!(dead.len() >= 5, "and fully dead ones: {dead:?}");
+        let written0 = repo.metrics().snapshot();
+        let r = repo
+            .gc(&GcOptions {
+                strategy: GcStrategy::Cma,
+                mark,
+                ..Default::default()
+            })
+            .unwrap();
+        let io = repo.metrics().snapshot().since(&written0);
+        assert_eq!(r.strategy, GcStrategy::Cma);
+        assert_eq!(r.produced_containers, 0, "{mark}");
+        assert_eq!(r.recipe_produced_containers, 0, "{mark}");
+        assert_eq!(r.moved_chunks, 0, "{mark}");
+        assert_eq!(r.bytes_written, 0, "{mark}");
+        assert_eq!(io.data_container_bytes_written, 0, "{mark}");
+        assert_eq!(io.data_container_bytes_read, 0, "{mark}: nothing is copied");
+        assert!(r.skipped_containers >= mixed, "{r:?}");
+        let after: BTreeMap<ContainerId, _> = repo
+            .manifest()
+            .containers
+            .iter()
+            .map(|c| (c.id, *c))
+            .collect();
+        let gone: HashSet<ContainerId> = before
+            .keys()
+            .filter(|id| !after.contains_key(id))
+            .copied()
+            .collect();
+        assert_eq!(gone, dead, "{mark}: exactly the fully dead containers");
+        // Every kept container is the same object, dead chunks included.
+        for (id, c) in &after {
+            assert_eq!(before.get(id), Some(c), "{mark}: container {id} changed");
+        }
+        for id in &gone {
+            assert!(repo.store().read(*id).is_err(), "{id} still stored");
+        }
+        assert_eq!(restore(&repo, id2).unwrap(), v2, "{mark}");
+        assert_eq!(restore(&repo, id3).unwrap(), v3, "{mark}");
+        let c = repo.check(&Default::default()).unwrap();
+        assert!(c.ok(), "{:?}", c.problems);
+        // The garbage CMA left is what a perfect GC then reclaims.
+        let r = gc(&mut repo, GcStrategy::Naive);
+        assert!(r.reclaimed_containers >= mixed, "{r:?}");
+        assert_only_live_chunks(&repo);
+        assert_eq!(restore(&repo, id2).unwrap(), v2);
+        assert_eq!(restore(&repo, id3).unwrap(), v3);
+    }
+}
+
 #[test]
 fn dry_run_changes_nothing() {
     let b = mem();
