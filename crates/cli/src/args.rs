@@ -172,8 +172,11 @@ pub enum Command {
         #[command(flatten)]
         repo: RepoArg,
         /// Directories or files to back up (omit with --stdin-name, --trace-file or --files-from)
-        #[arg(value_name = "PATH", required_unless_present_any = ["stdin_name", "trace_file", "files_from"])]
+        #[arg(value_name = "PATH", required_unless_present_any = ["stdin_name", "trace_file", "files_from", "clone"])]
         paths: Vec<PathBuf>,
+        /// Fastcopy: a new backup sharing this backup's recipe root (id, `latest` or a root prefix), made without reading or writing data; named --stdin-name if given, else as the source
+        #[arg(long, value_name = "ID", conflicts_with_all = ["paths", "trace_file", "files_from", "tag", "host"])]
+        clone: Option<String>,
         /// Back up standard input as a stream with this name
         #[arg(long, value_name = "NAME", conflicts_with_all = ["paths", "trace_file", "files_from"])]
         stdin_name: Option<String>,

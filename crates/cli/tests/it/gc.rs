@@ -292,3 +292,29 @@ fn gc_physical_marks_report_their_phases() {
         "--memory-limit must be above 0",
     );
 }
+
+/// `backup --clone ID` (fastcopy): a new backup sharing the source's root,
+/// no container written; it restores exactly and survives the source's
+/// forget and GC.
+#[test]
+fn backup_clone_restores_and_outlives_its_source() {
+    let t = tempfile::tempdir().unwrap();
+    let repo = t.path().join("repo");
+    let v = setup(&repo, t.path());
+    let containers = |repo: &Path| listing(&repo.join("containers")).len();
+    let before = containers(&repo);
+    let c = json(tessera(&repo).args(["backup", "--clone", "1", "--stdin-name", "cl", "--json"]));
+    assert_eq!(c["id"], 4, "{c}");
+    assert_eq!(c["name"], "cl");
+    assert_eq!(c["new_bytes"], 0);
+    assert_eq!(c["parent"], 1, "{c}");
+    assert_eq!(containers(&repo), before, "no container written");
+    assert_eq!(restore(&repo, "4"), v[0]);
+    ok_bytes(tessera(&repo).args(["forget", "1"]));
+    ok_bytes(tessera(&repo).args(["gc"]));
+    assert_eq!(restore(&repo, "4"), v[0]);
+    fails(
+        tessera(&repo).args(["backup", "--clone", "1"]),
+        "no snapshot",
+    );
+}

@@ -332,6 +332,80 @@ fn cma_deletes_exactly_the_fully_dead_containers_and_copies_nothing() {
     }
 }
 
+/// Fastcopy (physical-gc-fast17.md §5.1): a clone shares its source's
+/// recipe root, writes no chunk, restores exactly, and keeps the source's
+/// chunks live once the source is forgotten and collected, under every
+/// mark (the focused one with a recorded graph, which the clone drops and
+/// the focused GC rebuilds).
+#[test]
+fn a_clone_writes_no_data_and_outlives_its_source() {
+    for mark in [
+        MarkSpec::Logical,
+        MarkSpec::Physical,
+        MarkSpec::PhysicalPlus,
+        MarkSpec::Focused,
+    ] {
+        let b = mem();
+        init_small(b.clone(), false);
+        let mut repo = Repository::open_writer(b.clone(), "t").unwrap();
+        let v1 = bytes(11, 150_000);
+        let v2 = bytes(12, 50_000);
+        let id1 = backup(&mut repo, "a", &v1).unwrap();
+        let id2 = backup(&mut repo, "b", &v2).unwrap();
+        if mark == MarkSpec::Focused {
+            repo.rebuild_refgraph(0).unwrap();
+        }
+        let containers = repo.manifest().containers.clone();
+        let entries = repo.index().len();
+        let io0 = repo.metrics().snapshot();
+        let c = repo.clone_backup(id1, Some("copy of a")).unwrap();
+        let io = repo.metrics().snapshot().since(&io0);
+        assert_eq!(io.data_container_bytes_written, 0);
+        assert_eq!(io.data_container_bytes_read, 0, "no data read");
+        assert_eq!(io.recipe_container_bytes_written, 0);
+        assert_eq!(repo.manifest().containers, containers, "no container");
+        assert_eq!(repo.index().len(), entries, "no index entry");
+        let src = repo.manifest().backup(id1).unwrap().clone();
+        assert_eq!(
+            (c.name.as_str(), c.new_bytes, c.new_chunks),
+            ("copy of a", 0, 0)
+        );
+        assert_eq!((&c.root, c.root_level), (&src.root, src.root_level));
+        assert_eq!((c.logical_bytes, c.chunks), (src.logical_bytes, src.chunks));
+        assert_eq!(c.meta.parent, Some(id1));
+        assert!(c.id > id2);
+        assert_eq!(restore(&repo, c.id).unwrap(), v1);
+        // Forget the source and collect: the clone keeps every chunk.
+        repo.forget(&[id1]).unwrap();
+        let stored = repo.stats().stored_data_bytes;
+        let r = repo
+            .gc(&GcOptions {
+                mark,
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(r.reclaimed_containers, 0, "{mark}: {r:?}");
+        assert_eq!(repo.stats().stored_data_bytes, stored, "{mark}");
+        assert_eq!(restore(&repo, c.id).unwrap(), v1, "{mark}");
+        assert_eq!(restore(&repo, id2).unwrap(), v2, "{mark}");
+        // A forgotten backup cannot be cloned.
+        let err = repo.clone_backup(id1, None).unwrap_err().to_string();
+        assert!(err.contains("no snapshot"), "{err}");
+        // Forgetting the clone too makes v1's chunks garbage.
+        repo.forget(&[c.id]).unwrap();
+        let r = repo
+            .gc(&GcOptions {
+                mark,
+                ..Default::default()
+            })
+            .unwrap();
+        assert!(r.reclaimed_containers > 0, "{mark}: {r:?}");
+        assert_eq!(restore(&repo, id2).unwrap(), v2, "{mark}");
+        let ck = repo.check(&Default::default()).unwrap();
+        assert!(ck.ok(), "{mark}: {:?}", ck.problems);
+    }
+}
+
 #[test]
 fn dry_run_changes_nothing() {
     let b = mem();
@@ -1865,7 +1939,7 @@ fn focused_gccdf_clusters_match_full_mark() {
             repo.gc(&GcOptions {
                 strategy: GcStrategy::Gccdf,
                 mark: MarkSpec::Focused,
-                split_threshold: 1,
+                        split_threshold: 1,
                 ..Default::default()
             })
             .unwrap();
