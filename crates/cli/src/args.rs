@@ -675,6 +675,9 @@ pub struct GcArgs {
     /// Logical mark: walk recipe subtrees shared by several backups again for each (the physical-GC paper's LGC) instead of skipping those already marked
     #[arg(long)]
     pub walk_shared_subtrees: bool,
+    /// Focused mark: run it even when its focus (deleted and correlative backups) covers most of what the full mark reads, instead of running the full mark
+    #[arg(long)]
+    pub no_focus_fallback: bool,
 }
 
 impl GcArgs {
@@ -697,6 +700,7 @@ impl GcArgs {
             max_read_rate: self.max_read_rate.map(|b| b.0),
             max_write_rate: self.max_write_rate.map(|b| b.0),
             walk_shared_subtrees: self.walk_shared_subtrees,
+            focus_fallback: !self.no_focus_fallback,
         }
     }
 }

@@ -82,6 +82,10 @@ pub struct GcOptions {
     pub max_read_rate: Option<u64>,
     /// Copy phase: at most this many container bytes written per second.
     pub max_write_rate: Option<u64>,
+    /// Focused mark: run the full (logical) mark instead when the focus is
+    /// estimated to cover most of the repository (`focused::Estimate`);
+    /// `false` always runs the focused mark (tests of the mark itself).
+    pub focus_fallback: bool,
     /// Logical mark: walk shared recipe subtrees again for every backup
     /// (the paper's LGC) instead of skipping those already marked.
     pub walk_shared_subtrees: bool,
@@ -103,6 +107,7 @@ impl Default for GcOptions {
             max_read_rate: None,
             max_write_rate: None,
             walk_shared_subtrees: false,
+            focus_fallback: true,
         }
     }
 }

@@ -1345,6 +1345,7 @@ fn assert_focused_agrees(repo: &Writer) -> tessera_core::gc::mark::FocusStats {
 fn focused() -> GcOptions {
     GcOptions {
         mark: MarkSpec::Focused,
+        focus_fallback: false,
         ..Default::default()
     }
 }
@@ -1512,6 +1513,115 @@ fn focused_gc_walks_only_correlative_backups() {
     let r = repo.gc(&focus_opts).unwrap();
     assert!(r.reclaimed_containers > 0);
     assert_only_live_chunks(&repo);
+}
+
+/// The focused mark never costs more than the full mark: with ten
+/// sources of two versions each, forgetting one version runs the focused
+/// mark (fewer recipe bytes read and less memory than the full mark);
+/// forgetting most first versions makes the focus (the deleted backups and
+/// their correlative second versions) cover most of what the full mark
+/// reads, so the full mark runs and the report says so. Both reclaim
+/// exactly what the full mark does.
+#[test]
+fn focused_mark_falls_back_to_the_full_mark_when_its_focus_covers_most() {
+    let b = mem();
+    init_small(b.clone(), false);
+    let mut repo = Repository::open_writer(b.clone(), "t").unwrap();
+    repo.rebuild_refgraph(0).unwrap();
+    let mut ids = Vec::new();
+    let mut data = BTreeMap::new();
+    for s in 0..10u64 {
+        let v1 = bytes(300 + s, 60_000);
+        let v2 = mutate(&v1, s);
+        let a = backup(&mut repo, "s", &v1).unwrap();
+        let b2 = backup(&mut repo, "s", &v2).unwrap();
+        data.insert(a, v1);
+        data.insert(b2, v2);
+        ids.push((a, b2));
+    }
+    let focus_opts = GcOptions {
+        mark: MarkSpec::Focused,
+        ..Default::default()
+    };
+    // A small focus: one first version.
+    repo.forget(&[ids[0].0]).unwrap();
+    let fm = repo.plan_gc(&focus_opts).unwrap();
+    let full = repo.plan_gc(&GcOptions::default()).unwrap();
+    let r = fm.report();
+    assert_eq!(
+        (r.mark.as_str(), r.mark_ran.as_str()),
+        ("focused", "focused")
+    );
+    assert!(!r.focus.fell_back);
+    assert!(
+        r.focus.focus_estimate_bytes * 2 < r.focus.full_estimate_bytes,
+        "{:?}",
+        r.focus
+    );
+    assert_eq!(r.focus.correlative_backups, 1);
+    assert!(r.focus.base_map_bytes > 0 && r.focus.liveness_array_bytes > 0);
+    assert!(
+        fm.mark_bytes_read < full.mark_bytes_read,
+        "recipe bytes read: {} vs {}",
+        fm.mark_bytes_read,
+        full.mark_bytes_read
+    );
+    assert!(
+        fm.mark.memory_bytes < full.mark.memory_bytes,
+        "memory: {} vs {}",
+        fm.mark.memory_bytes,
+        full.mark.memory_bytes
+    );
+    assert_eq!(fm.reclaimed, full.reclaimed);
+    drop((fm, full));
+    let r = repo.gc(&focus_opts).unwrap();
+    assert_eq!(r.mark_ran, "focused");
+    assert_only_live_chunks(&repo);
+    data.remove(&ids[0].0);
+
+    // A focus covering most: eight more first versions.
+    let forgotten: Vec<BackupId> = ids[1..9].iter().map(|p| p.0).collect();
+    repo.forget(&forgotten).unwrap();
+    let fm = repo.plan_gc(&focus_opts).unwrap();
+    let full = repo.plan_gc(&GcOptions::default()).unwrap();
+    let r = fm.report();
+    assert_eq!(
+        (r.mark.as_str(), r.mark_ran.as_str()),
+        ("focused", "logical")
+    );
+    assert!(r.focus.fell_back);
+    assert!(
+        r.focus.focus_estimate_bytes * 2 >= r.focus.full_estimate_bytes,
+        "{:?}",
+        r.focus
+    );
+    assert_eq!(
+        fm.mark_bytes_read, full.mark_bytes_read,
+        "the full mark ran"
+    );
+    assert_eq!(fm.reclaimed, full.reclaimed);
+    drop((fm, full));
+    let r = repo.gc(&focus_opts).unwrap();
+    assert_eq!(r.mark_ran, "logical");
+    assert!(r.reclaimed_containers > 0);
+    assert_only_live_chunks(&repo);
+    for id in &forgotten {
+        data.remove(id);
+    }
+    for (id, v) in &data {
+        assert_eq!(&restore(&repo, *id).unwrap(), v);
+    }
+    // The graph still describes the repository: a later focused GC (it
+    // treats the vertices the full mark left as deleted, so their retained
+    // leaves stay in its focus, and here it falls back again) is exact.
+    repo.forget(&[ids[9].0]).unwrap();
+    let r = repo.gc(&focus_opts).unwrap();
+    assert!(r.reclaimed_containers > 0);
+    assert_only_live_chunks(&repo);
+    data.remove(&ids[9].0);
+    for (id, v) in &data {
+        assert_eq!(&restore(&repo, *id).unwrap(), v);
+    }
 }
 
 /// The focused mark is per chunk copy. SMR's worked example
@@ -1875,6 +1985,7 @@ fn assert_focused_ownership_agrees(
         split_threshold: split,
         ownership_fp_rate: 0.0,
         dry_run: true,
+        focus_fallback: false,
         ..Default::default()
     };
     let full = repo.plan_gc(&opts(MarkSpec::Logical)).unwrap();
@@ -1939,7 +2050,8 @@ fn focused_gccdf_clusters_match_full_mark() {
             repo.gc(&GcOptions {
                 strategy: GcStrategy::Gccdf,
                 mark: MarkSpec::Focused,
-                        split_threshold: 1,
+                focus_fallback: false,
+                split_threshold: 1,
                 ..Default::default()
             })
             .unwrap();
