@@ -172,8 +172,11 @@ pub enum Command {
         #[command(flatten)]
         repo: RepoArg,
         /// Directories or files to back up (omit with --stdin-name, --trace-file or --files-from)
-        #[arg(value_name = "PATH", required_unless_present_any = ["stdin_name", "trace_file", "files_from"])]
+        #[arg(value_name = "PATH", required_unless_present_any = ["stdin_name", "trace_file", "files_from", "clone"])]
         paths: Vec<PathBuf>,
+        /// Fastcopy: a new backup sharing this backup's recipe root (id, `latest` or a root prefix), made without reading or writing data; named --stdin-name if given, else as the source
+        #[arg(long, value_name = "ID", conflicts_with_all = ["paths", "trace_file", "files_from", "tag", "host"])]
+        clone: Option<String>,
         /// Back up standard input as a stream with this name
         #[arg(long, value_name = "NAME", conflicts_with_all = ["paths", "trace_file", "files_from"])]
         stdin_name: Option<String>,
@@ -628,7 +631,7 @@ impl SynthArgs {
 /// parsed, by the same rules as [`GcOptions::validate`].
 #[derive(Args)]
 pub struct GcArgs {
-    /// naive (copy live chunks forward in their old order) or gccdf (regroup them by ownership)
+    /// naive (copy live chunks forward in their old order), gccdf (regroup them by ownership) or cma (delete only containers with no live chunk, copy nothing: Destor's container-marker GC)
     #[arg(long, default_value = "naive", value_parser = Checked(plain::<GcStrategy>))]
     pub strategy: GcStrategy,
     /// GCCDF: GC-involved containers analyzed together (memory grows with it)
@@ -675,6 +678,9 @@ pub struct GcArgs {
     /// Logical mark: walk recipe subtrees shared by several backups again for each (the physical-GC paper's LGC) instead of skipping those already marked
     #[arg(long)]
     pub walk_shared_subtrees: bool,
+    /// Focused mark: run it even when its focus (deleted and correlative backups) covers most of what the full mark reads, instead of running the full mark
+    #[arg(long)]
+    pub no_focus_fallback: bool,
 }
 
 impl GcArgs {
@@ -698,6 +704,7 @@ impl GcArgs {
             max_read_rate: self.max_read_rate.map(|b| b.0),
             max_write_rate: self.max_write_rate.map(|b| b.0),
             walk_shared_subtrees: self.walk_shared_subtrees,
+            focus_fallback: !self.no_focus_fallback,
         }
     }
 }

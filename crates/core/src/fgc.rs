@@ -186,8 +186,18 @@ impl RefGraph {
 
     /// Approximate heap bytes.
     pub fn memory_bytes(&self) -> usize {
+        self.base_map_bytes() + self.edges_bytes()
+    }
+
+    /// Approximate heap bytes of the bases (one per stored chunk copy:
+    /// what the paper keeps in the fingerprint index).
+    pub fn base_map_bytes(&self) -> usize {
         (self.data_bases.capacity() + self.recipe_bases.capacity()) * (FP_LEN + 18)
-            + self.edges.len() * 48
+    }
+
+    /// Approximate heap bytes of the edges (the paper's austere graph).
+    pub fn edges_bytes(&self) -> usize {
+        self.edges.len() * 48
     }
 
     pub fn encode(&self) -> Vec<u8> {

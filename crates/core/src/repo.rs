@@ -676,6 +676,15 @@ impl Writer {
         crate::ingest::backup_with(cx, layout.backup_hooks(), opts, feed)
     }
 
+    /// Fastcopy: a new backup named `name` (default: the source's) that
+    /// shares backup `source`'s recipe root, made without reading data and
+    /// writing no chunk (physical-gc-fast17.md §5.1). Refused on MFDedup
+    /// and for a backup not retained. See `ingest/fastcopy.rs`.
+    pub fn clone_backup(&mut self, source: BackupId, name: Option<&str>) -> Result<BackupEntry> {
+        self.repo.layout.fastcopy()?;
+        self.cx_mut().clone_backup(source, name)
+    }
+
     /// Back up a byte stream (a file, or stdin under a name).
     pub fn backup_reader(
         &mut self,

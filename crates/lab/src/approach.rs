@@ -22,7 +22,8 @@ pub struct ApproachDef {
     /// `none`, `capping:T`, `smr:T`, `ned:T`, `har`, `har:U` or `har:U:L`.
     #[serde(default = "none")]
     pub rewrite: String,
-    /// `none`, `naive` or `gccdf`.
+    /// `none`, `naive`, `gccdf` or `cma` (delete only containers with no
+    /// live chunk, copy nothing: mfdedup-tos.md §5's CMA baseline).
     #[serde(default = "naive")]
     pub gc: String,
     /// Rewriting's ingest segment (e.g. "20MiB"); default 5 containers of
@@ -325,6 +326,9 @@ mod tests {
         assert_eq!(a.rewrite, RewriteSpec::Capping { level: 20 });
         assert_eq!(a.gc.unwrap().strategy, GcStrategy::Naive);
         assert!(builtin("nogc").unwrap().resolve().unwrap().gc.is_none());
+        let mut cma = builtin("capping").unwrap();
+        cma.gc = "cma".into();
+        assert_eq!(cma.resolve().unwrap().gc.unwrap().strategy, GcStrategy::Cma);
         let mut evil = builtin("naive").unwrap();
         evil.name = "../../etc".into();
         assert!(evil.resolve().unwrap_err().contains("a name may use"));

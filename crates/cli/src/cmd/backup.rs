@@ -96,6 +96,28 @@ fn files_from(files: &[PathBuf]) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
+/// `tessera backup --clone ID`: a fastcopy of backup ID (no data read or
+/// written), with the source's host, paths and tags, and the source as
+/// its parent.
+pub fn clone(repo: &RepoArg, spec: &str, name: Option<&str>, json: bool) -> Result<ExitCode> {
+    let mut r = super::open::open_writer(repo, open_backend(repo)?, "tessera backup")?;
+    let source = r.resolve(spec)?.id;
+    let entry = r.clone_backup(source, name)?;
+    r.close()?;
+    if json {
+        ui::print_json(&entry)?;
+    } else if !ui::quiet() {
+        println!(
+            "backup {} of {}: a clone of backup {source}, {} logical in {} chunks, no data read or written",
+            entry.id,
+            entry.name,
+            ui::bytes(entry.logical_bytes),
+            entry.chunks,
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 #[allow(clippy::too_many_arguments)]
 pub fn backup(
     repo: &RepoArg,

@@ -296,6 +296,24 @@ pub fn gc(repo: &RepoArg, a: &GcArgs, json: bool) -> Result<ExitCode> {
         s.sweep_write_seconds,
         ui::bytes(s.peak_memory_bytes)
     );
+    if s.mark_ran != s.mark {
+        println!(
+            "  the focus (~{} of recipes) covered most of what the full mark reads (~{}): the {} mark ran instead",
+            ui::bytes(s.focus.focus_estimate_bytes),
+            ui::bytes(s.focus.full_estimate_bytes),
+            s.mark_ran
+        );
+    } else if s.mark == "focused" {
+        println!(
+            "  focused mark ran: ~{} of recipes against ~{} for the full mark, {} correlative backups; memory: liveness array {}, graph {} (base map {} besides)",
+            ui::bytes(s.focus.focus_estimate_bytes),
+            ui::bytes(s.focus.full_estimate_bytes),
+            s.focus.correlative_backups,
+            ui::bytes(s.focus.liveness_array_bytes),
+            ui::bytes(s.focus.graph_bytes),
+            ui::bytes(s.focus.base_map_bytes)
+        );
+    }
     if s.mark_passes > 1 {
         println!(
             "  {} mark passes: the live vector did not fit --memory-limit, so a sample was marked first",

@@ -52,6 +52,13 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Backup {
             repo,
+            stdin_name,
+            json,
+            clone: Some(spec),
+            ..
+        } => backup::clone(&repo, &spec, stdin_name.as_deref(), json.json),
+        Command::Backup {
+            repo,
             paths,
             stdin_name,
             trace_file,
@@ -64,6 +71,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             force_read,
             compression,
             json,
+            clone: None,
         } => backup::backup(
             &repo,
             backup::Source {

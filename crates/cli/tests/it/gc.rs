@@ -145,6 +145,12 @@ fn dry_runs_change_nothing() {
         assert!(r["reclaimed_containers"].as_u64().unwrap() > 0, "{r}");
         assert_eq!(listing(&repo), before);
     }
+    // CMA: whole dead containers only, nothing copied.
+    let r = json(tessera(&repo).args(["gc", "--dry-run", "--strategy", "cma", "--json"]));
+    assert_eq!(r["strategy"], "cma");
+    assert_eq!(r["produced_containers"], 0, "{r}");
+    assert_eq!(r["deleted_without_copy"], r["reclaimed_containers"], "{r}");
+    assert_eq!(listing(&repo), before);
 }
 
 #[test]
@@ -284,5 +290,31 @@ fn gc_physical_marks_report_their_phases() {
     fails(
         tessera(&repo).args(["gc", "--memory-limit", "0"]),
         "--memory-limit must be above 0",
+    );
+}
+
+/// `backup --clone ID` (fastcopy): a new backup sharing the source's root,
+/// no container written; it restores exactly and survives the source's
+/// forget and GC.
+#[test]
+fn backup_clone_restores_and_outlives_its_source() {
+    let t = tempfile::tempdir().unwrap();
+    let repo = t.path().join("repo");
+    let v = setup(&repo, t.path());
+    let containers = |repo: &Path| listing(&repo.join("containers")).len();
+    let before = containers(&repo);
+    let c = json(tessera(&repo).args(["backup", "--clone", "1", "--stdin-name", "cl", "--json"]));
+    assert_eq!(c["id"], 4, "{c}");
+    assert_eq!(c["name"], "cl");
+    assert_eq!(c["new_bytes"], 0);
+    assert_eq!(c["parent"], 1, "{c}");
+    assert_eq!(containers(&repo), before, "no container written");
+    assert_eq!(restore(&repo, "4"), v[0]);
+    ok_bytes(tessera(&repo).args(["forget", "1"]));
+    ok_bytes(tessera(&repo).args(["gc"]));
+    assert_eq!(restore(&repo, "4"), v[0]);
+    fails(
+        tessera(&repo).args(["backup", "--clone", "1"]),
+        "no snapshot",
     );
 }

@@ -30,7 +30,7 @@ pub use options::{GcOptions, GcStrategy, READER_WAIT, SPLIT_FRACTION};
 pub use phase::PhaseReport;
 pub use plan::GcPlan;
 pub(crate) use plan::{plan_gc, plan_gc_marked};
-pub use report::GcReport;
+pub use report::{FocusReport, GcReport};
 pub(crate) use run::gc_with;
 pub use select::Selection;
 

@@ -15,6 +15,12 @@ pub enum GcStrategy {
     Naive,
     /// Cluster live chunks by ownership and pack similar clusters together.
     Gccdf,
+    /// Destor's container-marker algorithm (CMA, mfdedup-tos.md §5's
+    /// second baseline): only containers with no live chunk are deleted and
+    /// nothing is copied, so a container keeps its dead chunks as long as
+    /// one of its chunks lives. The coarse end of GC (the paper's
+    /// "utilization threshold 100 %"): fastest, leaves the most garbage.
+    Cma,
 }
 
 impl GcStrategy {
@@ -22,8 +28,9 @@ impl GcStrategy {
         match s.to_ascii_lowercase().as_str() {
             "naive" => Ok(GcStrategy::Naive),
             "gccdf" => Ok(GcStrategy::Gccdf),
+            "cma" => Ok(GcStrategy::Cma),
             _ => Err(format!(
-                "unknown gc strategy '{s}' (expected naive or gccdf)"
+                "unknown gc strategy '{s}' (expected naive, gccdf or cma)"
             )),
         }
     }
@@ -34,6 +41,7 @@ impl fmt::Display for GcStrategy {
         f.write_str(match self {
             GcStrategy::Naive => "naive",
             GcStrategy::Gccdf => "gccdf",
+            GcStrategy::Cma => "cma",
         })
     }
 }
@@ -41,7 +49,7 @@ impl fmt::Display for GcStrategy {
 /// GC parameters.
 #[derive(Clone, Debug)]
 pub struct GcOptions {
-    /// The sweep: naive copy-forward or GCCDF.
+    /// The sweep: naive copy-forward, GCCDF, or none (CMA).
     pub strategy: GcStrategy,
     /// The mark: logical today; physical, physical+ and focused plug in here.
     pub mark: MarkSpec,
@@ -77,6 +85,10 @@ pub struct GcOptions {
     pub max_read_rate: Option<u64>,
     /// Copy phase: at most this many container bytes written per second.
     pub max_write_rate: Option<u64>,
+    /// Focused mark: run the full (logical) mark instead when the focus is
+    /// estimated to cover most of the repository (`focused::Estimate`);
+    /// `false` always runs the focused mark (tests of the mark itself).
+    pub focus_fallback: bool,
     /// Logical mark: walk shared recipe subtrees again for every backup
     /// (the paper's LGC) instead of skipping those already marked.
     pub walk_shared_subtrees: bool,
@@ -99,6 +111,7 @@ impl Default for GcOptions {
             max_read_rate: None,
             max_write_rate: None,
             walk_shared_subtrees: false,
+            focus_fallback: true,
         }
     }
 }

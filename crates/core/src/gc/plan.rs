@@ -45,6 +45,24 @@ impl GcPlan {
         let mut r = GcReport {
             strategy: self.options.strategy,
             mark: self.options.mark.to_string(),
+            mark_ran: match &self.mark.fgc {
+                Some(f) if f.fell_back => MarkSpec::Logical.to_string(),
+                _ => self.options.mark.to_string(),
+            },
+            focus: self
+                .mark
+                .fgc
+                .as_ref()
+                .map(|f| super::report::FocusReport {
+                    fell_back: f.fell_back,
+                    focus_estimate_bytes: f.focus_estimate_bytes,
+                    full_estimate_bytes: f.full_estimate_bytes,
+                    correlative_backups: f.correlative_backups as u64,
+                    liveness_array_bytes: f.liveness_array_bytes,
+                    base_map_bytes: f.base_map_bytes,
+                    graph_bytes: f.graph_bytes,
+                })
+                .unwrap_or_default(),
             mark_passes: self.mark.passes,
             skipped_subtrees: self.mark.walk.skipped_subtrees,
             skipped_bytes: self.mark.walk.skipped_bytes,
@@ -83,7 +101,10 @@ pub(crate) fn plan_gc(repo: &Context, opts: &GcOptions) -> Result<GcPlan> {
         // PGC+'s dynamic duplicate removal is a feature of the naive
         // copy phase; under GCCDF's sweep its unique-liveness selection lost
         // chunks (a gc_rewrite proptest case), so there it marks as PGC.
-        MarkSpec::PhysicalPlus if opts.strategy == GcStrategy::Gccdf => {
+        // CMA copies nothing, so it needs exact liveness, not PGC+'s
+        // estimate (which calls a container holding only older live copies
+        // empty, leaving the copy phase to save them).
+        MarkSpec::PhysicalPlus if opts.strategy != GcStrategy::Naive => {
             plan_gc_marked(repo, opts, &opts.physical_marker(false))
         }
         MarkSpec::PhysicalPlus => plan_gc_marked(repo, opts, &opts.physical_marker(true)),
@@ -91,6 +112,7 @@ pub(crate) fn plan_gc(repo: &Context, opts: &GcOptions) -> Result<GcPlan> {
             let marker = mark::FocusedMark {
                 vc: opts.vc,
                 granularity: opts.fgc_granularity,
+                fallback: opts.focus_fallback,
                 owners_fp_rate: (opts.strategy == GcStrategy::Gccdf)
                     .then_some(opts.ownership_fp_rate),
             };
@@ -116,7 +138,7 @@ pub(crate) fn plan_gc_marked(
         phases.push(clock.stop(repo, mark.memory_bytes as usize));
     }
     let mut clock = PhaseClock::start(repo, "select");
-    let selection = select::select(repo, &mark, opts.liveness_threshold, &mut clock)?;
+    let selection = select::select(repo, &mark, select::Keep::of(opts), &mut clock)?;
     phases.push(clock.stop(repo, 0));
     let mark_seconds = started.elapsed().as_secs_f64();
     let mark_bytes_read = repo

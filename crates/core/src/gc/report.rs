@@ -11,6 +11,12 @@ pub struct GcReport {
     pub strategy: GcStrategy,
     /// The mark run: logical, physical, physical+ or focused.
     pub mark: String,
+    /// The mark that ran: `mark`, unless the focused mark fell back to the
+    /// full (logical) one because its focus covered most of the repository.
+    pub mark_ran: String,
+    /// The focused mark's estimates and memory split (FGC, Fig. 8b); all 0
+    /// for the other marks.
+    pub focus: FocusReport,
     /// Mark passes (2 when sampling under `--memory-limit`).
     pub mark_passes: u32,
     /// Recipe subtrees the mark skipped as already marked, and the logical
@@ -72,4 +78,25 @@ pub struct GcReport {
     pub resurrections: u64,
     /// Online GC: resurrection records read at the cutoff.
     pub resurrection_records: u64,
+}
+
+/// The focused mark's side of a [`GcReport`].
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct FocusReport {
+    /// The focus was estimated to cover most of the repository: the full
+    /// mark ran.
+    pub fell_back: bool,
+    /// Recipe bytes the focused mark was estimated to read, and the full
+    /// mark (what the choice compared).
+    pub focus_estimate_bytes: u64,
+    pub full_estimate_bytes: u64,
+    /// Correlative backups walked (0 after a fallback).
+    pub correlative_backups: u64,
+    /// The liveness array of the correlative walk (in the mark's memory).
+    pub liveness_array_bytes: u64,
+    /// The bases, one per stored chunk copy (not in the mark's memory: the
+    /// paper keeps them in the fingerprint index).
+    pub base_map_bytes: u64,
+    /// The reference graph's edges (in the mark's memory).
+    pub graph_bytes: u64,
 }

@@ -1,8 +1,11 @@
 //! Select: which GC-involved containers the sweep cleans. Involved are the
 //! containers that hold a dead chunk or that a backup forgotten since the
-//! last GC referenced; only those holding a dead chunk are cleaned. A container with no live chunk is simply deleted; one with
-//! live chunks is copied forward when its liveness (live bytes / container
-//! bytes) is below the threshold (always, at threshold 1.0).
+//! last GC referenced; only those holding a dead chunk are cleaned. A
+//! container with no live chunk is simply deleted; one with live chunks is
+//! copied forward when its liveness (live bytes / container bytes) is below
+//! the threshold (always, at threshold 1.0), and never under CMA
+//! ([`Keep::WholeIfLive`]), which only deletes containers with no live
+//! chunk, recipe containers included.
 //!
 //! After a PGC+ mark, which keeps no live-instance information, a data
 //! container's live chunks are its *unique* live chunks as FAST'17 §3.4.2
@@ -35,19 +38,49 @@ pub struct Selection {
     pub recipe_copy: Vec<ContainerId>,
 }
 
+/// Which containers holding a dead chunk select sends to the copy.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Keep {
+    /// Copy forward those whose liveness is below the threshold (every one
+    /// at 1.0); leave the others.
+    Threshold(f64),
+    /// CMA: copy none; a container with any live chunk stays whole.
+    WholeIfLive,
+}
+
+impl Keep {
+    pub fn of(opts: &super::options::GcOptions) -> Keep {
+        match opts.strategy {
+            super::options::GcStrategy::Cma => Keep::WholeIfLive,
+            _ => Keep::Threshold(opts.liveness_threshold),
+        }
+    }
+
+    fn copies(self, liveness: f64) -> bool {
+        match self {
+            Keep::Threshold(t) => t >= 1.0 || liveness < t,
+            Keep::WholeIfLive => false,
+        }
+    }
+}
+
 pub fn select(
     repo: &Context,
     mark: &Mark,
-    threshold: f64,
+    keep: Keep,
     clock: &mut PhaseClock,
 ) -> Result<Selection> {
     let mut s = Selection::default();
     let gs = deleted_references(repo);
     let mut containers: Vec<ContainerEntry> = repo.manifest.containers.clone();
     containers.sort_by_key(|c| c.id);
+    // PGC+'s unique-liveness estimate leaves older live copies to its copy
+    // phase; CMA has none, so it counts live copies as they are.
     let unique = match &mark.dup_counter {
-        Some(dup) => Some(unique_liveness(repo, mark, dup, &containers, clock)?),
-        None => None,
+        Some(dup) if keep != Keep::WholeIfLive => {
+            Some(unique_liveness(repo, mark, dup, &containers, clock)?)
+        }
+        _ => None,
     };
     for c in containers {
         match c.kind {
@@ -58,8 +91,10 @@ pub fn select(
                 }
                 let live = match (&unique, &mark.live) {
                     (Some(u), _) => u.get(&c.id).copied().unwrap_or_default(),
-                    (None, Some(l)) => l.get(&c.id).copied().unwrap_or_default(),
-                    (None, None) => live_from_meta(repo, mark, c.id, clock)?,
+                    (None, Some(l)) if mark.dup_counter.is_none() => {
+                        l.get(&c.id).copied().unwrap_or_default()
+                    }
+                    (None, _) => live_from_meta(repo, mark, c.id, clock)?,
                 };
                 if live.chunks >= c.chunks {
                     // Referenced by a deleted backup but fully live: involved,
@@ -77,7 +112,7 @@ pub fn select(
                 };
                 if live.chunks == 0 {
                     s.empty.push(c.id);
-                } else if threshold >= 1.0 || liveness < threshold {
+                } else if keep.copies(liveness) {
                     s.copy.push(c.id);
                     s.copy_live_bytes += live.bytes;
                 }
@@ -90,7 +125,7 @@ pub fn select(
                 s.recipe_involved.push(c);
                 if live == 0 {
                     s.recipe_empty.push(c.id);
-                } else {
+                } else if keep != Keep::WholeIfLive {
                     s.recipe_copy.push(c.id);
                 }
             }

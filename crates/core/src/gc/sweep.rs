@@ -491,6 +491,8 @@ pub fn sweep_containers(
             &mut CopySet::default(),
             &mut stats,
         )?,
+        // CMA: select sent no container to be copied.
+        GcStrategy::Cma => debug_assert!(sel.copy.is_empty() && sel.recipe_copy.is_empty()),
         GcStrategy::Gccdf => gccdf_sweep(
             repo,
             mark,

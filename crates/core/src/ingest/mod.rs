@@ -44,7 +44,8 @@
 //! `sink` (dedup against the index, the backup's containers (`containers`),
 //! the undo log), `rewriting` (rewriting decisions per ingest segment; the
 //! buffer and policy state live in [`crate::rewrite`]), `tree` and
-//! `files_cache` (directory backups), `interleave` (groups).
+//! `files_cache` (directory backups), `interleave` (groups), `fastcopy`
+//! (a backup cloned from another's recipe root, no data read).
 
 use crate::context::Context;
 use crate::error::{Error, Result};
@@ -53,6 +54,7 @@ use std::io::{self, Read, Write};
 
 mod backup;
 mod containers;
+mod fastcopy;
 mod files_cache;
 pub(crate) mod interleave;
 mod options;

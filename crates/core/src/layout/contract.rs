@@ -25,6 +25,9 @@ pub trait Layout: Send + Sync {
     /// index on disk. `Ok` where it has it.
     fn mark_sweep(&self) -> Result<()>;
     fn index_on_disk(&self) -> Result<()>;
+    /// Refuse a fastcopy (a backup cloned from another's recipe root,
+    /// `Writer::clone_backup`) where the layout cannot share a root.
+    fn fastcopy(&self) -> Result<()>;
     /// Remove `ids` from the catalog.
     fn forget(&self, cx: &mut Context, ids: &[BackupId]) -> Result<Vec<BackupEntry>>;
     /// The layout itself, for operations of one layout only (MFDedup's

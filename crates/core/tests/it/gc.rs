@@ -222,6 +222,190 @@ fn deleted_bytes(before: &tessera_core::catalog::Manifest, after: &Repository, c
         .sum()
 }
 
+/// CMA (Destor's container-marker GC, mfdedup-tos.md §5): exactly the
+/// containers none of whose chunks a retained backup references are
+/// deleted, nothing is read or copied, a container with a live chunk
+/// among dead ones stays whole, and every retained backup restores.
+#[test]
+fn cma_deletes_exactly_the_fully_dead_containers_and_copies_nothing() {
+    for mark in [
+        MarkSpec::Logical,
+        MarkSpec::Physical,
+        MarkSpec::PhysicalPlus,
+        MarkSpec::Focused,
+    ] {
+        let b = mem();
+        init_small(b.clone(), false);
+        let mut repo = Repository::open_writer(b.clone(), "t").unwrap();
+        let v1 = bytes(1, 200_000);
+        // v2 shares a 6 KB run from the middle of v1 (a few chunks of one
+        // or two of v1's containers) and v3 a later version of v2.
+        let mut v2 = v1[100_000..106_000].to_vec();
+        v2.extend_from_slice(&bytes(2, 60_000));
+        let v3 = mutate(&v2, 3);
+        let id1 = backup(&mut repo, "a", &v1).unwrap();
+        let id2 = backup(&mut repo, "b", &v2).unwrap();
+        let id3 = backup(&mut repo, "c", &v3).unwrap();
+        if mark == MarkSpec::Focused {
+            repo.rebuild_refgraph(0).unwrap();
+        }
+        repo.forget(&[id1]).unwrap();
+        let before: BTreeMap<ContainerId, _> = repo
+            .manifest()
+            .containers
+            .iter()
+            .map(|c| (c.id, *c))
+            .collect();
+        // Expected independently of the mark: a container is dead iff none
+        // of its chunks is a copy a retained recipe names.
+        let (data, recipes) = referenced(&repo);
+        let mut dead = HashSet::new();
+        let mut mixed = 0;
+        for c in before.values() {
+            let got = repo.store().read(c.id).unwrap();
+            let live = got
+                .meta
+                .iter()
+                .filter(|m| match c.kind {
+                    ChunkKind::Data => repo
+                        .index()
+                        .copy_list(&m.fp)
+                        .in_container(c.id)
+                        .any(|n| data.contains(&(m.fp, n))),
+                    ChunkKind::Recipe => recipes.contains(&m.fp),
+                })
+                .count();
+            if live == 0 {
+                dead.insert(c.id);
+            } else if live < got.meta.len() && c.kind == ChunkKind::Data {
+                mixed += 1;
+            }
+        }
+        assert!(mixed >= 1, "the scenario needs a partly live container");
+        assert!(dead.len() >= 5, "and fully dead ones: {dead:?}");
+        let written0 = repo.metrics().snapshot();
+        let r = repo
+            .gc(&GcOptions {
+                strategy: GcStrategy::Cma,
+                mark,
+                ..Default::default()
+            })
+            .unwrap();
+        let io = repo.metrics().snapshot().since(&written0);
+        assert_eq!(r.strategy, GcStrategy::Cma);
+        assert_eq!(r.produced_containers, 0, "{mark}");
+        assert_eq!(r.recipe_produced_containers, 0, "{mark}");
+        assert_eq!(r.moved_chunks, 0, "{mark}");
+        assert_eq!(r.bytes_written, 0, "{mark}");
+        assert_eq!(io.data_container_bytes_written, 0, "{mark}");
+        assert_eq!(io.data_container_bytes_read, 0, "{mark}: nothing is copied");
+        assert!(r.skipped_containers >= mixed, "{r:?}");
+        let after: BTreeMap<ContainerId, _> = repo
+            .manifest()
+            .containers
+            .iter()
+            .map(|c| (c.id, *c))
+            .collect();
+        let gone: HashSet<ContainerId> = before
+            .keys()
+            .filter(|id| !after.contains_key(id))
+            .copied()
+            .collect();
+        assert_eq!(gone, dead, "{mark}: exactly the fully dead containers");
+        // Every kept container is the same object, dead chunks included.
+        for (id, c) in &after {
+            assert_eq!(before.get(id), Some(c), "{mark}: container {id} changed");
+        }
+        for id in &gone {
+            assert!(repo.store().read(*id).is_err(), "{id} still stored");
+        }
+        assert_eq!(restore(&repo, id2).unwrap(), v2, "{mark}");
+        assert_eq!(restore(&repo, id3).unwrap(), v3, "{mark}");
+        let c = repo.check(&Default::default()).unwrap();
+        assert!(c.ok(), "{:?}", c.problems);
+        // The garbage CMA left is what a perfect GC then reclaims.
+        let r = gc(&mut repo, GcStrategy::Naive);
+        assert!(r.reclaimed_containers >= mixed, "{r:?}");
+        assert_only_live_chunks(&repo);
+        assert_eq!(restore(&repo, id2).unwrap(), v2);
+        assert_eq!(restore(&repo, id3).unwrap(), v3);
+    }
+}
+
+/// Fastcopy (physical-gc-fast17.md §5.1): a clone shares its source's
+/// recipe root, writes no chunk, restores exactly, and keeps the source's
+/// chunks live once the source is forgotten and collected, under every
+/// mark (the focused one with a recorded graph, which the clone drops and
+/// the focused GC rebuilds).
+#[test]
+fn a_clone_writes_no_data_and_outlives_its_source() {
+    for mark in [
+        MarkSpec::Logical,
+        MarkSpec::Physical,
+        MarkSpec::PhysicalPlus,
+        MarkSpec::Focused,
+    ] {
+        let b = mem();
+        init_small(b.clone(), false);
+        let mut repo = Repository::open_writer(b.clone(), "t").unwrap();
+        let v1 = bytes(11, 150_000);
+        let v2 = bytes(12, 50_000);
+        let id1 = backup(&mut repo, "a", &v1).unwrap();
+        let id2 = backup(&mut repo, "b", &v2).unwrap();
+        if mark == MarkSpec::Focused {
+            repo.rebuild_refgraph(0).unwrap();
+        }
+        let containers = repo.manifest().containers.clone();
+        let entries = repo.index().len();
+        let io0 = repo.metrics().snapshot();
+        let c = repo.clone_backup(id1, Some("copy of a")).unwrap();
+        let io = repo.metrics().snapshot().since(&io0);
+        assert_eq!(io.data_container_bytes_written, 0);
+        assert_eq!(io.data_container_bytes_read, 0, "no data read");
+        assert_eq!(io.recipe_container_bytes_written, 0);
+        assert_eq!(repo.manifest().containers, containers, "no container");
+        assert_eq!(repo.index().len(), entries, "no index entry");
+        let src = repo.manifest().backup(id1).unwrap().clone();
+        assert_eq!(
+            (c.name.as_str(), c.new_bytes, c.new_chunks),
+            ("copy of a", 0, 0)
+        );
+        assert_eq!((&c.root, c.root_level), (&src.root, src.root_level));
+        assert_eq!((c.logical_bytes, c.chunks), (src.logical_bytes, src.chunks));
+        assert_eq!(c.meta.parent, Some(id1));
+        assert!(c.id > id2);
+        assert_eq!(restore(&repo, c.id).unwrap(), v1);
+        // Forget the source and collect: the clone keeps every chunk.
+        repo.forget(&[id1]).unwrap();
+        let stored = repo.stats().stored_data_bytes;
+        let r = repo
+            .gc(&GcOptions {
+                mark,
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(r.reclaimed_containers, 0, "{mark}: {r:?}");
+        assert_eq!(repo.stats().stored_data_bytes, stored, "{mark}");
+        assert_eq!(restore(&repo, c.id).unwrap(), v1, "{mark}");
+        assert_eq!(restore(&repo, id2).unwrap(), v2, "{mark}");
+        // A forgotten backup cannot be cloned.
+        let err = repo.clone_backup(id1, None).unwrap_err().to_string();
+        assert!(err.contains("no snapshot"), "{err}");
+        // Forgetting the clone too makes v1's chunks garbage.
+        repo.forget(&[c.id]).unwrap();
+        let r = repo
+            .gc(&GcOptions {
+                mark,
+                ..Default::default()
+            })
+            .unwrap();
+        assert!(r.reclaimed_containers > 0, "{mark}: {r:?}");
+        assert_eq!(restore(&repo, id2).unwrap(), v2, "{mark}");
+        let ck = repo.check(&Default::default()).unwrap();
+        assert!(ck.ok(), "{mark}: {:?}", ck.problems);
+    }
+}
+
 #[test]
 fn dry_run_changes_nothing() {
     let b = mem();
@@ -1161,6 +1345,7 @@ fn assert_focused_agrees(repo: &Writer) -> tessera_core::gc::mark::FocusStats {
 fn focused() -> GcOptions {
     GcOptions {
         mark: MarkSpec::Focused,
+        focus_fallback: false,
         ..Default::default()
     }
 }
@@ -1328,6 +1513,115 @@ fn focused_gc_walks_only_correlative_backups() {
     let r = repo.gc(&focus_opts).unwrap();
     assert!(r.reclaimed_containers > 0);
     assert_only_live_chunks(&repo);
+}
+
+/// The focused mark never costs more than the full mark: with ten
+/// sources of two versions each, forgetting one version runs the focused
+/// mark (fewer recipe bytes read and less memory than the full mark);
+/// forgetting most first versions makes the focus (the deleted backups and
+/// their correlative second versions) cover most of what the full mark
+/// reads, so the full mark runs and the report says so. Both reclaim
+/// exactly what the full mark does.
+#[test]
+fn focused_mark_falls_back_to_the_full_mark_when_its_focus_covers_most() {
+    let b = mem();
+    init_small(b.clone(), false);
+    let mut repo = Repository::open_writer(b.clone(), "t").unwrap();
+    repo.rebuild_refgraph(0).unwrap();
+    let mut ids = Vec::new();
+    let mut data = BTreeMap::new();
+    for s in 0..10u64 {
+        let v1 = bytes(300 + s, 60_000);
+        let v2 = mutate(&v1, s);
+        let a = backup(&mut repo, "s", &v1).unwrap();
+        let b2 = backup(&mut repo, "s", &v2).unwrap();
+        data.insert(a, v1);
+        data.insert(b2, v2);
+        ids.push((a, b2));
+    }
+    let focus_opts = GcOptions {
+        mark: MarkSpec::Focused,
+        ..Default::default()
+    };
+    // A small focus: one first version.
+    repo.forget(&[ids[0].0]).unwrap();
+    let fm = repo.plan_gc(&focus_opts).unwrap();
+    let full = repo.plan_gc(&GcOptions::default()).unwrap();
+    let r = fm.report();
+    assert_eq!(
+        (r.mark.as_str(), r.mark_ran.as_str()),
+        ("focused", "focused")
+    );
+    assert!(!r.focus.fell_back);
+    assert!(
+        r.focus.focus_estimate_bytes * 2 < r.focus.full_estimate_bytes,
+        "{:?}",
+        r.focus
+    );
+    assert_eq!(r.focus.correlative_backups, 1);
+    assert!(r.focus.base_map_bytes > 0 && r.focus.liveness_array_bytes > 0);
+    assert!(
+        fm.mark_bytes_read < full.mark_bytes_read,
+        "recipe bytes read: {} vs {}",
+        fm.mark_bytes_read,
+        full.mark_bytes_read
+    );
+    assert!(
+        fm.mark.memory_bytes < full.mark.memory_bytes,
+        "memory: {} vs {}",
+        fm.mark.memory_bytes,
+        full.mark.memory_bytes
+    );
+    assert_eq!(fm.reclaimed, full.reclaimed);
+    drop((fm, full));
+    let r = repo.gc(&focus_opts).unwrap();
+    assert_eq!(r.mark_ran, "focused");
+    assert_only_live_chunks(&repo);
+    data.remove(&ids[0].0);
+
+    // A focus covering most: eight more first versions.
+    let forgotten: Vec<BackupId> = ids[1..9].iter().map(|p| p.0).collect();
+    repo.forget(&forgotten).unwrap();
+    let fm = repo.plan_gc(&focus_opts).unwrap();
+    let full = repo.plan_gc(&GcOptions::default()).unwrap();
+    let r = fm.report();
+    assert_eq!(
+        (r.mark.as_str(), r.mark_ran.as_str()),
+        ("focused", "logical")
+    );
+    assert!(r.focus.fell_back);
+    assert!(
+        r.focus.focus_estimate_bytes * 2 >= r.focus.full_estimate_bytes,
+        "{:?}",
+        r.focus
+    );
+    assert_eq!(
+        fm.mark_bytes_read, full.mark_bytes_read,
+        "the full mark ran"
+    );
+    assert_eq!(fm.reclaimed, full.reclaimed);
+    drop((fm, full));
+    let r = repo.gc(&focus_opts).unwrap();
+    assert_eq!(r.mark_ran, "logical");
+    assert!(r.reclaimed_containers > 0);
+    assert_only_live_chunks(&repo);
+    for id in &forgotten {
+        data.remove(id);
+    }
+    for (id, v) in &data {
+        assert_eq!(&restore(&repo, *id).unwrap(), v);
+    }
+    // The graph still describes the repository: a later focused GC (it
+    // treats the vertices the full mark left as deleted, so their retained
+    // leaves stay in its focus, and here it falls back again) is exact.
+    repo.forget(&[ids[9].0]).unwrap();
+    let r = repo.gc(&focus_opts).unwrap();
+    assert!(r.reclaimed_containers > 0);
+    assert_only_live_chunks(&repo);
+    data.remove(&ids[9].0);
+    for (id, v) in &data {
+        assert_eq!(&restore(&repo, *id).unwrap(), v);
+    }
 }
 
 /// The focused mark is per chunk copy. SMR's worked example
@@ -1691,6 +1985,7 @@ fn assert_focused_ownership_agrees(
         split_threshold: split,
         ownership_fp_rate: 0.0,
         dry_run: true,
+        focus_fallback: false,
         ..Default::default()
     };
     let full = repo.plan_gc(&opts(MarkSpec::Logical)).unwrap();
@@ -1755,6 +2050,7 @@ fn focused_gccdf_clusters_match_full_mark() {
             repo.gc(&GcOptions {
                 strategy: GcStrategy::Gccdf,
                 mark: MarkSpec::Focused,
+                focus_fallback: false,
                 split_threshold: 1,
                 ..Default::default()
             })

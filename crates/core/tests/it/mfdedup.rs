@@ -658,3 +658,14 @@ fn crash_sweep_forget_oldest() {
 fn crash_sweep_forget_newest() {
     crash_sweep(|w, _| w.forget(&[BackupId(2)]).map(|_| ()), &[1, 2], &[1]);
 }
+
+/// MFDedup places a version's chunks by the versions of its chain that
+/// reference them, so a clone of another version's root is refused.
+#[test]
+fn mfdedup_refuses_a_fastcopy() {
+    let (_b, mut w) = trace_repo();
+    let id = trace_backup(&mut w, "c", "ABC", true);
+    let err = w.clone_backup(id, None).unwrap_err().to_string();
+    assert!(err.contains("cannot clone"), "{err}");
+    assert_eq!(w.backups().len(), 1);
+}

@@ -46,6 +46,9 @@ pub struct FocusedMark {
     /// RRT and per-backup filters) for the containers holding dead chunks;
     /// see [`ownership`].
     pub owners_fp_rate: Option<f64>,
+    /// Run the full mark when the focus covers most of the repository
+    /// ([`Estimate::covers_most`]).
+    pub fallback: bool,
 }
 
 impl Marker for FocusedMark {
@@ -58,13 +61,121 @@ impl Marker for FocusedMark {
                 true,
             ),
         };
+        let estimate = Estimate::of(repo, &graph);
+        // A rebuilt graph has read every recipe already: the focus costs
+        // less than marking everything again.
+        if self.fallback && !rebuilt && estimate.covers_most() {
+            let mut m = super::logical::LogicalMark {
+                vc: self.vc,
+                owners_fp_rate: self.owners_fp_rate,
+                walk_shared: false,
+            }
+            .mark(repo)?;
+            // The graph keeps the deleted vertices; the next focused mark
+            // treats them as deleted (as after any full GC).
+            m.fgc = Some(FocusStats {
+                deleted_backups: repo.manifest.forgotten.len(),
+                fell_back: true,
+                focus_estimate_bytes: estimate.focus_bytes,
+                full_estimate_bytes: estimate.full_bytes,
+                ..Default::default()
+            });
+            return Ok(m);
+        }
         let (mut m, mut stats, graph) = focus(repo, graph, self.vc, self.owners_fp_rate)?;
         stats.rebuilt = rebuilt;
-        m.memory_bytes += graph.memory_bytes() as u64;
+        stats.focus_estimate_bytes = estimate.focus_bytes;
+        stats.full_estimate_bytes = estimate.full_bytes;
+        stats.base_map_bytes = graph.base_map_bytes() as u64;
+        stats.graph_bytes = graph.edges_bytes() as u64;
+        // The mark's own memory: its tables and the reference graph's
+        // edges (the paper's Fig. 8b). The base map (a base per stored
+        // chunk) is reported on its own: FGC keeps it in the fingerprint
+        // index, which no mark's memory counts.
+        m.memory_bytes += stats.graph_bytes;
         m.fgc = Some(stats);
         m.refgraph = Some(graph);
         Ok(m)
     }
+}
+
+/// Bytes of a level-1 recipe entry (`recipe/tree.rs`: fingerprint, size
+/// and copy): the estimate's unit of recipe read per data chunk.
+const RECIPE_ENTRY_BYTES: u64 = crate::fingerprint::FP_LEN as u64 + 8;
+
+/// The focused mark falls back to the full one when its focus is at least
+/// this share of what the full mark would read: past it, walking the
+/// deleted and correlative backups (their shared subtrees again, for the
+/// per-virtual-file bases) costs about as much as walking everything once.
+pub const FALLBACK_SHARE: f64 = 0.5;
+
+/// What each mark would read, estimated from the catalog and the graph
+/// alone (before any recipe is read).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Estimate {
+    /// Recipe bytes of the deleted backups and of the correlative parts.
+    pub focus_bytes: u64,
+    /// Recipe bytes of every retained backup, at most the recipe bytes
+    /// stored (the full mark reads a shared subtree once).
+    pub full_bytes: u64,
+}
+
+impl Estimate {
+    pub fn of(repo: &Context, graph: &RefGraph) -> Estimate {
+        let retained: HashMap<BackupId, &BackupEntry> =
+            repo.manifest.backups.iter().map(|b| (b.id, b)).collect();
+        let entry_bytes = |b: &BackupEntry| b.chunks * RECIPE_ENTRY_BYTES;
+        let g = graph.granularity;
+        let deleted: u64 = repo.manifest.forgotten.iter().map(entry_bytes).sum();
+        let correlative: u64 = correlative(graph, &retained)
+            .iter()
+            .map(|(id, parts)| {
+                let b = retained[id];
+                if parts.whole || g == 0 || b.logical_bytes == 0 {
+                    entry_bytes(b)
+                } else {
+                    let share =
+                        (parts.parts.len() as f64 * g as f64 / b.logical_bytes as f64).min(1.0);
+                    (entry_bytes(b) as f64 * share) as u64
+                }
+            })
+            .sum();
+        let walked: u64 = retained.values().map(|b| entry_bytes(b)).sum();
+        let stored: u64 = repo
+            .manifest
+            .containers
+            .iter()
+            .filter(|c| c.kind == ChunkKind::Recipe)
+            .map(|c| c.logical_bytes)
+            .sum();
+        Estimate {
+            focus_bytes: deleted + correlative,
+            full_bytes: walked.min(stored),
+        }
+    }
+
+    /// Whether the focus covers most of what the full mark reads.
+    pub fn covers_most(&self) -> bool {
+        self.focus_bytes as f64 >= FALLBACK_SHARE * self.full_bytes as f64
+    }
+}
+
+/// CorrTracker's pre-calculation: the retained leaves of deleted bases, per
+/// backup. A retained base is itself a retained owner of its chunks (the
+/// base pointer says so, no walk needed); the retained leaves of a deleted
+/// base are where its live chunks may be.
+fn correlative(
+    graph: &RefGraph,
+    retained: &HashMap<BackupId, &BackupEntry>,
+) -> BTreeMap<BackupId, Parts> {
+    let gone = |v: &VFile| !retained.contains_key(&v.backup);
+    let mut out: BTreeMap<BackupId, Parts> = BTreeMap::new();
+    for (leaf, base) in &graph.edges {
+        if gone(base) && !gone(leaf) {
+            out.entry(leaf.backup).or_default().add(leaf);
+        }
+    }
+    out
 }
 
 /// Which parts of one backup to walk.
@@ -159,19 +270,14 @@ fn focus(
     };
 
     // CorrTracker: the retained neighbours of every deleted vertex.
-    let mut correlative: BTreeMap<BackupId, Parts> = BTreeMap::new();
-    let mut n_vfiles = BTreeSet::new();
-    for (leaf, base) in &graph.edges {
-        // A retained base is itself a retained owner of its chunks (the
-        // base pointer says so, no walk needed); the retained leaves of a
-        // deleted base are where its live chunks may be.
-        if !gone(base) || gone(leaf) {
-            continue;
-        }
-        n_vfiles.insert(*leaf);
-        correlative.entry(leaf.backup).or_default().add(leaf);
-    }
-    stats.correlative_vfiles = n_vfiles.len();
+    let correlative = correlative(&graph, &retained);
+    stats.correlative_vfiles = graph
+        .edges
+        .iter()
+        .filter(|(leaf, base)| gone(base) && !gone(leaf))
+        .map(|(leaf, _)| leaf)
+        .collect::<BTreeSet<_>>()
+        .len();
     stats.correlative_backups = correlative.len();
     stats.skipped_backups = retained.len() - correlative.len();
 
@@ -226,30 +332,28 @@ fn focus(
 
     // A copy a deleted backup names is live if its base is retained or a
     // correlative walk found it; the others are dead.
+    // A subtree shared by deleted backups is walked once: its chunks'
+    // fates do not depend on which deleted backup names them.
     let mut dead_data: CopyMap<u64> = CopyMap::default();
     let mut dead_recipe = FpSet::default();
+    let mut walked = FpSet::default();
     for b in &repo.manifest.forgotten {
-        walk_backup(
-            &mut reader,
-            b,
-            &|_, _| true,
-            &mut |kind, fp, copy, _, size| {
-                let key = (*fp, copy);
-                if graph.bases(kind).get(&key).is_some_and(|base| !gone(base)) {
-                    return Ok(());
+        walk_unseen(&mut reader, b, &mut walked, &mut |kind, fp, copy, size| {
+            let key = (*fp, copy);
+            if graph.bases(kind).get(&key).is_some_and(|base| !gone(base)) {
+                return Ok(());
+            }
+            match kind {
+                ChunkKind::Data if !live_data.is_valid(fp, copy) => {
+                    dead_data.insert(key, size);
                 }
-                match kind {
-                    ChunkKind::Data if !live_data.is_valid(fp, copy) => {
-                        dead_data.insert(key, size);
-                    }
-                    ChunkKind::Recipe if !live_recipe.contains(fp) => {
-                        dead_recipe.insert(*fp);
-                    }
-                    _ => {}
+                ChunkKind::Recipe if !live_recipe.contains(fp) => {
+                    dead_recipe.insert(*fp);
                 }
-                Ok(())
-            },
-        )
+                _ => {}
+            }
+            Ok(())
+        })
         .map_err(|e| e.in_backup(b.id, None))?;
     }
     stats.dead_data_chunks = dead_data.len() as u64;
@@ -393,9 +497,11 @@ fn focus(
     m.live = Some(live);
     m.live_recipe = live_recipe_count;
     m.walk = walk;
+    stats.liveness_array_bytes = live_data.table_bytes() as u64;
     m.memory_bytes = (m.table_bytes()
         + live_data.table_bytes()
         + live_recipe.capacity() * 33
+        + walked.capacity() * 33
         + dead_data.capacity() * 44) as u64;
     Ok((m, stats, graph))
 }
@@ -493,4 +599,43 @@ fn ownership(
         })?;
     }
     Ok((vfiles, todo.len()))
+}
+
+/// Walk backup `b`'s recipe tree depth-first, skipping the subtrees whose
+/// root is in `walked` (and adding the others), calling `visit(kind, fp,
+/// copy, size)` for each recipe chunk loaded and each data chunk below it.
+fn walk_unseen(
+    reader: &mut crate::recipe::RecipeReader<'_>,
+    b: &BackupEntry,
+    walked: &mut FpSet,
+    visit: &mut dyn FnMut(ChunkKind, &Fingerprint, CopyNo, u64) -> Result<()>,
+) -> Result<()> {
+    fn node(
+        reader: &mut crate::recipe::RecipeReader<'_>,
+        fp: &Fingerprint,
+        level: u8,
+        walked: &mut FpSet,
+        visit: &mut dyn FnMut(ChunkKind, &Fingerprint, CopyNo, u64) -> Result<()>,
+    ) -> Result<()> {
+        if !walked.insert(*fp) {
+            return Ok(());
+        }
+        let (chunk, _) = reader.load(fp)?;
+        if chunk.level != level {
+            return Err(crate::error::Error::corrupt(
+                crate::error::ObjectRef::RecipeChunk(*fp),
+                format!("level {} where {level} was expected", chunk.level),
+            ));
+        }
+        visit(ChunkKind::Recipe, fp, 0, chunk.logical_size())?;
+        for e in &chunk.entries {
+            if level == 1 {
+                visit(ChunkKind::Data, &e.fp, e.copy, e.size)?;
+            } else {
+                node(reader, &e.fp, level - 1, walked, visit)?;
+            }
+        }
+        Ok(())
+    }
+    node(reader, &b.root_fp()?, b.root_level, walked, visit)
 }

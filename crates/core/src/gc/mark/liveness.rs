@@ -30,6 +30,19 @@ pub struct FocusStats {
     /// ones, and the backups they belong to (see `focused::ownership`).
     pub owner_vfiles: usize,
     pub owner_backups: usize,
+    /// The focus was estimated to cover most of the repository, so the
+    /// full (logical) mark ran instead (`focused::FALLBACK_SHARE`).
+    pub fell_back: bool,
+    /// Recipe bytes the focused mark was estimated to read, and the full
+    /// mark (`focused::Estimate`).
+    pub focus_estimate_bytes: u64,
+    pub full_estimate_bytes: u64,
+    /// Memory: the liveness array of the correlative walk, the base map
+    /// (a base per stored chunk, not in the mark's memory: FGC keeps it in
+    /// the fingerprint index) and the graph's edges (in the mark's memory).
+    pub liveness_array_bytes: u64,
+    pub base_map_bytes: u64,
+    pub graph_bytes: u64,
 }
 
 /// Which mark phase a GC runs, chosen by name (`gc --mark NAME`): any mark

@@ -236,6 +236,15 @@ impl Layout for MfdedupLayout {
     fn mark_sweep(&self) -> Result<()> {
         Err(not_gc())
     }
+    /// A version's chunks live in the categories of its chain by which
+    /// versions reference them; a clone would have no categories of its
+    /// own and be read from volumes that arranging and deletion reshape
+    /// by chain position, so it would need its chunks copied: no fastcopy.
+    fn fastcopy(&self) -> Result<()> {
+        Err(Error::invalid(
+            "the mfdedup layout cannot clone a backup: its chunks are arranged by the versions of a chain that reference them, so a clone sharing another version's recipe would need its data copied (back the data up again instead)",
+        ))
+    }
     fn index_on_disk(&self) -> Result<()> {
         Err(Error::invalid(
             "--index disk is not built for the mfdedup layout yet (its NDF index is per version chain); use --index memory",
