@@ -42,6 +42,9 @@ if [ "${1:-}" != "--no-run" ]; then
             continue
         fi
         "$TESSERA" lab run "experiments/$e.toml" --out "experiments/results/$e"
+        # Keep what a reader needs: the report and the per-step CSV, gzipped.
+        gzip -9f "experiments/results/$e/results.csv"
+        rm -rf "experiments/results/$e/results.jsonl" "experiments/results/$e/work"
     done
 fi
 out=docs/REPRODUCTION.md
@@ -55,18 +58,20 @@ while IFS= read -r line; do
         e=$2
         shift 2
         csv=experiments/results/$e/results.csv
-        if [ ! -f "$csv" ]; then
+        # Committed results keep the per-step CSV gzipped.
+        rows() { if [ -f "$csv.gz" ]; then gzip -dc "$csv.gz"; else cat "$csv"; fi; }
+        if [ ! -f "$csv" ] && [ ! -f "$csv.gz" ]; then
             echo "(not run yet: experiments/results/$e)" >> "$tmp"
         elif [ "$directive" = @TABLE ]; then
-            awk -F, -f experiments/summarize.awk "$csv" >> "$tmp"
+            rows | awk -F, -f experiments/summarize.awk >> "$tmp"
         elif [ "$directive" = @GCTIME ]; then
-            awk -F, -f experiments/gctime.awk "$csv" >> "$tmp"
+            rows | awk -F, -f experiments/gctime.awk >> "$tmp"
         elif [ "$directive" = @SMRTABLE ]; then
-            awk -F, -f experiments/smrsummary.awk "$csv" >> "$tmp"
+            rows | awk -F, -f experiments/smrsummary.awk >> "$tmp"
         elif [ "$directive" = @GCTABLE ]; then
-            awk -F, -f experiments/gcsummary.awk "$csv" >> "$tmp"
+            rows | awk -F, -f experiments/gcsummary.awk >> "$tmp"
         else
-            awk -F, -v approaches="$*" -f experiments/rounds.awk "$csv" >> "$tmp"
+            rows | awk -F, -v approaches="$*" -f experiments/rounds.awk >> "$tmp"
         fi
         ;;
     *) printf '%s\n' "$line" >> "$tmp" ;;
