@@ -33,7 +33,17 @@ pub fn init(
         cipher: encryption.cipher().unwrap_or_default(),
     };
     let password = seal.encryption.as_ref().map(|(p, _)| p.clone());
-    let backend = backend::create(&repo.repo, is_recipe_container)?;
+    let (backend, created_bucket) = backend::create_reporting(&repo.repo, is_recipe_container)?;
+    if created_bucket {
+        // Said on stderr also under --json: a bucket is billed and named
+        // outside the repository, so its creation is never silent.
+        eprintln!(
+            "created bucket {}",
+            backend::S3Location::parse(&repo.repo)
+                .map(|l| l.bucket)
+                .unwrap_or_default()
+        );
+    }
     Repository::init_with_index(backend.clone(), opts, layout, &seal, index)?;
     let r = Repository::open_with(backend, &|| {
         password
@@ -53,11 +63,15 @@ pub fn init(
             config: &'a tessera_core::catalog::RepoConfig,
             encryption: Encryption,
             compression: Compression,
+            /// `init` created the S3 bucket the repository is in.
+            #[serde(skip_serializing_if = "std::ops::Not::not")]
+            created_bucket: bool,
         }
         ui::print_json(&Created {
             config: r.config(),
             encryption,
             compression,
+            created_bucket,
         })?;
     } else if !ui::quiet() {
         let c = r.config();
