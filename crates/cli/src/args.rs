@@ -320,10 +320,14 @@ pub enum Command {
         #[command(flatten)]
         json: JsonArg,
     },
-    /// Show repository statistics
+    /// Show repository statistics (from the manifest: fast at any size)
     Stats {
         #[command(flatten)]
         repo: RepoArg,
+        /// Also load the fingerprint index and report its entries and
+        /// memory (costs what opening it for a backup costs)
+        #[arg(long)]
+        index: bool,
         #[command(flatten)]
         json: JsonArg,
     },

@@ -241,9 +241,9 @@ impl Context {
 
     /// Walk every retained backup; charge its damage to the bad containers
     /// it falls in, or report it against the backup.
-    fn check_backups(&self, containers: &Containers, report: &mut CheckReport) {
+    fn check_backups(&self, containers: &Containers, report: &mut CheckReport) -> Result<()> {
         let bad_container = &containers.bad;
-        let mut recipes = self.recipe_reader(16);
+        let mut recipes = self.recipe_reader(16)?;
         let mut seen_data: FpMap<()> = FpMap::default();
         for b in &self.manifest.backups {
             let (damage, walk_error) = self.check_backup(
@@ -308,6 +308,7 @@ impl Context {
             }
         }
         report.data_chunks_referenced = seen_data.len() as u64;
+        Ok(())
     }
 
     /// Read a container whose data checksum fails without that check, and
@@ -386,7 +387,7 @@ pub(crate) fn check(repo: &Context, opts: &CheckOptions) -> Result<CheckReport> 
         backups: m.backups.len(),
         containers: m.containers.len(),
         index_entries: {
-            let (d, r) = repo.index.len();
+            let (d, r) = repo.need_index()?.len();
             d + r
         },
         leftovers: repo.find_leftovers()?,
@@ -394,7 +395,7 @@ pub(crate) fn check(repo: &Context, opts: &CheckOptions) -> Result<CheckReport> 
     };
     let containers = repo.check_containers(opts, &mut report);
     repo.check_index(&containers, &mut report);
-    repo.check_backups(&containers, &mut report);
+    repo.check_backups(&containers, &mut report)?;
     Ok(report)
 }
 
@@ -458,7 +459,12 @@ pub fn check_backend_with(
         ..Default::default()
     };
     let mut bad_segments = Vec::new();
-    match crate::layout::open(backend.clone(), password, Some(&mut bad_segments)) {
+    match crate::layout::open(
+        backend.clone(),
+        password,
+        crate::context::IndexLoad::Now,
+        Some(&mut bad_segments),
+    ) {
         Ok((cx, _layout)) => {
             let mut report = check(&cx, opts)?;
             let segments = bad_segments.into_iter().map(|(key, e)| Problem {

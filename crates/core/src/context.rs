@@ -61,10 +61,11 @@ pub trait Locator: Send + Sync {
         fp: &Fingerprint,
         copy: CopyNo,
     ) -> Option<ContainerId>;
-    /// Bring the index in line with this layout after the manifest's
-    /// index segments were loaded (MFDedup indexes recipe chunks only).
-    fn after_load(&self, _cx: &mut Context) -> Result<()> {
-        Ok(())
+    /// This layout's own index, built instead of loading the manifest's
+    /// index segments (MFDedup writes none: it indexes recipe chunks from
+    /// their containers); `None` loads the segments.
+    fn own_index(&self, _cx: &Context) -> Option<Result<Index>> {
+        None
     }
 }
 
@@ -103,11 +104,76 @@ impl Memo {
     }
 }
 
+/// When an opening loads the fingerprint index. Loading it reads every
+/// index segment the manifest lists (and, on disk, rebuilds the sorted
+/// runs), which grows with the repository: commands that only read the
+/// manifest (listing snapshots, forgetting, statistics, keys) open
+/// [`Lazy`](IndexLoad::Lazy) and never pay for it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum IndexLoad {
+    /// While opening (what every writer that deduplicates or collects
+    /// garbage needs anyway).
+    #[default]
+    Now,
+    /// On first use: the first recipe read, restore, check, GC plan or
+    /// backup loads it (from the generation the handle opened).
+    Lazy,
+}
+
+/// The context's fingerprint index: loaded while opening, or on first use
+/// ([`IndexLoad::Lazy`], through [`Context::need_index`]). It derefs to the
+/// [`Index`] for the modules below, which reach it only through an entry
+/// point that loaded it (a recipe reader, the face's index-needing
+/// methods); reaching an unloaded one is a bug and panics rather than
+/// answering "not indexed".
+#[derive(Default)]
+pub(crate) struct IndexCell {
+    cell: std::sync::OnceLock<Index>,
+    /// One loader at a time (a mount's threads may all need it at once).
+    loading: std::sync::Mutex<()>,
+}
+
+impl IndexCell {
+    /// The index, if loaded.
+    pub(crate) fn if_loaded(&self) -> Option<&Index> {
+        self.cell.get()
+    }
+    pub(crate) fn is_loaded(&self) -> bool {
+        self.cell.get().is_some()
+    }
+    /// Replace the index (loaded from now on).
+    pub(crate) fn set(&mut self, index: Index) {
+        self.cell = std::sync::OnceLock::from(index);
+    }
+    /// Take the loaded index out, leaving an empty loaded one (ingest
+    /// moves it into its sink and puts it back).
+    pub(crate) fn take(&mut self) -> Index {
+        std::mem::take(&mut **self)
+    }
+}
+
+const INDEX_NOT_LOADED: &str =
+    "the fingerprint index was used before it was loaded (a missing Context::need_index)";
+
+impl std::ops::Deref for IndexCell {
+    type Target = Index;
+    fn deref(&self) -> &Index {
+        self.cell.get().expect(INDEX_NOT_LOADED)
+    }
+}
+
+impl std::ops::DerefMut for IndexCell {
+    fn deref_mut(&mut self) -> &mut Index {
+        self.cell.get_mut().expect(INDEX_NOT_LOADED)
+    }
+}
+
 pub struct Context {
     /// Every object read and write goes through here (the lock excepted).
     pub(crate) objects: SealedStore,
     pub(crate) manifest: Manifest,
-    pub(crate) index: Index,
+    /// The fingerprint index, loaded now or on first use ([`IndexLoad`]).
+    pub(crate) index: IndexCell,
     pub(crate) store: ContainerStore,
     pub(crate) metrics: Arc<Metrics>,
     /// Fingerprints of this repository (keyed when encrypted).
@@ -268,15 +334,17 @@ impl Context {
     }
 
     /// Open the newest generation; `password` is asked for only if the
-    /// repository is encrypted, and `locator` is the layout's (the face
-    /// reads the layout from the manifest and installs its own). With
-    /// `bad_segments`, an index segment that cannot be read is recorded
-    /// there and skipped (for `check`, which then reports it and goes on)
-    /// instead of failing.
+    /// repository is encrypted, and `locator_of` gives the layout's
+    /// locator for the manifest read (the face chooses the layout from
+    /// it). The index is loaded as `load` says. With `bad_segments`, the
+    /// index is loaded now and an index segment that cannot be read is
+    /// recorded there and skipped (for `check`, which then reports it and
+    /// goes on) instead of failing.
     pub fn open(
         backend: Arc<dyn ObjectStore>,
         password: PasswordSource,
-        locator: Arc<dyn Locator>,
+        locator_of: &dyn Fn(&Manifest) -> Arc<dyn Locator>,
+        load: IndexLoad,
         bad_segments: Option<&mut Vec<(ObjectKey, Error)>>,
     ) -> Result<Self> {
         let generation = latest_generation(&*backend)?
@@ -294,7 +362,11 @@ impl Context {
             }
         };
         let objects = SealedStore::new(backend, Arc::new(sealer));
-        Self::load_retrying(objects, seal, key, locator, bad_segments)
+        let load = match bad_segments {
+            Some(_) => IndexLoad::Now,
+            None => load,
+        };
+        Self::load_retrying(objects, seal, key, locator_of, load, bad_segments)
     }
 
     /// Load the newest generation through `objects`, retrying when a
@@ -303,7 +375,8 @@ impl Context {
         objects: SealedStore,
         seal: RepoSeal,
         key: Option<(Arc<MasterKey>, u64)>,
-        locator: Arc<dyn Locator>,
+        locator_of: &dyn Fn(&Manifest) -> Arc<dyn Locator>,
+        load: IndexLoad,
         mut bad_segments: Option<&mut Vec<(ObjectKey, Error)>>,
     ) -> Result<Self> {
         let mut attempt = 0;
@@ -315,7 +388,8 @@ impl Context {
                 objects.clone(),
                 seal.clone(),
                 key.clone(),
-                locator.clone(),
+                locator_of,
+                load,
                 bad_segments.as_deref_mut(),
             );
             match loaded {
@@ -332,8 +406,9 @@ impl Context {
         objects: SealedStore,
         seal: RepoSeal,
         key: Option<(Arc<MasterKey>, u64)>,
-        locator: Arc<dyn Locator>,
-        mut bad_segments: Option<&mut Vec<(ObjectKey, Error)>>,
+        locator_of: &dyn Fn(&Manifest) -> Arc<dyn Locator>,
+        load: IndexLoad,
+        bad_segments: Option<&mut Vec<(ObjectKey, Error)>>,
     ) -> Result<Self> {
         let generation = latest_generation(&**objects.store())?
             .ok_or_else(|| Error::NoRepository(objects.location().into()))?;
@@ -361,17 +436,58 @@ impl Context {
             }
             None => manifest.config.hash.into(),
         };
+        let metrics = Arc::new(Metrics::default());
+        let store = ContainerStore::new(
+            objects.clone(),
+            manifest.config.hash,
+            manifest.config.trace,
+            metrics.clone(),
+        );
+        let locator = locator_of(&manifest);
+        let mut cx = Context {
+            objects,
+            manifest,
+            index: IndexCell::default(),
+            store,
+            metrics,
+            fingerprinter,
+            seal,
+            key,
+            threads: 0,
+            locator,
+            reserved: None,
+            writer_token: None,
+            lock_token: None,
+            staged: Sections::default(),
+            memo: Memo::default(),
+            section_keys: |_| Vec::new(),
+        };
+        if load == IndexLoad::Now {
+            let index = cx.build_index(bad_segments)?;
+            cx.index.set(index);
+        }
+        Ok(cx)
+    }
+
+    /// The index of this handle's generation: the layout's own, or the
+    /// entries of every index segment the manifest lists, in order.
+    /// Entries naming a container the manifest does not list are ignored:
+    /// a segment merged from a concurrent writer may hold entries of
+    /// containers a GC reclaimed (docs/FORMAT.md).
+    fn build_index(&self, mut bad_segments: Option<&mut Vec<(ObjectKey, Error)>>) -> Result<Index> {
+        if let Some(own) = self.locator.own_index(self) {
+            return own;
+        }
+        let manifest = &self.manifest;
         let mut index = match manifest.config.index {
             crate::index::IndexKind::Memory => Index::default(),
             crate::index::IndexKind::Disk => disk_index(crate::index::disk::DiskConfig::default())?,
         };
-        // Entries naming a container the manifest does not list are
-        // ignored: a segment merged from a concurrent writer may hold
-        // entries of containers a GC reclaimed (docs/FORMAT.md).
         let listed: HashSet<ContainerId> = manifest.containers.iter().map(|c| c.id).collect();
         for seg in &manifest.index_segments {
             let name = ObjectRef::Object(seg.clone());
-            let read = objects
+            let read = self
+                .objects
                 .get(seg)
                 .map_err(|e| match e {
                     Error::MissingObject(_) => e.about(name.clone()),
@@ -397,33 +513,39 @@ impl Context {
         }
         // On disk: the loaded entries become sorted runs before the first lookup.
         index.flush()?;
-        let metrics = Arc::new(Metrics::default());
-        let store = ContainerStore::new(
-            objects.clone(),
-            manifest.config.hash,
-            manifest.config.trace,
-            metrics.clone(),
-        );
-        let mut cx = Context {
-            objects,
-            manifest,
-            index,
-            store,
-            metrics,
-            fingerprinter,
-            seal,
-            key,
-            threads: 0,
-            locator: locator.clone(),
-            reserved: None,
-            writer_token: None,
-            lock_token: None,
-            staged: Sections::default(),
-            memo: Memo::default(),
-            section_keys: |_| Vec::new(),
-        };
-        locator.after_load(&mut cx)?;
-        Ok(cx)
+        Ok(index)
+    }
+
+    /// The fingerprint index, loaded now if this handle opened
+    /// [`IndexLoad::Lazy`] and nothing loaded it yet. It is the index of
+    /// the generation the handle opened: should a newer generation have
+    /// superseded (and removed) one of its segments meanwhile, this fails
+    /// and asks for the command to be run again rather than mixing
+    /// generations.
+    pub fn need_index(&self) -> Result<&Index> {
+        if let Some(i) = self.index.if_loaded() {
+            return Ok(i);
+        }
+        let _one = self.index.loading.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = self.index.if_loaded() {
+            return Ok(i);
+        }
+        let index = self.build_index(None).map_err(|e| match e {
+            // A segment lost from the newest generation is damage; one a
+            // newer generation removed is a change under this handle.
+            Error::MissingObject(_)
+                if latest_generation(&**self.objects.store())
+                    .is_ok_and(|g| g.is_some_and(|g| g > self.manifest.generation)) =>
+            {
+                Error::Locked(format!(
+                    "the repository changed since this command opened it (generation {} was superseded: {e}); run it again",
+                    self.manifest.generation
+                ))
+            }
+            e => e,
+        })?;
+        let _ = self.index.cell.set(index);
+        Ok(self.index.if_loaded().expect("just loaded"))
     }
 
     /// The first container id a new writer of this repository allocates:
@@ -528,7 +650,9 @@ impl Context {
         if next.index_segments.len() <= MAX_SEGMENTS {
             return Ok(Vec::new());
         }
-        // Every copy of every chunk (an older copy is still some backup's).
+        // Every copy of every chunk (an older copy is still some backup's):
+        // a handle that had not needed its index loads it now.
+        self.need_index()?;
         let (d, r) = self.index.len();
         let mut entries: Vec<IndexEntry> = Vec::with_capacity(d + r + self.index.extra_copies());
         entries.extend(self.index.entries());
@@ -608,8 +732,15 @@ impl Context {
     pub fn key_slot_used(&self) -> Option<u64> {
         self.key.as_ref().map(|(_, id)| *id)
     }
-    pub fn index(&self) -> &Index {
-        &self.index
+    /// The fingerprint index, loaded first if this handle opened
+    /// [`IndexLoad::Lazy`] (see [`need_index`](Self::need_index)).
+    pub fn index(&self) -> Result<&Index> {
+        self.need_index()
+    }
+    /// Whether this handle has loaded its fingerprint index (commands that
+    /// need only the manifest never do).
+    pub fn index_loaded(&self) -> bool {
+        self.index.is_loaded()
     }
     pub fn store(&self) -> &ContainerStore {
         &self.store
@@ -672,11 +803,18 @@ impl Context {
     /// in-memory index lacks the other writers' entries and may still name
     /// containers a GC reclaimed).
     pub(crate) fn reload(&mut self) -> Result<()> {
+        let locator = self.locator.clone();
+        // A handle that has not loaded its index yet keeps it for later.
+        let load = match self.index.is_loaded() {
+            true => IndexLoad::Now,
+            false => IndexLoad::Lazy,
+        };
         let fresh = Context::load_retrying(
             self.objects.clone(),
             self.seal.clone(),
             self.key.clone(),
-            self.locator.clone(),
+            &|_| locator.clone(),
+            load,
             None,
         )?;
         self.manifest = fresh.manifest;
@@ -710,7 +848,7 @@ impl Context {
         }
         let mut index = disk_index(cfg)?;
         load_segments(&self.objects, &self.manifest, &mut index)?;
-        self.index = index;
+        self.index.set(index);
         Ok(())
     }
 }

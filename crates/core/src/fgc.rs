@@ -323,7 +323,7 @@ impl RefGraph {
         let mut g = RefGraph::new(granularity);
         let mut backups: Vec<&BackupEntry> = repo.manifest.backups.iter().collect();
         backups.sort_by_key(|b| b.id);
-        let mut reader = repo.recipe_reader(16);
+        let mut reader = repo.recipe_reader(16)?;
         for b in backups {
             let mut seen = RefGraph::new(granularity);
             let mut visit = |kind: ChunkKind, fp: &Fingerprint, copy: CopyNo, offset: u64| {

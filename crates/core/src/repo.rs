@@ -16,6 +16,7 @@ use crate::check::{CheckOptions, CheckReport};
 use crate::chunking::ChunkerConfig;
 use crate::clock::now;
 use crate::container::{ChunkKind, ContainerId};
+pub use crate::context::IndexLoad;
 use crate::context::{
     no_password, Context, Leftovers, PasswordSource, Reserved, RESERVE_CONTAINERS, RESERVE_GAP,
     RESERVE_SEGMENTS, RESERVE_SEGMENT_GAP,
@@ -129,6 +130,15 @@ impl std::ops::DerefMut for Writer {
     }
 }
 
+/// The loaded fingerprint index in [`RepoStats`].
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct IndexStats {
+    pub data_entries: usize,
+    pub recipe_entries: usize,
+    pub memory_bytes: usize,
+    pub bytes_per_entry: f64,
+}
+
 /// Summary for `tessera stats`.
 #[derive(Clone, Debug, Serialize)]
 pub struct RepoStats {
@@ -150,11 +160,15 @@ pub struct RepoStats {
     pub container_object_bytes: u64,
     /// Actual deduplication ratio: logical bytes of retained backups / data bytes stored.
     pub dedup_ratio: f64,
-    pub index_data_entries: usize,
-    pub index_recipe_entries: usize,
+    /// Chunk copies stored in data containers, and recipe chunks stored
+    /// (the manifest's counts: dead chunks GC has not reclaimed included).
+    pub data_chunks: u64,
+    pub recipe_chunks: u64,
     pub index_segments: usize,
-    pub index_memory_bytes: usize,
-    pub index_bytes_per_entry: f64,
+    /// The index's own figures: only from a handle that loaded it (`stats
+    /// --index`), since loading it costs what the rest of `stats` does not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index: Option<IndexStats>,
     /// The layout chosen at `init`.
     pub layout: crate::layout::LayoutKind,
     /// MFDedup: each chain's volumes, active categories and trend.
@@ -295,7 +309,18 @@ impl Repository {
     /// Open for reading; `password` is asked for only if the repository is
     /// encrypted.
     pub fn open_with(backend: Arc<dyn ObjectStore>, password: PasswordSource) -> Result<Self> {
-        let (cx, layout) = crate::layout::open(backend, password, None)?;
+        Self::open_loading(backend, password, IndexLoad::Now)
+    }
+
+    /// [`open_with`](Self::open_with), loading the fingerprint index as
+    /// `load` says: [`IndexLoad::Lazy`] for a command that may need only
+    /// the manifest (the first method that needs the index loads it).
+    pub fn open_loading(
+        backend: Arc<dyn ObjectStore>,
+        password: PasswordSource,
+        load: IndexLoad,
+    ) -> Result<Self> {
+        let (cx, layout) = crate::layout::open(backend, password, load, None)?;
         Ok(Repository {
             cx,
             layout,
@@ -317,13 +342,24 @@ impl Repository {
         command: &str,
         password: PasswordSource,
     ) -> Result<Self> {
+        Self::open_reader_loading(backend, command, password, IndexLoad::Now)
+    }
+
+    /// [`open_reader_with`](Self::open_reader_with), loading the index as
+    /// `load` says (see [`open_loading`](Self::open_loading)).
+    pub fn open_reader_loading(
+        backend: Arc<dyn ObjectStore>,
+        command: &str,
+        password: PasswordSource,
+        load: IndexLoad,
+    ) -> Result<Self> {
         if latest_generation(&*backend)?.is_none() {
             return Err(Error::NoRepository(backend.location().into()));
         }
         // Best effort: a read-only store, or a writer holding the
         // exclusive lock, never keeps a reader out.
         let lock = RepoLock::acquire_shared(backend.clone(), command, true).ok();
-        let mut repo = Self::open_with(backend, password)?;
+        let mut repo = Self::open_loading(backend, password, load)?;
         repo.reader_lock = lock;
         Ok(repo)
     }
@@ -348,12 +384,24 @@ impl Repository {
         command: &str,
         password: PasswordSource,
     ) -> Result<Writer> {
+        Self::open_writer_loading(backend, command, password, IndexLoad::Now)
+    }
+
+    /// [`open_writer_with`](Self::open_writer_with), loading the index as
+    /// `load` says: [`IndexLoad::Lazy`] for a writer that may only edit
+    /// the catalog (forget, keys); its backups, GCs and arranging load it.
+    pub fn open_writer_loading(
+        backend: Arc<dyn ObjectStore>,
+        command: &str,
+        password: PasswordSource,
+        load: IndexLoad,
+    ) -> Result<Writer> {
         if latest_generation(&*backend)?.is_none() {
             return Err(Error::NoRepository(backend.location().into()));
         }
         match RepoLock::acquire_brief(backend.clone(), command) {
             Ok(alone) => {
-                let mut repo = Self::open_with(backend, password)?;
+                let mut repo = Self::open_loading(backend, password, load)?;
                 let leftovers = repo.cx.remove_leftovers()?;
                 let lock = if repo.layout.concurrent_writers() {
                     let shared = alone.downgrade(false)?;
@@ -374,7 +422,7 @@ impl Repository {
             }
             Err(Error::Locked(why)) => {
                 let lock = RepoLock::acquire_shared(backend.clone(), command, false)?;
-                let mut repo = Self::open_with(backend, password)?;
+                let mut repo = Self::open_loading(backend, password, load)?;
                 if !repo.layout.concurrent_writers() {
                     return Err(Error::Locked(format!(
                         "the {} layout has one writer at a time: {why}",
@@ -487,17 +535,31 @@ impl Repository {
 
     pub fn stats(&self) -> RepoStats {
         let m = &self.manifest;
-        let sum = |kind: ChunkKind| -> (usize, u64) {
+        let sum = |kind: ChunkKind| -> (usize, u64, u64) {
             m.containers
                 .iter()
                 .filter(|c| c.kind == kind)
-                .fold((0, 0), |(n, b), c| (n + 1, b + c.logical_bytes))
+                .fold((0, 0, 0), |(n, b, k), c| {
+                    (n + 1, b + c.logical_bytes, k + c.chunks as u64)
+                })
         };
-        let (dc, db) = sum(ChunkKind::Data);
-        let (rc, rb) = sum(ChunkKind::Recipe);
+        let (dc, db, dk) = sum(ChunkKind::Data);
+        let (rc, rb, rk) = sum(ChunkKind::Recipe);
         let logical: u64 = m.backups.iter().map(|b| b.logical_bytes).sum();
-        let (de, re) = self.index.len();
-        let mem = self.index.memory_bytes();
+        let index = self.cx.index.if_loaded().map(|i| {
+            let (de, re) = i.len();
+            let mem = i.memory_bytes();
+            IndexStats {
+                data_entries: de,
+                recipe_entries: re,
+                memory_bytes: mem,
+                bytes_per_entry: if de + re == 0 {
+                    0.0
+                } else {
+                    mem as f64 / (de + re) as f64
+                },
+            }
+        });
         RepoStats {
             location: self.objects.location(),
             generation: m.generation,
@@ -517,15 +579,10 @@ impl Repository {
             } else {
                 logical as f64 / db as f64
             },
-            index_data_entries: de,
-            index_recipe_entries: re,
+            data_chunks: dk,
+            recipe_chunks: rk,
             index_segments: m.index_segments.len(),
-            index_memory_bytes: mem,
-            index_bytes_per_entry: if de + re == 0 {
-                0.0
-            } else {
-                mem as f64 / (de + re) as f64
-            },
+            index,
             layout: self.layout.kind(),
             chains: crate::layout::mfdedup::chain_stats(m),
         }
@@ -623,12 +680,14 @@ impl Repository {
     /// would do. Changes nothing.
     pub fn plan_gc(&self, opts: &GcOptions) -> Result<GcPlan> {
         self.layout.mark_sweep()?;
+        self.cx.need_index()?;
         crate::gc::plan_gc(&self.cx, opts)
     }
 
     /// [`plan_gc`](Self::plan_gc) with another mark: where the physical and
     /// focused marks come in.
     pub fn plan_gc_marked(&self, opts: &GcOptions, marker: &dyn Marker) -> Result<GcPlan> {
+        self.cx.need_index()?;
         self.layout.mark_sweep()?;
         crate::gc::plan_gc_marked(&self.cx, opts, marker)
     }
@@ -637,6 +696,7 @@ impl Repository {
     /// check itself (e.g. the backend cannot be listed); everything wrong
     /// with the repository is a [`Problem`](crate::check::Problem) in the report.
     pub fn check(&self, opts: &CheckOptions) -> Result<CheckReport> {
+        self.cx.need_index()?;
         crate::check::check(&self.cx, opts)
     }
 
@@ -646,7 +706,7 @@ impl Repository {
         &self,
         b: &BackupEntry,
     ) -> Result<Vec<(crate::recipe::RecipeEntry, ContainerId)>> {
-        let mut reader = self.recipe_reader(8);
+        let mut reader = self.recipe_reader(8)?;
         let mut w = reader.entries(b.root_fp()?, b.root_level)?;
         let mut out = Vec::with_capacity(b.chunks as usize);
         while let Some(e) = w.next()? {
@@ -663,6 +723,13 @@ impl Writer {
         &mut self.repo.cx
     }
 
+    /// The context with its index loaded (a writer opened
+    /// [`IndexLoad::Lazy`] loads it at its first backup, GC or arranging).
+    fn cx_indexed(&mut self) -> Result<&mut Context> {
+        self.repo.cx.need_index()?;
+        Ok(&mut self.repo.cx)
+    }
+
     /// Run a backup: `feed` writes the backup's bytes (or trace entries) into
     /// the [`Ingest`]; then the recipe is closed, the containers and index
     /// segment written, and a new manifest generation published. On any error
@@ -672,6 +739,7 @@ impl Writer {
         opts: &BackupOptions,
         feed: impl FnOnce(&mut Ingest) -> Result<()>,
     ) -> Result<BackupReport> {
+        self.repo.cx.need_index()?;
         let Repository { cx, layout, .. } = &mut self.repo;
         crate::ingest::backup_with(cx, layout.backup_hooks(), opts, feed)
     }
@@ -692,6 +760,7 @@ impl Writer {
         reader: &mut dyn Read,
         progress: &mut dyn FnMut(u64),
     ) -> Result<BackupReport> {
+        self.repo.cx.need_index()?;
         let Repository { cx, layout, .. } = &mut self.repo;
         crate::ingest::backup_reader(cx, layout.backup_hooks(), opts, reader, progress)
     }
@@ -703,6 +772,7 @@ impl Writer {
         root: &std::path::Path,
         progress: &mut dyn FnMut(u64),
     ) -> Result<(BackupReport, crate::archive::TreeStats)> {
+        self.repo.cx.need_index()?;
         let Repository { cx, layout, .. } = &mut self.repo;
         let cache = self.files_cache.as_ref();
         crate::ingest::backup_tree(cx, layout.backup_hooks(), cache, opts, root, progress)
@@ -736,6 +806,7 @@ impl Writer {
         scan: crate::archive::Scan,
         progress: &mut dyn FnMut(u64),
     ) -> Result<(BackupReport, crate::archive::TreeStats)> {
+        self.repo.cx.need_index()?;
         let Repository { cx, layout, .. } = &mut self.repo;
         let cache = self.files_cache.as_ref();
         crate::ingest::backup_paths(cx, layout.backup_hooks(), cache, opts, scan, progress)
@@ -759,6 +830,7 @@ impl Writer {
         opts: &BackupOptions,
         chunks: impl IntoIterator<Item = Result<(Fingerprint, u32)>>,
     ) -> Result<BackupReport> {
+        self.repo.cx.need_index()?;
         let Repository { cx, layout, .. } = &mut self.repo;
         crate::ingest::backup_trace(cx, layout.backup_hooks(), opts, chunks)
     }
@@ -771,6 +843,7 @@ impl Writer {
         &mut self,
         group: Vec<(BackupOptions, GroupInput)>,
     ) -> Result<Vec<BackupReport>> {
+        self.repo.cx.need_index()?;
         let Repository { cx, layout, .. } = &mut self.repo;
         crate::ingest::interleave::backup_interleaved(cx, layout.backup_hooks(), group)
     }
@@ -780,33 +853,33 @@ impl Writer {
     /// a new generation before deleting the old containers.
     pub fn gc(&mut self, opts: &GcOptions) -> Result<GcReport> {
         self.layout.mark_sweep()?;
-        crate::gc::gc(self.cx_mut(), opts)
+        crate::gc::gc(self.cx_indexed()?, opts)
     }
 
     /// Carry out a plan: sweep, publish a new generation, then delete the
     /// reclaimed containers. A dry-run plan changes nothing; a plan with
     /// nothing to reclaim only records that the forgotten backups are done.
     pub fn gc_with(&mut self, plan: GcPlan) -> Result<GcReport> {
-        crate::gc::gc_with(self.cx_mut(), plan)
+        crate::gc::gc_with(self.cx_indexed()?, plan)
     }
 
     /// Online GC, step 1: take the GC lock, announce a marking run, then
     /// mark and select on the newest generation (see [`crate::gc::online`]).
     pub fn gc_begin(&mut self, opts: &GcOptions) -> Result<OnlineGc> {
         self.layout.mark_sweep()?;
-        crate::gc::online::begin_run(self.cx_mut(), opts)
+        crate::gc::online::begin_run(self.cx_indexed()?, opts)
     }
 
     /// Step 2, the cutoff: announce the containers to reclaim, then
     /// resurrect the dead copies concurrent backups recorded.
     pub fn gc_cutoff(&mut self, run: &mut OnlineGc) -> Result<()> {
-        crate::gc::online::cutoff_run(self.cx_mut(), run)
+        crate::gc::online::cutoff_run(self.cx_indexed()?, run)
     }
 
     /// Step 3: sweep and commit (merging with what others published),
     /// record the run as done, and delete the records of writers gone.
     pub fn gc_finish(&mut self, run: OnlineGc) -> Result<GcReport> {
-        crate::gc::online::finish_run(self.cx_mut(), run)
+        crate::gc::online::finish_run(self.cx_indexed()?, run)
     }
 
     /// Rebuild FGC's reference graph from the recipes (`tessera check
@@ -816,6 +889,7 @@ impl Writer {
         self.layout
             .mark_sweep()
             .map_err(|_| crate::fgc::no_gc_to_focus())?;
+        self.repo.cx.need_index()?;
         let (graph, next, superseded) = crate::fgc::rebuild(&self.repo.cx, granularity)?;
         crate::publish::publish(self.cx_mut(), next, &superseded)?;
         Ok(graph)
@@ -954,28 +1028,28 @@ impl Writer {
     /// [`forget_space`](Repository::forget_space) gave once arranged).
     pub fn forget_freeing(&mut self, ids: &[BackupId]) -> Result<(Vec<BackupEntry>, ForgetSpace)> {
         self.mfdedup("space answers")?;
-        crate::layout::mfdedup::forget::forget(self.cx_mut(), ids)
+        crate::layout::mfdedup::forget::forget(self.cx_indexed()?, ids)
     }
 
     /// MFDedup: arrange the chains that fell behind (`--no-arrange`), at
     /// most `limit` versions each.
     pub fn arrange(&mut self, limit: Option<u32>) -> Result<Vec<ArrangeReport>> {
         self.mfdedup("arranging")?;
-        crate::layout::mfdedup::avar::arrange_all(self.cx_mut(), limit)
+        crate::layout::mfdedup::avar::arrange_all(self.cx_indexed()?, limit)
     }
 
     /// MFDedup: arrange one chain, at most `limit` versions (the lab keeps
     /// arranging a set number of versions behind this way).
     pub fn arrange_chain(&mut self, chain: &str, limit: Option<u32>) -> Result<ArrangeReport> {
         self.mfdedup("arranging")?;
-        crate::layout::mfdedup::avar::arrange_chain(self.cx_mut(), chain, limit)
+        crate::layout::mfdedup::avar::arrange_chain(self.cx_indexed()?, chain, limit)
     }
 
     /// MFDedup's `gc`: deletes categories no retained version needs (forget
     /// already did; this finds any a failed forget left) — never copies.
     pub fn mfdedup_gc(&mut self) -> Result<ForgetSpace> {
         self.mfdedup("gc by deleting categories")?;
-        crate::layout::mfdedup::forget::forget(self.cx_mut(), &[]).map(|(_, s)| s)
+        crate::layout::mfdedup::forget::forget(self.cx_indexed()?, &[]).map(|(_, s)| s)
     }
 
     /// Release the writer lock (also released on drop).

@@ -58,7 +58,7 @@ pub(crate) struct TolerantStream<'a> {
 impl<'a> TolerantStream<'a> {
     pub(crate) fn new(repo: &'a Context, b: &BackupEntry) -> Result<Self> {
         let walker = repo
-            .recipe_reader(16)
+            .recipe_reader(16)?
             .into_entries(b.root_fp()?, b.root_level)?;
         Ok(TolerantStream {
             repo,

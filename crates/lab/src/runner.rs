@@ -880,8 +880,9 @@ impl ApproachRun<'_> {
             seconds: report.seconds,
             throughput_mb_s: report.throughput_mb_s,
             chunk_refs_per_s: report.chunks as f64 / report.seconds.max(1e-9),
-            index_memory_bytes: st.index_memory_bytes as u64,
-            disk_index: self.repo.index().disk_counts(),
+            // A writer that backs up has its index loaded.
+            index_memory_bytes: st.index.map_or(0, |i| i.memory_bytes as u64),
+            disk_index: self.repo.index()?.disk_counts(),
             mfdedup,
             io: io.into(),
         }));

@@ -51,7 +51,7 @@ pub fn forget(repo: &RepoArg, specs: &[String], how: ForgetBy, json: bool) -> Re
     if !specs.is_empty() && !policy.is_empty() {
         bail!("give either backup ids or a retention policy, not both");
     }
-    let mut r = super::open::open_writer(repo, open_backend(repo)?, "tessera forget")?;
+    let mut r = super::open::open_writer_lazy(repo, open_backend(repo)?, "tessera forget")?;
     let mut ids = Vec::new();
     let mut groups = Vec::new();
     if policy.is_empty() {

@@ -8,6 +8,7 @@ use crate::ui;
 use anyhow::{bail, Result};
 use serde::Serialize;
 use std::process::ExitCode;
+use tessera_core::repo::IndexLoad;
 
 #[derive(Serialize)]
 struct SlotRow {
@@ -71,14 +72,14 @@ pub fn run(repo: &RepoArg, command: KeyCommand, json: bool) -> Result<ExitCode> 
             new_password_file,
             kdf,
         } => {
-            let mut w = open_writer(repo, backend, "tessera key add")?;
+            let mut w = open_writer(repo, backend, "tessera key add", IndexLoad::Lazy)?;
             let p = new_password(repo, new_password_file.as_deref(), false)?;
             let id = w.add_key(&p, kdf)?;
             w.close()?;
             report(json, "added", id)?;
         }
         KeyCommand::Remove { id } => {
-            let mut w = open_writer(repo, backend, "tessera key remove")?;
+            let mut w = open_writer(repo, backend, "tessera key remove", IndexLoad::Lazy)?;
             w.remove_key(id)?;
             w.close()?;
             report(json, "removed", id)?;
@@ -87,7 +88,7 @@ pub fn run(repo: &RepoArg, command: KeyCommand, json: bool) -> Result<ExitCode> 
             new_password_file,
             kdf,
         } => {
-            let mut w = open_writer(repo, backend, "tessera key passwd")?;
+            let mut w = open_writer(repo, backend, "tessera key passwd", IndexLoad::Lazy)?;
             let p = new_password(repo, new_password_file.as_deref(), false)?;
             let id = w.change_password(&p, kdf)?;
             w.close()?;

@@ -33,7 +33,17 @@ pub fn init(
         cipher: encryption.cipher().unwrap_or_default(),
     };
     let password = seal.encryption.as_ref().map(|(p, _)| p.clone());
-    let backend = backend::create(&repo.repo, is_recipe_container)?;
+    let (backend, created_bucket) = backend::create_reporting(&repo.repo, is_recipe_container)?;
+    if created_bucket {
+        // Said on stderr also under --json: a bucket is billed and named
+        // outside the repository, so its creation is never silent.
+        eprintln!(
+            "created bucket {}",
+            backend::S3Location::parse(&repo.repo)
+                .map(|l| l.bucket)
+                .unwrap_or_default()
+        );
+    }
     Repository::init_with_index(backend.clone(), opts, layout, &seal, index)?;
     let r = Repository::open_with(backend, &|| {
         password
@@ -53,11 +63,15 @@ pub fn init(
             config: &'a tessera_core::catalog::RepoConfig,
             encryption: Encryption,
             compression: Compression,
+            /// `init` created the S3 bucket the repository is in.
+            #[serde(skip_serializing_if = "std::ops::Not::not")]
+            created_bucket: bool,
         }
         ui::print_json(&Created {
             config: r.config(),
             encryption,
             compression,
+            created_bucket,
         })?;
     } else if !ui::quiet() {
         let c = r.config();
@@ -164,7 +178,7 @@ pub fn forget(repo: &RepoArg, specs: &[String], json: bool) -> Result<ExitCode> 
         };
         return super::gc::forget(repo, specs, how, json);
     }
-    let mut r = super::open::open_writer(repo, open_backend(repo)?, "tessera forget")?;
+    let mut r = super::open::open_writer_lazy(repo, open_backend(repo)?, "tessera forget")?;
     let mut ids = Vec::new();
     for s in specs {
         let id = r.resolve(s)?.id;
@@ -197,8 +211,11 @@ pub fn forget(repo: &RepoArg, specs: &[String], json: bool) -> Result<ExitCode> 
     Ok(ExitCode::SUCCESS)
 }
 
-pub fn stats(repo: &RepoArg, json: bool) -> Result<ExitCode> {
+pub fn stats(repo: &RepoArg, index: bool, json: bool) -> Result<ExitCode> {
     let r = super::open::open_repo(repo, open_backend(repo)?)?;
+    if index {
+        r.index()?;
+    }
     let s = r.stats();
     if json {
         ui::print_json(&s)?;
@@ -233,13 +250,23 @@ pub fn stats(repo: &RepoArg, json: bool) -> Result<ExitCode> {
         s.dedup_ratio
     );
     println!(
-        "index             {} data + {} recipe entries in {} segments, {} in memory ({:.1} bytes/entry)",
-        s.index_data_entries,
-        s.index_recipe_entries,
-        s.index_segments,
-        ui::bytes(s.index_memory_bytes as u64),
-        s.index_bytes_per_entry
+        "chunks            {} data copies, {} recipe chunks stored",
+        s.data_chunks, s.recipe_chunks
     );
+    match &s.index {
+        Some(i) => println!(
+            "index             {} data + {} recipe entries in {} segments, {} in memory ({:.1} bytes/entry)",
+            i.data_entries,
+            i.recipe_entries,
+            s.index_segments,
+            ui::bytes(i.memory_bytes as u64),
+            i.bytes_per_entry
+        ),
+        None => println!(
+            "index             {} segments (not loaded; `stats --index` loads it)",
+            s.index_segments
+        ),
+    }
     if !s.layout.is_containers() {
         println!("layout            {}", s.layout);
     }

@@ -153,7 +153,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             }
         }
         Command::Gc { repo, args, json } => gc::gc(&repo, &args, json.json),
-        Command::Stats { repo, json } => manage::stats(&repo, json.json),
+        Command::Stats { repo, index, json } => manage::stats(&repo, index, json.json),
         Command::Unlock { repo, json } => manage::unlock(&repo, json.json),
         Command::Check {
             repo,

@@ -13,6 +13,7 @@ use std::io::IsTerminal;
 use std::path::Path;
 use std::sync::Arc;
 use tessera_core::backend::ObjectStore;
+use tessera_core::repo::IndexLoad;
 use tessera_core::{Password, Repository, Writer};
 
 /// The first line of a file (trailing newline removed).
@@ -104,22 +105,37 @@ pub fn new_password(repo: &RepoArg, file: Option<&Path>, for_init: bool) -> Resu
     Ok(a)
 }
 
-/// Open for reading, asking for the password only if needed.
+/// Open for reading, asking for the password only if needed. The
+/// fingerprint index is loaded on first use: listing snapshots or
+/// statistics never reads it, and a restore or listing loads it at its
+/// first recipe read.
 pub fn open(repo: &RepoArg, backend: Arc<dyn ObjectStore>) -> Result<Repository> {
     // A reader lock: a GC in another process waits for it before deleting
     // containers this command may read.
-    let mut r = Repository::open_reader_with(backend, "tessera (reading)", &|| {
-        password(repo).map_err(|e| tessera_core::Error::Key(ui::one_line(&e)))
-    })?;
+    let mut r = Repository::open_reader_loading(
+        backend,
+        "tessera (reading)",
+        &|| password(repo).map_err(|e| tessera_core::Error::Key(ui::one_line(&e))),
+        IndexLoad::Lazy,
+    )?;
     r.set_threads(repo.threads);
     Ok(r)
 }
 
-/// Open for writing, asking for the password only if needed.
-pub fn open_writer(repo: &RepoArg, backend: Arc<dyn ObjectStore>, command: &str) -> Result<Writer> {
-    let mut w = Repository::open_writer_with(backend, command, &|| {
-        password(repo).map_err(|e| tessera_core::Error::Key(ui::one_line(&e)))
-    })?;
+/// Open for writing, asking for the password only if needed; the
+/// fingerprint index is loaded as `load` says.
+pub fn open_writer(
+    repo: &RepoArg,
+    backend: Arc<dyn ObjectStore>,
+    command: &str,
+    load: IndexLoad,
+) -> Result<Writer> {
+    let mut w = Repository::open_writer_loading(
+        backend,
+        command,
+        &|| password(repo).map_err(|e| tessera_core::Error::Key(ui::one_line(&e))),
+        load,
+    )?;
     w.set_threads(repo.threads);
     Ok(w)
 }

@@ -199,3 +199,52 @@ fn forget_policies_apply_per_group_and_join_the_new_rules() {
     let left = ids(&json(&ok(tessera(&repo).args(["snapshots", "--json"]))));
     assert_eq!(left, vec![5, 6]);
 }
+
+/// Commands that need only the manifest do not read the fingerprint index
+/// (issue 36): with every index segment unreadable they still work, and
+/// the commands that do need the index fail naming the segment.
+#[test]
+fn manifest_commands_work_with_unreadable_index_segments() {
+    let t = tempfile::tempdir().unwrap();
+    let repo = t.path().join("repo");
+    let dir = t.path().join("d");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("f"), b"some file data\n".repeat(1000)).unwrap();
+    ok(tessera(&repo).arg("init"));
+    let tree = json(&ok(tessera(&repo).arg("backup").arg(&dir).arg("--json")));
+    let tree = tree["backup"]["id"].as_u64().unwrap().to_string();
+    let stream = json(&ok(tessera(&repo)
+        .args(["backup", "--stdin-name", "db.sql", "--json"])
+        .write_stdin("a stream")));
+    let stream = stream["backup"]["id"].as_u64().unwrap().to_string();
+    let mut spoiled = 0;
+    for e in std::fs::read_dir(repo.join("index")).unwrap() {
+        std::fs::write(e.unwrap().path(), b"not an index segment").unwrap();
+        spoiled += 1;
+    }
+    assert!(spoiled >= 2);
+
+    let listed = json(&ok(tessera(&repo).args(["snapshots", "--json"])));
+    assert_eq!(ids(&listed).len(), 2);
+    let s = json(&ok(tessera(&repo).args(["stats", "--json"])));
+    assert_eq!(s["backups"], 2);
+    assert!(s["data_chunks"].as_u64().unwrap() > 0);
+    assert!(s.get("index").is_none(), "not loaded: {s}");
+    assert!(ok(tessera(&repo).arg("stats")).contains("not loaded"));
+    fails(tessera(&repo).args(["stats", "--index"]), "index/");
+    let dry = json(&ok(tessera(&repo).args([
+        "forget",
+        &tree,
+        "--dry-run",
+        "--json",
+    ])));
+    assert_eq!(dry["forgotten"].as_array().unwrap().len(), 1);
+    assert!(ok(tessera(&repo).args(["ls", &stream])).contains("db.sql"));
+    assert!(!ok(tessera(&repo).args(["key", "list"])).is_empty());
+    // Listing a directory backup reads its metadata from data chunks,
+    // which the index locates.
+    fails(tessera(&repo).args(["ls", &tree]), "index/");
+    ok(tessera(&repo).args(["forget", &tree]));
+    let listed = json(&ok(tessera(&repo).args(["snapshots", "--json"])));
+    assert_eq!(ids(&listed), vec![stream.parse::<u64>().unwrap()]);
+}

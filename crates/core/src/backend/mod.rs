@@ -69,22 +69,33 @@ pub fn open(
 }
 
 /// [`open`], creating a local directory (and its parents) if needed; for `init`.
-/// `memory:` is a fresh in-memory repository (the lab's scratch runs). An
-/// S3 bucket must exist already; a server that ignores conditional writes
-/// is refused here.
+/// `memory:` is a fresh in-memory repository (the lab's scratch runs). A
+/// missing S3 bucket is created (see [`create_reporting`]); a server that
+/// ignores conditional writes is refused here.
 pub fn create(
     location: &str,
     containers: ContainerFilter,
 ) -> Result<std::sync::Arc<dyn ObjectStore>> {
+    create_reporting(location, containers).map(|(store, _)| store)
+}
+
+/// [`create`], also saying whether it created an S3 bucket (`init` tells
+/// the user: a bucket is billed and named outside the repository).
+pub fn create_reporting(
+    location: &str,
+    containers: ContainerFilter,
+) -> Result<(std::sync::Arc<dyn ObjectStore>, bool)> {
     if location == "memory:" {
-        return Ok(std::sync::Arc::new(MemoryStore::new()));
+        return Ok((std::sync::Arc::new(MemoryStore::new()), false));
     }
     if location.starts_with("s3:") {
-        return open_s3(location, S3Options::from_env()?, true, containers);
+        let (store, created) = S3Store::open_creating(location, S3Options::from_env()?)?;
+        return Ok((behind_cache(store, true, containers)?, created));
     }
-    Ok(std::sync::Arc::new(LocalStore::create(&local_path(
-        location,
-    )?)?))
+    Ok((
+        std::sync::Arc::new(LocalStore::create(&local_path(location)?)?),
+        false,
+    ))
 }
 
 /// An S3 store with the given options, behind the metadata cache (keeping
@@ -96,7 +107,16 @@ pub fn open_s3(
     create: bool,
     containers: ContainerFilter,
 ) -> Result<std::sync::Arc<dyn ObjectStore>> {
-    let store = S3Store::open(location, options)?;
+    behind_cache(S3Store::open(location, options)?, create, containers)
+}
+
+/// An S3 store behind the metadata cache (unless `TESSERA_CACHE_DIR=off`);
+/// `create` checks conditional writes first.
+fn behind_cache(
+    store: S3Store,
+    create: bool,
+    containers: ContainerFilter,
+) -> Result<std::sync::Arc<dyn ObjectStore>> {
     if create {
         store.check_conditional_writes()?;
     }

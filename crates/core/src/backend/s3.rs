@@ -190,6 +190,8 @@ pub struct S3Store {
     s3: Arc<AmazonS3>,
     location: S3Location,
     options: S3Options,
+    /// The region requests are signed for (a new bucket is created there).
+    region: String,
     uploads: Mutex<Uploads>,
 }
 
@@ -257,7 +259,7 @@ impl S3Store {
             .or_else(|| std::env::var("AWS_DEFAULT_REGION").ok())
             .or(profile.region)
             .unwrap_or_else(|| "us-east-1".to_string());
-        builder = builder.with_region(region);
+        builder = builder.with_region(&region);
         let s3 = builder.build().map_err(|e| {
             Error::invalid(format!(
                 "cannot use {}: {}",
@@ -276,18 +278,105 @@ impl S3Store {
             s3: Arc::new(s3),
             location,
             options,
+            region,
             uploads: Mutex::new(Uploads::default()),
         })
+    }
+
+    /// [`open`](Self::open) for `tessera init`: a bucket that does not
+    /// exist is created first (as restic does), and the answer says
+    /// whether it was. Everything else fails as `open` does.
+    pub fn open_creating(location: &str, options: S3Options) -> Result<(S3Store, bool)> {
+        let location = S3Location::parse(location)?;
+        let store = Self::connect(location, options)?;
+        match store.probe_request() {
+            Ok(()) => Ok((store, false)),
+            Err(e) if no_such_bucket(&e) => {
+                store.create_bucket()?;
+                store.probe()?;
+                Ok((store, true))
+            }
+            Err(e) => Err(store.error("list", "manifests/", e)),
+        }
+    }
+
+    /// Create the bucket: `PUT /BUCKET` (with its region's location
+    /// constraint outside us-east-1), signed by `object_store`'s own SigV4
+    /// signer and sent through its HTTP client (the crate has no bucket
+    /// API). A bucket another client created meanwhile is fine.
+    fn create_bucket(&self) -> Result<()> {
+        use object_store::client::{HttpConnector, ReqwestConnector};
+        use object_store::signer::Signer;
+        let failed = |detail: String| {
+            Error::io(
+                format!(
+                    "S3 create bucket '{}' at {}",
+                    self.location.bucket, self.location.endpoint
+                ),
+                std::io::Error::other(detail),
+            )
+        };
+        let body = if self.region == "us-east-1" {
+            String::new()
+        } else {
+            format!(
+                "<CreateBucketConfiguration xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">\
+                 <LocationConstraint>{}</LocationConstraint></CreateBucketConfiguration>",
+                self.region
+            )
+        };
+        let client = ReqwestConnector::default()
+            .connect(
+                &ClientOptions::new()
+                    .with_allow_http(self.location.endpoint.starts_with("http://"))
+                    .with_timeout(self.options.request_timeout)
+                    .with_connect_timeout(self.options.connect_timeout),
+            )
+            .map_err(|e| failed(one_line(&e.to_string())))?;
+        let response = self.runtime.block_on(async {
+            // The bucket's own URL: the signer's URL of the empty path.
+            let url = self
+                .s3
+                .signed_url(
+                    http::Method::PUT,
+                    &S3Path::from(""),
+                    Duration::from_secs(300),
+                )
+                .await
+                .map_err(|e| one_line(&e.to_string()))?;
+            let request = http::Request::builder()
+                .method(http::Method::PUT)
+                .uri(url.as_str())
+                .body(body.into())
+                .map_err(|e| e.to_string())?;
+            let response = client
+                .execute(request)
+                .await
+                .map_err(|e| one_line(&e.to_string()))?;
+            let status = response.status();
+            let text = response.into_body().bytes().await.unwrap_or_default();
+            Ok::<_, String>((status, String::from_utf8_lossy(&text).into_owned()))
+        });
+        let (status, text) = response.map_err(failed)?;
+        if status.is_success() || text.contains("BucketAlreadyOwnedByYou") {
+            return Ok(());
+        }
+        Err(failed(format!("{status}: {}", summarize(&one_line(&text)))))
     }
 
     /// One cheap request that fails clearly on a missing bucket, refused
     /// credentials or an unreachable server.
     fn probe(&self) -> Result<()> {
+        self.probe_request()
+            .map_err(|e| self.error("list", "manifests/", e))
+    }
+
+    fn probe_request(&self) -> object_store::Result<()> {
         let prefix = self.path("manifests");
         let r = self
             .runtime
             .block_on(self.s3.list_with_delimiter(Some(&prefix)));
-        r.map(drop).map_err(|e| self.error("list", "manifests/", e))
+        r.map(drop)
     }
 
     /// Refuse a server that ignores `If-None-Match: *` (it would let two
@@ -349,7 +438,7 @@ impl S3Store {
         let detail = summarize(&one_line(&e.to_string()));
         let hint = if detail.contains("NoSuchBucket") {
             format!(
-                "bucket '{}' does not exist at {} (create it first)",
+                "bucket '{}' does not exist at {} (`tessera init` creates it)",
                 self.location.bucket, self.location.endpoint
             )
         } else if [
@@ -618,6 +707,11 @@ fn ini_section(text: &str, section: &str) -> HashMap<String, String> {
 /// message; other errors as they are, cut at 300 characters.
 /// A response whose body did not arrive whole (the request itself was
 /// answered): transient, as a reset is.
+/// The server says the bucket does not exist.
+fn no_such_bucket(e: &object_store::Error) -> bool {
+    e.to_string().contains("NoSuchBucket")
+}
+
 fn body_cut_off(e: &object_store::Error) -> bool {
     let s = e.to_string();
     s.contains("response body") || s.contains("body error")

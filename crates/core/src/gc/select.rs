@@ -140,7 +140,9 @@ pub fn select(
 /// by hand) only makes the count smaller; reclaiming never depends on it.
 fn deleted_references(repo: &Context) -> HashSet<ContainerId> {
     let mut gs = HashSet::new();
-    let mut recipes = repo.recipe_reader(16);
+    let Ok(mut recipes) = repo.recipe_reader(16) else {
+        return gs;
+    };
     for b in &repo.manifest.forgotten {
         let Ok(root) = b.root_fp() else { continue };
         let Ok(mut w) = recipes.entries(root, b.root_level) else {

@@ -199,7 +199,7 @@ impl Context {
             online,
             ..
         } = sink;
-        self.index = index;
+        self.index.set(index);
         // Published entries: renumbered if another writer took their ids.
         // The graph as of this backup's segments: kept before publishing,
         // so a publish that has to merge can graft this backup's delta (a

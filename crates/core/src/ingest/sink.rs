@@ -68,7 +68,7 @@ impl Sink {
     ) -> Self {
         Sink {
             rewriting: rw.is_some(),
-            index: std::mem::take(&mut repo.index),
+            index: repo.index.take(),
             writer: BackupContainers::new(repo),
             new_entries: Vec::new(),
             counts: Counts::default(),

@@ -115,7 +115,7 @@ pub(crate) fn backup_paths(
     let old = match (&cache_opts, &cache_file) {
         (Some(c), Some(f)) if !c.force_read => {
             let mut old = FilesCache::load(f);
-            old.retain_indexed(repo.index());
+            old.retain_indexed(repo.need_index()?);
             Some(old)
         }
         _ => None,

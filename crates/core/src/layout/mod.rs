@@ -22,7 +22,7 @@ pub use mfdedup::MfdedupLayout;
 
 use crate::backend::{ObjectKey, ObjectStore};
 use crate::catalog::Manifest;
-use crate::context::{Context, IndexLocator, PasswordSource};
+use crate::context::{Context, IndexLoad, PasswordSource};
 use crate::error::Result;
 use std::sync::Arc;
 
@@ -36,18 +36,17 @@ pub fn for_kind(kind: LayoutKind) -> Box<dyn Layout> {
 
 /// Open the newest generation at `backend` with its layout: the layout
 /// named in the manifest is chosen here, once, and its locator installed
-/// in the context (see [`Context::open`] for `password` and
-/// `bad_segments`).
+/// in the context; the index is loaded as `load` says (see
+/// [`Context::open`] for `password` and `bad_segments`).
 pub fn open(
     backend: Arc<dyn ObjectStore>,
     password: PasswordSource,
+    load: IndexLoad,
     bad_segments: Option<&mut Vec<(ObjectKey, crate::error::Error)>>,
 ) -> Result<(Context, Box<dyn Layout>)> {
-    let mut cx = Context::open(backend, password, Arc::new(IndexLocator), bad_segments)?;
+    let locator_of = |m: &Manifest| for_kind(m.config.layout).locator();
+    let mut cx = Context::open(backend, password, &locator_of, load, bad_segments)?;
     let layout = for_kind(cx.manifest.config.layout);
-    let locator = layout.locator();
-    cx.locator = locator.clone();
-    locator.after_load(&mut cx)?;
     cx.section_keys = section_keys;
     Ok((cx, layout))
 }

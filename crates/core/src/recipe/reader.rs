@@ -216,13 +216,15 @@ impl<'a> RecipeReader<'a> {
 
 impl Context {
     /// A [`RecipeReader`] over this repository keeping up to `containers`
-    /// recipe containers.
-    pub fn recipe_reader(&self, containers: usize) -> RecipeReader<'_> {
-        RecipeReader::new(
-            &self.index,
+    /// recipe containers. The index names the recipe containers: a handle
+    /// that opened without it loads it here, the first time a command
+    /// reads a recipe (and every reader of data chunks reads one first).
+    pub fn recipe_reader(&self, containers: usize) -> Result<RecipeReader<'_>> {
+        Ok(RecipeReader::new(
+            self.need_index()?,
             &self.store,
             self.fingerprinter().clone(),
             containers,
-        )
+        ))
     }
 }

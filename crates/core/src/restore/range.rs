@@ -74,7 +74,7 @@ impl<'r> BackupStream<'r> {
             repo,
             backup: backup.clone(),
             root: backup.root_fp()?,
-            recipes: repo.recipe_reader(RECIPE_CACHE),
+            recipes: repo.recipe_reader(RECIPE_CACHE)?,
             memo: VecDeque::new(),
             data: LruCache::new(DATA_CACHE),
         })

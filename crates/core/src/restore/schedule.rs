@@ -134,7 +134,7 @@ impl Scheduler {
         opts: &RestoreOptions,
     ) -> std::result::Result<(), PlanError> {
         let bid = backup.id;
-        let mut recipes = repo.recipe_reader(8);
+        let mut recipes = repo.recipe_reader(8)?;
         let root = backup.root_fp()?;
         let mut walker = recipes
             .entries(root, backup.root_level)

@@ -60,7 +60,7 @@ fn referenced(repo: &Repository) -> (HashSet<(Fingerprint, u16)>, HashSet<Finger
     for b in repo.backups() {
         let mut w = RecipeWalker::new(b.root_fp().unwrap(), b.root_level, |fp, _| {
             recipes.insert(*fp);
-            let c = repo.index().get(ChunkKind::Recipe, fp).unwrap();
+            let c = repo.index().unwrap().get(ChunkKind::Recipe, fp).unwrap();
             let c = repo.store().read(c)?;
             recipe::decode(c.chunk(fp).unwrap(), "t")
         })
@@ -83,18 +83,23 @@ fn assert_only_live_chunks(repo: &Repository) {
             let live = match c.kind {
                 ChunkKind::Data => repo
                     .index()
+                    .unwrap()
                     .copy_list(&m.fp)
                     .in_container(c.id)
                     .any(|n| data.contains(&(m.fp, n))),
                 ChunkKind::Recipe => {
-                    assert_eq!(repo.index().get(c.kind, &m.fp), Some(c.id), "stale copy");
+                    assert_eq!(
+                        repo.index().unwrap().get(c.kind, &m.fp),
+                        Some(c.id),
+                        "stale copy"
+                    );
                     recipes.contains(&m.fp)
                 }
             };
             assert!(live, "container {} holds dead {:?}", c.id, m.fp);
         }
     }
-    for e in repo.index().entries() {
+    for e in repo.index().unwrap().entries() {
         if e.kind == ChunkKind::Data {
             assert!(data.contains(&(e.fp, e.copy)), "dead copy {e:?} indexed");
         }
@@ -176,7 +181,7 @@ fn naive_gc_reclaims_forgotten_data_and_keeps_the_rest() {
         assert_only_live_chunks(&repo);
         assert_eq!(after.index_segments, 1, "one segment supersedes the others");
         assert_eq!(
-            after.index_data_entries as u64,
+            after.index.unwrap().data_entries as u64,
             repo.manifest()
                 .containers
                 .iter()
@@ -199,7 +204,7 @@ fn naive_gc_reclaims_forgotten_data_and_keeps_the_rest() {
         gc(&mut repo, strategy);
         assert!(repo.manifest().containers.is_empty());
         assert!(b.list(KeyKind::Container).unwrap().is_empty());
-        assert_eq!(repo.index().len(), (0, 0));
+        assert_eq!(repo.index().unwrap().len(), (0, 0));
     }
 }
 
@@ -773,6 +778,7 @@ fn assert_marks_agree(repo: &Repository, strategy: GcStrategy) {
     let live = |p: &tessera_core::gc::GcPlan| {
         let data: HashSet<(Fingerprint, u16)> = repo
             .index()
+            .unwrap()
             .entries()
             .filter(|e| e.kind == ChunkKind::Data && p.mark.is_valid(&e.fp, e.copy))
             .map(|e| (e.fp, e.copy))
@@ -1276,7 +1282,7 @@ fn forgotten_chunks(repo: &Repository) -> (HashSet<(Fingerprint, u16)>, HashSet<
     for b in &repo.manifest().forgotten {
         let mut w = RecipeWalker::new(b.root_fp().unwrap(), b.root_level, |fp, _| {
             recipes.insert(*fp);
-            let c = repo.index().get(ChunkKind::Recipe, fp).unwrap();
+            let c = repo.index().unwrap().get(ChunkKind::Recipe, fp).unwrap();
             let c = repo.store().read(c)?;
             recipe::decode(c.chunk(fp).unwrap(), "t")
         })
@@ -1660,7 +1666,7 @@ fn focused_mark_judges_each_chunk_copy() {
     );
     let r3 = letters(&mut repo, "ABCFGHIJOPQRS", smr);
     for c in ['F', 'G', 'O', 'P'] {
-        assert_eq!(repo.index().copy_list(&fp(c)).len(), 2, "{c}");
+        assert_eq!(repo.index().unwrap().copy_list(&fp(c)).len(), 2, "{c}");
     }
     repo.rebuild_refgraph(0).unwrap();
     let r4 = letters(&mut repo, "FGNOXYZ", RewriteSpec::None);
@@ -1702,7 +1708,7 @@ fn focused_mark_judges_each_chunk_copy() {
     assert!(!stats.rebuilt);
     repo.gc(&focused()).unwrap();
     assert_only_live_chunks(&repo);
-    assert_eq!(repo.index().copy_list(&fp('F')).len(), 1);
+    assert_eq!(repo.index().unwrap().copy_list(&fp('F')).len(), 1);
     assert_eq!(reads(&repo, r3, 'F'), 0);
     repo.close().unwrap();
     let repo = Repository::open(b).unwrap();
@@ -1739,7 +1745,11 @@ fn focused_mark_keeps_a_chunk_two_copies_share() {
     let mut repo = open_new(b.clone(), ChunkerConfig::default(), 5 * CHUNK, true);
     let r1 = letters(&mut repo, "ABCDEFGHIJKLM");
     let r2 = letters(&mut repo, "ABCDEFGNOPKLM");
-    let iv = repo.index().get(ChunkKind::Data, &fp('N')).unwrap();
+    let iv = repo
+        .index()
+        .unwrap()
+        .get(ChunkKind::Data, &fp('N'))
+        .unwrap();
     let r3 = letters(&mut repo, "ABCFGHIJOPQRS");
     repo.forget(&[r3]).unwrap();
     repo.gc(&GcOptions {
@@ -1749,7 +1759,7 @@ fn focused_mark_keeps_a_chunk_two_copies_share() {
     .unwrap();
     // Both copies of F now read one stored chunk (IV's, wherever PGC+
     // put it).
-    let f: Vec<_> = repo.index().copy_list(&fp('F')).iter().collect();
+    let f: Vec<_> = repo.index().unwrap().copy_list(&fp('F')).iter().collect();
     let home = f[1].1;
     assert_eq!(f, vec![(0, home), (1, home)], "copy 0 redirected");
     assert!(home >= iv);
@@ -1888,7 +1898,7 @@ fn reference_graph_segments_are_sealed() {
 /// named is still stored or indexed unless a retained backup names it.
 fn assert_no_dead_copy_of(repo: &Repository, deleted: &HashSet<(Fingerprint, u16)>) {
     let (data, _) = referenced(repo);
-    for e in repo.index().entries() {
+    for e in repo.index().unwrap().entries() {
         if e.kind == ChunkKind::Data && deleted.contains(&(e.fp, e.copy)) {
             assert!(data.contains(&(e.fp, e.copy)), "dead copy {e:?} indexed");
         }
@@ -1898,14 +1908,19 @@ fn assert_no_dead_copy_of(repo: &Repository, deleted: &HashSet<(Fingerprint, u16
             continue;
         }
         for m in &repo.store().read(c.id).unwrap().meta {
-            let copies: Vec<u16> = repo.index().copy_list(&m.fp).in_container(c.id).collect();
+            let copies: Vec<u16> = repo
+                .index()
+                .unwrap()
+                .copy_list(&m.fp)
+                .in_container(c.id)
+                .collect();
             let dead = copies.iter().all(|n| !data.contains(&(m.fp, *n)));
             let deleted_here = copies.iter().any(|n| deleted.contains(&(m.fp, *n)));
             // Indexed somewhere: a copy GC merged into another one may
             // still lie here, unnamed, until a full mark selects this
             // container (copies_merged_by_gc_leave_garbage_the_next_full_gc_reclaims).
             assert!(
-                !repo.index().copy_list(&m.fp).is_empty(),
+                !repo.index().unwrap().copy_list(&m.fp).is_empty(),
                 "container {} holds unindexed {:?}",
                 c.id,
                 m.fp
@@ -2244,13 +2259,18 @@ fn assert_all_indexed(repo: &Repository, when: &str) {
             continue;
         }
         for m in &repo.store().read(c.id).unwrap().meta {
-            let copies: Vec<u16> = repo.index().copy_list(&m.fp).in_container(c.id).collect();
+            let copies: Vec<u16> = repo
+                .index()
+                .unwrap()
+                .copy_list(&m.fp)
+                .in_container(c.id)
+                .collect();
             assert!(
                 !copies.is_empty(),
                 "{when}: container {} holds unindexed {:?} (index: {:?})",
                 c.id,
                 m.fp,
-                repo.index().copy_list(&m.fp)
+                repo.index().unwrap().copy_list(&m.fp)
             );
         }
     }
@@ -2310,7 +2330,7 @@ fn copies_merged_by_gc_leave_garbage_the_next_full_gc_reclaims() {
             .filter(|c| c.kind == ChunkKind::Data)
         {
             for m in &repo.store().read(c.id).unwrap().meta {
-                let list = repo.index().copy_list(&m.fp);
+                let list = repo.index().unwrap().copy_list(&m.fp);
                 assert!(
                     !list.is_empty(),
                     "container {} holds {:?}, indexed nowhere",

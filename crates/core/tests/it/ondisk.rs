@@ -264,8 +264,8 @@ proptest! {
                 d.tune_disk_index(TINY).unwrap();
             }
             prop_assert!(objects(&*bm) == objects(&*bd), "objects differ after {:?}", op);
-            let mut em: Vec<IndexEntry> = m.index().entries().collect();
-            let mut ed: Vec<IndexEntry> = d.index().entries().collect();
+            let mut em: Vec<IndexEntry> = m.index().unwrap().entries().collect();
+            let mut ed: Vec<IndexEntry> = d.index().unwrap().entries().collect();
             tessera_core::index::sort_entries(&mut em);
             tessera_core::index::sort_entries(&mut ed);
             prop_assert_eq!(em, ed);
@@ -313,7 +313,7 @@ fn trace_series_is_identical_and_hits_the_cache() {
         }
     }
     assert!(objects(&*bm) == objects(&*bd));
-    let counts = d.index().disk_counts().unwrap();
+    let counts = d.index().unwrap().disk_counts().unwrap();
     // Versions 1..5 look up ~14 100 duplicates. A container holds 8
     // chunks: one run probe loads its list, the other 7 hit at the cursor
     // or in the cache (7/8 = 12 300) — or in the overlay, when a
@@ -345,7 +345,7 @@ fn a_backup_over_a_broken_disk_index_fails_naming_the_file() {
     let opts = |v: u64| BackupOptions::new(format!("v{v}"), SourceKind::Stream);
     w.backup_reader(&opts(0), &mut &version(0)[..], &mut |_| {})
         .unwrap();
-    let dir = w.index().disk_dir().unwrap().to_path_buf();
+    let dir = w.index().unwrap().disk_dir().unwrap().to_path_buf();
     std::fs::remove_dir_all(&dir).unwrap();
     std::fs::write(&dir, b"not a directory").unwrap();
     let err = w

@@ -107,7 +107,12 @@ fn layout(backend: Arc<dyn ObjectStore>, encrypted: bool) -> Layout {
             objects.push(backend.get(&ObjectKey::Container(c.id)).unwrap());
         }
     }
-    let mut index: Vec<String> = repo.index().entries().map(|e| format!("{e:?}")).collect();
+    let mut index: Vec<String> = repo
+        .index()
+        .unwrap()
+        .entries()
+        .map(|e| format!("{e:?}"))
+        .collect();
     index.sort();
     Layout {
         backups,

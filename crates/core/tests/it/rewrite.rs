@@ -49,7 +49,10 @@ fn containers_read(repo: &Repository, id: BackupId) -> u64 {
 
 /// The container of the newest copy of `letter` (what dedup references).
 fn at(repo: &Repository, letter: char) -> ContainerId {
-    repo.index().get(ChunkKind::Data, &fp(letter)).unwrap()
+    repo.index()
+        .unwrap()
+        .get(ChunkKind::Data, &fp(letter))
+        .unwrap()
 }
 
 /// The container backup `id` reads `letter` from (its own copy).
@@ -393,6 +396,7 @@ fn policies_rewrite_fragmented_versions() {
 fn index_state(repo: &Repository) -> Vec<(Fingerprint, u16, ContainerId, bool)> {
     let mut v: Vec<_> = repo
         .index()
+        .unwrap()
         .entries()
         .map(|e| (e.fp, e.copy, e.container, e.kind == ChunkKind::Data))
         .collect();
@@ -569,8 +573,8 @@ fn older_copies_survive_reopen_and_compaction() {
         backup_letters(&mut repo, "ABCDEFGNOPKLM", capping);
         iv = at(&repo, 'N');
         assert_eq!(at(&repo, 'F'), iv);
-        assert_eq!(repo.index().copies(&fp('F')), &[ii]);
-        assert_eq!(repo.index().newest_copy(&fp('F')), 1);
+        assert_eq!(repo.index().unwrap().copies(&fp('F')), &[ii]);
+        assert_eq!(repo.index().unwrap().newest_copy(&fp('F')), 1);
         // Enough backups for the index segments to be compacted into one.
         for k in 0..40u32 {
             let c = char::from_u32(0x100 + k).unwrap();
@@ -581,9 +585,9 @@ fn older_copies_survive_reopen_and_compaction() {
     }
     let mut repo = Repository::open_writer(b, "test").unwrap();
     assert_eq!(at(&repo, 'F'), iv);
-    assert_eq!(repo.index().copies(&fp('F')), &[ii]);
+    assert_eq!(repo.index().unwrap().copies(&fp('F')), &[ii]);
     assert_eq!(
-        repo.index().get_copy(ChunkKind::Data, &fp('F'), 0),
+        repo.index().unwrap().get_copy(ChunkKind::Data, &fp('F'), 0),
         Some(ii),
         "copy 0 of F, which the first backup reads"
     );
@@ -653,7 +657,7 @@ fn gc_keeps_exactly_the_copies_retained_backups_read() {
             let other = Repository::open(b2).unwrap();
             assert_eq!(read_sets(&other), before, "{strategy}");
             assert_eq!(
-                other.index().copy_list(&fp('F')).len(),
+                other.index().unwrap().copy_list(&fp('F')).len(),
                 2,
                 "both copies of F"
             );
@@ -684,7 +688,7 @@ fn gc_keeps_exactly_the_copies_retained_backups_read() {
         }
         assert_eq!(reads(&repo, b3, 'P'), v);
         // Copy 1 of F (in IV) is gone; copy 0 (in II) is F's only copy.
-        let f: Vec<_> = repo.index().copy_list(&fp('F')).iter().collect();
+        let f: Vec<_> = repo.index().unwrap().copy_list(&fp('F')).iter().collect();
         assert_eq!(f, vec![(0, ii)], "{strategy}");
         assert_eq!(containers_read(&repo, b3), 3, "{strategy}");
     }

@@ -274,6 +274,32 @@ fn s3_wrong_credentials_and_missing_bucket_are_one_line_errors() {
     assert!(!USER.is_empty() && !BUCKET.is_empty());
 }
 
+/// `init` on a bucket that does not exist creates it (issue 34), says so,
+/// and the repository in it works; the next opening finds it there.
+#[test]
+fn s3_init_creates_a_missing_bucket() {
+    let Some(m) = Minio::start() else { return };
+    let location = format!("s3:{}/made-by-init/repo", m.endpoint());
+    assert!(S3Store::open(&location, quick_options()).is_err());
+    let (store, created) = S3Store::open_creating(&location, quick_options()).unwrap();
+    assert!(created, "the bucket was missing");
+    store.check_conditional_writes().unwrap();
+    let store: Arc<dyn ObjectStore> = Arc::new(store);
+    let v1 = bytes(21, 300 << 10);
+    let id = committed(store.clone(), &v1);
+    let (again, created) = S3Store::open_creating(&location, quick_options()).unwrap();
+    assert!(!created, "it exists now");
+    intact(Arc::new(again), id, &v1);
+    // Another repository in the same (now existing) bucket.
+    let (other, created) = S3Store::open_creating(
+        &format!("s3:{}/made-by-init/other", m.endpoint()),
+        quick_options(),
+    )
+    .unwrap();
+    assert!(!created);
+    assert!(other.list(KeyKind::Manifest).unwrap().is_empty());
+}
+
 /// A repository on `store` with one committed backup of `v1`.
 fn committed(store: Arc<dyn ObjectStore>, v1: &[u8]) -> BackupId {
     init(store.clone());

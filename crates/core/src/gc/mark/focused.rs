@@ -293,7 +293,7 @@ fn focus(
     let mut live_data = Mark::new(vc.filter(repo, expected as usize));
     let mut live_recipe = FpSet::default();
     let mut rebase: HashMap<(bool, Fingerprint, CopyNo), BTreeSet<VFile>> = HashMap::new();
-    let mut reader = repo.recipe_reader(16);
+    let mut reader = repo.recipe_reader(16)?;
     let mut owners = owners_fp_rate.map(|rate| Owners {
         rate,
         filters: HashMap::new(),

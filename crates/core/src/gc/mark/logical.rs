@@ -35,7 +35,7 @@ impl Marker for LogicalMark {
         };
         let expected: u64 = backups.iter().map(|b| b.chunks).sum();
         let mut m = Mark::new(self.vc.filter(repo, expected as usize));
-        let mut reader = repo.recipe_reader(16);
+        let mut reader = repo.recipe_reader(16)?;
         if self.owners_fp_rate.is_some() {
             reader = reader.with_memo();
         }

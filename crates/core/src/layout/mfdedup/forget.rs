@@ -261,6 +261,7 @@ pub fn forget(w: &mut Context, ids: &[BackupId]) -> Result<(Vec<BackupEntry>, Fo
     super::state::MfState::set(&mut next, &p.state);
     next.containers.retain(|c| !p.gone.contains(&c.id));
     crate::publish::publish(w, next, &p.superseded)?;
-    w.index = super::locate::recipe_index(w)?;
+    let recipes = super::locate::recipe_index(w)?;
+    w.index.set(recipes);
     Ok((gone, p.space))
 }

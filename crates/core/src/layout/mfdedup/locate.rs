@@ -52,9 +52,8 @@ impl Locator for MfLocator {
     }
     /// This layout writes no index segments: its index holds the recipe
     /// chunks, read from the recipe containers' metadata.
-    fn after_load(&self, cx: &mut Context) -> Result<()> {
-        cx.index = recipe_index(cx)?;
-        Ok(())
+    fn own_index(&self, cx: &Context) -> Option<Result<Index>> {
+        Some(recipe_index(cx))
     }
 }
 

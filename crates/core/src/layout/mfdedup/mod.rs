@@ -71,7 +71,8 @@ pub(crate) fn begin_backup(w: &mut Context, chain: &str) -> Result<Stash> {
         None => Vec::new(),
     };
     let ndf = ndf::index_of(&prev)?;
-    let recipes = std::mem::replace(&mut w.index, ndf);
+    let recipes = w.index.take();
+    w.index.set(ndf);
     Ok(Stash { recipes })
 }
 
@@ -80,7 +81,7 @@ pub(crate) fn begin_backup(w: &mut Context, chain: &str) -> Result<Stash> {
 /// index's memory at its peak (previous + current version). The recipe
 /// index comes back even after an index error (the first is returned).
 pub(crate) fn end_backup(w: &mut Context, stash: Stash, published: bool) -> Result<usize> {
-    let ndf = std::mem::take(&mut w.index);
+    let ndf = w.index.take();
     let memory = ndf.memory_bytes();
     let mut recipes = stash.recipes;
     let mut done = Ok(());
@@ -89,7 +90,7 @@ pub(crate) fn end_backup(w: &mut Context, stash: Stash, published: bool) -> Resu
             done = done.and(recipes.insert(e));
         }
     }
-    w.index = recipes;
+    w.index.set(recipes);
     done.map(|()| memory)
 }
 

@@ -49,7 +49,7 @@ fn run(
     let mut table: FpMap<(u32, Vec<u64>)> = FpMap::default();
     let (mut offset, mut chunks) = (0u64, 0u64);
     {
-        let mut reader = repo.recipe_reader(8);
+        let mut reader = repo.recipe_reader(8)?;
         let mut entries = reader.entries(backup.root_fp()?, backup.root_level)?;
         while let Some(e) = entries.next()? {
             let slot = table.entry(e.fp).or_insert((e.size as u32, Vec::new()));
