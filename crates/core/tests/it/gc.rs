@@ -274,6 +274,7 @@ fn cma_deletes_exactly_the_fully_dead_containers_and_copies_nothing() {
                 .filter(|m| match c.kind {
                     ChunkKind::Data => repo
                         .index()
+                        .unwrap()
                         .copy_list(&m.fp)
                         .in_container(c.id)
                         .any(|n| data.contains(&(m.fp, n))),
@@ -361,7 +362,7 @@ fn a_clone_writes_no_data_and_outlives_its_source() {
             repo.rebuild_refgraph(0).unwrap();
         }
         let containers = repo.manifest().containers.clone();
-        let entries = repo.index().len();
+        let entries = repo.index().unwrap().len();
         let io0 = repo.metrics().snapshot();
         let c = repo.clone_backup(id1, Some("copy of a")).unwrap();
         let io = repo.metrics().snapshot().since(&io0);
@@ -369,7 +370,7 @@ fn a_clone_writes_no_data_and_outlives_its_source() {
         assert_eq!(io.data_container_bytes_read, 0, "no data read");
         assert_eq!(io.recipe_container_bytes_written, 0);
         assert_eq!(repo.manifest().containers, containers, "no container");
-        assert_eq!(repo.index().len(), entries, "no index entry");
+        assert_eq!(repo.index().unwrap().len(), entries, "no index entry");
         let src = repo.manifest().backup(id1).unwrap().clone();
         assert_eq!(
             (c.name.as_str(), c.new_bytes, c.new_chunks),
