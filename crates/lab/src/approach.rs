@@ -9,9 +9,10 @@ use tessera_core::restore::CacheSpec;
 use tessera_core::rewrite::RewriteSpec;
 use tessera_core::units::ByteSize;
 
-/// What `tessera lab demo` compares (the list). Levels are scaled
-/// to the demo's 1 MiB containers and ~6 MiB backups: at the papers' level
-/// of 20 a demo backup never references enough containers to rewrite.
+/// What `tessera lab demo` compares (the list). Levels are in the
+/// papers' units (containers per segment of 5 containers of data); the
+/// demo's backups are small (~6 MiB), so a level of 10 is where they
+/// rewrite a visible share.
 pub const DEMO_APPROACHES: &[&str] = &["naive", "capping:10", "smr:10", "har", "gccdf"];
 
 /// An approach as written in an experiment file (`[[approach]]`).
