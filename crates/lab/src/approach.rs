@@ -63,6 +63,12 @@ pub struct ApproachDef {
     /// after each backup, the paper's default; §5.7 studies 1…8).
     #[serde(default)]
     pub arrange_lag: u32,
+    /// The version chains: `source` (default: one per source of a
+    /// multi-source series, `s<k>` in the version names) or `one` (the
+    /// whole series as one chain: MFDedup over a mixed series, as the
+    /// GCCDF paper compares it).
+    #[serde(default = "source")]
+    pub chains: String,
     /// GC's mark: `logical` (LGC), `physical` (PGC), `physical+` (PGC+)
     /// or `focused` (FGC: the deleted backups and their correlative
     /// backups; the repository records the reference graph from its first
@@ -80,6 +86,10 @@ pub struct ApproachDef {
     /// as the physical-GC paper's LGC does, instead of skipping them.
     #[serde(default)]
     pub walk_shared_subtrees: bool,
+}
+
+fn source() -> String {
+    "source".into()
 }
 
 fn recency() -> String {
@@ -125,6 +135,8 @@ pub struct Approach {
     pub cache: Option<CacheSpec>,
     pub layout: LayoutKind,
     pub arrange_lag: u32,
+    /// The whole series is one version chain (`chains = "one"`).
+    pub one_chain: bool,
 }
 
 impl Approach {
@@ -132,8 +144,9 @@ impl Approach {
     pub fn describe(&self, default_cache: CacheSpec) -> String {
         if self.layout == LayoutKind::Mfdedup {
             return format!(
-                "layout=mfdedup (NDF + AVAR, forget deletes categories) arrange_lag={}",
-                self.arrange_lag
+                "layout=mfdedup (NDF + AVAR, forget deletes categories) arrange_lag={}{}",
+                self.arrange_lag,
+                if self.one_chain { " chains=one" } else { "" }
             );
         }
         let rw = match self.segment {
@@ -191,6 +204,7 @@ pub fn builtin(name: &str) -> Result<ApproachDef, String> {
         cache: None,
         layout: containers(),
         arrange_lag: 0,
+        chains: source(),
         mark: logical(),
         fgc_granularity: 0,
         memory_limit: None,
@@ -277,6 +291,15 @@ impl ApproachDef {
             cache,
             layout,
             arrange_lag: self.arrange_lag,
+            one_chain: match self.chains.as_str() {
+                "source" => false,
+                "one" => true,
+                c => {
+                    return Err(ctx(format!(
+                        "unknown chains '{c}' (expected source or one)"
+                    )))
+                }
+            },
         })
     }
 }

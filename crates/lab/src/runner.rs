@@ -766,7 +766,11 @@ impl ApproachRun<'_> {
             segment_bytes: self.a.segment,
             // Every approach names the chain: MFDedup keeps one per
             // source, HAR a history per source.
-            chain: Some(chain_of(&v.name)),
+            chain: Some(if self.a.one_chain {
+                "series".to_string()
+            } else {
+                chain_of(&v.name)
+            }),
             arrange: self.a.arrange_lag == 0,
             ..BackupOptions::new(v.name.clone(), source)
         }

@@ -420,3 +420,40 @@ fn mfdedup_approach_in_both_modes() {
         .iter()
         .any(|r| matches!(r, Row::Gc(g) if g.report.reclaimed_bytes > 0)));
 }
+
+/// MFDedup over a multi-source series as one chain (`chains = "one"`, the
+/// GCCDF paper's comparison): every version restores byte for byte (data
+/// mode verifies each restore) and every backup continues the one chain;
+/// by default each source is a chain of its own.
+#[test]
+fn mfdedup_runs_a_multi_source_series_as_one_chain() {
+    let t = tempfile::tempdir().unwrap();
+    let text = EXP.replace("MODE", "data").replace(
+        "approaches = [\"nogc\"]\n",
+        "approaches = [\"mfdedup\"]\n\n[[approach]]\nname = \"mfdedup-one\"\nlayout = \"mfdedup\"\ngc = \"none\"\nchains = \"one\"\n",
+    );
+    let r = run_text(&text, t.path());
+    assert!(r.failed().is_empty(), "{:?}", r.failed());
+    let chains = |approach: &str| -> std::collections::BTreeSet<String> {
+        r.rows
+            .iter()
+            .filter_map(|row| match row {
+                Row::Backup(b) if b.approach == approach => {
+                    b.mfdedup.as_ref().map(|m| m.chain.clone())
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(
+        chains("mfdedup-one").into_iter().collect::<Vec<_>>(),
+        ["series"]
+    );
+    assert_eq!(chains("mfdedup").len(), 2, "one chain per source");
+    let restores = r
+        .rows
+        .iter()
+        .filter(|row| matches!(row, Row::Restore(x) if x.approach == "mfdedup-one"))
+        .count();
+    assert!(restores >= 8, "{restores}");
+}
