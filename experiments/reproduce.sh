@@ -22,12 +22,12 @@
 set -eu
 cd "$(dirname "$0")/.."
 TESSERA=${TESSERA:-target/release/tessera}
-EXPERIMENTS="gccdf-synth5 gccdf-interleave-synth5 rewrite-synth5 vc-synth5 git-series redis-series redis-interleave-series mix-redis-nginx gccdf-fig15-mix smr-redis smr-redis-segment smr-redis-c64k smr-redis-c256k smr-redis-data mfdedup-redis gc-time-redis git-git-series git-git-interleave-series gccdf-synth5-50g"
+EXPERIMENTS="gccdf-synth5 gccdf-interleave-synth5 rewrite-synth5 vc-synth5 git-series redis-series redis-interleave-series mix-redis-nginx gccdf-fig15-mix mfdedup-mix smr-redis smr-redis-segment smr-redis-c64k smr-redis-c256k smr-redis-data mfdedup-redis gc-time-redis git-git-series git-git-interleave-series gccdf-synth5-50g"
 if [ "${1:-}" != "--no-run" ]; then
     for e in $EXPERIMENTS; do
         case $e in
         redis-series | redis-interleave-series | smr-redis | smr-redis-segment | smr-redis-c64k | smr-redis-c256k | mfdedup-redis) ds=/tmp/series/redis ;;
-        mix-redis-nginx | gccdf-fig15-mix) ds=/tmp/series/mix ;;
+        mix-redis-nginx | gccdf-fig15-mix | mfdedup-mix) ds=/tmp/series/mix ;;
         gc-time-redis | smr-redis-data) ds=/tmp/series/redis-tar ;;
         git-git-series | git-git-interleave-series) ds=/tmp/series-git/traces ;;
         gccdf-synth5-50g) ds=/tmp/series-mix/traces ;;
