@@ -102,6 +102,9 @@ impl Memo {
     pub fn contains<T: Any + Send + Sync>(&self) -> bool {
         self.0.contains_key(&TypeId::of::<T>())
     }
+    pub fn get<T: Any + Send + Sync>(&self) -> Option<&T> {
+        self.0.get(&TypeId::of::<T>())?.downcast_ref()
+    }
 }
 
 /// When an opening loads the fingerprint index. Loading it reads every

@@ -89,6 +89,20 @@ impl RefGraphState {
 /// lists exactly those segments).
 pub(crate) struct Kept(Vec<ObjectKey>, RefGraph);
 
+/// A copy of the graph this process keeps for the manifest's current
+/// segments, if it keeps one (a focused mark then need not read them).
+pub(crate) fn kept_graph(cx: &Context) -> Option<RefGraph> {
+    let state = RefGraphState::of(&cx.manifest).ok()??;
+    match cx.memo.get::<Kept>() {
+        Some(Kept(segments, g))
+            if *segments == state.segments && g.granularity == state.granularity =>
+        {
+            Some(g.clone())
+        }
+        _ => None,
+    }
+}
+
 /// Keep `kept` (or forget the kept graph) for the next backup.
 pub(crate) fn keep(cx: &mut Context, kept: Option<Kept>) {
     match kept {

@@ -113,6 +113,7 @@ pub(crate) fn plan_gc(repo: &Context, opts: &GcOptions) -> Result<GcPlan> {
                 vc: opts.vc,
                 granularity: opts.fgc_granularity,
                 fallback: opts.focus_fallback,
+                keeps_graph: !opts.dry_run,
                 owners_fp_rate: (opts.strategy == GcStrategy::Gccdf)
                     .then_some(opts.ownership_fp_rate),
             };

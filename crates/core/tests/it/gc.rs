@@ -2368,3 +2368,98 @@ fn copies_merged_by_gc_leave_garbage_the_next_full_gc_reclaims() {
     restores_all(&repo);
     assert_all_indexed(&repo, "after a full GC");
 }
+
+/// Loading the recorded graph is part of the focused mark's cost. The
+/// process that recorded it keeps it and marks focused; a fresh process
+/// would read every graph segment first, which here costs more than half of
+/// what the full mark reads, so it runs the full mark without loading the
+/// graph and reads exactly what the full mark reads (the issue's
+/// `/usr/share/doc` case: focused read 2.9× the full mark).
+#[test]
+fn a_fresh_process_counts_loading_the_graph_and_never_reads_more_than_the_full_mark() {
+    let b = mem();
+    init_small(b.clone(), false);
+    let mut repo = Repository::open_writer(b.clone(), "t").unwrap();
+    repo.rebuild_refgraph(0).unwrap();
+    let mut ids = Vec::new();
+    for s in 0..10u64 {
+        let v1 = bytes(500 + s, 60_000);
+        let v2 = mutate(&v1, s);
+        ids.push((
+            backup(&mut repo, "s", &v1).unwrap(),
+            backup(&mut repo, "s", &v2).unwrap(),
+        ));
+    }
+    repo.forget(&[ids[2].0]).unwrap();
+    let focus_opts = GcOptions {
+        mark: MarkSpec::Focused,
+        ..Default::default()
+    };
+    // The recording process keeps the graph: the focus is small.
+    let kept = repo.plan_gc(&focus_opts).unwrap().report();
+    assert_eq!(kept.mark_ran, "focused");
+    repo.close().unwrap();
+
+    let repo = Repository::open_writer(b, "t").unwrap();
+    let fm = repo.plan_gc(&focus_opts).unwrap();
+    let full = repo.plan_gc(&GcOptions::default()).unwrap();
+    let r = fm.report();
+    assert_eq!(r.mark_ran, "logical", "{:?}", r.focus);
+    assert!(r.focus.fell_back);
+    assert!(
+        r.focus.focus_estimate_bytes > kept.focus.focus_estimate_bytes,
+        "the graph's segments are counted: {:?} vs {:?}",
+        r.focus,
+        kept.focus
+    );
+    assert_eq!(fm.mark_bytes_read, full.mark_bytes_read);
+    assert_eq!(fm.reclaimed, full.reclaimed);
+}
+
+/// Where no graph is recorded, a focused mark must build it from every
+/// recipe: a dry run keeps nothing of it, so it runs the full mark (and
+/// reads what the full mark reads); a real focused GC builds the graph and
+/// keeps it for the next one.
+#[test]
+fn a_dry_run_without_a_recorded_graph_runs_the_full_mark() {
+    let b = mem();
+    init_small(b.clone(), false);
+    let mut repo = Repository::open_writer(b, "t").unwrap();
+    let mut ids = Vec::new();
+    for s in 0..6u64 {
+        ids.push(backup(&mut repo, "s", &bytes(700 + s, 40_000)).unwrap());
+    }
+    repo.forget(&[ids[1]]).unwrap();
+    assert!(tessera_core::fgc::RefGraphState::of(repo.manifest())
+        .unwrap()
+        .is_none());
+    let dry = GcOptions {
+        mark: MarkSpec::Focused,
+        dry_run: true,
+        ..Default::default()
+    };
+    let fm = repo.plan_gc(&dry).unwrap();
+    let full = repo
+        .plan_gc(&GcOptions {
+            dry_run: true,
+            ..Default::default()
+        })
+        .unwrap();
+    let r = fm.report();
+    assert_eq!(r.mark_ran, "logical");
+    assert!(r.focus.fell_back);
+    assert_eq!(fm.mark_bytes_read, full.mark_bytes_read);
+    assert_eq!(fm.reclaimed, full.reclaimed);
+    drop((fm, full));
+    let g = repo
+        .gc(&GcOptions {
+            mark: MarkSpec::Focused,
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(g.mark_ran, "focused", "a real GC builds the graph");
+    assert!(tessera_core::fgc::RefGraphState::of(repo.manifest())
+        .unwrap()
+        .is_some());
+    assert_only_live_chunks(&repo);
+}

@@ -30,7 +30,7 @@ use crate::catalog::{BackupEntry, BackupId};
 use crate::container::{ChunkKind, ContainerId};
 use crate::context::Context;
 use crate::error::Result;
-use crate::fgc::{walk_backup, CopyMap, RefGraph, VFile, WHOLE};
+use crate::fgc::{walk_backup, CopyMap, RefGraph, RefGraphState, VFile, WHOLE};
 use crate::fingerprint::{Fingerprint, FpSet};
 use crate::index::CopyNo;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -49,11 +49,52 @@ pub struct FocusedMark {
     /// Run the full mark when the focus covers most of the repository
     /// ([`Estimate::covers_most`]).
     pub fallback: bool,
+    /// The GC publishes the graph it builds (false for a dry run): a
+    /// graph built where none is recorded is an investment only then.
+    pub keeps_graph: bool,
 }
 
 impl Marker for FocusedMark {
     fn mark(&self, repo: &Context) -> Result<Mark> {
-        let recorded = RefGraph::load(repo)?;
+        // Loading the recorded graph is part of the focused mark's cost: a
+        // process that did not record it reads every segment first. When
+        // that and the deleted backups' recipes alone reach the full
+        // mark's share, the graph is not even loaded.
+        let kept = crate::fgc::kept_graph(repo);
+        let graph_cost = match RefGraphState::of(&repo.manifest)? {
+            Some(state) if self.fallback && kept.is_none() => state
+                .segments
+                .iter()
+                .map(|k| repo.objects.store().size(k))
+                .sum::<Result<u64>>()?,
+            _ => 0,
+        };
+        let full = Estimate::full(repo);
+        let before = Estimate {
+            focus_bytes: graph_cost + Estimate::deleted(repo),
+            full_bytes: full,
+        };
+        if self.fallback && graph_cost > 0 && before.covers_most() {
+            return self.full_mark(repo, before);
+        }
+        let recorded = match kept {
+            Some(g) => Some(g),
+            None => RefGraph::load(repo)?,
+        };
+        let usable = recorded
+            .as_ref()
+            .is_some_and(|g| self.granularity.is_none_or(|want| want == g.granularity));
+        if self.fallback && !usable && !self.keeps_graph {
+            // Building the graph reads every recipe, and a dry run keeps
+            // nothing of it: the full mark costs less.
+            return self.full_mark(
+                repo,
+                Estimate {
+                    focus_bytes: full + Estimate::deleted(repo),
+                    full_bytes: full,
+                },
+            );
+        }
         let (graph, rebuilt) = match recorded {
             Some(g) if self.granularity.is_none_or(|want| want == g.granularity) => (g, false),
             _ => (
@@ -61,26 +102,12 @@ impl Marker for FocusedMark {
                 true,
             ),
         };
-        let estimate = Estimate::of(repo, &graph);
+        let mut estimate = Estimate::of(repo, &graph);
+        estimate.focus_bytes += if rebuilt { 0 } else { graph_cost };
         // A rebuilt graph has read every recipe already: the focus costs
         // less than marking everything again.
         if self.fallback && !rebuilt && estimate.covers_most() {
-            let mut m = super::logical::LogicalMark {
-                vc: self.vc,
-                owners_fp_rate: self.owners_fp_rate,
-                walk_shared: false,
-            }
-            .mark(repo)?;
-            // The graph keeps the deleted vertices; the next focused mark
-            // treats them as deleted (as after any full GC).
-            m.fgc = Some(FocusStats {
-                deleted_backups: repo.manifest.forgotten.len(),
-                fell_back: true,
-                focus_estimate_bytes: estimate.focus_bytes,
-                full_estimate_bytes: estimate.full_bytes,
-                ..Default::default()
-            });
-            return Ok(m);
+            return self.full_mark(repo, estimate);
         }
         let (mut m, mut stats, graph) = focus(repo, graph, self.vc, self.owners_fp_rate)?;
         stats.rebuilt = rebuilt;
@@ -99,6 +126,28 @@ impl Marker for FocusedMark {
     }
 }
 
+impl FocusedMark {
+    /// The full (logical) mark in the focused mark's place, saying so.
+    fn full_mark(&self, repo: &Context, estimate: Estimate) -> Result<Mark> {
+        let mut m = super::logical::LogicalMark {
+            vc: self.vc,
+            owners_fp_rate: self.owners_fp_rate,
+            walk_shared: false,
+        }
+        .mark(repo)?;
+        // The graph keeps the deleted vertices; the next focused mark
+        // treats them as deleted (as after any full GC).
+        m.fgc = Some(FocusStats {
+            deleted_backups: repo.manifest.forgotten.len(),
+            fell_back: true,
+            focus_estimate_bytes: estimate.focus_bytes,
+            full_estimate_bytes: estimate.full_bytes,
+            ..Default::default()
+        });
+        Ok(m)
+    }
+}
+
 /// Bytes of a level-1 recipe entry (`recipe/tree.rs`: fingerprint, size
 /// and copy): the estimate's unit of recipe read per data chunk.
 const RECIPE_ENTRY_BYTES: u64 = crate::fingerprint::FP_LEN as u64 + 8;
@@ -113,7 +162,8 @@ pub const FALLBACK_SHARE: f64 = 0.5;
 /// alone (before any recipe is read).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Estimate {
-    /// Recipe bytes of the deleted backups and of the correlative parts.
+    /// Recipe bytes of the deleted backups and of the correlative parts,
+    /// plus the recorded graph's segments when they must be read first.
     pub focus_bytes: u64,
     /// Recipe bytes of every retained backup, at most the recipe bytes
     /// stored (the full mark reads a shared subtree once).
@@ -121,12 +171,40 @@ pub struct Estimate {
 }
 
 impl Estimate {
+    /// Recipe bytes of the deleted backups (the focus's floor).
+    pub fn deleted(repo: &Context) -> u64 {
+        repo.manifest
+            .forgotten
+            .iter()
+            .map(|b| b.chunks * RECIPE_ENTRY_BYTES)
+            .sum()
+    }
+
+    /// What the full mark reads: every retained backup's recipe, at most
+    /// the recipe bytes stored (it reads a shared subtree once).
+    pub fn full(repo: &Context) -> u64 {
+        let walked: u64 = repo
+            .manifest
+            .backups
+            .iter()
+            .map(|b| b.chunks * RECIPE_ENTRY_BYTES)
+            .sum();
+        let stored: u64 = repo
+            .manifest
+            .containers
+            .iter()
+            .filter(|c| c.kind == ChunkKind::Recipe)
+            .map(|c| c.logical_bytes)
+            .sum();
+        walked.min(stored)
+    }
+
     pub fn of(repo: &Context, graph: &RefGraph) -> Estimate {
         let retained: HashMap<BackupId, &BackupEntry> =
             repo.manifest.backups.iter().map(|b| (b.id, b)).collect();
         let entry_bytes = |b: &BackupEntry| b.chunks * RECIPE_ENTRY_BYTES;
         let g = graph.granularity;
-        let deleted: u64 = repo.manifest.forgotten.iter().map(entry_bytes).sum();
+        let deleted = Self::deleted(repo);
         let correlative: u64 = correlative(graph, &retained)
             .iter()
             .map(|(id, parts)| {
@@ -140,17 +218,9 @@ impl Estimate {
                 }
             })
             .sum();
-        let walked: u64 = retained.values().map(|b| entry_bytes(b)).sum();
-        let stored: u64 = repo
-            .manifest
-            .containers
-            .iter()
-            .filter(|c| c.kind == ChunkKind::Recipe)
-            .map(|c| c.logical_bytes)
-            .sum();
         Estimate {
             focus_bytes: deleted + correlative,
-            full_bytes: walked.min(stored),
+            full_bytes: Self::full(repo),
         }
     }
 
