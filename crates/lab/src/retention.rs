@@ -16,6 +16,9 @@ pub enum Pick {
     /// k spread evenly over the retained set, oldest first (the GCCDF
     /// artifact's "every 5th entry").
     Spread,
+    /// k chosen at random (seeded), oldest first: the FGC paper deletes
+    /// files at random until 90 / 80 / 70 % are alive.
+    Random,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -83,6 +86,17 @@ impl Retention {
                     .map(|i| retained[(i as f64 * step) as usize])
                     .collect()
             }
+            Pick::Random => {
+                // A partial Fisher–Yates over the positions, then oldest first.
+                let mut at: Vec<usize> = (0..retained.len()).collect();
+                for i in 0..k {
+                    let j = rng.random_range(i..at.len());
+                    at.swap(i, j);
+                }
+                let mut picked = at[..k].to_vec();
+                picked.sort_unstable();
+                picked.into_iter().map(|i| retained[i]).collect()
+            }
         };
         candidates
             .into_iter()
@@ -141,6 +155,21 @@ mod tests {
             ..r
         };
         let (a, _) = simulate(&p, 200);
+        let rnd = Retention {
+            pick: Pick::Random,
+            retain: 99,
+            delete: 30,
+            ..r.clone()
+        };
+        let (rounds, kept) = simulate(&rnd, 100);
+        assert_eq!(rounds.len(), 1);
+        assert_eq!((rounds[0].len(), kept.len()), (30, 70), "30 % deleted");
+        assert!(
+            rounds[0].windows(2).all(|w| w[0] < w[1]),
+            "distinct, oldest first"
+        );
+        assert_ne!(rounds[0], (1..=30).collect::<Vec<u64>>(), "not the oldest");
+        assert_eq!(rounds, simulate(&rnd, 100).0, "seeded");
         assert_eq!(a, simulate(&p, 200).0, "seeded: same deletions every time");
         let n: usize = a.iter().map(Vec::len).sum();
         let considered = a.len() * 10;
