@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """Tables of an MFDedup experiment (mfdedup-tos Figs. 11-18) from its
-results.csv: python3 experiments/mfdedup-tables.py experiments/results/NAME/results.csv"""
+results.csv (or results.csv.gz): python3 experiments/mfdedup-tables.py experiments/results/NAME/results.csv.gz"""
 import csv, statistics as st, sys
 from collections import defaultdict
 
-rows = list(csv.DictReader(open(sys.argv[1])))
+import gzip
+
+opener = gzip.open if sys.argv[1].endswith(".gz") else open
+rows = list(csv.DictReader(opener(sys.argv[1], "rt")))
 f = lambda r, k: float(r[k]) if r.get(k) not in (None, "") else 0.0
 approaches = list(dict.fromkeys(r["approach"] for r in rows))
 by = defaultdict(lambda: defaultdict(list))
