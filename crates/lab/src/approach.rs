@@ -9,11 +9,23 @@ use tessera_core::restore::CacheSpec;
 use tessera_core::rewrite::RewriteSpec;
 use tessera_core::units::ByteSize;
 
-/// What `tessera lab demo` compares (the list). Levels are in the
+/// What `tessera lab demo` compares: every paper's technique on one series
+/// (rewriting: Capping, SMR, HAR; GCCDF; MFDedup and the CMA baseline;
+/// physical GC's PGC+ mark; FGC's focused mark). Levels are in the
 /// papers' units (containers per segment of 5 containers of data); the
 /// demo's backups are small (~6 MiB), so a level of 10 is where they
 /// rewrite a visible share.
-pub const DEMO_APPROACHES: &[&str] = &["naive", "capping:10", "smr:10", "har", "gccdf"];
+pub const DEMO_APPROACHES: &[&str] = &[
+    "naive",
+    "capping:10",
+    "smr:10",
+    "har",
+    "gccdf",
+    "mfdedup",
+    "cma",
+    "pgc+",
+    "fgc",
+];
 
 /// An approach as written in an experiment file (`[[approach]]`).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -217,6 +229,16 @@ pub fn builtin(name: &str) -> Result<ApproachDef, String> {
         "gccdf" if plain => Ok(def("none", "gccdf")),
         "capping" | "smr" if plain => Ok(def(&format!("{base}:20"), "naive")),
         "capping" | "smr" | "har" => Ok(def(name, "naive")),
+        "cma" if plain => Ok(def("none", "cma")),
+        "pgc" | "pgc+" | "fgc" if plain => Ok(ApproachDef {
+            mark: match base {
+                "pgc" => "physical",
+                "pgc+" => "physical+",
+                _ => "focused",
+            }
+            .into(),
+            ..def("none", "naive")
+        }),
         "ned" if plain => Ok(def("ned:0.5", "naive")),
         "ned" => Ok(def(name, "naive")),
         "mfdedup" => {
@@ -233,7 +255,7 @@ pub fn builtin(name: &str) -> Result<ApproachDef, String> {
             })
         }
         _ => Err(format!(
-            "unknown approach '{name}' (built-in: naive, nogc, capping[:T], smr[:T], ned[:T], har[:U[:L]], gccdf, mfdedup[:LAG]; or define it in an [[approach]] table)"
+            "unknown approach '{name}' (built-in: naive, nogc, capping[:T], smr[:T], ned[:T], har[:U[:L]], gccdf, cma, pgc, pgc+, fgc, mfdedup[:LAG]; or define it in an [[approach]] table)"
         )),
     }
 }
@@ -350,6 +372,19 @@ mod tests {
         assert_eq!(a.rewrite, RewriteSpec::Capping { level: 20 });
         assert_eq!(a.gc.unwrap().strategy, GcStrategy::Naive);
         assert!(builtin("nogc").unwrap().resolve().unwrap().gc.is_none());
+        for (n, strategy, mark) in [
+            ("cma", GcStrategy::Cma, MarkSpec::Logical),
+            ("pgc", GcStrategy::Naive, MarkSpec::Physical),
+            ("pgc+", GcStrategy::Naive, MarkSpec::PhysicalPlus),
+            ("fgc", GcStrategy::Naive, MarkSpec::Focused),
+        ] {
+            let g = builtin(n).unwrap().resolve().unwrap().gc.unwrap();
+            assert_eq!((g.strategy, g.mark), (strategy, mark), "{n}");
+        }
+        assert_eq!(
+            builtin("mfdedup").unwrap().resolve().unwrap().layout,
+            LayoutKind::Mfdedup
+        );
         let mut cma = builtin("capping").unwrap();
         cma.gc = "cma".into();
         assert_eq!(cma.resolve().unwrap().gc.unwrap().strategy, GcStrategy::Cma);
