@@ -161,7 +161,13 @@ fn print_summary(r: &Results) {
 }
 
 /// Write the outputs, print them, and fail (after writing) if an approach failed.
-fn finish(r: &Results, out: &Path, started: Instant, json: bool) -> Result<ExitCode> {
+fn finish(
+    r: &Results,
+    out: &Path,
+    started: Instant,
+    json: bool,
+    headlines: &[demo::Headline],
+) -> Result<ExitCode> {
     let w = report::write_all(r, out)?;
     let secs = started.elapsed().as_secs_f64();
     if json {
@@ -172,6 +178,7 @@ fn finish(r: &Results, out: &Path, started: Instant, json: bool) -> Result<ExitC
             "jsonl": w.jsonl,
             "seconds": secs,
             "summaries": r.summaries,
+            "headlines": headlines,
         }))?;
     } else {
         print_summary(r);
@@ -195,7 +202,7 @@ fn run_experiment(file: &Path, out: Option<PathBuf>, json: bool) -> Result<ExitC
     let exp = Experiment::load(file)?;
     let out = out.unwrap_or_else(|| Path::new("lab-results").join(&exp.name));
     let r = runner::run(&exp, &RunOptions::new(&out.join("work")))?;
-    finish(&r, &out, started, json)
+    finish(&r, &out, started, json, &[])
 }
 
 /// Marks a directory as the demo's, so a later demo may replace it.
@@ -237,7 +244,25 @@ fn run_demo(dir: &Path, approaches: &str, json: bool) -> Result<ExitCode> {
         // The dataset (~300 MB) is reproducible: `tessera lab run experiments/demo.toml`.
         let _ = std::fs::remove_dir_all(&work);
     }
-    finish(&r, dir, started, json)
+    let heads = demo::headlines(&r);
+    let code = finish(&r, dir, started, json, &heads)?;
+    if !json && !heads.is_empty() {
+        println!(
+            "
+the papers' headlines, in this run:"
+        );
+        for h in &heads {
+            println!(
+                "  {} {}: {}
+      {}",
+                if h.holds { "holds " } else { "DIFFERS" },
+                h.paper,
+                h.claim,
+                h.shows
+            );
+        }
+    }
+    Ok(code)
 }
 
 fn run_peers(

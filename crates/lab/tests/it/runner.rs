@@ -457,3 +457,34 @@ fn mfdedup_runs_a_multi_source_series_as_one_chain() {
         .count();
     assert!(restores >= 8, "{restores}");
 }
+
+/// The demo's closing screen: one headline per paper whose approaches ran,
+/// each with this run's numbers; GCCDF's and MFDedup's directions hold by
+/// construction (same dedup as naive and a lower RA; a sequential layout).
+#[test]
+fn headlines_name_each_paper_the_run_covers() {
+    let t = tempfile::tempdir().unwrap();
+    let text = EXP.replace("MODE", "trace").replace(
+        "approaches = [\"nogc\"]\n",
+        "approaches = [\"naive\", \"capping:4\", \"smr:4\", \"har\", \"gccdf\", \"mfdedup\", \"cma\", \"pgc+\", \"fgc\"]\n",
+    );
+    let r = run_text(&text, t.path());
+    assert!(r.failed().is_empty(), "{:?}", r.failed());
+    let h = tessera_lab::demo::headlines(&r);
+    let papers: Vec<&str> = h
+        .iter()
+        .map(|h| h.paper.split(' ').next().unwrap())
+        .collect();
+    assert_eq!(
+        papers,
+        ["SMR", "HAR", "GCCDF", "MFDedup", "Physical", "FGC"]
+    );
+    for x in &h {
+        assert!(x.shows.chars().any(|c| c.is_ascii_digit()), "{x:?}");
+    }
+    assert!(h[3].holds, "MFDedup reads sequentially: {:?}", h[3]);
+    // Without naive there is nothing to compare with.
+    let mut none = r.clone();
+    none.summaries.retain(|s| s.approach != "naive");
+    assert!(tessera_lab::demo::headlines(&none).is_empty());
+}
