@@ -1465,24 +1465,41 @@ proptest! {
     }
 }
 
+/// A writer, each source's (first, second) backup, every backup's bytes.
+type TenSources = (
+    Writer,
+    Vec<(BackupId, BackupId)>,
+    BTreeMap<BackupId, Vec<u8>>,
+);
+
+/// A repository recording the reference graph from its start, holding two
+/// versions of each of ten unrelated sources (seeds `seed`…`seed + 9`):
+/// the writer, each source's (first, second) backup, and every backup's
+/// bytes.
+fn ten_sources_recording(b: &Arc<tessera_core::backend::MemoryStore>, seed: u64) -> TenSources {
+    init_small(b.clone(), false);
+    let mut repo = Repository::open_writer(b.clone(), "t").unwrap();
+    repo.rebuild_refgraph(0).unwrap();
+    let (mut ids, mut data) = (Vec::new(), BTreeMap::new());
+    for s in 0..10u64 {
+        let v1 = bytes(seed + s, 60_000);
+        let v2 = mutate(&v1, s);
+        let a = backup(&mut repo, "s", &v1).unwrap();
+        let b2 = backup(&mut repo, "s", &v2).unwrap();
+        data.insert(a, v1);
+        data.insert(b2, v2);
+        ids.push((a, b2));
+    }
+    (repo, ids, data)
+}
+
 /// A focused GC walks only the deleted backup's correlative backups: with
 /// ten unrelated sources, forgetting one reads none of the others' recipes,
 /// and reclaims exactly what the full mark does.
 #[test]
 fn focused_gc_walks_only_correlative_backups() {
     let b = mem();
-    init_small(b.clone(), false);
-    let mut repo = Repository::open_writer(b.clone(), "t").unwrap();
-    repo.rebuild_refgraph(0).unwrap();
-    let mut ids = Vec::new();
-    for s in 0..10u64 {
-        let v1 = bytes(100 + s, 60_000);
-        let v2 = mutate(&v1, s);
-        ids.push((
-            backup(&mut repo, "s", &v1).unwrap(),
-            backup(&mut repo, "s", &v2).unwrap(),
-        ));
-    }
+    let (mut repo, ids, _) = ten_sources_recording(&b, 100);
     repo.forget(&[ids[3].0]).unwrap();
     let focus_opts = GcOptions {
         mark: MarkSpec::Focused,
@@ -1532,20 +1549,7 @@ fn focused_gc_walks_only_correlative_backups() {
 #[test]
 fn focused_mark_falls_back_to_the_full_mark_when_its_focus_covers_most() {
     let b = mem();
-    init_small(b.clone(), false);
-    let mut repo = Repository::open_writer(b.clone(), "t").unwrap();
-    repo.rebuild_refgraph(0).unwrap();
-    let mut ids = Vec::new();
-    let mut data = BTreeMap::new();
-    for s in 0..10u64 {
-        let v1 = bytes(300 + s, 60_000);
-        let v2 = mutate(&v1, s);
-        let a = backup(&mut repo, "s", &v1).unwrap();
-        let b2 = backup(&mut repo, "s", &v2).unwrap();
-        data.insert(a, v1);
-        data.insert(b2, v2);
-        ids.push((a, b2));
-    }
+    let (mut repo, ids, mut data) = ten_sources_recording(&b, 300);
     let focus_opts = GcOptions {
         mark: MarkSpec::Focused,
         ..Default::default()
@@ -2378,18 +2382,7 @@ fn copies_merged_by_gc_leave_garbage_the_next_full_gc_reclaims() {
 #[test]
 fn a_fresh_process_counts_loading_the_graph_and_never_reads_more_than_the_full_mark() {
     let b = mem();
-    init_small(b.clone(), false);
-    let mut repo = Repository::open_writer(b.clone(), "t").unwrap();
-    repo.rebuild_refgraph(0).unwrap();
-    let mut ids = Vec::new();
-    for s in 0..10u64 {
-        let v1 = bytes(500 + s, 60_000);
-        let v2 = mutate(&v1, s);
-        ids.push((
-            backup(&mut repo, "s", &v1).unwrap(),
-            backup(&mut repo, "s", &v2).unwrap(),
-        ));
-    }
+    let (mut repo, ids, _) = ten_sources_recording(&b, 500);
     repo.forget(&[ids[2].0]).unwrap();
     let focus_opts = GcOptions {
         mark: MarkSpec::Focused,
