@@ -396,6 +396,30 @@ impl Repository {
         password: PasswordSource,
         load: IndexLoad,
     ) -> Result<Writer> {
+        Self::open_writer_as(backend, command, password, load, false)
+    }
+
+    /// Open for writing and keep the exclusive lock: no other writer or GC
+    /// joins until this one is dropped (a writer that is refused says who
+    /// holds it). Nothing can run beside its backups, so they write no
+    /// online-GC records (see [`crate::gc::online`]): that bookkeeping is a
+    /// tenth of a trace-mode backup's time. The lab opens its repositories
+    /// this way; its own GCs run between backups, as before.
+    pub fn open_writer_exclusive(
+        backend: Arc<dyn ObjectStore>,
+        command: &str,
+        password: PasswordSource,
+    ) -> Result<Writer> {
+        Self::open_writer_as(backend, command, password, IndexLoad::Now, true)
+    }
+
+    fn open_writer_as(
+        backend: Arc<dyn ObjectStore>,
+        command: &str,
+        password: PasswordSource,
+        load: IndexLoad,
+        exclusive: bool,
+    ) -> Result<Writer> {
         if latest_generation(&*backend)?.is_none() {
             return Err(Error::NoRepository(backend.location().into()));
         }
@@ -403,7 +427,7 @@ impl Repository {
             Ok(alone) => {
                 let mut repo = Self::open_loading(backend, password, load)?;
                 let leftovers = repo.cx.remove_leftovers()?;
-                let lock = if repo.layout.concurrent_writers() {
+                let lock = if repo.layout.concurrent_writers() && !exclusive {
                     let shared = alone.downgrade(false)?;
                     // Its online-GC records carry the token.
                     repo.cx.writer_token = Some(shared.token());
@@ -420,6 +444,7 @@ impl Repository {
                     files_cache: None,
                 })
             }
+            Err(Error::Locked(why)) if exclusive => Err(Error::Locked(why)),
             Err(Error::Locked(why)) => {
                 let lock = RepoLock::acquire_shared(backend.clone(), command, false)?;
                 let mut repo = Self::open_loading(backend, password, load)?;

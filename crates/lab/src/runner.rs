@@ -669,8 +669,10 @@ fn open_repo(exp: &Experiment, a: &Approach, work: &Path) -> Result<(Writer, Cou
         &seal,
         exp.index,
     )?;
-    let mut repo =
-        Repository::open_writer_with(counted.clone(), "tessera lab run", &|| Ok(lab_password()))?;
+    // The lab owns its repositories: nothing runs beside its backups.
+    let mut repo = Repository::open_writer_exclusive(counted.clone(), "tessera lab run", &|| {
+        Ok(lab_password())
+    })?;
     if let Some(g) = a.gc.as_ref().filter(|g| g.mark == MarkSpec::Focused) {
         // FGC records the reference graph from the first backup on.
         repo.rebuild_refgraph(g.fgc_granularity.unwrap_or(0))?;

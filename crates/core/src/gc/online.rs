@@ -91,6 +91,19 @@ pub struct GcRun {
     pub dead_filter: bool,
 }
 
+impl GcRun {
+    /// Whether a backup started from generation `base` must treat this
+    /// run's reclaimed containers as possibly gone (sweeping, or done after
+    /// `base`).
+    fn past_cutoff(&self, base: Generation) -> bool {
+        match self.phase {
+            Phase::Marking | Phase::Failed => false,
+            Phase::Sweeping => true,
+            Phase::Done => self.committed.is_none_or(|g| g > base),
+        }
+    }
+}
+
 fn is_false(b: &bool) -> bool {
     !*b
 }
@@ -122,14 +135,17 @@ impl GcState {
         base: Generation,
         container: ContainerId,
     ) -> impl Iterator<Item = &GcRun> + '_ {
-        self.runs.iter().filter(move |r| {
-            let past_cutoff = match r.phase {
-                Phase::Marking | Phase::Failed => false,
-                Phase::Sweeping => true,
-                Phase::Done => r.committed.is_none_or(|g| g > base),
-            };
-            past_cutoff && r.reclaimed.binary_search(&container).is_ok()
-        })
+        self.runs
+            .iter()
+            .filter(move |r| r.past_cutoff(base) && r.reclaimed.binary_search(&container).is_ok())
+    }
+
+    /// Whether any run past its cutoff (as [`reclaiming`](Self::reclaiming)
+    /// sees it from `base`) reclaims anything.
+    pub fn past_cutoff(&self, base: Generation) -> bool {
+        self.runs
+            .iter()
+            .any(|r| r.past_cutoff(base) && !r.reclaimed.is_empty())
     }
 
     /// Whether a run is marking (has not reached its cutoff).
@@ -269,7 +285,7 @@ pub struct Ref {
 /// Record format: magic | version u32 | count u64 | count × (kind u8, 0 u8,
 /// copy u16, len u32, container u64, fingerprint\[32\]) | XXH3-128 of all
 /// before (docs/FORMAT.md, "Online GC objects").
-pub fn encode_record(refs: &[Ref]) -> Vec<u8> {
+pub fn encode_record<'a>(refs: impl ExactSizeIterator<Item = &'a Ref>) -> Vec<u8> {
     let mut b = Vec::with_capacity(20 + refs.len() * RECORD_ENTRY + 16);
     b.extend_from_slice(&RECORD_MAGIC);
     b.extend_from_slice(&RECORD_VERSION.to_le_bytes());
@@ -355,6 +371,34 @@ pub(crate) struct Pending {
     pub bytes: Option<Vec<u8>>,
 }
 
+/// The containers of a backup's starting generation, asked once per
+/// deduplicated chunk: sorted ids and the last answer (consecutive
+/// duplicates mostly sit in one container), cheaper than a hashed set.
+struct BaseContainers {
+    ids: Vec<ContainerId>,
+    last: Option<(ContainerId, bool)>,
+}
+
+impl BaseContainers {
+    fn new(ids: impl IntoIterator<Item = ContainerId>) -> Self {
+        let mut ids: Vec<ContainerId> = ids.into_iter().collect();
+        ids.sort_unstable();
+        ids.dedup();
+        BaseContainers { ids, last: None }
+    }
+
+    fn contains(&mut self, id: ContainerId) -> bool {
+        match self.last {
+            Some((l, answer)) if l == id => answer,
+            _ => {
+                let answer = self.ids.binary_search(&id).is_ok();
+                self.last = Some((id, answer));
+                answer
+            }
+        }
+    }
+}
+
 /// A backup's side: records its deduplicated chunks, confirms them, and
 /// hands back the ones it must store again.
 pub(crate) struct Resurrector {
@@ -363,7 +407,7 @@ pub(crate) struct Resurrector {
     base: Generation,
     /// Containers of the backup's starting generation (the only ones a GC
     /// may reclaim under it).
-    base_containers: HashSet<ContainerId>,
+    base_containers: BaseContainers,
     trace: bool,
     next_record: u64,
     pending: Vec<Pending>,
@@ -381,14 +425,14 @@ impl Resurrector {
         objects: SealedStore,
         token: String,
         base: Generation,
-        base_containers: HashSet<ContainerId>,
+        base_containers: impl IntoIterator<Item = ContainerId>,
         trace: bool,
     ) -> Self {
         Resurrector {
             objects,
             token,
             base,
-            base_containers,
+            base_containers: BaseContainers::new(base_containers),
             trace,
             next_record: 0,
             pending: Vec::new(),
@@ -425,7 +469,7 @@ impl Resurrector {
     /// A chunk deduplicated against copy `copy` in `container`; true when
     /// enough is pending to [`confirm`](Self::confirm).
     pub(crate) fn hit(&mut self, r: Ref, bytes: &[u8]) -> bool {
-        if !self.base_containers.contains(&r.container) {
+        if !self.base_containers.contains(r.container) {
             return false; // this writer's own, unpublished container
         }
         let have = self.trace || r.len == 0 || !bytes.is_empty();
@@ -444,23 +488,31 @@ impl Resurrector {
         if self.pending.is_empty() {
             return Ok(Vec::new());
         }
-        let refs: Vec<Ref> = self.pending.iter().map(|p| p.r).collect();
         let key = ObjectKey::Gc(format!(
             "{RECORD_PREFIX}{}-{:08}",
             self.token, self.next_record
         ));
         self.next_record += 1;
-        self.objects.put(&key, encode_record(&refs))?;
+        self.objects
+            .put(&key, encode_record(self.pending.iter().map(|p| &p.r)))?;
         // Durable before the state is read: a run still marking then
         // lists it at its cutoff.
         self.objects.barrier()?;
         self.records.push(key);
         let state = read_state(&self.objects)?;
         self.pending_bytes = 0;
-        let threatened: Vec<Pending> = std::mem::take(&mut self.pending)
-            .into_iter()
+        // Usually no run is past its cutoff: nothing is threatened, and the
+        // pending list keeps its allocation for the next round.
+        if state.pruned_through <= self.base && !state.past_cutoff(self.base) {
+            self.pending.clear();
+            return Ok(Vec::new());
+        }
+        let mut pending = std::mem::take(&mut self.pending);
+        let threatened: Vec<Pending> = pending
+            .drain(..)
             .filter(|p| self.threatened(&state, &p.r))
             .collect();
+        self.pending = pending;
         if let Some(p) = threatened.iter().find(|p| p.bytes.is_none()) {
             return Err(Error::Locked(format!(
                 "a concurrent GC reclaims chunk {} that the files cache named without reading it; \
@@ -804,7 +856,7 @@ mod tests {
                 container: ContainerId(2),
             },
         ];
-        let b = encode_record(&refs);
+        let b = encode_record(refs.iter());
         assert_eq!(decode_record(&b, "r").unwrap(), refs);
         for i in 0..b.len() {
             let mut bad = b.clone();

@@ -83,7 +83,7 @@ impl Sink {
                     repo.objects.clone(),
                     token,
                     repo.manifest.generation,
-                    repo.manifest.containers.iter().map(|c| c.id).collect(),
+                    repo.manifest.containers.iter().map(|c| c.id),
                     repo.manifest.config.trace,
                 )
             }),

@@ -548,3 +548,51 @@ fn backup_after_cutoff_stores_again_only_what_gc_drops() {
         verify(&b, &[(kept_id, &kept), (again, &kept), (old, &ob)]);
     }
 }
+
+/// A writer that keeps the exclusive lock keeps every other writer (and so
+/// every other GC) out, and its backups write no resurrection records; a
+/// shared writer in the same spot (a GC marking) keeps its records.
+#[test]
+fn exclusive_writer_keeps_others_out_and_records_nothing() {
+    let records = |b: &Arc<dyn ObjectStore>| {
+        b.list(KeyKind::Gc)
+            .unwrap()
+            .into_iter()
+            .filter(|k| matches!(k, ObjectKey::Gc(n) if n.starts_with("resurrect/")))
+            .count()
+    };
+    let data = bytes(50, 200_000);
+    for exclusive in [false, true] {
+        let b: Arc<dyn ObjectStore> = mem();
+        init(b.clone());
+        let mut w = if exclusive {
+            Repository::open_writer_exclusive(b.clone(), "tessera lab run", &|| {
+                Err(Error::Key("no password".into()))
+            })
+            .unwrap()
+        } else {
+            writer(&b)
+        };
+        let first = backup(&mut w, "a", &data).unwrap();
+        if exclusive {
+            let Err(err) = Repository::open_writer(b.clone(), "tessera backup") else {
+                panic!("a second writer joined an exclusive one");
+            };
+            assert!(matches!(err, Error::Locked(_)), "{err}");
+            assert!(err.to_string().contains("tessera lab run"), "{err}");
+            // Readers are never kept out.
+            assert!(Repository::open_reader(b.clone(), "tessera restore").is_ok());
+        }
+        let run = w.gc_begin(&GcOptions::default()).unwrap();
+        let again = backup(&mut w, "b", &data).unwrap();
+        assert_eq!(
+            records(&b) == 0,
+            exclusive,
+            "exclusive={exclusive}: {} records",
+            records(&b)
+        );
+        // (The run planned before the backup committed: abandoned.)
+        drop(run);
+        verify(&b, &[(first, &data), (again, &data)]);
+    }
+}
