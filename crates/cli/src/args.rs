@@ -478,13 +478,27 @@ pub enum LabCommand {
         json: JsonArg,
     },
     /// Measure chunking, hashing, backup and restore throughput on a generated stream
+    /// (with --trace: the trace-mode ingest rate and memory per stored chunk)
     Bench {
         /// Work directory (generated stream, repository, restore output)
         #[arg(long, default_value = "tessera-bench", value_name = "DIR")]
         dir: PathBuf,
-        /// Stream size (e.g. 1GiB)
-        #[arg(long, default_value = "1GiB", value_parser = Checked(plain::<ByteSize>))]
-        size: ByteSize,
+        /// Stream size (e.g. 1GiB); with --trace, each version's size [default: 1GiB, with --trace 10GiB]
+        #[arg(long, value_parser = Checked(plain::<ByteSize>))]
+        size: Option<ByteSize>,
+        /// Trace mode: ingest the scale generator's series (experiments/scale.toml), report
+        /// chunk references per second and peak memory per stored chunk
+        #[arg(long)]
+        trace: bool,
+        /// With --trace: versions in the series
+        #[arg(long, default_value_t = 100, value_name = "N", requires = "trace", value_parser = clap::value_parser!(u32).range(1..))]
+        versions: u32,
+        /// With --trace: the data index, memory or disk
+        #[arg(long, default_value = "memory", requires = "trace", value_parser = Checked(plain::<tessera_core::index::IndexKind>))]
+        index: tessera_core::index::IndexKind,
+        /// With --trace: keep the repository in DIR (a local directory) instead of in memory
+        #[arg(long, requires = "trace")]
+        local: bool,
         /// How many times to repeat the measurements (medians are reported)
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
         runs: u32,

@@ -16,4 +16,5 @@ pub mod runner;
 pub mod scale;
 pub mod synth;
 pub mod tar;
+pub mod tracebench;
 pub mod tracefile;

@@ -68,6 +68,9 @@ pub struct BackupRow {
     /// fingerprint index (on the mfdedup layout only its recipe chunks; the
     /// NDF index a backup holds is `ndf_memory_bytes`).
     pub index_memory_bytes: u64,
+    /// Distinct data chunks the index holds after the backup (all copies).
+    #[serde(skip)]
+    pub index_data_entries: u64,
     /// `index = "disk"`: where the disk index answered its lookups so far
     /// (cursor, cache, overlay, Bloom, run probes, lists loaded).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -888,6 +891,7 @@ impl ApproachRun<'_> {
             chunk_refs_per_s: report.chunks as f64 / report.seconds.max(1e-9),
             // A writer that backs up has its index loaded.
             index_memory_bytes: st.index.map_or(0, |i| i.memory_bytes as u64),
+            index_data_entries: st.index.map_or(0, |i| i.data_entries as u64),
             disk_index: self.repo.index()?.disk_counts(),
             mfdedup,
             io: io.into(),

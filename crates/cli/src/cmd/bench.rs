@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use tessera_core::restore::CacheSpec;
 use tessera_core::units::ByteSize;
 use tessera_lab::bench::{self, BenchOptions, RunFigures};
+use tessera_lab::tracebench::{self, TraceBenchOptions};
 
 pub fn run(
     dir: &Path,
@@ -141,4 +142,54 @@ fn with_space(s: String) -> String {
     } else {
         format!(" ({s})")
     }
+}
+
+/// `lab bench --trace`: the scale benchmark at the sizes given.
+pub fn run_trace(
+    dir: &Path,
+    size: Option<ByteSize>,
+    versions: u32,
+    index: tessera_core::index::IndexKind,
+    local: bool,
+    json: bool,
+) -> Result<ExitCode> {
+    let mut opts = TraceBenchOptions::new(dir.to_path_buf());
+    opts.versions = versions as usize;
+    if let Some(s) = size {
+        opts.version_size = s.bytes();
+    }
+    opts.index = index;
+    opts.local = local;
+    if !json {
+        eprintln!(
+            "bench: trace mode, {} versions of {}, index {}, repository {}…",
+            opts.versions,
+            ui::bytes(opts.version_size),
+            index,
+            if local { "local" } else { "in memory" }
+        );
+    }
+    let r = tracebench::run(&opts)?;
+    if json {
+        ui::print_json(&r)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "trace ingest: {} chunk references in {:.1} s of backups: {:.2} M references/s",
+        r.chunk_refs,
+        r.backup_seconds,
+        r.chunk_refs_per_s / 1e6
+    );
+    println!(
+        "  {} distinct chunks stored; peak memory {} ({:.0} bytes per stored chunk), index {}",
+        r.stored_chunks,
+        ui::bytes(r.peak_rss_bytes),
+        r.peak_bytes_per_stored_chunk,
+        ui::bytes(r.index_memory_bytes)
+    );
+    println!(
+        "  build {} on {}, {:.1} s in all",
+        r.stamp.commit, r.stamp.host, r.seconds
+    );
+    Ok(ExitCode::SUCCESS)
 }

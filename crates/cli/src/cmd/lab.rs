@@ -18,6 +18,16 @@ pub fn run(cmd: LabCommand) -> Result<ExitCode> {
             json,
         } => run_demo(&dir, &approaches, json.json),
         LabCommand::Bench {
+            trace: true,
+            dir,
+            size,
+            versions,
+            index,
+            local,
+            json,
+            ..
+        } => super::bench::run_trace(&dir, size, versions, index, local, json.json),
+        LabCommand::Bench {
             dir,
             size,
             runs,
@@ -27,9 +37,10 @@ pub fn run(cmd: LabCommand) -> Result<ExitCode> {
             compressible,
             threads,
             json,
+            ..
         } => super::bench::run(
             &dir,
-            size,
+            size.unwrap_or(tessera_core::units::ByteSize(1 << 30)),
             runs,
             cache,
             (compression, encryption, compressible),

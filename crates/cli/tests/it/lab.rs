@@ -276,3 +276,43 @@ fn gen_git_writes_one_tarball_per_tag_in_version_order() {
         &["no tags", "nomatch*"],
     );
 }
+
+/// `lab bench --trace` runs the scale benchmark at the sizes given and
+/// reports its rate and memory per stored chunk; its flags need --trace.
+#[test]
+fn bench_trace_reports_rate_and_memory_per_chunk() {
+    let t = tempfile::tempdir().unwrap();
+    for extra in [&[][..], &["--local", "--index", "disk"][..]] {
+        let v = json(&ok(tessera()
+            .args([
+                "lab",
+                "bench",
+                "--trace",
+                "--versions",
+                "3",
+                "--size",
+                "4MiB",
+                "--json",
+            ])
+            .args(extra)
+            .arg("--dir")
+            .arg(t.path().join(extra.len().to_string()))));
+        let refs = v["chunk_refs"].as_u64().unwrap();
+        // 4 MiB of ~8 KiB chunks, three times.
+        assert!((1_200..=2_000).contains(&refs), "{v}");
+        let stored = v["stored_chunks"].as_u64().unwrap();
+        assert!(stored >= refs / 3 && stored < refs / 2, "{v}");
+        assert!(v["chunk_refs_per_s"].as_f64().unwrap() > 0.0, "{v}");
+        assert_eq!(
+            v["backend"],
+            if extra.is_empty() { "memory" } else { "local" }
+        );
+    }
+    // A usage error (clap's exit status 2) naming the missing flag.
+    let out = tessera()
+        .args(["lab", "bench", "--versions", "3"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--trace"));
+}
