@@ -3,7 +3,7 @@
 //! lab's trace mode where the data never needs to outlive the process.
 
 use super::local::{validate_key, validate_prefix};
-use super::store::{keys_of, ObjectStore};
+use super::store::{keys_of, ObjectBytes, ObjectStore};
 use crate::error::{Error, ObjectRef, Result};
 use crate::object_key::{KeyKind, ObjectKey};
 use std::collections::BTreeMap;
@@ -71,6 +71,10 @@ impl ObjectStore for MemoryStore {
 
     fn get(&self, key: &ObjectKey) -> Result<Vec<u8>> {
         Ok(self.object(key)?.as_ref().clone())
+    }
+
+    fn get_whole(&self, key: &ObjectKey, _reuse: Vec<u8>) -> Result<ObjectBytes> {
+        Ok(ObjectBytes::shared(self.object(key)?))
     }
 
     fn get_range(&self, key: &ObjectKey, offset: u64, len: u64) -> Result<Vec<u8>> {

@@ -15,6 +15,10 @@ pub struct ObjectBytes(Repr);
 enum Repr {
     Owned(Vec<u8>),
     Mapped(memmap2::Mmap),
+    /// The memory store's own copy (trace mode reads every container's
+    /// metadata many times in GC and restores; a copy each time was half
+    /// of a paper-scale run's restore time).
+    Shared(std::sync::Arc<Vec<u8>>),
 }
 
 impl std::ops::Deref for ObjectBytes {
@@ -23,6 +27,7 @@ impl std::ops::Deref for ObjectBytes {
         match &self.0 {
             Repr::Owned(v) => v,
             Repr::Mapped(m) => m,
+            Repr::Shared(v) => v,
         }
     }
 }
@@ -39,6 +44,11 @@ impl ObjectBytes {
         ObjectBytes(Repr::Mapped(map))
     }
 
+    /// Bytes the memory store keeps (shared, not copied).
+    pub(crate) fn shared(v: std::sync::Arc<Vec<u8>>) -> Self {
+        ObjectBytes(Repr::Shared(v))
+    }
+
     #[cfg(test)]
     pub(crate) fn is_mapped(&self) -> bool {
         matches!(self.0, Repr::Mapped(_))
@@ -48,7 +58,7 @@ impl ObjectBytes {
     pub fn into_buffer(self) -> Vec<u8> {
         match self.0 {
             Repr::Owned(v) => v,
-            Repr::Mapped(_) => Vec::new(),
+            Repr::Mapped(_) | Repr::Shared(_) => Vec::new(),
         }
     }
 }
