@@ -12,6 +12,7 @@ mod hostile;
 mod interleave;
 mod lazy;
 mod mfdedup;
+mod model;
 mod ondisk;
 mod online;
 mod parallel;
