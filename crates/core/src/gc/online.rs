@@ -655,7 +655,11 @@ pub(crate) fn cutoff(
             touched.insert(at);
         }
     }
-    // A container selected as empty that now holds a live copy is copied.
+    // A container selected as empty that now holds a live copy is copied;
+    // CMA copies nothing, so it keeps such a container whole (deleting it
+    // uncopied lost the resurrected chunks, found by the model test).
+    let copies = plan.options.strategy != super::options::GcStrategy::Cma;
+    let mut kept = Vec::new();
     let sel = &mut plan.selection;
     for (empty, copy) in [
         (&mut sel.empty, &mut sel.copy),
@@ -668,10 +672,24 @@ pub(crate) fn cutoff(
             .collect();
         if !moved.is_empty() {
             empty.retain(|c| !touched.contains(c));
-            copy.extend(moved);
-            copy.sort_unstable();
+            if copies {
+                copy.extend(moved);
+                copy.sort_unstable();
+            } else {
+                kept.extend(moved);
+            }
         }
     }
+    for c in &kept {
+        plan.reclaimed.remove(c);
+    }
+    plan.reclaimed_logical_bytes -= repo
+        .manifest
+        .containers
+        .iter()
+        .filter(|c| kept.contains(&c.id))
+        .map(|c| c.logical_bytes)
+        .sum::<u64>();
     out.records = records;
     Ok(out)
 }

@@ -225,6 +225,34 @@ fn run(ops: &[Op]) {
     }
 }
 
+/// Found by the long run: a backup that crashed after recording its
+/// duplicates, its source's other backup forgotten, then a CMA GC, whose
+/// cutoff resurrected the dead writer's chunks in an empty container and
+/// asked CMA (which never copies) to copy it.
+#[test]
+fn cma_after_a_crashed_backup_recorded_its_duplicates() {
+    run(&[
+        Op::Backup {
+            src: 1,
+            seed: 0,
+            fate: Fate::Lives,
+        },
+        Op::Backup {
+            src: 1,
+            seed: 0,
+            fate: Fate::Crash { at: 7 },
+        },
+        Op::Forget {
+            pick: 0,
+            fate: Fate::Lives,
+        },
+        Op::Gc {
+            how: 5,
+            fate: Fate::Lives,
+        },
+    ]);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, failure_persistence: None, ..ProptestConfig::default() })]
 
