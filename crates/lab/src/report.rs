@@ -367,7 +367,8 @@ pub fn line_plot(
     write!(s, r##"<rect x="{l}" y="{t}" width="{pw}" height="{ph}" fill="none" stroke="#333"/><text x="{}" y="{}" text-anchor="middle">{}</text><text transform="translate(18 {}) rotate(-90)" text-anchor="middle">{}</text>"##, l + pw / 2.0, h - 12.0, esc(xlabel), t + ph / 2.0, esc(&ylabel)).ok();
     for (i, (name, p)) in series.iter().enumerate() {
         let c = COLORS[i % COLORS.len()];
-        let dash = DASHES[i % DASHES.len()];
+        // Past 12 series colours and markers repeat; the dash then differs.
+        let dash = DASHES[(i + i / COLORS.len()) % DASHES.len()];
         let path: Vec<(f64, f64)> = p
             .iter()
             .filter(|(x, y)| x.is_finite() && y.is_finite() && (!log || *y > 0.0))
@@ -591,7 +592,7 @@ pub const PLOTS: &[(&str, &str, &str, &str, &str)] = &[
         "paper-fgc",
         "Recipe bytes the GC mark read per retention round",
         ROUND,
-        "bytes",
+        "KiB",
     ),
 ];
 
@@ -615,9 +616,16 @@ fn plot_data(r: &Results, id: &str) -> Vec<(String, Vec<(f64, f64)>)> {
         "speed-factor" => finals(r, |x| x.speed_factor),
         "gc-involved" => gc_rounds(r, |g| g.involved_containers as f64),
         "gc-produced" => gc_rounds(r, |g| g.produced_containers as f64),
-        "gc-mark-seconds" => gc_rounds(r, |g| g.mark_seconds),
-        _ => gc_rounds(r, |g| g.mark_bytes_read as f64),
+        "gc-mark-seconds" => marks(gc_rounds(r, |g| g.mark_seconds)),
+        _ => marks(gc_rounds(r, |g| g.mark_bytes_read as f64 / 1024.0)),
     }
+}
+
+/// Mark plots leave out approaches that never mark (MFDedup deletes
+/// categories, CMA only drops dead containers): their zeros say nothing.
+fn marks(mut s: Vec<(String, Vec<(f64, f64)>)>) -> Vec<(String, Vec<(f64, f64)>)> {
+    s.retain(|(_, p)| p.iter().any(|&(_, y)| y > 0.0));
+    s
 }
 
 /// The plots of a section that have data in this run, as `<figure>`s.
@@ -647,8 +655,8 @@ h2{border-bottom:2px solid #ddd;padding-bottom:4px;margin-top:2em}\
 table{border-collapse:collapse;font-size:13px}\
 td,th{border:1px solid #ccc;padding:3px 6px;text-align:right;vertical-align:top}\
 th{background:#f4f4f4;font-weight:600;max-width:9em}\
-td:first-child,th:first-child,td.l{text-align:left}\
-td.l{max-width:28em;overflow-wrap:anywhere}\
+td:first-child,th:first-child,td.l{text-align:left}td:first-child{white-space:nowrap}\
+td.l{min-width:12em;max-width:26em;overflow-wrap:break-word}\
 figure{margin:16px 0}figure svg{display:block;width:100%;height:auto;border:1px solid #eee}\
 .bad{color:#b00}.good{color:#070}ul.claims li{margin:3px 0}.note{color:#555}";
 

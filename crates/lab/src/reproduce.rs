@@ -178,6 +178,19 @@ pub const CSV_NAMES: &[&str] = &["results.csv", "results.csv.gz", "results.csv.z
 
 /// The per-step CSV of a results directory (plain, gzip or zstd), if any.
 pub fn load_csv(dir: &Path) -> Result<Option<Csv>> {
+    let there: Vec<&&str> = CSV_NAMES.iter().filter(|n| dir.join(n).is_file()).collect();
+    if there.len() > 1 {
+        bail!(
+            "{} holds {} per-step CSVs ({}): remove the stale ones",
+            dir.display(),
+            there.len(),
+            there
+                .iter()
+                .map(|n| n.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     for name in CSV_NAMES {
         let p = dir.join(name);
         let bytes = match std::fs::read(&p) {
