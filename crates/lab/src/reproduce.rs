@@ -714,7 +714,7 @@ impl Options {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Outcome {
     pub experiment: String,
-    /// `ran`, `skipped: …`, `failed: …`, or `not run` (`--no-run`).
+    /// `ran`, `skipped: …`, `failed: …`, or `kept` (`--no-run`).
     pub status: String,
     /// Where the document's numbers for it come from.
     pub results: Option<PathBuf>,
@@ -762,7 +762,7 @@ pub fn reproduce(opts: &Options, log: &mut dyn FnMut(&str)) -> Result<Report> {
         let file = opts.experiments.join(format!("{name}.toml"));
         let out_dir = opts.results.join(name);
         let status = if !opts.run {
-            "not run".to_string()
+            "kept (`--no-run`)".to_string()
         } else {
             match run_one(opts, name, &file, &out_dir, log) {
                 Ok(s) => s,
@@ -908,25 +908,47 @@ fn provenance(opts: &Options, stamp: &Stamp, outcomes: &[Outcome]) -> String {
         )
         .ok();
     }
-    s.push_str("\n\n| experiment | this run | numbers from |\n|---|---|---|\n");
+    s.push_str(
+        "\n\n| experiment | this run | numbers from | run of those results |\n|---|---|---|---|\n",
+    );
     for o in outcomes {
         let from = o.results.as_ref().map_or("–".to_string(), |p| {
             let p = p.strip_prefix(&opts.root).unwrap_or(p);
             format!("`{}`", p.display())
         });
+        let when = o
+            .results
+            .as_deref()
+            .and_then(results_stamp)
+            .unwrap_or_else(|| "–".into());
+        let status = o.status.lines().next().unwrap_or_default();
         writeln!(
             s,
-            "| `{}` | {} | {from} |",
+            "| `{}` | {} | {from} | {when} |",
             o.experiment,
-            o.status
-                .lines()
-                .next()
-                .unwrap_or_default()
-                .replace('|', "\\|")
+            status.replace('|', "\\|")
         )
         .ok();
     }
     s
+}
+
+/// When and from which build a results directory's run came, from the
+/// stamp in its `report.html`: `2026-11-27 15:44 UTC, build cccf021`.
+fn results_stamp(dir: &Path) -> Option<String> {
+    let html = std::fs::read_to_string(dir.join("report.html")).ok()?;
+    let stamp = html.split("<p class=\"stamp\">Run ").nth(1)?;
+    let stamp = stamp.split("</p>").next()?;
+    let date = stamp.get(..16)?;
+    let build = stamp.split("build ").nth(1)?;
+    let commit: String = build.chars().take_while(|c| !c.is_whitespace()).collect();
+    let short: String = commit.chars().take(7).collect();
+    let dirty = if commit.ends_with("+dirty") {
+        "+dirty"
+    } else {
+        ""
+    };
+    Some(format!("{date} UTC, build {short}{dirty}"))
 }
 
 #[cfg(test)]
