@@ -838,7 +838,12 @@ fn run_one(
     log: &mut dyn FnMut(&str),
 ) -> Result<String> {
     if let Some(d) = dataset_dir(file)? {
-        if !d.is_dir() {
+        let versions = std::fs::read_dir(&d).map_or(0, |rd| {
+            rd.filter_map(|e| e.ok())
+                .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+                .count()
+        });
+        if versions == 0 {
             return Ok(format!(
                 "skipped: no dataset at {} (see {}); committed results kept",
                 d.display(),
@@ -867,8 +872,10 @@ fn run_one(
         "{name}: running {} approaches …",
         exp.approaches.len()
     ));
-    let r = runner::run(&exp, &run)?;
+    let r = runner::run(&exp, &run);
     let _ = std::fs::remove_dir_all(out_dir.join("work"));
+    let _ = std::fs::remove_dir(out_dir); // only if nothing else is there
+    let r = r?;
     if let Some(f) = r.failed().first() {
         // Keep the earlier results: the document must not lose a table.
         let keep_dir = out_dir.join("failed");
