@@ -375,18 +375,20 @@ pub fn line_plot(
             .map(|&(x, y)| (px(x), py(y)))
             .collect();
         let d: Vec<String> = path.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
-        write!(s, r#"<g><title>{}</title><polyline fill="none" stroke="{c}" stroke-width="1.8" stroke-dasharray="{dash}" points="{}"/>"#, esc(name), d.join(" ")).ok();
+        // The series' marker is drawn once and placed by reference.
+        let m = format!("{id}-m{i}");
+        write!(s, r#"<defs><g id="{m}">{}</g></defs><g><title>{}</title><polyline fill="none" stroke="{c}" stroke-width="1.8" stroke-dasharray="{dash}" points="{}"/>"#, marker(i, 0.0, 0.0, c), esc(name), d.join(" ")).ok();
         // About 12 markers a series, staggered so series do not hide each other's.
         let every = (path.len() / 12).max(1);
         for (j, &(mx, my)) in path.iter().enumerate() {
             if j % every == (i * every / series.len().max(1)) % every || path.len() == 1 {
-                s.push_str(&marker(i, mx, my, c));
+                write!(s, r##"<use href="#{m}" x="{mx:.1}" y="{my:.1}"/>"##).ok();
             }
         }
         s.push_str("</g>");
         let ly = t + 12.0 + i as f64 * 19.0;
         let lx = l + pw + 14.0;
-        write!(s, r#"<line x1="{lx}" x2="{}" y1="{ly}" y2="{ly}" stroke="{c}" stroke-width="2" stroke-dasharray="{dash}"/>{}<text x="{}" y="{}">{}</text>"#, lx + 30.0, marker(i, lx + 15.0, ly, c), lx + 38.0, ly + 4.5, esc(name)).ok();
+        write!(s, r##"<line x1="{lx}" x2="{}" y1="{ly}" y2="{ly}" stroke="{c}" stroke-width="2" stroke-dasharray="{dash}"/><use href="#{m}" x="{}" y="{ly}"/><text x="{}" y="{}">{}</text>"##, lx + 30.0, lx + 15.0, lx + 38.0, ly + 4.5, esc(name)).ok();
     }
     s.push_str("</svg>");
     s
@@ -655,7 +657,7 @@ h2{border-bottom:2px solid #ddd;padding-bottom:4px;margin-top:2em}\
 table{border-collapse:collapse;font-size:13px}\
 td,th{border:1px solid #ccc;padding:3px 6px;text-align:right;vertical-align:top}\
 th{background:#f4f4f4;font-weight:600;max-width:9em;text-align:left}\
-td:first-child,td.l{text-align:left}td:first-child{white-space:nowrap}\
+td:first-child,td.l,td.s{text-align:left}td:first-child{white-space:nowrap}\
 td.l{min-width:12em;max-width:26em;overflow-wrap:break-word}\
 figure{margin:16px 0}figure svg{display:block;width:100%;height:auto;border:1px solid #eee}\
 .bad{color:#b00}.good{color:#070}ul.claims li{margin:3px 0}.note{color:#555}";
@@ -686,7 +688,7 @@ pub fn html(r: &Results) -> String {
         } else {
             format!(r#"<span class="bad">{}</span>"#, esc(&s.status))
         };
-        write!(h, r#"<tr><td>{}</td><td class="l">{}</td><td class="l">{status}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{:.2}</td><td>{:.3}</td><td>{:.3}</td><td>{:.1}</td><td>{:.0}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{}</td><td>{:.1}</td></tr>"#,
+        write!(h, r#"<tr><td>{}</td><td class="l">{}</td><td class="s">{status}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{:.2}</td><td>{:.3}</td><td>{:.3}</td><td>{:.1}</td><td>{:.0}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.2}</td><td>{}</td><td>{:.1}</td></tr>"#,
             esc(&s.approach), esc(&s.description), s.backups, s.retained, mib(s.stored_bytes), s.dedup_ratio, s.classic_dedup_ratio, s.mean_read_amplification, s.mean_speed_factor, s.backup_mb_s, s.chunk_refs_per_s, s.gc_rounds, s.gc_reclaimed_containers, s.gc_produced_containers, mib(s.gc_bytes_read), mib(s.gc_bytes_written), s.gc_seconds, mib(s.peak_rss_bytes), s.seconds).ok();
     }
     h.push_str("</table></div>");
