@@ -333,12 +333,20 @@ pub fn line_plot(
             e += 1;
         }
     } else {
-        y0 = y0.min(0.0);
+        // Zero is the baseline unless every value sits far above it (read
+        // amplification near 1, say), where it would flatten the lines.
+        let zoom = y0 > 0.0 && y1 < 3.0 * y0;
+        if !zoom {
+            y0 = y0.min(0.0);
+        }
         if y1 <= y0 {
             y1 = y0 + 1.0;
         }
         let ys = tick_step(y1 - y0, 6.0);
         y1 = (y1 / ys).ceil() * ys;
+        if zoom {
+            y0 = (y0 / ys).floor() * ys;
+        }
         let mut y = y0;
         while y <= y1 + ys * 1e-9 {
             ticks.push(y);
