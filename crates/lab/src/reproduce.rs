@@ -595,7 +595,7 @@ impl Default for Quick {
     fn default() -> Self {
         Quick {
             scale: 0.25,
-            max_dataset_bytes: 1 << 30,
+            max_dataset_bytes: 4 << 30,
         }
     }
 }
