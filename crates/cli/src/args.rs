@@ -542,6 +542,29 @@ pub enum LabCommand {
         #[command(subcommand)]
         command: GenCommand,
     },
+    /// Run every experiment docs/REPRODUCTION.md cites and regenerate it (see docs/LAB.md)
+    Reproduce {
+        /// Reduced scale (versions, files, retention ×--scale; datasets over --max-dataset skipped), about 3 minutes on 2 cores; writes under lab-results/reproduce-quick unless --out
+        #[arg(long)]
+        quick: bool,
+        /// Results in DIR/results/NAME and the document in DIR/REPRODUCTION.md (default: experiments/results and docs/REPRODUCTION.md; with --quick, lab-results/reproduce-quick)
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        /// Do not run anything: regenerate the document from the results there are
+        #[arg(long)]
+        no_run: bool,
+        /// With --quick: the factor on versions, files per source and retention counts
+        #[arg(long, default_value_t = 0.25, value_name = "F", requires = "quick")]
+        scale: f64,
+        /// With --quick: skip directory datasets larger than this
+        #[arg(long, default_value = "4GiB", value_name = "SIZE", requires = "quick", value_parser = Checked(plain::<ByteSize>))]
+        max_dataset: ByteSize,
+        /// The checkout (holding experiments/REPRODUCTION.md.in); default: the current directory or the nearest one above it
+        #[arg(long, value_name = "DIR")]
+        root: Option<PathBuf>,
+        #[command(flatten)]
+        json: JsonArg,
+    },
     /// Run an experiment file (see docs/LAB.md): results.csv, results.jsonl, report.html
     Run {
         /// Experiment file (TOML)

@@ -11,6 +11,7 @@ pub mod git;
 pub mod minio;
 pub mod peers;
 pub mod report;
+pub mod reproduce;
 pub mod retention;
 pub mod runner;
 pub mod scale;

@@ -489,6 +489,9 @@ pub struct RunOptions {
     /// Work directory: generated dataset, traces, local repositories.
     pub work: PathBuf,
     pub progress: bool,
+    /// Ingest only the first N versions of the dataset (`lab reproduce
+    /// --quick` on a directory of versions); all of them when `None`.
+    pub max_versions: Option<usize>,
 }
 
 impl RunOptions {
@@ -496,6 +499,7 @@ impl RunOptions {
         RunOptions {
             work: work.to_path_buf(),
             progress: std::io::stderr().is_terminal(),
+            max_versions: None,
         }
     }
 }
@@ -506,7 +510,10 @@ pub fn run(exp: &Experiment, opts: &RunOptions) -> Result<Results> {
     let stamp = Stamp::now();
     std::fs::create_dir_all(&opts.work)
         .with_context(|| format!("cannot create {}", opts.work.display()))?;
-    let versions = prepare(exp, &opts.work)?;
+    let mut versions = prepare(exp, &opts.work)?;
+    if let Some(n) = opts.max_versions {
+        versions.truncate(n.max(1));
+    }
     // Kept for the whole run; stopped (and its data removed) on return.
     let _minio = match exp.backend {
         BackendKind::S3 => Some(crate::minio::LabMinio::start(&opts.work)?),

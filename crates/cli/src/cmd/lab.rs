@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 use tessera_lab::experiment::Experiment;
 use tessera_lab::runner::{self, Results, RunOptions};
-use tessera_lab::{approach, demo, git, report, synth, tracefile};
+use tessera_lab::{approach, demo, git, report, reproduce, synth, tracefile};
 
 pub fn run(cmd: LabCommand) -> Result<ExitCode> {
     match cmd {
@@ -55,6 +55,24 @@ pub fn run(cmd: LabCommand) -> Result<ExitCode> {
             json,
         } => run_peers(source, work, runs, compression, json.json),
         LabCommand::Gen { command } => gen(command),
+        LabCommand::Reproduce {
+            quick,
+            out,
+            no_run,
+            scale,
+            max_dataset,
+            root,
+            json,
+        } => run_reproduce(
+            root,
+            out,
+            quick.then_some(reproduce::Quick {
+                scale,
+                max_dataset_bytes: max_dataset.0,
+            }),
+            !no_run,
+            json.json,
+        ),
         LabCommand::Run {
             experiment,
             out,
@@ -303,6 +321,66 @@ fn run_peers(
     } else {
         print!("{}", peers::markdown(&report));
         println!("\nwritten: {}", work.join("report.html").display());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The checkout holding the reproduction template: `dir` or the nearest
+/// directory above it.
+fn find_root(dir: &Path) -> Option<PathBuf> {
+    dir.ancestors()
+        .find(|d| d.join(reproduce::TEMPLATE).is_file())
+        .map(Path::to_path_buf)
+}
+
+fn run_reproduce(
+    root: Option<PathBuf>,
+    out: Option<PathBuf>,
+    quick: Option<reproduce::Quick>,
+    run: bool,
+    json: bool,
+) -> Result<ExitCode> {
+    if let Some(q) = &quick {
+        if !(q.scale > 0.0 && q.scale <= 1.0) {
+            bail!("--scale must be in (0, 1] (got {})", q.scale);
+        }
+    }
+    let root = match root {
+        Some(r) => r,
+        None => {
+            let cwd = std::env::current_dir().context("cannot read the current directory")?;
+            find_root(&cwd).with_context(|| {
+                format!(
+                    "no {} here or above {}: run from the checkout or give --root",
+                    reproduce::TEMPLATE,
+                    cwd.display()
+                )
+            })?
+        }
+    };
+    let mut opts = reproduce::Options::new(&root, out.as_deref(), quick, run);
+    opts.progress = !json && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let report = reproduce::reproduce(&opts, &mut |s| {
+        if !json {
+            eprintln!("reproduce: {s}");
+        }
+    })?;
+    if json {
+        ui::print_json(&report)?;
+    } else {
+        for o in &report.outcomes {
+            println!(
+                "{:<28} {:>7.1} s  {}",
+                o.experiment,
+                o.seconds,
+                o.status.lines().next().unwrap_or_default()
+            );
+        }
+        println!(
+            "\nwrote {} in {:.1} s",
+            report.doc.display(),
+            report.seconds
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -316,3 +316,72 @@ fn bench_trace_reports_rate_and_memory_per_chunk() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--trace"));
 }
+
+/// `lab reproduce --quick` at a tiny scale on a checkout of one small
+/// generated experiment: the document is written with its table and no
+/// empty section; `--no-run` regenerates it; a directive without results
+/// fails naming its section.
+#[test]
+fn reproduce_quick_writes_the_document_and_fails_on_a_missing_table() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("checkout");
+    std::fs::create_dir_all(root.join("experiments")).unwrap();
+    std::fs::write(
+        root.join("experiments/REPRODUCTION.md.in"),
+        "# R\n\nIntro.\n\n## GCCDF\n\n@TABLE small\n\n@GCTABLE small\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("experiments/small.toml"),
+        "mode = \"trace\"\napproaches = [\"naive\", \"gccdf\"]\n[dataset.synthetic]\nsources = 2\nversions = 80\nfiles = 100\nfile_size_max = \"32KiB\"\nmodify_rate = 0.3\n[repo]\nchunker = \"fastcdc:1k/4k/32k\"\ncontainer_size = \"64KiB\"\n[retention]\nretain = 100\ndelete = 20\n",
+    )
+    .unwrap();
+    let out = t.path().join("out");
+    let v = json(&ok(tessera()
+        .args([
+            "lab",
+            "reproduce",
+            "--quick",
+            "--scale",
+            "0.05",
+            "--json",
+            "--root",
+        ])
+        .arg(&root)
+        .arg("--out")
+        .arg(&out)));
+    assert_eq!(v["outcomes"][0]["experiment"], "small");
+    assert!(v["outcomes"][0]["status"]
+        .as_str()
+        .unwrap()
+        .starts_with("ran"));
+    let doc = std::fs::read_to_string(out.join("REPRODUCTION.md")).unwrap();
+    assert!(
+        doc.contains("| gccdf |") && !doc.contains("@TABLE"),
+        "{doc}"
+    );
+    assert!(out.join("results/small/report.html").is_file());
+    ok(tessera()
+        .args(["lab", "reproduce", "--no-run", "--root"])
+        .arg(&root)
+        .arg("--out")
+        .arg(&out));
+    std::fs::write(
+        root.join("experiments/REPRODUCTION.md.in"),
+        "# R\n\n## FGC\n\n@TABLE nowhere\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("experiments/nowhere.toml"),
+        "approaches = [\"naive\"]\n[dataset]\ndir = \"missing\"\n",
+    )
+    .unwrap();
+    fails_all(
+        tessera()
+            .args(["lab", "reproduce", "--quick", "--json", "--root"])
+            .arg(&root)
+            .arg("--out")
+            .arg(&out),
+        &["section \"FGC\"", "no results for nowhere"],
+    );
+}

@@ -190,21 +190,47 @@ fn retention_deletes_exactly_the_configured_backups() {
     );
 }
 
+/// The ids of the report's plots, in order, after checking that each is
+/// one of `report::PLOTS`, drawn once, and that the report has one section
+/// per paper.
+fn one_svg_per_plot(html: &str) -> Vec<String> {
+    let ids: Vec<String> = html
+        .split("<svg id=\"")
+        .skip(1)
+        .map(|x| x.split('"').next().unwrap().to_string())
+        .collect();
+    assert_eq!(ids.len(), html.matches("<svg ").count());
+    for id in &ids {
+        assert!(report::PLOTS.iter().any(|p| p.0 == id), "{id}");
+        assert_eq!(ids.iter().filter(|x| *x == id).count(), 1, "{id}");
+    }
+    assert_eq!(
+        html.matches("<section class=\"paper\"").count(),
+        report::PAPERS.len()
+    );
+    assert_eq!(report::PAPERS.len(), 5);
+    ids
+}
+
 #[test]
 fn report_has_every_plot_and_the_summary() {
     let t = tempfile::tempdir().unwrap();
     let r = run_mode("trace", &t.path().join("w"));
     let w = report::write_all(&r, &t.path().join("out")).unwrap();
     let html = std::fs::read_to_string(&w.html).unwrap();
-    for (id, title, _) in report::PLOTS {
-        assert_eq!(
-            html.matches(&format!("<svg id=\"{id}\"")).count(),
-            1,
-            "{id}"
-        );
-        assert!(html.contains(title));
-    }
-    assert_eq!(html.matches("<svg ").count(), report::PLOTS.len());
+    // Without GC the GC plots have no data and are left out; every other
+    // plot is there once.
+    let plots = one_svg_per_plot(&html);
+    assert_eq!(
+        plots,
+        [
+            "dedup-ratio",
+            "read-amplification",
+            "newest-read-amplification",
+            "speed-factor",
+            "stored"
+        ]
+    );
     assert!(html.contains("<table id=\"summary\">"));
     for s in &r.summaries {
         assert!(html.contains(&format!("<tr><td>{}</td>", s.approach)));
@@ -483,6 +509,23 @@ fn headlines_name_each_paper_the_run_covers() {
         assert!(x.shows.chars().any(|c| c.is_ascii_digit()), "{x:?}");
     }
     assert!(h[3].holds, "MFDedup reads sequentially: {:?}", h[3]);
+    // The report: a section per paper, each with its approaches' numbers,
+    // and every plot (one <svg> each) since every metric has data.
+    let html = report::html(&r);
+    let plots = one_svg_per_plot(&html);
+    let all: Vec<&str> = report::PLOTS.iter().map(|p| p.0).collect();
+    assert_eq!(plots, all);
+    for (id, _, _, _) in report::PAPERS {
+        let sec = html
+            .split(&format!("<section class=\"paper\" id=\"{id}\">"))
+            .nth(1)
+            .unwrap_or_else(|| panic!("no section {id}"))
+            .split("</section>")
+            .next()
+            .unwrap();
+        assert!(sec.contains("<table>"), "{id} has no numbers");
+        assert!(!sec.contains("has no approach of this paper"), "{id}");
+    }
     // Without naive there is nothing to compare with.
     let mut none = r.clone();
     none.summaries.retain(|s| s.approach != "naive");
