@@ -22,7 +22,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 TESSERA=${TESSERA:-target/release/tessera}
-EXPERIMENTS="fgc-random-90 fgc-random-80 fgc-random-70 gccdf-synth5 gccdf-interleave-synth5 rewrite-synth5 vc-synth5 git-series redis-series redis-interleave-series mix-redis-nginx gccdf-fig15-mix mfdedup-mix smr-redis smr-redis-segment smr-redis-c64k smr-redis-c256k smr-redis-data mfdedup-redis gc-time-redis git-git-series git-git-interleave-series gccdf-synth5-50g"
+EXPERIMENTS="fgc-random-90 fgc-random-80 fgc-random-70 pgc-fastcopy gccdf-synth5 gccdf-interleave-synth5 rewrite-synth5 vc-synth5 git-series redis-series redis-interleave-series mix-redis-nginx gccdf-fig15-mix mfdedup-mix smr-redis smr-redis-segment smr-redis-c64k smr-redis-c256k smr-redis-data mfdedup-redis gc-time-redis git-git-series git-git-interleave-series gccdf-synth5-50g"
 if [ "${1:-}" != "--no-run" ]; then
     for e in $EXPERIMENTS; do
         case $e in
