@@ -74,8 +74,9 @@ pub struct GcReport {
     pub recipe_reclaimed_containers: u64,
     pub recipe_produced_containers: u64,
     /// Whole containers (data and recipe) the mark and select read, and
-    /// how many of those reads were seeks: not of the container after the
-    /// one read before (FAST'17 §5.3: LGC's random reads).
+    /// how many of those reads were seeks: out of ascending container
+    /// order, i.e. the first, a jump back or a re-read (FAST'17 §5.3:
+    /// LGC's random reads; a physical pass in container order is one).
     pub mark_containers_read: u64,
     pub mark_seeks: u64,
     /// Container metadata sections the mark and select read.
