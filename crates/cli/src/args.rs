@@ -829,7 +829,7 @@ fn vc_bloom_bits(flag: &str, v: &str) -> Result<f64, String> {
     match v.parse::<f64>() {
         Ok(b) if (2.0..=64.0).contains(&b) => Ok(b),
         _ => Err(format!(
-            "{flag} expects bits per chunk from 2 to 64 (got '{v}')"
+            "--{flag} expects bits per chunk from 2 to 64 (got '{v}')"
         )),
     }
 }
