@@ -690,6 +690,9 @@ pub struct GcArgs {
     /// Valid-chunk table as a perfect-hash vector over the index's fingerprints (about 4 bits per stored chunk, exact for them; physical GC, FAST'17)
     #[arg(long, conflicts_with = "vc_fp_rate")]
     pub vc_phv: bool,
+    /// Valid-chunk table as a Bloom filter of exactly B bits per stored chunk and the optimal number of hashes (FAST'17's live vector: 6)
+    #[arg(long, value_name = "B", conflicts_with_all = ["vc_fp_rate", "vc_phv"], value_parser = Checked(vc_bloom_bits))]
+    pub vc_bloom_bits: Option<f64>,
     /// GCCDF: false-positive rate of the per-backup ownership Bloom filters (0 = exact sets)
     #[arg(long, default_value = "0.01", value_name = "P", value_parser = Checked(ownership_fp_rate))]
     pub ownership_fp_rate: f64,
@@ -734,6 +737,8 @@ impl GcArgs {
             split_threshold: self.split_threshold,
             vc: if self.vc_phv {
                 VcSpec::Phv
+            } else if let Some(bits) = self.vc_bloom_bits {
+                VcSpec::BloomBits { bits }
             } else {
                 VcSpec::from_fp_rate(self.vc_fp_rate)
             },
@@ -855,6 +860,15 @@ fn segment_containers(flag: &str, v: &str) -> Result<usize, String> {
 fn liveness_threshold(flag: &str, v: &str) -> Result<f64, String> {
     let x = number(flag, v, "a number between 0 and 1")?;
     gc_rule(x, |o, x| o.liveness_threshold = x)
+}
+
+fn vc_bloom_bits(flag: &str, v: &str) -> Result<f64, String> {
+    match v.parse::<f64>() {
+        Ok(b) if (2.0..=64.0).contains(&b) => Ok(b),
+        _ => Err(format!(
+            "--{flag} expects bits per chunk from 2 to 64 (got '{v}')"
+        )),
+    }
 }
 
 fn vc_fp_rate(flag: &str, v: &str) -> Result<f64, String> {

@@ -19,6 +19,13 @@ pub struct Metrics {
     data_write_bytes: AtomicU64,
     recipe_writes: AtomicU64,
     recipe_write_bytes: AtomicU64,
+    /// Container reads out of ascending id order: the first, a jump back
+    /// or a re-read (ids are allocated in write order, so a backend lays
+    /// containers out in that order). A pass in container order that skips
+    /// containers is one seek; FAST'17's LGC re-reads are one each.
+    seeks: AtomicU64,
+    /// The id of the container read last, plus one (0: none yet).
+    last_read: AtomicU64,
 }
 
 /// A point-in-time copy of [`Metrics`]; subtract two with [`since`](Self::since).
@@ -32,10 +39,19 @@ pub struct MetricsSnapshot {
     pub data_container_bytes_written: u64,
     pub recipe_containers_written: u64,
     pub recipe_container_bytes_written: u64,
+    /// Container reads (data or recipe) out of ascending id order: the
+    /// first, a jump back or a re-read.
+    pub container_seeks: u64,
 }
 
 impl Metrics {
-    pub fn container_read(&self, recipe: bool, logical_bytes: u64) {
+    /// Container `id` was read whole (`id` is the container's number).
+    pub fn container_read(&self, id: u64, recipe: bool, logical_bytes: u64) {
+        // `last_read` is the previous id plus one (0: none yet).
+        let prev = self.last_read.swap(id + 1, Relaxed);
+        if prev == 0 || prev > id {
+            self.seeks.fetch_add(1, Relaxed);
+        }
         if recipe {
             self.recipe_reads.fetch_add(1, Relaxed);
             self.recipe_read_bytes.fetch_add(logical_bytes, Relaxed);
@@ -63,6 +79,7 @@ impl Metrics {
             data_container_bytes_written: self.data_write_bytes.load(Relaxed),
             recipe_containers_written: self.recipe_writes.load(Relaxed),
             recipe_container_bytes_written: self.recipe_write_bytes.load(Relaxed),
+            container_seeks: self.seeks.load(Relaxed),
         }
     }
 }
@@ -81,6 +98,7 @@ impl MetricsSnapshot {
             recipe_containers_written: self.recipe_containers_written - e.recipe_containers_written,
             recipe_container_bytes_written: self.recipe_container_bytes_written
                 - e.recipe_container_bytes_written,
+            container_seeks: self.container_seeks - e.container_seeks,
         }
     }
 }
@@ -109,5 +127,24 @@ pub fn mb_per_s(bytes: u64, secs: f64) -> f64 {
         0.0
     } else {
         bytes as f64 / 1e6 / secs
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A read of a container after the previous one (next or further on)
+    /// is sequential; the first read, a jump back and a re-read are seeks.
+    #[test]
+    fn seeks_count_reads_out_of_sequence() {
+        let m = Metrics::default();
+        for id in [5, 6, 7, 3, 4, 4, 9] {
+            m.container_read(id, id % 2 == 0, 10);
+        }
+        let s = m.snapshot();
+        assert_eq!(s.data_containers_read + s.recipe_containers_read, 7);
+        // 5 (first), 3, 4 again; not 6, 7, 4 or 9.
+        assert_eq!(s.container_seeks, 3);
     }
 }

@@ -778,6 +778,17 @@ impl Writer {
         self.cx_mut().clone_backup(source, name)
     }
 
+    /// [`clone_backup`](Self::clone_backup) of each of `sources`, in
+    /// order, published as one manifest generation.
+    pub fn clone_backups(
+        &mut self,
+        sources: &[BackupId],
+        name: Option<&str>,
+    ) -> Result<Vec<BackupEntry>> {
+        self.repo.layout.fastcopy()?;
+        self.cx_mut().clone_backups(sources, name)
+    }
+
     /// Back up a byte stream (a file, or stdin under a name).
     pub fn backup_reader(
         &mut self,

@@ -244,7 +244,7 @@ impl Context {
         let object = self.store.objects().get_container(id, Vec::new()).ok()?;
         let (h, metas) = format::decode_salvage(id, &object, self.store.sealer()).ok()?;
         self.metrics
-            .container_read(h.kind == ChunkKind::Recipe, h.logical_len);
+            .container_read(id.0, h.kind == ChunkKind::Recipe, h.logical_len);
         Some((object, h, metas))
     }
 

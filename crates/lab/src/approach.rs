@@ -98,6 +98,15 @@ pub struct ApproachDef {
     /// as the physical-GC paper's LGC does, instead of skipping them.
     #[serde(default)]
     pub walk_shared_subtrees: bool,
+    /// Focused mark: run the full mark instead where the focus covers most
+    /// of the repository (default); `false` always marks focused, as the
+    /// paper's FGC does.
+    #[serde(default = "yes")]
+    pub focus_fallback: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn source() -> String {
@@ -184,10 +193,10 @@ impl Approach {
             let budget = g
                 .memory_limit
                 .map_or(String::new(), |l| format!(" memory-limit={}", ByteSize(l)));
-            let walk = if g.walk_shared_subtrees {
-                " walk-shared"
-            } else {
-                ""
+            let walk = match (g.walk_shared_subtrees, g.focus_fallback) {
+                (true, _) => " walk-shared",
+                (false, false) if g.mark == MarkSpec::Focused => " no-fallback",
+                _ => "",
             };
             format!("{}{vc}{mark}{walk}{budget}", g.strategy)
         });
@@ -221,6 +230,7 @@ pub fn builtin(name: &str) -> Result<ApproachDef, String> {
         fgc_granularity: 0,
         memory_limit: None,
         walk_shared_subtrees: false,
+        focus_fallback: true,
     };
     let plain = base == name;
     match base {
@@ -281,6 +291,7 @@ impl ApproachDef {
                 memory_limit: self.memory_limit.map(|b| b.0),
                 walk_shared_subtrees: self.walk_shared_subtrees,
                 fgc_granularity: Some(self.fgc_granularity),
+                focus_fallback: self.focus_fallback,
                 ..GcOptions::default()
             }),
         };

@@ -60,6 +60,7 @@ pub fn experiment(approaches: Vec<Approach>, file: &Path) -> Experiment {
             verify: true,
         },
         interleave: 1,
+        fastcopy_doublings: 0,
     }
 }
 

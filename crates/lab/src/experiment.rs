@@ -71,6 +71,13 @@ pub struct Experiment {
     /// Backups ingested together, round-robin into shared containers (the
     /// GCCDF artifact's baseline ingest); 1 = one backup at a time.
     pub interleave: usize,
+    /// After the last version: this many fastcopy doublings
+    /// (physical-gc-fast17.md §5.3, Fig. 7a): each clones every retained
+    /// backup (`Writer::clone_backups`, no data read or written), so the
+    /// total compression doubles at a constant physical size, then runs
+    /// the approach's GC (cold with `retention.cold_gc`) and records a GC
+    /// row. 0: none.
+    pub fastcopy_doublings: usize,
     /// Default compression of the repositories (`[repo] compression`;
     /// off unless given, so layout results stay comparable).
     pub compression: tessera_core::Compression,
@@ -98,6 +105,8 @@ struct FileDef {
     #[serde(default)]
     restore: RestoreDef,
     interleave: Option<Spanned<usize>>,
+    #[serde(default)]
+    fastcopy_doublings: usize,
 }
 
 #[derive(Deserialize)]
@@ -313,6 +322,7 @@ impl Experiment {
                 verify: rd.verify,
             },
             interleave,
+            fastcopy_doublings: def.fastcopy_doublings,
         })
     }
 }

@@ -131,6 +131,10 @@ pub struct GcRow {
     pub step: usize,
     /// Deleted backups' versions, space-separated.
     pub deleted: String,
+    /// A fastcopy round (`fastcopy_doublings`): its number (1, 2, …); 0
+    /// for a retention round. It cloned every retained backup and deleted
+    /// nothing.
+    pub fastcopy: usize,
     pub gc: String,
     /// What the GC did (all zeros when the round ran none).
     #[serde(flatten)]
@@ -754,6 +758,13 @@ fn run_approach(
             run.retention_round(step, report.backup.id)?;
         }
     }
+    for doubling in 1..=exp.fastcopy_doublings {
+        progress.line(&format!(
+            "{}: fastcopy doubling {doubling} of {}",
+            a.name, exp.fastcopy_doublings
+        ));
+        run.fastcopy_round(doubling)?;
+    }
     if exp.restore.retained_at_end {
         progress.line(&format!(
             "{}: restoring {} retained backups",
@@ -971,6 +982,53 @@ impl ApproachRun<'_> {
             g.report.reclaimed_containers = f.categories.len().try_into().unwrap_or(u64::MAX);
             g.report.deleted_without_copy = g.report.reclaimed_containers;
             g.report.total_seconds = forget_seconds;
+        }
+        let st = self.repo.stats();
+        g.retained_backups = st.backups;
+        g.stored_bytes = st.stored_data_bytes;
+        g.data_containers = st.data_containers;
+        g.dedup_ratio = st.dedup_ratio;
+        g.io = self.backend.counters().since(&io).into();
+        self.rows.push(Row::Gc(Box::new(g)));
+        Ok(())
+    }
+
+    /// A fastcopy doubling: clone every retained backup in one
+    /// generation, then GC (cold with `cold_gc`) as a retention round would,
+    /// with nothing deleted: the mark walks twice the backups over the
+    /// same containers.
+    fn fastcopy_round(&mut self, doubling: usize) -> Result<()> {
+        let sources: Vec<BackupId> = self.repo.backups().iter().map(|b| b.id).collect();
+        let io = self.backend.counters();
+        let clones = self
+            .repo
+            .clone_backups(&sources, None)
+            .with_context(|| format!("fastcopy doubling {doubling}"))?;
+        for (src, c) in sources.iter().zip(&clones) {
+            let step = self.step_of[src];
+            self.step_of.insert(c.id, step);
+            self.ingested += c.logical_bytes;
+        }
+        self.round += 1;
+        let mut g = GcRow {
+            approach: self.a.name.clone(),
+            round: self.round,
+            step: self.versions.len().saturating_sub(1),
+            fastcopy: doubling,
+            gc: "none".into(),
+            ..Default::default()
+        };
+        let ret = self.exp.retention.as_ref();
+        if let (true, Some(gopts)) = (ret.is_none_or(|r| r.gc), &self.a.gc) {
+            if ret.is_some_and(|r| r.cold_gc) {
+                drop_page_cache().context("cold_gc: dropping the page cache before GC")?;
+            }
+            g.report = self
+                .repo
+                .gc(gopts)
+                .with_context(|| format!("gc after fastcopy doubling {doubling}"))?;
+            g.gc = gopts.strategy.to_string();
+            g.gc_peak_memory_bytes = g.report.peak_memory_bytes;
         }
         let st = self.repo.stats();
         g.retained_backups = st.backups;

@@ -286,7 +286,7 @@ impl ContainerStore {
             object
         };
         self.metrics
-            .container_read(header.kind == ChunkKind::Recipe, header.logical_len);
+            .container_read(id.0, header.kind == ChunkKind::Recipe, header.logical_len);
         Ok(Container::new(header, meta, object, opened))
     }
 
@@ -299,7 +299,7 @@ impl ContainerStore {
         let (header, meta) = format::decode(id, &object, self.sealer())?;
         self.check_algo(&header)?;
         self.metrics
-            .container_read(header.kind == ChunkKind::Recipe, header.logical_len);
+            .container_read(id.0, header.kind == ChunkKind::Recipe, header.logical_len);
         let stored_only = !stored_plain(&meta, self.sealer());
         let mut c = Container::new(header, meta, object, false);
         c.stored_only = stored_only;

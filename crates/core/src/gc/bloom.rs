@@ -21,7 +21,10 @@ fn hashes(fp: &Fingerprint) -> (u64, u64) {
 #[derive(Clone, Debug)]
 pub struct Bloom {
     bits: Vec<u64>,
-    /// Number of bits (a power of two, so positions are masks).
+    /// Number of bits less one: a power of two less one (positions are
+    /// masks), or, for a filter sized at an exact number of bits per
+    /// entry ([`with_bits_per_item`](Self::with_bits_per_item)), `m - 1`
+    /// with positions taken modulo `m`.
     mask: u64,
     hashes: u32,
 }
@@ -42,15 +45,63 @@ impl Bloom {
         }
     }
 
+    /// A filter of exactly `bits_per_item` bits per entry for `items`
+    /// entries (at least 64 bits), with the number of hashes that minimizes
+    /// its false-positive rate, round(bits × ln 2): FAST'17's live vector
+    /// is sized so (6 bits per fingerprint, §3.4), where [`new`](Self::new)
+    /// rounds the bits up to a power of two (up to twice as many).
+    pub fn with_bits_per_item(items: usize, bits_per_item: f64) -> Self {
+        let m = (items.max(1) as f64 * bits_per_item.max(1.0))
+            .ceil()
+            .max(64.0) as u64;
+        let hashes = (bits_per_item * std::f64::consts::LN_2)
+            .round()
+            .clamp(1.0, 16.0) as u32;
+        Bloom {
+            bits: vec![0; m.div_ceil(64) as usize],
+            mask: m - 1,
+            hashes,
+        }
+    }
+
+    /// Bits the filter addresses (its size `m`).
+    pub fn bit_len(&self) -> u64 {
+        self.mask + 1
+    }
+
+    /// Hash functions (probes) per entry.
+    pub fn hash_count(&self) -> u32 {
+        self.hashes
+    }
+
+    /// The theoretical false-positive rate after `items` distinct
+    /// insertions: (1 − e^(−k·n/m))^k.
+    pub fn theoretical_fp_rate(&self, items: usize) -> f64 {
+        let (m, k) = (self.bit_len() as f64, self.hashes as f64);
+        (1.0 - (-k * items as f64 / m).exp()).powf(k)
+    }
+
+    /// Probe `i`'s bit: masked for a power-of-two size, else modulo it.
+    #[inline]
+    fn position(&self, h1: u64, h2: u64, i: u64) -> u64 {
+        let x = h1.wrapping_add(i.wrapping_mul(h2));
+        let m = self.mask.wrapping_add(1);
+        if m.is_power_of_two() {
+            x & self.mask
+        } else {
+            x % m
+        }
+    }
+
     fn positions(&self, fp: &Fingerprint) -> impl Iterator<Item = u64> + '_ {
         let (h1, h2) = hashes(fp);
-        (0..self.hashes as u64).map(move |i| h1.wrapping_add(i.wrapping_mul(h2)) & self.mask)
+        (0..self.hashes as u64).map(move |i| self.position(h1, h2, i))
     }
 
     pub fn insert(&mut self, fp: &Fingerprint) {
         let (h1, h2) = hashes(fp);
         for i in 0..self.hashes as u64 {
-            let p = h1.wrapping_add(i.wrapping_mul(h2)) & self.mask;
+            let p = self.position(h1, h2, i);
             self.bits[(p / 64) as usize] |= 1 << (p % 64);
         }
     }
@@ -183,6 +234,32 @@ mod tests {
         assert!(
             rate <= theory * 1.5 + 0.01,
             "repeated bytes: {rate:.5} measured, {theory:.5} in theory"
+        );
+    }
+
+    /// A filter of exactly 6 bits per entry (FAST'17's live vector): its
+    /// size is 6 bits × entries, not a power of two, k = 4, and its
+    /// measured false-positive rate is within 1.5× of (1 − e^(−kn/m))^k.
+    #[test]
+    fn bits_per_item_sizes_exactly_and_meets_theory() {
+        let n = 100_000;
+        let mut b = Bloom::with_bits_per_item(n, 6.0);
+        assert_eq!(b.bit_len(), 600_000);
+        assert_eq!(b.hash_count(), 4);
+        assert_eq!(b.memory_bytes(), 600_000 / 8);
+        let fps: Vec<Fingerprint> = (0..n as u64).map(|i| random_fp(i, 32)).collect();
+        fps.iter().for_each(|fp| b.insert(fp));
+        assert!(fps.iter().all(|fp| b.contains(fp)), "false negative");
+        let queries = 400_000u64;
+        let hits = (n as u64..n as u64 + queries)
+            .filter(|&i| b.contains(&random_fp(i, 32)))
+            .count();
+        let (rate, theory) = (hits as f64 / queries as f64, b.theoretical_fp_rate(n));
+        // About 5.6 % at 6 bits and 4 hashes.
+        assert!((0.05..0.062).contains(&theory), "{theory}");
+        assert!(
+            rate <= theory * 1.5 && rate >= theory / 1.5,
+            "{rate:.5} measured, {theory:.5} in theory"
         );
     }
 

@@ -33,9 +33,34 @@ pub struct GcPlan {
     pub container_size: u64,
     /// The mark's phases and select.
     pub phases: Vec<PhaseReport>,
+    /// Whole containers mark and select read, the seeks among them, and
+    /// the metadata sections they read.
+    pub mark_containers_read: u64,
+    pub mark_seeks: u64,
+    pub mark_metadata_reads: u64,
+    /// Data fingerprints in the index when marked (the live vector's keys).
+    pub data_fingerprints: u64,
+}
+
+/// `bytes` in bits per key (0 without keys).
+fn bits_per(bytes: u64, keys: u64) -> f64 {
+    if keys == 0 {
+        0.0
+    } else {
+        bytes as f64 * 8.0 / keys as f64
+    }
 }
 
 impl GcPlan {
+    /// The liveness array the mark filled: the focused mark's correlative
+    /// array (its final table lists only the dead chunks), else the VC.
+    fn liveness_array_bytes(&self) -> u64 {
+        match &self.mark.fgc {
+            Some(f) if !f.fell_back => f.liveness_array_bytes,
+            _ => self.mark.valid.memory_bytes() as u64,
+        }
+    }
+
     /// The report of the plan alone: what a dry run prints. A GC that
     /// sweeps adds the sweep's figures to it.
     pub fn report(&self) -> GcReport {
@@ -79,6 +104,16 @@ impl GcPlan {
             mark_bytes_read: self.mark_bytes_read,
             mark_memory_bytes: self.mark.memory_bytes,
             peak_memory_bytes: self.mark.memory_bytes,
+            mark_containers_read: self.mark_containers_read,
+            mark_seeks: self.mark_seeks,
+            mark_metadata_reads: self.mark_metadata_reads,
+            chunk_queries: self.mark.chunk_queries,
+            liveness_array_bytes: self.liveness_array_bytes(),
+            live_vector_bits_per_fp: bits_per(self.liveness_array_bytes(), self.data_fingerprints),
+            lp_vector_bits_per_fp: self
+                .mark
+                .lp_vector
+                .map_or(0.0, |(bytes, keys)| bits_per(bytes, keys)),
             total_seconds: self.mark_seconds,
             ..Default::default()
         };
@@ -142,11 +177,8 @@ pub(crate) fn plan_gc_marked(
     let selection = select::select(repo, &mark, select::Keep::of(opts), &mut clock)?;
     phases.push(clock.stop(repo, 0));
     let mark_seconds = started.elapsed().as_secs_f64();
-    let mark_bytes_read = repo
-        .metrics
-        .snapshot()
-        .since(&io0)
-        .recipe_container_bytes_read;
+    let io = repo.metrics.snapshot().since(&io0);
+    let mark_bytes_read = io.recipe_container_bytes_read;
     let reclaimed: HashSet<_> = selection
         .empty
         .iter()
@@ -172,6 +204,10 @@ pub(crate) fn plan_gc_marked(
         mark_seconds,
         mark_bytes_read,
         container_size: repo.manifest.config.container_size as u64,
+        mark_metadata_reads: phases.iter().map(|p| p.metadata_reads).sum(),
         phases,
+        mark_containers_read: io.recipe_containers_read + io.data_containers_read,
+        mark_seeks: io.container_seeks,
+        data_fingerprints: repo.index.len().0 as u64,
     })
 }

@@ -73,6 +73,28 @@ pub struct GcReport {
     pub recipe_involved_containers: u64,
     pub recipe_reclaimed_containers: u64,
     pub recipe_produced_containers: u64,
+    /// Whole containers (data and recipe) the mark and select read, and
+    /// how many of those reads were seeks: out of ascending container
+    /// order, i.e. the first, a jump back or a re-read (FAST'17 §5.3:
+    /// LGC's random reads; a physical pass in container order is one).
+    pub mark_containers_read: u64,
+    pub mark_seeks: u64,
+    /// Container metadata sections the mark and select read.
+    pub mark_metadata_reads: u64,
+    /// Per-chunk liveness queries the mark made (FGC Fig. 9): each data
+    /// chunk reference marked, and each of a deleted backup checked.
+    pub chunk_queries: u64,
+    /// The liveness array the mark filled (the valid-chunk table; for the
+    /// focused mark the correlative walk's): FGC Fig. 10's exchanged array.
+    pub liveness_array_bytes: u64,
+    /// `liveness_array_bytes` in bits per data fingerprint stored (FAST'17
+    /// §3.4: a Bloom live vector of 6 bits per fingerprint, PGC+'s perfect
+    /// hash vector 2.8).
+    pub live_vector_bits_per_fp: f64,
+    /// The physical marks' L_p perfect-hash vector (two bits per recipe
+    /// fingerprint and the hash function) in bits per recipe fingerprint
+    /// (FAST'17 §3.2.2: under 4); 0 for the other marks.
+    pub lp_vector_bits_per_fp: f64,
     /// Online GC: dead chunk copies that concurrent backups deduplicated
     /// against, added to the live set at the cutoff (FAST'17 §3.5).
     pub resurrections: u64,

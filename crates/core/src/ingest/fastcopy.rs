@@ -42,40 +42,66 @@ impl Context {
         source: BackupId,
         name: Option<&str>,
     ) -> Result<BackupEntry> {
-        let missing = || {
+        let mut made = self.clone_backups(&[source], name)?;
+        made.pop()
+            .ok_or_else(|| Error::invalid("clone: nothing published"))
+    }
+
+    /// [`Writer::clone_backups`](crate::Writer::clone_backups): a clone of
+    /// each of `sources`, in order, published as one generation (a series
+    /// that doubles its backups writes one manifest, not one per clone).
+    pub(crate) fn clone_backups(
+        &mut self,
+        sources: &[BackupId],
+        name: Option<&str>,
+    ) -> Result<Vec<BackupEntry>> {
+        let missing = |source: BackupId| {
             Error::Snapshot(format!(
                 "no snapshot '{source}' to clone (forgotten or never made; see `tessera snapshots`)"
             ))
         };
         // Checked again on the generation published onto, below.
-        self.manifest.backup(source).ok_or_else(missing)?;
+        for &source in sources {
+            self.manifest
+                .backup(source)
+                .ok_or_else(|| missing(source))?;
+        }
         let time = crate::clock::now();
-        let mut made = None;
+        let mut made = Vec::new();
         self.commit_with(|newest, _| {
-            let src = newest.backup(source).ok_or_else(missing)?.clone();
+            made.clear();
             let mut next = newest.clone();
-            let entry = BackupEntry {
-                id: next.next_backup_id,
-                name: name.map_or_else(|| src.name.clone(), str::to_string),
-                time,
-                new_bytes: 0,
-                new_chunks: 0,
-                meta: crate::catalog::SnapshotMeta {
-                    parent: Some(src.id),
-                    ..src.meta.clone()
-                },
-                ..src
-            };
-            next.next_backup_id = next.next_backup_id.next();
-            next.backups.push(entry.clone());
-            // The graph cannot record the clone's edges (see above): stop
+            for &source in sources {
+                let src = newest
+                    .backup(source)
+                    .ok_or_else(|| missing(source))?
+                    .clone();
+                let entry = BackupEntry {
+                    id: next.next_backup_id,
+                    name: name.map_or_else(|| src.name.clone(), str::to_string),
+                    time,
+                    new_bytes: 0,
+                    new_chunks: 0,
+                    meta: crate::catalog::SnapshotMeta {
+                        parent: Some(src.id),
+                        ..src.meta.clone()
+                    },
+                    ..src
+                };
+                next.next_backup_id = next.next_backup_id.next();
+                next.backups.push(entry.clone());
+                made.push(entry);
+            }
+            // The graph cannot record the clones' edges (see above): stop
             // recording; its segments become leftovers for the next writer.
             RefGraphState::set(&mut next, None);
-            made = Some(entry);
             Ok(next)
         })?;
         // Kept graphs described the dropped segments.
         crate::fgc::keep(self, None);
-        made.ok_or_else(|| Error::invalid("clone: nothing published"))
+        if made.len() != sources.len() {
+            return Err(Error::invalid("clone: nothing published"));
+        }
+        Ok(made)
     }
 }

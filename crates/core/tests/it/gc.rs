@@ -412,6 +412,122 @@ fn a_clone_writes_no_data_and_outlives_its_source() {
     }
 }
 
+/// A batch of clones is one manifest generation; each clone restores its
+/// source exactly, and a GC after the doubling reclaims nothing and keeps
+/// the physical size: the logical mark that walks shared subtrees again
+/// makes twice the chunk queries, the physical mark the same number.
+#[test]
+fn a_batch_of_clones_is_one_generation_and_doubles_only_the_logical_walk() {
+    let b = mem();
+    init_small(b.clone(), false);
+    let mut repo = Repository::open_writer(b.clone(), "t").unwrap();
+    let v1 = bytes(21, 80_000);
+    let v2 = mutate(&v1, 22);
+    let ids = [
+        backup(&mut repo, "a", &v1).unwrap(),
+        backup(&mut repo, "b", &v2).unwrap(),
+    ];
+    let queries = |repo: &Writer, mark: MarkSpec| {
+        repo.plan_gc(&GcOptions {
+            mark,
+            walk_shared_subtrees: true,
+            dry_run: true,
+            ..Default::default()
+        })
+        .unwrap()
+        .report()
+        .chunk_queries
+    };
+    let (logical, physical) = (
+        queries(&repo, MarkSpec::Logical),
+        queries(&repo, MarkSpec::Physical),
+    );
+    let generation = repo.manifest().generation;
+    let stored = repo.stats().stored_data_bytes;
+    let clones = repo.clone_backups(&ids, None).unwrap();
+    assert_eq!(
+        repo.manifest().generation,
+        generation.next(),
+        "one generation"
+    );
+    assert_eq!(clones.len(), 2);
+    assert_eq!(restore(&repo, clones[0].id).unwrap(), v1);
+    assert_eq!(restore(&repo, clones[1].id).unwrap(), v2);
+    assert_eq!(queries(&repo, MarkSpec::Logical), 2 * logical);
+    assert_eq!(queries(&repo, MarkSpec::Physical), physical);
+    let r = gc(&mut repo, GcStrategy::Naive);
+    assert_eq!(r.reclaimed_containers, 0);
+    assert_eq!(repo.stats().stored_data_bytes, stored);
+    // A missing source refuses the whole batch.
+    repo.forget(&[ids[0]]).unwrap();
+    let before = repo.backups().len();
+    assert!(repo.clone_backups(&[ids[1], ids[0]], None).is_err());
+    assert_eq!(repo.backups().len(), before);
+}
+
+/// PGC's live vector as a Bloom filter at FAST'17's 6 bits per
+/// fingerprint (`bloom-bits:6`): the report says 6 bits per stored data
+/// fingerprint, and the measured false-positive rate over the dead chunks
+/// (a deterministic trace: 20,000 live, 20,000 dead) is within 1.5× of
+/// (1 − e^(−kn/m))^k for its m = 6 × 40,000 bits and k = 4. The perfect
+/// hash vectors report their bits per fingerprint too.
+#[test]
+fn bloom_live_vector_at_six_bits_meets_its_theoretical_false_positive_rate() {
+    let b = mem();
+    init_small(b.clone(), true);
+    let mut repo = Repository::open_writer(b.clone(), "t").unwrap();
+    let n = 20_000u32;
+    let dead: Vec<u32> = (0..n).collect();
+    let live: Vec<u32> = (n..2 * n).collect();
+    let old = trace_backup(&mut repo, "old", &dead, 1024);
+    trace_backup(&mut repo, "new", &live, 1024);
+    repo.forget(&[old]).unwrap();
+    let vc: VcSpec = "bloom-bits:6".parse().unwrap();
+    assert_eq!(vc, VcSpec::BloomBits { bits: 6.0 });
+    assert_eq!(vc.to_string(), "bloom-bits:6");
+    let plan = repo
+        .plan_gc(&GcOptions {
+            mark: MarkSpec::Physical,
+            vc,
+            dry_run: true,
+            ..Default::default()
+        })
+        .unwrap();
+    let r = plan.report();
+    assert!((r.live_vector_bits_per_fp - 6.0).abs() < 0.01, "{r:?}");
+    assert!(r.lp_vector_bits_per_fp > 2.0, "{r:?}");
+    assert!(
+        live.iter().all(|&i| plan.mark.is_valid(&tfp(i), 0)),
+        "false negative"
+    );
+    let hits = dead
+        .iter()
+        .filter(|&&i| plan.mark.is_valid(&tfp(i), 0))
+        .count();
+    let (m, k) = (6.0 * 2.0 * n as f64, 4.0);
+    let theory = (1.0f64 - (-k * n as f64 / m).exp()).powf(k);
+    let rate = hits as f64 / n as f64;
+    assert!(
+        rate <= theory * 1.5 && rate >= theory / 1.5,
+        "{rate:.5} measured, {theory:.5} in theory ({hits} of {n})"
+    );
+    // The exact set costs far more per fingerprint; a PHV about 4.4 bits.
+    let bits = |mark, vc| {
+        repo.plan_gc(&GcOptions {
+            mark,
+            vc,
+            dry_run: true,
+            ..Default::default()
+        })
+        .unwrap()
+        .report()
+        .live_vector_bits_per_fp
+    };
+    assert!(bits(MarkSpec::Physical, VcSpec::Exact) > 100.0);
+    let phv = bits(MarkSpec::PhysicalPlus, VcSpec::Exact);
+    assert!((4.0..5.0).contains(&phv), "{phv}");
+}
+
 #[test]
 fn dry_run_changes_nothing() {
     let b = mem();

@@ -531,3 +531,92 @@ fn headlines_name_each_paper_the_run_covers() {
     none.summaries.retain(|s| s.approach != "naive");
     assert!(tessera_lab::demo::headlines(&none).is_empty());
 }
+
+/// `fastcopy_doublings`: each round clones every retained backup (nothing
+/// deleted, no data written) and runs GC: the retained backups and the
+/// total compression double at a constant stored size; the logical mark
+/// that walks shared subtrees again queries twice the chunks each round,
+/// the physical marks the same number; the CSV carries the new columns.
+#[test]
+fn fastcopy_doublings_double_compression_and_only_the_logical_walk() {
+    let t = tempfile::tempdir().unwrap();
+    let text = r#"
+name = "fastcopy"
+mode = "trace"
+approaches = []
+fastcopy_doublings = 3
+
+[[approach]]
+name = "lgc-walk-all"
+walk_shared_subtrees = true
+
+[[approach]]
+name = "pgc-bloom6"
+mark = "physical"
+vc = "bloom-bits:6"
+
+[[approach]]
+name = "pgc+"
+mark = "physical+"
+
+[dataset.scale]
+seed = 3
+versions = 6
+version_size = "2MiB"
+chunk_size = "4KiB"
+change_rate = 0.05
+
+[repo]
+container_size = "256KiB"
+"#;
+    let r = run_text(text, t.path());
+    assert!(r.failed().is_empty(), "{:?}", r.failed());
+    for a in ["lgc-walk-all", "pgc-bloom6", "pgc+"] {
+        let rounds: Vec<_> = r
+            .rows
+            .iter()
+            .filter_map(|row| match row {
+                Row::Gc(g) if g.approach == a => Some(g),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            rounds.iter().map(|g| g.fastcopy).collect::<Vec<_>>(),
+            vec![1, 2, 3],
+            "{a}"
+        );
+        for w in rounds.windows(2) {
+            assert_eq!(w[1].retained_backups, 2 * w[0].retained_backups, "{a}");
+            assert_eq!(w[1].stored_bytes, w[0].stored_bytes, "{a}");
+            let ratio = w[1].dedup_ratio / w[0].dedup_ratio;
+            assert!((ratio - 2.0).abs() < 1e-9, "{a}: {ratio}");
+            assert_eq!(w[1].report.reclaimed_containers, 0, "{a}");
+            let q = (w[0].report.chunk_queries, w[1].report.chunk_queries);
+            if a == "lgc-walk-all" {
+                assert_eq!(q.1, 2 * q.0, "{a}");
+            } else {
+                assert_eq!(q.1, q.0, "{a}");
+            }
+        }
+        assert_eq!(rounds[0].retained_backups, 12, "{a}");
+        if a == "pgc-bloom6" {
+            let bits = rounds[0].report.live_vector_bits_per_fp;
+            assert!((bits - 6.0).abs() < 0.1, "{bits}");
+            assert!(rounds[0].report.lp_vector_bits_per_fp > 0.0);
+        }
+    }
+    let csv = tessera_lab::report::csv(&r);
+    let head = csv.lines().next().unwrap();
+    for col in [
+        "fastcopy",
+        "mark_ran",
+        "mark_containers_read",
+        "mark_seeks",
+        "chunk_queries",
+        "liveness_array_bytes",
+        "live_vector_bits_per_fp",
+        "lp_vector_bits_per_fp",
+    ] {
+        assert!(head.split(',').any(|c| c == col), "{col} missing");
+    }
+}

@@ -364,6 +364,10 @@ fn focus(
     let mut live_recipe = FpSet::default();
     let mut rebase: HashMap<(bool, Fingerprint, CopyNo), BTreeSet<VFile>> = HashMap::new();
     let mut reader = repo.recipe_reader(16)?;
+    // Per-chunk liveness queries (Fig. 9): each data chunk reference of a
+    // correlative walk, and each one of a deleted backup checked against
+    // the liveness array (not those whose retained base answers).
+    let mut queries = 0u64;
     let mut owners = owners_fp_rate.map(|rate| Owners {
         rate,
         filters: HashMap::new(),
@@ -379,6 +383,7 @@ fn focus(
             &mut |kind, fp, copy, offset, _| {
                 match kind {
                     ChunkKind::Data => {
+                        queries += 1;
                         live_data.insert_valid(*fp, copy);
                         if let Some(o) = owners.as_mut() {
                             o.saw(repo, b, fp, copy);
@@ -413,6 +418,7 @@ fn focus(
             if graph.bases(kind).get(&key).is_some_and(|base| !gone(base)) {
                 return Ok(());
             }
+            queries += u64::from(kind == ChunkKind::Data);
             match kind {
                 ChunkKind::Data if !live_data.is_valid(fp, copy) => {
                     dead_data.insert(key, size);
@@ -554,6 +560,7 @@ fn focus(
         .map(|(fp, _)| *fp)
         .collect();
     let mut m = Mark::new(FpFilter::AllBut(dead_first));
+    m.chunk_queries = queries;
     if let Some(o) = owners {
         m.owners = o.filters;
         m.rrt = o

@@ -98,6 +98,11 @@ pub enum VcSpec {
     Exact,
     /// A Bloom filter: false positives keep dead chunks, which is safe.
     Bloom { fp_rate: f64 },
+    /// A Bloom filter of exactly `bits` bits per expected entry and the
+    /// optimal number of hashes (`bloom-bits:6`: FAST'17's live vector,
+    /// "6 bits per fingerprint", §3.4); `Bloom` rounds its size up to a
+    /// power of two.
+    BloomBits { bits: f64 },
     /// A perfect-hash vector over the index's data fingerprints (physical
     /// GC): exact for stored chunks, about 4 bits each.
     Phv,
@@ -114,11 +119,26 @@ impl VcSpec {
         }
     }
 
-    /// The Bloom filter's false-positive rate; 0 for the exact tables.
+    /// The Bloom filter's false-positive rate (for `BloomBits`, its
+    /// theoretical rate when full: (1 − e^(−k/b))^k); 0 for the exact tables.
     pub fn fp_rate(&self) -> f64 {
         match *self {
             VcSpec::Bloom { fp_rate } => fp_rate,
+            VcSpec::BloomBits { bits } => {
+                let k = (bits * std::f64::consts::LN_2).round().clamp(1.0, 16.0);
+                (1.0 - (-k / bits).exp()).powf(k)
+            }
             VcSpec::Exact | VcSpec::Phv => 0.0,
+        }
+    }
+
+    /// A Bloom filter of this spec for `items` entries; the exact set for
+    /// `Exact` and `Phv` (callers build the PHV from the index).
+    pub(crate) fn bloom_or_exact(&self, items: usize) -> FpFilter {
+        match *self {
+            VcSpec::BloomBits { bits } => FpFilter::Bloom(Bloom::with_bits_per_item(items, bits)),
+            VcSpec::Bloom { fp_rate } => FpFilter::new(items, fp_rate),
+            VcSpec::Exact | VcSpec::Phv => FpFilter::new(items, 0.0),
         }
     }
 
@@ -129,7 +149,9 @@ impl VcSpec {
                 let keys: Vec<Fingerprint> = repo.index.data_fingerprints().collect();
                 FpFilter::Phv(Phv::new(&keys))
             }
-            VcSpec::Exact | VcSpec::Bloom { .. } => FpFilter::new(expected, self.fp_rate()),
+            VcSpec::Exact | VcSpec::Bloom { .. } | VcSpec::BloomBits { .. } => {
+                self.bloom_or_exact(expected)
+            }
         }
     }
 }
@@ -140,10 +162,15 @@ impl std::str::FromStr for VcSpec {
         match s.to_ascii_lowercase().as_str() {
             "exact" => Ok(VcSpec::Exact),
             "phv" => Ok(VcSpec::Phv),
-            v => match v.strip_prefix("bloom:").map(str::parse::<f64>) {
-                Some(Ok(p)) if p > 0.0 && p < 0.5 => Ok(VcSpec::Bloom { fp_rate: p }),
+            v => match (
+                v.strip_prefix("bloom:").map(str::parse::<f64>),
+                v.strip_prefix("bloom-bits:").map(str::parse::<f64>),
+            ) {
+                (Some(Ok(p)), _) if p > 0.0 && p < 0.5 => Ok(VcSpec::Bloom { fp_rate: p }),
+                (_, Some(Ok(b))) if (2.0..=64.0).contains(&b) => Ok(VcSpec::BloomBits { bits: b }),
                 _ => Err(format!(
-                    "unknown vc '{s}' (expected exact, phv or bloom:P with 0 < P < 0.5)"
+                    "unknown vc '{s}' (expected exact, phv, bloom:P with 0 < P < 0.5 \
+                     or bloom-bits:B with 2 <= B <= 64 bits per chunk)"
                 )),
             },
         }
@@ -155,6 +182,7 @@ impl fmt::Display for VcSpec {
         match self {
             VcSpec::Exact => f.write_str("exact"),
             VcSpec::Bloom { fp_rate } => write!(f, "bloom:{fp_rate}"),
+            VcSpec::BloomBits { bits } => write!(f, "bloom-bits:{bits}"),
             VcSpec::Phv => f.write_str("phv"),
         }
     }
@@ -315,6 +343,14 @@ pub struct Mark {
     /// Sampling's second pass: only these data containers were marked
     /// exactly; select must leave every other one alone.
     pub focus: Option<std::collections::HashSet<ContainerId>>,
+    /// Per-chunk liveness queries the mark made: each data chunk reference
+    /// it marked, and each one the focused mark checked against its
+    /// liveness array (FGC Fig. 9: a distributed network-intensive mark
+    /// sends one query per chunk to the node holding it).
+    pub chunk_queries: u64,
+    /// The physical marks' L_p vector (perfect hash, walk and confirm
+    /// bits): its bytes and the recipe fingerprints it covers.
+    pub lp_vector: Option<(u64, u64)>,
 }
 
 /// The mark phase: from the catalog's retained backups, the live set the
@@ -376,6 +412,8 @@ impl Mark {
             passes: 1,
             dup_counter: None,
             focus: None,
+            chunk_queries: 0,
+            lp_vector: None,
         }
     }
 

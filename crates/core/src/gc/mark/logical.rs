@@ -132,6 +132,7 @@ impl Walk<'_> {
         let mut homes = Vec::with_capacity(chunk.entries.len());
         for e in &chunk.entries {
             let c = self.repo.locate_data(self.backup, &e.fp, e.copy)?;
+            self.m.chunk_queries += 1;
             if self.m.insert_valid(e.fp, e.copy) {
                 self.m
                     .count_live(&self.repo.index, &e.fp, e.copy, c, e.size);

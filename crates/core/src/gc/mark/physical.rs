@@ -76,6 +76,7 @@ fn live_vector_bytes(spec: VcSpec, n: usize) -> u64 {
             let ln2 = std::f64::consts::LN_2;
             -(n * fp_rate.ln()) / (ln2 * ln2) / 8.0
         }
+        VcSpec::BloomBits { bits } => n * bits / 8.0,
         // One bit plus the hash function (see `Phv::memory_bytes`).
         VcSpec::Phv => n * (1.0 + 3.4) / 8.0,
     };
@@ -101,9 +102,9 @@ fn live_vector(repo: &Context, spec: VcSpec, admit: &dyn Fn(&Fingerprint) -> boo
             FpFilter::Phv(Phv::new(&keys))
         }
         VcSpec::Exact => FpFilter::new(0, 0.0),
-        VcSpec::Bloom { fp_rate } => {
+        VcSpec::Bloom { .. } | VcSpec::BloomBits { .. } => {
             let n = repo.index.data_fingerprints().filter(|f| admit(f)).count();
-            FpFilter::new(n, fp_rate)
+            spec.bloom_or_exact(n)
         }
     }
 }
@@ -220,6 +221,7 @@ impl Marker for PhysicalMark {
         m.phases = phases;
         m.dup_counter = dup_counter;
         m.memory_bytes = (m.table_bytes() + lp.memory_bytes() + dup_bytes) as u64;
+        m.lp_vector = Some((lp.memory_bytes() as u64, lp.keys as u64));
         Ok(m)
     }
 }
@@ -475,6 +477,7 @@ impl PhysicalMark {
                     // Each entry's own copy is live (per-backup copies).
                     for e in &chunk.entries {
                         let mut home = None;
+                        m.chunk_queries += u64::from(admit(&e.fp));
                         if admit(&e.fp) && !m.is_valid(&e.fp, e.copy) {
                             let Some(dc) = repo.locate_copy(ChunkKind::Data, &e.fp, e.copy) else {
                                 missing_data.push(e.fp);
