@@ -863,6 +863,19 @@ fn run_one(
         }
     }
     let mut exp = Experiment::load(file)?;
+    if let (Some(q), crate::experiment::Dataset::Scale(c)) = (&opts.quick, &exp.dataset) {
+        // The paper-scale trace runs (terabytes of chunk identities) take
+        // an hour even scaled; --quick leaves them to the full run.
+        let logical = (c.versions as f64 * q.scale) * c.version_size.0 as f64;
+        let limit = 16.0 * q.max_dataset_bytes as f64;
+        if logical > limit {
+            return Ok(format!(
+                "skipped by --quick: {:.0} GiB of generated chunk identities (over {:.0} GiB, 16 × --max-dataset); committed results kept",
+                logical / (1u64 << 30) as f64,
+                limit / (1u64 << 30) as f64
+            ));
+        }
+    }
     let mut run = RunOptions::new(&out_dir.join("work"));
     run.progress = opts.progress;
     if let Some(q) = &opts.quick {
