@@ -18,12 +18,14 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use tessera_core::backend::{FaultyStore, MemoryStore, ObjectStore};
+use tessera_core::catalog::SourceKind;
 use tessera_core::check::CheckOptions;
 use tessera_core::chunking::ChunkerConfig;
 use tessera_core::gc::{GcOptions, GcStrategy, MarkSpec};
-use tessera_core::{Repository, Writer};
+use tessera_core::layout::LayoutKind;
+use tessera_core::{BackupOptions, HashAlgo, InitOptions, Repository, Writer};
 
-use crate::common::{backup, bytes, init_blake3, mutate, restore};
+use crate::common::{bytes, mutate, restore};
 
 const CHUNKER: ChunkerConfig = ChunkerConfig::Fastcdc {
     min: 256,
@@ -50,8 +52,16 @@ enum Op {
     Backup { src: usize, seed: u64, fate: Fate },
     /// Forget the `pick`-th listed backup (modulo their number).
     Forget { pick: usize, fate: Fate },
-    /// GC with one of the strategies and marks.
+    /// GC with one of the strategies and marks (MFDedup: arrange).
     Gc { how: usize, fate: Fate },
+}
+
+/// Back up `data` as `name` on the source's chain (MFDedup deduplicates
+/// within a chain).
+fn backup_on(w: &mut Writer, src: usize, name: &str, data: &[u8]) -> tessera_core::Result<()> {
+    let mut o = BackupOptions::new(name, SourceKind::Stream);
+    o.chain = Some(format!("s{src}"));
+    w.backup_reader(&o, &mut &data[..], &mut |_| {}).map(drop)
 }
 
 const GCS: [(GcStrategy, MarkSpec); 7] = [
@@ -175,9 +185,15 @@ fn verify(inner: &Arc<MemoryStore>, model: &mut Model, step: usize) {
     assert!(report.ok(), "step {step}: check: {:?}", report.problems);
 }
 
-fn run(ops: &[Op]) {
+fn run(layout: LayoutKind, ops: &[Op]) {
     let inner = Arc::new(MemoryStore::new());
-    init_blake3(inner.clone(), CHUNKER, 16 * 1024, false);
+    let init = InitOptions {
+        hash: HashAlgo::Blake3,
+        chunker: CHUNKER,
+        container_size: 16 * 1024,
+        trace: false,
+    };
+    Repository::init_layout(inner.clone(), &init, layout).unwrap();
     let mut model = Model {
         sources: [bytes(1, 60_000), bytes(2, 90_000), bytes(3, 40_000)],
         ..Default::default()
@@ -188,7 +204,7 @@ fn run(ops: &[Op]) {
                 let data = mutate(&model.sources[src], seed, (seed % 5000) as usize);
                 let name = format!("b{}", model.made);
                 model.made += 1;
-                let died = run_process(&inner, fate, |w| backup(w, &name, &data).map(drop));
+                let died = run_process(&inner, fate, |w| backup_on(w, src, &name, &data));
                 model.sources[src] = data.clone();
                 if died {
                     model.maybe.insert(name, data);
@@ -218,7 +234,10 @@ fn run(ops: &[Op]) {
                     mark,
                     ..Default::default()
                 };
-                run_process(&inner, fate, |w| w.gc(&opts).map(drop));
+                run_process(&inner, fate, |w| match layout {
+                    LayoutKind::Mfdedup => w.arrange(None).map(drop),
+                    _ => w.gc(&opts).map(drop),
+                });
             }
         }
         verify(&inner, &mut model, step);
@@ -231,26 +250,29 @@ fn run(ops: &[Op]) {
 /// asked CMA (which never copies) to copy it.
 #[test]
 fn cma_after_a_crashed_backup_recorded_its_duplicates() {
-    run(&[
-        Op::Backup {
-            src: 1,
-            seed: 0,
-            fate: Fate::Lives,
-        },
-        Op::Backup {
-            src: 1,
-            seed: 0,
-            fate: Fate::Crash { at: 7 },
-        },
-        Op::Forget {
-            pick: 0,
-            fate: Fate::Lives,
-        },
-        Op::Gc {
-            how: 5,
-            fate: Fate::Lives,
-        },
-    ]);
+    run(
+        LayoutKind::Containers,
+        &[
+            Op::Backup {
+                src: 1,
+                seed: 0,
+                fate: Fate::Lives,
+            },
+            Op::Backup {
+                src: 1,
+                seed: 0,
+                fate: Fate::Crash { at: 7 },
+            },
+            Op::Forget {
+                pick: 0,
+                fate: Fate::Lives,
+            },
+            Op::Gc {
+                how: 5,
+                fate: Fate::Lives,
+            },
+        ],
+    );
 }
 
 proptest! {
@@ -258,7 +280,13 @@ proptest! {
 
     #[test]
     fn random_sequences_keep_every_committed_backup(ops in proptest::collection::vec(op(), 1..16)) {
-        run(&ops);
+        run(LayoutKind::Containers, &ops);
+    }
+
+    /// The MFDedup layout: backups per chain, zero-copy forgets, arranging.
+    #[test]
+    fn random_sequences_keep_every_committed_mfdedup_backup(ops in proptest::collection::vec(op(), 1..16)) {
+        run(LayoutKind::Mfdedup, &ops);
     }
 }
 
@@ -276,10 +304,18 @@ fn long() {
         ..ProptestConfig::default()
     });
     runner
-        .run(&proptest::collection::vec(op(), 1..40), |ops| {
-            run(&ops);
-            Ok(())
-        })
+        .run(
+            &(proptest::bool::ANY, proptest::collection::vec(op(), 1..40)),
+            |(mf, ops)| {
+                let layout = if mf {
+                    LayoutKind::Mfdedup
+                } else {
+                    LayoutKind::Containers
+                };
+                run(layout, &ops);
+                Ok(())
+            },
+        )
         .unwrap();
     eprintln!(
         "model: {cases} sequences, {} steps, {} crashes, {} power losses, {} restores checked, 0 lost",
