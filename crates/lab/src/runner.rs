@@ -964,16 +964,8 @@ impl ApproachRun<'_> {
             gc: "none".into(),
             ..Default::default()
         };
-        if let (true, Some(gopts)) = (ret.gc, &self.a.gc) {
-            if ret.cold_gc {
-                drop_page_cache().context("cold_gc: dropping the page cache before GC")?;
-            }
-            g.report = self
-                .repo
-                .gc(gopts)
-                .with_context(|| format!("gc after step {step}"))?;
-            g.gc = gopts.strategy.to_string();
-            g.gc_peak_memory_bytes = g.report.peak_memory_bytes;
+        if ret.gc {
+            self.collect(&mut g, ret.cold_gc, &format!("step {step}"))?;
         }
         if let Some(f) = freed {
             // MFDedup's "GC": forget deleted whole categories, copying nothing.
@@ -990,6 +982,24 @@ impl ApproachRun<'_> {
         g.dedup_ratio = st.dedup_ratio;
         g.io = self.backend.counters().since(&io).into();
         self.rows.push(Row::Gc(Box::new(g)));
+        Ok(())
+    }
+
+    /// GC with the approach's options, if it has any (cold: the page cache
+    /// dropped first), into `g`; `after` names the step for errors.
+    fn collect(&mut self, g: &mut GcRow, cold: bool, after: &str) -> Result<()> {
+        let Some(gopts) = &self.a.gc else {
+            return Ok(());
+        };
+        if cold {
+            drop_page_cache().context("cold_gc: dropping the page cache before GC")?;
+        }
+        g.report = self
+            .repo
+            .gc(gopts)
+            .with_context(|| format!("gc after {after}"))?;
+        g.gc = gopts.strategy.to_string();
+        g.gc_peak_memory_bytes = g.report.peak_memory_bytes;
         Ok(())
     }
 
@@ -1019,16 +1029,9 @@ impl ApproachRun<'_> {
             ..Default::default()
         };
         let ret = self.exp.retention.as_ref();
-        if let (true, Some(gopts)) = (ret.is_none_or(|r| r.gc), &self.a.gc) {
-            if ret.is_some_and(|r| r.cold_gc) {
-                drop_page_cache().context("cold_gc: dropping the page cache before GC")?;
-            }
-            g.report = self
-                .repo
-                .gc(gopts)
-                .with_context(|| format!("gc after fastcopy doubling {doubling}"))?;
-            g.gc = gopts.strategy.to_string();
-            g.gc_peak_memory_bytes = g.report.peak_memory_bytes;
+        if ret.is_none_or(|r| r.gc) {
+            let cold = ret.is_some_and(|r| r.cold_gc);
+            self.collect(&mut g, cold, &format!("fastcopy doubling {doubling}"))?;
         }
         let st = self.repo.stats();
         g.retained_backups = st.backups;
