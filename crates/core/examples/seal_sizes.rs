@@ -68,9 +68,13 @@ fn main() {
         let (h, meta) = format::decode(id, &obj, &sealer).unwrap();
         headers += format::HEADER_LEN as u64;
         metas += h.meta_len;
-        for m in &meta {
+        for (i, m) in meta.iter().enumerate() {
+            // A frame's stored bytes count once, at its first chunk.
+            if m.frame_offset != 0 {
+                continue;
+            }
             aead += sealer.overhead() as u64;
-            let plain = open_chunk(&obj, m, &sealer).unwrap();
+            let plain = open_chunk(&obj, &meta, i, &sealer).unwrap();
             let codec = if m.codec == Codec::Raw { "raw" } else { "zstd" };
             let e = classes
                 .entry((format!("{:?}", m.kind), class(m.len), codec))

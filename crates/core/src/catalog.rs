@@ -23,6 +23,10 @@ use std::collections::BTreeMap;
 const MAGIC: [u8; 8] = *b"TSRAMANI";
 pub use crate::version::VERSION;
 
+/// The default [`RepoConfig::frame_size`] (`docs/FORMAT.md`, "Frames",
+/// has the measurements behind it).
+pub const DEFAULT_FRAME_SIZE: u32 = 128 << 10;
+
 /// Fixed at `init`: how every backup of this repository is chunked and stored.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RepoConfig {
@@ -32,6 +36,9 @@ pub struct RepoConfig {
     pub chunker: ChunkerConfig,
     /// Capacity of a container in (logical) bytes.
     pub container_size: u32,
+    /// Plain bytes per frame: consecutive chunks of a container compressed
+    /// and sealed together (`docs/FORMAT.md`, "Frames"); 0: one chunk each.
+    pub frame_size: u32,
     /// Trace mode: data containers hold metadata only.
     pub trace: bool,
     /// Creation time, unix seconds.
@@ -517,6 +524,7 @@ mod tests {
             hash: HashAlgo::Sha1,
             chunker: ChunkerConfig::default(),
             container_size: 4 << 20,
+            frame_size: DEFAULT_FRAME_SIZE,
             trace: false,
             created: 1,
             layout: LayoutKind::Containers,

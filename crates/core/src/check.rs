@@ -320,10 +320,12 @@ impl Context {
         let sealer = self.store.sealer();
         let bad = metas
             .iter()
-            .filter(|m| {
-                salvage::chunk_bytes(&object, m, sealer).is_none_or(|b| algo.hash(&b) != m.fp)
+            .enumerate()
+            .filter(|&(i, m)| {
+                salvage::chunk_bytes(&object, &metas, i, sealer)
+                    .is_none_or(|b| algo.hash(&b) != m.fp)
             })
-            .map(|m| m.fp)
+            .map(|(_, m)| m.fp)
             .collect();
         Some((metas, h.kind, bad))
     }

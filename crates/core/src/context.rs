@@ -445,7 +445,8 @@ impl Context {
             manifest.config.hash,
             manifest.config.trace,
             metrics.clone(),
-        );
+        )
+        .with_frame_size(manifest.config.frame_size);
         let locator = locator_of(&manifest);
         let mut cx = Context {
             objects,

@@ -50,6 +50,8 @@ pub struct InitOptions {
     pub hash: HashAlgo,
     pub chunker: ChunkerConfig,
     pub container_size: u32,
+    /// Plain bytes per compressed frame (`docs/FORMAT.md`, "Frames").
+    pub frame_size: u32,
     pub trace: bool,
 }
 
@@ -59,6 +61,7 @@ impl Default for InitOptions {
             hash: HashAlgo::Blake3,
             chunker: ChunkerConfig::default(),
             container_size: 4 << 20,
+            frame_size: crate::catalog::DEFAULT_FRAME_SIZE,
             trace: false,
         }
     }
@@ -147,6 +150,7 @@ pub struct RepoStats {
     pub hash: HashAlgo,
     pub chunker: String,
     pub container_size: u32,
+    pub frame_size: u32,
     pub trace: bool,
     pub backups: usize,
     /// Logical bytes of all listed backups.
@@ -264,6 +268,7 @@ impl Repository {
             hash: opts.hash,
             chunker: opts.chunker,
             container_size: opts.container_size,
+            frame_size: opts.frame_size,
             trace: opts.trace,
             created: now(),
             layout,
@@ -591,6 +596,7 @@ impl Repository {
             hash: m.config.hash,
             chunker: m.config.chunker.describe(),
             container_size: m.config.container_size,
+            frame_size: m.config.frame_size,
             trace: m.config.trace,
             backups: m.backups.len(),
             logical_bytes: logical,

@@ -92,8 +92,8 @@ impl<'a> TolerantStream<'a> {
             self.salvaged.insert(id, s);
         }
         let (object, metas) = self.salvaged.get(&id)?.as_ref()?;
-        let m = metas.iter().find(|m| m.fp == *fp)?;
-        let bytes = crate::container::open_chunk(object, m, self.repo.store.sealer())?;
+        let i = metas.iter().position(|m| m.fp == *fp)?;
+        let bytes = crate::container::open_chunk(object, metas, i, self.repo.store.sealer())?;
         (bytes.len() as u64 == size && self.repo.fingerprinter().hash(&bytes) == *fp)
             .then_some(bytes)
     }
@@ -128,14 +128,16 @@ impl Read for TolerantStream<'_> {
     }
 }
 
-/// Plain bytes of a chunk inside a raw container object, opened on its own
-/// (`None` if it does not open: damaged, or its entry points outside).
+/// Plain bytes of chunk `i` inside a raw container object (`metas` its
+/// entries), opened with its frame alone (`None` if it does not open:
+/// damaged, or its entry points outside).
 pub(crate) fn chunk_bytes(
     object: &[u8],
-    m: &ChunkMeta,
+    metas: &[ChunkMeta],
+    i: usize,
     sealer: &crate::seal::Sealer,
 ) -> Option<Vec<u8>> {
-    crate::container::open_chunk(object, m, sealer)
+    crate::container::open_chunk(object, metas, i, sealer)
 }
 
 /// Paths of the tar entries whose headers or data overlap one of `ranges`.

@@ -12,5 +12,7 @@
 /// (`refgraph/` segments and the manifest's `refgraph` field, issue 16);
 /// 7 = extended attributes and ACLs in a directory stream's metadata
 /// (issue 13); 8 = XAES-256-GCM, the new default object cipher, named in
-/// the config's `encryption` (issue 12).
-pub const VERSION: u32 = 8;
+/// the config's `encryption` (issue 12); 9 = frames: consecutive chunks of
+/// a container compressed and sealed together, the config's `frame_size`
+/// (issue 33).
+pub const VERSION: u32 = 9;

@@ -38,6 +38,7 @@ pub fn experiment(approaches: Vec<Approach>, file: &Path) -> Experiment {
         chunker: ChunkerConfig::parse("fastcdc:2k/8k/64k").expect("valid"),
         hash: HashAlgo::Blake3,
         container_size: 1 << 20,
+        frame_size: tessera_core::catalog::DEFAULT_FRAME_SIZE,
         backend: BackendKind::Memory,
         index: Default::default(),
         compression: tessera_core::Compression::Off,

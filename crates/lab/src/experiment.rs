@@ -62,6 +62,8 @@ pub struct Experiment {
     pub chunker: ChunkerConfig,
     pub hash: HashAlgo,
     pub container_size: u32,
+    /// Plain bytes per compressed frame (`[repo] frame_size`).
+    pub frame_size: u32,
     pub backend: BackendKind,
     /// The repositories' data index (`[repo] index = "disk"`); memory unless set.
     pub index: tessera_core::index::IndexKind,
@@ -123,6 +125,7 @@ struct RepoDef {
     chunker: Spanned<String>,
     hash: Spanned<String>,
     container_size: Spanned<ByteSize>,
+    frame_size: Option<ByteSize>,
     backend: Option<BackendKind>,
     index: Option<tessera_core::index::IndexKind>,
     compression: Option<Spanned<String>>,
@@ -136,6 +139,7 @@ impl Default for RepoDef {
             chunker: Spanned::new(0..0, "fastcdc:2k/8k/64k".into()),
             hash: Spanned::new(0..0, "blake3".into()),
             container_size: Spanned::new(0..0, ByteSize(4 << 20)),
+            frame_size: None,
             backend: None,
             index: None,
             compression: None,
@@ -311,6 +315,9 @@ impl Experiment {
             chunker,
             hash,
             container_size: cs as u32,
+            frame_size: r
+                .frame_size
+                .map_or(tessera_core::catalog::DEFAULT_FRAME_SIZE, |b| b.0 as u32),
             backend: r.backend.unwrap_or(BackendKind::Memory),
             index: r.index.unwrap_or_default(),
             approaches,

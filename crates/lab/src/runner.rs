@@ -677,6 +677,7 @@ fn open_repo(exp: &Experiment, a: &Approach, work: &Path) -> Result<(Writer, Cou
             hash: exp.hash,
             chunker: exp.chunker,
             container_size: exp.container_size,
+            frame_size: exp.frame_size,
             trace: exp.mode == Mode::Trace,
         },
         a.layout,

@@ -27,6 +27,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             hash,
             chunker,
             container_size,
+            frame_size,
             trace,
             encryption,
             compression,
@@ -39,6 +40,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 hash,
                 chunker,
                 container_size,
+                frame_size,
                 trace,
             };
             manage::init(

@@ -6,9 +6,7 @@ use crate::ids::{ChunkKind, ContainerId};
 
 use crate::container::format::ChunkMeta;
 
-use crate::container::presealed::{ChunkSealing, Presealed};
-
-use crate::container::builder::ContainerBuilder;
+use crate::container::builder::{ChunkSource, ContainerBuilder};
 
 use crate::container::entry::ContainerEntry;
 
@@ -52,8 +50,6 @@ pub struct ContainerFiller {
     id: ContainerId,
     written: Vec<ContainerEntry>,
     write_seconds: f64,
-    /// Data chunks ingest's workers sealed ahead of [`append`](Self::append).
-    presealed: Presealed,
 }
 
 impl ContainerFiller {
@@ -69,7 +65,6 @@ impl ContainerFiller {
             id: ContainerId(0),
             written: Vec::new(),
             write_seconds: 0.0,
-            presealed: Presealed::default(),
         }
     }
 
@@ -114,6 +109,22 @@ impl ContainerFiller {
         Ok(self.id)
     }
 
+    /// [`push`](Self::push) of a chunk GC moves, as its old container
+    /// holds it (see [`ContainerBuilder::push_source`]).
+    pub fn push_source(
+        &mut self,
+        ids: &mut IdAllocator,
+        m: &ChunkMeta,
+        src: ChunkSource<'_>,
+    ) -> Result<ContainerId> {
+        self.seal_if_full(m.len)?;
+        if self.builder.is_empty() {
+            self.id = ids.allocate();
+        }
+        self.builder.push_source(m, src);
+        Ok(self.id)
+    }
+
     /// [`push`](Self::push) once [`seal_if_full`](Self::seal_if_full) made
     /// room (a chunk larger than the capacity gets an empty container).
     #[inline]
@@ -128,22 +139,8 @@ impl ContainerFiller {
         if self.builder.is_empty() {
             self.id = ids.allocate();
         }
-        match self.presealed.take(&fp, len) {
-            Some((m, stored)) => self.builder.push_stored(&m, stored),
-            None => self.builder.push(fp, len, bytes),
-        }
+        self.builder.push(fp, len, bytes);
         self.id
-    }
-
-    /// How chunks are stored, for workers sealing them ahead (`None`: as
-    /// they are, or not data).
-    pub fn chunk_sealing(&self) -> Option<ChunkSealing> {
-        self.builder.chunk_sealing()
-    }
-
-    /// Where workers' sealed chunks wait for [`append`](Self::append).
-    pub fn presealed(&mut self) -> &mut Presealed {
-        &mut self.presealed
     }
 
     /// The open container, if it holds a chunk.

@@ -117,9 +117,17 @@ pub struct ChunkMeta {
     pub kind: ChunkKind,
     /// Where its stored bytes start in the data section.
     pub stored_offset: u32,
-    /// Bytes stored (compressed and/or sealed; 0 in trace mode).
+    /// Bytes stored (compressed and/or sealed; 0 in trace mode). With
+    /// `stored_offset` and `codec`, these are the chunk's *frame*'s: every
+    /// chunk of a frame has the same three.
     pub stored_len: u32,
     pub codec: Codec,
+    /// Where the chunk's plain bytes start in its frame's (not stored;
+    /// derived when decoding: the lengths of the frame's chunks before it).
+    pub frame_offset: u32,
+    /// The plain length of the chunk's frame (its own `len` for a frame of
+    /// one; not stored, derived when decoding).
+    pub frame_len: u32,
 }
 
 impl ChunkMeta {
@@ -134,7 +142,22 @@ impl ChunkMeta {
             stored_offset: offset,
             stored_len: len,
             codec: Codec::Raw,
+            frame_offset: 0,
+            frame_len: len,
         }
+    }
+
+    /// Whether the chunk is stored in a frame of its own (its stored bytes
+    /// are its alone, and move as they are).
+    pub fn alone(&self) -> bool {
+        self.frame_offset == 0 && self.frame_len == self.len
+    }
+
+    /// Whether `next` (the entry after this one) continues this one's frame.
+    pub fn same_frame(&self, next: &ChunkMeta) -> bool {
+        next.frame_offset != 0
+            && next.stored_offset == self.stored_offset
+            && next.stored_len == self.stored_len
     }
 }
 
@@ -290,7 +313,9 @@ pub fn encode_meta(entries: &[ChunkMeta], out: &mut Vec<u8>) {
         out.extend_from_slice(&e.len.to_le_bytes());
         out.push(e.kind.code());
         out.push(e.codec.code());
-        out.extend_from_slice(&[0u8; 2]);
+        // 1: the entry continues the previous entry's frame.
+        out.push((e.frame_offset != 0) as u8);
+        out.push(0);
     }
 }
 
@@ -320,6 +345,8 @@ pub fn decode_meta(h: &Header, b: &[u8], sealer: &Sealer) -> Result<Vec<ChunkMet
     let overhead = sealer.overhead() as u32;
     let mut out = Vec::with_capacity(h.chunk_count as usize);
     let (mut logical, mut stored): (u64, u64) = (0, 0);
+    // The open frame: index of its first entry in `out`.
+    let mut frame_start = 0usize;
     for e in b.chunks_exact(META_ENTRY_LEN) {
         let fp = Fingerprint(e[..FP_LEN].try_into().unwrap());
         let stored_offset = u32_at(e, 32);
@@ -329,17 +356,35 @@ pub fn decode_meta(h: &Header, b: &[u8], sealer: &Sealer) -> Result<Vec<ChunkMet
             .ok_or_else(|| Error::corrupt(&name, format!("unknown chunk kind {}", e[44])))?;
         let codec = Codec::from_code(e[45])
             .ok_or_else(|| Error::corrupt(&name, format!("unknown chunk codec {}", e[45])))?;
-        let plausible = match (h.trace, codec) {
-            (true, _) => stored_len == 0 && codec == Codec::Raw,
-            (false, Codec::Raw) => stored_len as u64 == len as u64 + overhead as u64,
-            (false, Codec::Zstd) => stored_len > overhead,
+        let continues = e[46] == 1;
+        let tiles = if continues {
+            // Same frame as the previous entry: same stored bytes and codec.
+            out.last().is_some_and(|p: &ChunkMeta| {
+                !h.trace
+                    && p.stored_offset == stored_offset
+                    && p.stored_len == stored_len
+                    && p.codec == codec
+            })
+        } else {
+            stored_offset as u64 == stored
         };
-        if stored_offset as u64 != stored || kind != h.kind || e[46..48] != [0, 0] || !plausible {
+        if !tiles || kind != h.kind || e[46] > 1 || e[47] != 0 {
             return Err(Error::corrupt(
                 name,
                 "metadata entries do not tile the container",
             ));
         }
+        if !continues {
+            close_frame(&name, h, overhead, &mut out[frame_start..])?;
+            frame_start = out.len();
+            stored += stored_len as u64;
+        }
+        let frame_offset = if continues {
+            let p = out.last().unwrap();
+            p.frame_offset + p.len
+        } else {
+            0
+        };
         out.push(ChunkMeta {
             fp,
             offset: logical as u32,
@@ -348,10 +393,12 @@ pub fn decode_meta(h: &Header, b: &[u8], sealer: &Sealer) -> Result<Vec<ChunkMet
             stored_offset,
             stored_len,
             codec,
+            frame_offset,
+            frame_len: 0,
         });
         logical += len as u64;
-        stored += stored_len as u64;
     }
+    close_frame(&name, h, overhead, &mut out[frame_start..])?;
     if logical != h.logical_len || stored != h.data_len {
         return Err(Error::corrupt(
             name,
@@ -359,6 +406,37 @@ pub fn decode_meta(h: &Header, b: &[u8], sealer: &Sealer) -> Result<Vec<ChunkMet
         ));
     }
     Ok(out)
+}
+
+/// Give a decoded frame's entries its plain length, once its last entry is
+/// known, and check that its stored length is plausible for it.
+fn close_frame(
+    name: &crate::error::ObjectRef,
+    h: &Header,
+    overhead: u32,
+    frame: &mut [ChunkMeta],
+) -> Result<()> {
+    let Some(first) = frame.first() else {
+        return Ok(());
+    };
+    let plain: u64 = frame.iter().map(|m| m.len as u64).sum();
+    let (codec, stored_len) = (first.codec, first.stored_len);
+    let plausible = plain <= u32::MAX as u64
+        && match (h.trace, codec) {
+            (true, _) => stored_len == 0 && codec == Codec::Raw && frame.len() == 1,
+            (false, Codec::Raw) => stored_len as u64 == plain + overhead as u64,
+            (false, Codec::Zstd) => stored_len > overhead,
+        };
+    if !plausible {
+        return Err(Error::corrupt(
+            name.clone(),
+            "metadata entries do not tile the container",
+        ));
+    }
+    for m in frame {
+        m.frame_len = plain as u32;
+    }
+    Ok(())
 }
 
 /// The header's sealing must be the repository's.
@@ -414,7 +492,13 @@ pub fn encode_framed(
     let data_len = framed.len() - HEADER_LEN;
     let logical_len: u64 = entries.iter().map(|e| e.len as u64).sum();
     debug_assert!(
-        trace || data_len as u64 == entries.iter().map(|e| e.stored_len as u64).sum::<u64>()
+        trace
+            || data_len as u64
+                == entries
+                    .iter()
+                    .filter(|e| e.frame_offset == 0)
+                    .map(|e| e.stored_len as u64)
+                    .sum::<u64>()
     );
     let data_sum = checksum(&framed[HEADER_LEN..]);
     let sealed = sealer.encrypted();

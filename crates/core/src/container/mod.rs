@@ -12,12 +12,11 @@ mod builder;
 mod entry;
 mod filler;
 pub mod format;
-mod presealed;
+mod frames;
 mod store;
 
-pub use builder::ContainerBuilder;
+pub use builder::{ChunkSource, ContainerBuilder, FrameRef};
 pub use entry::ContainerEntry;
 pub use filler::{ContainerFiller, IdAllocator};
 pub use format::{ChunkKind, ChunkMeta, ContainerId, Header, PerKind};
-pub use presealed::{ChunkSealing, Presealed, SealedPart};
-pub use store::{chunk_stored, open_chunk, open_chunks, Container, ContainerStore};
+pub use store::{chunk_stored, frames, open_chunk, open_chunks, Container, ContainerStore};

@@ -5,7 +5,7 @@
 //! `mod.rs` so the container writer uses the store without depending on the
 //! folder's re-exports.
 
-use super::builder::ContainerBuilder;
+use super::builder::{ChunkSource, ContainerBuilder, FrameRef};
 use super::format;
 use crate::backend::ObjectBytes;
 use crate::container::format::{ChunkMeta, Header};
@@ -18,22 +18,26 @@ use std::sync::Arc;
 
 /// A container read back from storage: verified header, metadata and data.
 /// When its chunks are stored as they are, their bytes are read out of the
-/// object; otherwise every chunk was opened, when it was read, into a plain
-/// buffer that replaces the object (`opened`).
+/// object; otherwise its frames were opened, when it was read, into a plain
+/// buffer (`plain`): for a restore it replaces the object, for GC it sits
+/// beside it.
 pub struct Container {
     pub header: Header,
     pub meta: Vec<ChunkMeta>,
+    /// The stored object (empty once a restore opened it).
     object: ObjectBytes,
-    /// `object` holds the opened chunks at their logical offsets.
-    opened: bool,
-    /// Read with [`ContainerStore::read_stored`], chunks not stored plain:
-    /// only their stored bytes are at hand.
-    stored_only: bool,
+    /// Every chunk's plain bytes at its logical offset, when opened.
+    plain: Option<ObjectBytes>,
     by_fp: FpMap<u32>,
 }
 
 impl Container {
-    fn new(header: Header, meta: Vec<ChunkMeta>, object: ObjectBytes, opened: bool) -> Self {
+    fn new(
+        header: Header,
+        meta: Vec<ChunkMeta>,
+        object: ObjectBytes,
+        plain: Option<ObjectBytes>,
+    ) -> Self {
         let mut by_fp = FpMap::with_capacity_and_hasher(meta.len(), Default::default());
         for (i, m) in meta.iter().enumerate() {
             by_fp.entry(m.fp).or_insert(i as u32);
@@ -42,8 +46,7 @@ impl Container {
             header,
             meta,
             object,
-            opened,
-            stored_only: false,
+            plain,
             by_fp,
         }
     }
@@ -55,28 +58,41 @@ impl Container {
         self.by_fp.get(fp).map(|&i| &self.meta[i as usize])
     }
     /// Plain bytes of a chunk of this container (empty in trace mode, and
-    /// for a container read with [`ContainerStore::read_stored`]).
+    /// for a chunk stored alone, not plain, of a container read with
+    /// [`ContainerStore::read_stored`]: it moves as it is).
     pub fn bytes(&self, m: &ChunkMeta) -> &[u8] {
-        if self.header.trace || self.stored_only {
+        if self.header.trace {
             return &[];
         }
-        if self.opened {
-            return self
-                .object
+        if let Some(plain) = &self.plain {
+            return plain
                 .get(m.offset as usize..m.offset as usize + m.len as usize)
                 .unwrap_or(&[]);
         }
-        let start = format::HEADER_LEN + m.stored_offset as usize;
-        &self.object[start..start + m.len as usize]
-    }
-    /// Stored bytes of a chunk (compressed and/or sealed), as GC copies them
-    /// (a container read with [`ContainerStore::read_stored`]).
-    pub fn stored(&self, m: &ChunkMeta) -> &[u8] {
-        if self.opened {
+        if m.codec != Codec::Raw || self.header.sealed {
             return &[];
         }
         let start = format::HEADER_LEN + m.stored_offset as usize;
-        &self.object[start..start + m.stored_len as usize]
+        self.object
+            .get(start..start + m.len as usize)
+            .unwrap_or(&[])
+    }
+    /// Stored bytes of a chunk's frame (compressed and/or sealed), as GC
+    /// copies them (a container read with [`ContainerStore::read_stored`]).
+    pub fn stored(&self, m: &ChunkMeta) -> &[u8] {
+        chunk_stored(&self.object, m)
+    }
+    /// Chunk `m` as GC moves it (this container read with
+    /// [`ContainerStore::read_stored`]).
+    pub fn source(&self, m: &ChunkMeta) -> ChunkSource<'_> {
+        ChunkSource::Frame {
+            from: FrameRef {
+                container: self.id(),
+                stored_offset: m.stored_offset,
+            },
+            stored: self.stored(m),
+            plain: self.bytes(m),
+        }
     }
     /// Bytes of the chunk with this fingerprint.
     pub fn chunk(&self, fp: &Fingerprint) -> Option<&[u8]> {
@@ -85,7 +101,10 @@ impl Container {
     /// The buffer the container was read into, for
     /// [`ContainerStore::read_into`] to reuse.
     pub fn into_buffer(self) -> Vec<u8> {
-        self.object.into_buffer()
+        match self.plain {
+            Some(plain) if self.object.is_empty() => plain.into_buffer(),
+            _ => self.object.into_buffer(),
+        }
     }
 }
 
@@ -100,9 +119,26 @@ fn stored_plain(meta: &[ChunkMeta], sealer: &Sealer) -> bool {
     !sealer.encrypted() && meta.iter().all(|m| m.codec == Codec::Raw)
 }
 
-/// Open every chunk of a container into `plain` (logical offsets; resized
-/// to `logical_len`). A chunk that does not open is a corruption of the
-/// container naming it.
+/// The frames of a container's entries: index ranges of consecutive
+/// entries sharing stored bytes.
+pub fn frames(meta: &[ChunkMeta]) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
+    let mut at = 0;
+    std::iter::from_fn(move || {
+        if at == meta.len() {
+            return None;
+        }
+        let start = at;
+        at += 1;
+        while at < meta.len() && meta[at - 1].same_frame(&meta[at]) {
+            at += 1;
+        }
+        Some(start..at)
+    })
+}
+
+/// Open every frame of a container into `plain` (logical offsets; resized
+/// to `logical_len`). A frame that does not open is a corruption of the
+/// container naming its first chunk.
 pub fn open_chunks(
     id: ContainerId,
     object: &[u8],
@@ -116,11 +152,14 @@ pub fn open_chunks(
     // buffer left half written by an error is dropped with it.
     plain.resize(logical_len as usize, 0);
     plain.truncate(logical_len as usize);
-    for m in meta {
-        let stored = chunk_stored(object, m);
-        let out = &mut plain[m.offset as usize..m.offset as usize + m.len as usize];
+    let mut fps = Vec::new();
+    for range in frames(meta) {
+        let m = &meta[range.start];
+        fps.clear();
+        fps.extend(meta[range.clone()].iter().map(|m| m.fp));
+        let out = &mut plain[m.offset as usize..m.offset as usize + m.frame_len as usize];
         sealer
-            .unseal_chunk(m.kind, &m.fp, m.codec, stored, out)
+            .unseal_frame(m.kind, &fps, m.codec, chunk_stored(object, m), out)
             .map_err(|why| {
                 Error::corrupt(
                     format::object_name(id),
@@ -131,8 +170,8 @@ pub fn open_chunks(
     Ok(plain)
 }
 
-/// Stored bytes of a chunk in a raw container object (empty if its entry
-/// points outside it).
+/// Stored bytes of a chunk's frame in a raw container object (empty if
+/// its entry points outside it).
 pub fn chunk_stored<'o>(object: &'o [u8], m: &ChunkMeta) -> &'o [u8] {
     let start = format::HEADER_LEN + m.stored_offset as usize;
     object
@@ -140,16 +179,28 @@ pub fn chunk_stored<'o>(object: &'o [u8], m: &ChunkMeta) -> &'o [u8] {
         .unwrap_or(&[])
 }
 
-/// One chunk of a raw container object opened on its own (salvage and
-/// ranged restores of damaged containers, check: the others may be
-/// damaged); `None` if it does not open (damaged, or its entry points
-/// outside the object).
-pub fn open_chunk(object: &[u8], m: &ChunkMeta, sealer: &Sealer) -> Option<Vec<u8>> {
-    let mut out = vec![0u8; m.len as usize];
+/// Chunk `i` of a raw container object (`meta` its entries) opened with
+/// its frame alone (salvage and ranged restores of damaged containers,
+/// check: the other frames may be damaged); `None` if it does not open
+/// (damaged, or its entry points outside the object).
+pub fn open_chunk(object: &[u8], meta: &[ChunkMeta], i: usize, sealer: &Sealer) -> Option<Vec<u8>> {
+    let m = meta.get(i)?;
+    // The frame's first entry: walk back over the entries it continues.
+    let mut first = i;
+    while first > 0 && meta[first - 1].same_frame(&meta[first]) {
+        first -= 1;
+    }
+    let mut last = i + 1;
+    while last < meta.len() && meta[last - 1].same_frame(&meta[last]) {
+        last += 1;
+    }
+    let fps: Vec<Fingerprint> = meta[first..last].iter().map(|m| m.fp).collect();
+    let mut frame = vec![0u8; m.frame_len as usize];
     sealer
-        .unseal_chunk(m.kind, &m.fp, m.codec, chunk_stored(object, m), &mut out)
+        .unseal_frame(m.kind, &fps, m.codec, chunk_stored(object, m), &mut frame)
         .ok()?;
-    Some(out)
+    let at = m.frame_offset as usize;
+    frame.get(at..at + m.len as usize).map(<[u8]>::to_vec)
 }
 
 /// Puts and gets containers through the sealing layer; verifies and counts.
@@ -162,6 +213,8 @@ pub struct ContainerStore {
     /// How new chunks are compressed (the repository's default, or a
     /// backup's `--compression`).
     compression: Compression,
+    /// Plain bytes per frame of new containers (the repository's).
+    frame_size: u32,
 }
 
 impl ContainerStore {
@@ -173,7 +226,13 @@ impl ContainerStore {
             trace,
             metrics,
             compression,
+            frame_size: 0,
         }
+    }
+
+    /// The same store grouping new chunks into frames of `frame_size`.
+    pub fn with_frame_size(self, frame_size: u32) -> Self {
+        ContainerStore { frame_size, ..self }
     }
 
     /// The same store compressing new chunks with `compression`.
@@ -201,6 +260,7 @@ impl ContainerStore {
             trace,
             self.sealer().clone(),
             self.compression,
+            self.frame_size,
         )
     }
     pub fn metrics(&self) -> &Arc<Metrics> {
@@ -281,29 +341,43 @@ impl ContainerStore {
             let plain = open_chunks(id, &object, &meta, sealer, header.logical_len, spare)?;
             let old = object.into_buffer();
             OPEN_BUFFER.with(|b| *b.borrow_mut() = old);
-            plain.into()
+            Container::new(header, meta, Vec::new().into(), Some(plain.into()))
         } else {
-            object
+            Container::new(header, meta, object, None)
         };
-        self.metrics
-            .container_read(id.0, header.kind == ChunkKind::Recipe, header.logical_len);
-        Ok(Container::new(header, meta, object, opened))
+        self.metrics.container_read(
+            id.0,
+            object.header.kind == ChunkKind::Recipe,
+            object.header.logical_len,
+        );
+        Ok(object)
     }
 
-    /// Read and verify a whole container without opening its chunks: for
-    /// GC's copy-forward, which moves stored bytes as they are
-    /// ([`Container::stored`]; [`Container::bytes`] is empty unless the
-    /// chunks are stored plain).
+    /// Read and verify a whole container for GC's copy-forward, which
+    /// moves stored bytes as they are where it can ([`Container::stored`])
+    /// and compresses chunks again where a frame does not move whole
+    /// ([`Container::bytes`]): the frames are opened too unless every chunk
+    /// is stored alone.
     pub fn read_stored(&self, id: ContainerId) -> Result<Container> {
         let object = self.objects.get_container(id, Vec::new())?;
         let (header, meta) = format::decode(id, &object, self.sealer())?;
         self.check_algo(&header)?;
         self.metrics
             .container_read(id.0, header.kind == ChunkKind::Recipe, header.logical_len);
-        let stored_only = !stored_plain(&meta, self.sealer());
-        let mut c = Container::new(header, meta, object, false);
-        c.stored_only = stored_only;
-        Ok(c)
+        let plain = if header.trace || meta.iter().all(ChunkMeta::alone) {
+            None
+        } else {
+            let plain = open_chunks(
+                id,
+                &object,
+                &meta,
+                self.sealer(),
+                header.logical_len,
+                Vec::new(),
+            )?;
+            Some(plain.into())
+        };
+        Ok(Container::new(header, meta, object, plain))
     }
 
     /// Read only the header and metadata section (two ranged reads). Not

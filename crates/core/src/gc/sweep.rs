@@ -19,7 +19,9 @@ use super::gccdf::{plan, preprocess};
 use super::mark::{FpFilter, Mark};
 use super::select::Selection;
 use crate::catalog::ContainerEntry;
-use crate::container::{ChunkKind, ChunkMeta, ContainerFiller, ContainerId, IdAllocator};
+use crate::container::{
+    ChunkKind, ChunkMeta, ChunkSource, ContainerFiller, ContainerId, IdAllocator,
+};
 use crate::context::Context;
 use crate::error::Result;
 use crate::fingerprint::{Fingerprint, FpMap, FpSet};
@@ -105,21 +107,23 @@ impl Packer {
         }
     }
 
-    /// Move a chunk's stored bytes (`m` is its entry in its old container)
-    /// as they are, with no decompression and no re-encryption, once for its
+    /// Move a chunk (`m` is its entry in its old container) once for its
     /// moved copies `copies` (one, unless several live copies sat in one
-    /// container); redirect each.
-    pub fn push_stored(
+    /// container); redirect each. `src` is the chunk as it lies there:
+    /// stored bytes move as they are where the frame moves whole (no
+    /// decompression, no re-encryption), plain bytes are framed again
+    /// otherwise.
+    pub fn push_copy(
         &mut self,
         m: &ChunkMeta,
         copies: &[CopyNo],
-        stored: &[u8],
+        src: ChunkSource<'_>,
     ) -> Result<ContainerId> {
         let container = match &self.open {
             Some((id, fps)) if fps.contains(&m.fp) => *id,
             _ => {
                 let written = self.writer.written().len();
-                let container = self.writer.push_stored(&mut self.ids, m, stored)?;
+                let container = self.writer.push_source(&mut self.ids, m, src)?;
                 if self.writer.written().len() > written {
                     let n = self.writer.written().last().map_or(0, |c| c.logical_bytes);
                     self.write_throttle.consume(n);
@@ -200,7 +204,7 @@ pub fn copy_forward(
         for m in &c.meta {
             mark.take_live_copies(&repo.index, kind, &m.fp, id, placed, &mut copies);
             if !copies.is_empty() {
-                packer.push_stored(m, &copies, c.stored(m))?;
+                packer.push_copy(m, &copies, c.source(m))?;
                 cached += m.len as u64;
                 stats.moved_chunks += 1;
             }
@@ -337,7 +341,7 @@ pub fn copy_backward(
                 continue;
             }
             if kept.insert(&mark.valid, &m.fp) {
-                let to = packer.push_stored(m, &here, c.stored(m))?;
+                let to = packer.push_copy(m, &here, c.source(m))?;
                 if several(&m.fp) {
                     kept_at.insert(m.fp, to);
                 }
@@ -388,7 +392,7 @@ pub fn gccdf_sweep(
         stats.analyze_seconds += t.elapsed().as_secs_f64();
         for i in order {
             let i = i as usize;
-            packer.push_stored(&cache.metas[i], &cache.copies[i], cache.stored(i))?;
+            packer.push_copy(&cache.metas[i], &cache.copies[i], cache.source(i))?;
             stats.moved_chunks += 1;
         }
         packer.seal()?;

@@ -3,9 +3,7 @@
 //! share the id sequence), and every sealed container in order.
 
 use crate::catalog::ContainerEntry;
-use crate::container::{
-    ChunkKind, ChunkSealing, ContainerFiller, ContainerId, IdAllocator, PerKind, Presealed,
-};
+use crate::container::{ChunkKind, ContainerFiller, ContainerId, IdAllocator, PerKind};
 use crate::context::Context;
 use crate::error::Result;
 use crate::fingerprint::Fingerprint;
@@ -71,14 +69,5 @@ impl BackupContainers {
     /// The allocator's next id (the manifest's new `next_container_id`).
     pub fn next_id(&self) -> ContainerId {
         self.ids.next_id()
-    }
-    /// How data chunks are compressed and sealed, so that ingest's workers
-    /// can do it ahead of [`append`](Self::append).
-    pub fn chunk_sealing(&self) -> Option<ChunkSealing> {
-        self.kinds[ChunkKind::Data].chunk_sealing()
-    }
-    /// Data chunks sealed ahead, which `append` uses instead of sealing.
-    pub fn presealed(&mut self) -> Option<&mut Presealed> {
-        Some(self.kinds[ChunkKind::Data].presealed())
     }
 }

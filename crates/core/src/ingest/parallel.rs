@@ -1,22 +1,18 @@
 //! The pure per-chunk work of a data batch, spread over worker threads:
-//! fingerprinting every chunk and, for the chunks the index does not hold,
-//! compressing and sealing them ahead of the container writer
-//! ([`Presealed`](crate::container::Presealed)).
+//! cutting sections into chunks and fingerprinting every chunk.
 //!
 //! Dedup decisions and placement stay on the sink's thread, in stream
-//! order, after this step: the workers only read the index (to guess which
-//! chunks will be stored) and their output is looked up by fingerprint, so
-//! a wrong guess costs time, never layout. Containers, recipes and the
-//! index come out the same whatever the thread count.
+//! order, after this step, so containers, recipes and the index come out
+//! the same whatever the thread count. (Compression and sealing run on the
+//! container builder's frame threads: a frame's chunks are known only once
+//! placed.)
 //!
 //! Threads are scoped to one batch (a few MiB of chunks, split into
 //! contiguous runs of about equal bytes): no pool whose idle workers spin,
 //! and memory is bounded by the batch.
 
 use crate::chunking::Chunker;
-use crate::container::{ChunkKind, ChunkSealing, SealedPart};
-use crate::fingerprint::{Fingerprint, Fingerprinter, FpSet};
-use crate::index::Index;
+use crate::fingerprint::{Fingerprint, Fingerprinter};
 use std::sync::Mutex;
 
 /// Runs a batch is split into per thread.
@@ -47,20 +43,16 @@ pub(super) struct Workers {
     threads: usize,
     /// Each run's chunks, in stream order (runs are contiguous).
     chunks: Vec<Vec<Chunk>>,
-    /// Spare parts (their buffers) for the next batch.
-    spare: Vec<SealedPart>,
 }
 
 /// One worker's run of pieces.
 struct Run<'a> {
     pieces: &'a [Piece],
     chunks: Vec<Chunk>,
-    part: SealedPart,
 }
 
 impl Workers {
-    /// `threads` workers per batch (0: every core). With one, nothing is
-    /// sealed ahead: the writer seals inline, as a sequential ingest does.
+    /// `threads` workers per batch (0: every core).
     pub(super) fn new(threads: usize) -> Self {
         let threads = if threads == 0 {
             default_threads()
@@ -70,7 +62,6 @@ impl Workers {
         Workers {
             threads,
             chunks: Vec::new(),
-            spare: Vec::new(),
         }
     }
 
@@ -79,25 +70,15 @@ impl Workers {
         self.chunks.iter().flatten()
     }
 
-    /// Take back the parts the writer is done with.
-    pub(super) fn give_back(&mut self, parts: Vec<SealedPart>) {
-        self.spare.extend(parts);
-    }
-
     /// Cut the sections among `pieces` of `buf` with `chunker` (to the end
-    /// of each), fingerprint every chunk (then in [`chunks`](Self::chunks)),
-    /// and with `sealing`, seal the ones `index` does not hold. Returns the
-    /// sealed parts, for the writer's [`Presealed`](crate::container::Presealed).
+    /// of each) and fingerprint every chunk (then in [`chunks`](Self::chunks)).
     pub(super) fn prepare(
         &mut self,
         buf: &[u8],
         pieces: &[Piece],
         chunker: &dyn Chunker,
         algo: &Fingerprinter,
-        index: &Index,
-        sealing: Option<&ChunkSealing>,
-    ) -> Vec<SealedPart> {
-        let sealing = sealing.filter(|_| self.threads > 1);
+    ) {
         let total: usize = pieces.iter().map(|p| p.len).sum();
         // Contiguous runs of about total/want bytes each, several per
         // thread: how well a run compresses varies, and threads that finish
@@ -121,18 +102,13 @@ impl Workers {
             rest = b;
             let mut chunks = spare_chunks.pop().unwrap_or_default();
             chunks.clear();
-            runs.push(Run {
-                pieces: a,
-                chunks,
-                part: self.spare.pop().unwrap_or_default(),
-            });
+            runs.push(Run { pieces: a, chunks });
             if rest.is_empty() {
                 break;
             }
         }
         let helpers = self.threads.min(runs.len()) - 1;
         let work = |run: &mut Run| {
-            let mut seen = FpSet::default();
             for p in run.pieces {
                 let mut at = p.start;
                 let end = p.start + p.len;
@@ -145,11 +121,6 @@ impl Workers {
                     let bytes = &buf[at..at + n];
                     let fp = algo.hash(bytes);
                     run.chunks.push((at, n, fp));
-                    if let Some(sealing) = sealing {
-                        if !index.contains(ChunkKind::Data, &fp) && seen.insert(fp) {
-                            run.part.push(sealing, fp, bytes);
-                        }
-                    }
                     at += n;
                 }
             }
@@ -176,12 +147,9 @@ impl Workers {
                 drain();
             });
         }
-        let mut parts = Vec::with_capacity(runs.len());
         for r in runs {
             self.chunks.push(r.chunks);
-            parts.push(r.part);
         }
-        parts
     }
 }
 
@@ -190,7 +158,6 @@ mod tests {
     use super::*;
     use crate::chunking::ChunkerConfig;
     use crate::fingerprint::HashAlgo;
-    use crate::index::Index;
 
     fn noise(n: usize, mut x: u64) -> Vec<u8> {
         (0..n)
@@ -246,11 +213,7 @@ mod tests {
         }
         for threads in [1, 2, 3, 8] {
             let mut w = Workers::new(threads);
-            let parts = w.prepare(&buf, &pieces, &*chunker, &algo, &Index::default(), None);
-            assert!(
-                parts.iter().all(|p| p.is_empty()),
-                "nothing sealed without sealing"
-            );
+            w.prepare(&buf, &pieces, &*chunker, &algo);
             let got: Vec<Chunk> = w.chunks().copied().collect();
             assert_eq!(got, want, "{threads} threads");
         }

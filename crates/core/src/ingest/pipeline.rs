@@ -101,14 +101,10 @@ fn worker(
         for batch in rx {
             match batch {
                 Batch::Data(buf, cuts) => {
-                    // Sections cut, fingerprints (and chunks sealed ahead)
-                    // from the workers; then dedup and placement here, in
-                    // stream order. With rewriting, chunks are stored
-                    // segments later: nothing is sealed ahead.
-                    let sealing = match sink.rw {
-                        None => sink.writer.chunk_sealing(),
-                        Some(_) => None,
-                    };
+                    // Sections cut and fingerprints from the workers; then
+                    // dedup and placement here, in stream order (frames are
+                    // compressed and sealed by the container builder's
+                    // threads as they fill).
                     pieces.clear();
                     pieces.extend(cuts.iter().filter_map(|c| match *c {
                         Cut::Bytes(start, len) => Some(Piece {
@@ -123,19 +119,7 @@ fn worker(
                         }),
                         _ => None,
                     }));
-                    let parts = workers.prepare(
-                        &buf,
-                        &pieces,
-                        &*chunker,
-                        &algo,
-                        &sink.index,
-                        sealing.as_ref(),
-                    );
-                    let presealed = sealing.and_then(|_| sink.writer.presealed());
-                    match presealed {
-                        Some(p) => p.install(parts),
-                        None => workers.give_back(parts),
-                    }
+                    workers.prepare(&buf, &pieces, &*chunker, &algo);
                     let mut chunks = workers.chunks().peekable();
                     for cut in &cuts {
                         match *cut {
@@ -164,9 +148,6 @@ fn worker(
                         }
                     }
                     drop(chunks);
-                    if let Some(p) = sink.writer.presealed() {
-                        workers.give_back(p.recycle());
-                    }
                     // Hand the buffer back: no 5 MiB allocation per batch.
                     let _ = spent.try_send(buf);
                 }

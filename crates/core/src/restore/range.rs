@@ -281,8 +281,9 @@ impl<'r> BackupStream<'r> {
             // metadata shares containers with contents): salvage it.
             Err(err) => {
                 let salvaged = repo.salvage_object(id).and_then(|(object, _, metas)| {
-                    let m = metas.iter().find(|m| m.fp == e.fp)?;
-                    let bytes = crate::container::open_chunk(&object, m, repo.store.sealer())?;
+                    let i = metas.iter().position(|m| m.fp == e.fp)?;
+                    let bytes =
+                        crate::container::open_chunk(&object, &metas, i, repo.store.sealer())?;
                     (bytes.len() as u64 == e.size && repo.fingerprinter().hash(&bytes) == e.fp)
                         .then(|| bytes[from..to].to_vec())
                 });

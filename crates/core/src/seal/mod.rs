@@ -280,11 +280,27 @@ impl Sealer {
     }
 
     /// Append one chunk, compressed with `compression` when that pays and
-    /// sealed, to `out`. Returns the codec to record in its entry.
+    /// sealed, to `out`: a frame of one chunk ([`seal_frame`](Self::seal_frame)).
     pub fn seal_chunk(
         &self,
         kind: ChunkKind,
         fp: &Fingerprint,
+        plain: &[u8],
+        compression: Compression,
+        out: &mut Vec<u8>,
+    ) -> Codec {
+        self.seal_frame(kind, std::slice::from_ref(fp), plain, compression, out)
+    }
+
+    /// Append one frame — the plain bytes of consecutive chunks `fps`, back
+    /// to back — compressed with `compression` when that pays and sealed,
+    /// to `out`. Returns the codec to record in the frame's entries. The
+    /// seal binds the kind, the codec and every fingerprint in order, so a
+    /// frame cannot be moved under other entries.
+    pub fn seal_frame(
+        &self,
+        kind: ChunkKind,
+        fps: &[Fingerprint],
         plain: &[u8],
         compression: Compression,
         out: &mut Vec<u8>,
@@ -295,17 +311,30 @@ impl Sealer {
         }
         let codec = compression.compress_into(plain, out);
         if let Some(c) = &self.cipher {
-            c.seal_reserved(&chunk_ad(kind, codec, fp), out, start);
+            c.seal_reserved(&frame_ad(kind, codec, fps), out, start);
         }
         codec
     }
 
-    /// Open one stored chunk into `out` (exactly its plain length). `Err`
-    /// says why, for the caller to name the container and chunk.
+    /// Open one stored chunk (a frame of one) into `out`.
     pub fn unseal_chunk(
         &self,
         kind: ChunkKind,
         fp: &Fingerprint,
+        codec: Codec,
+        stored: &[u8],
+        out: &mut [u8],
+    ) -> std::result::Result<(), String> {
+        self.unseal_frame(kind, std::slice::from_ref(fp), codec, stored, out)
+    }
+
+    /// Open one stored frame of chunks `fps` into `out` (exactly its plain
+    /// length). `Err` says why, for the caller to name the container and
+    /// chunk.
+    pub fn unseal_frame(
+        &self,
+        kind: ChunkKind,
+        fps: &[Fingerprint],
         codec: Codec,
         stored: &[u8],
         out: &mut [u8],
@@ -320,7 +349,7 @@ impl Sealer {
             (None, Codec::Raw) => Err("stored length differs from its length".into()),
             (None, Codec::Zstd) => zstd::decompress_exact(stored, out),
             (Some(c), Codec::Raw) => c
-                .open_into(&chunk_ad(kind, codec, fp), stored, out)
+                .open_into(&frame_ad(kind, codec, fps), stored, out)
                 .map_err(|_| UNAUTHENTIC.into()),
             (Some(c), Codec::Zstd) => SCRATCH.with(|s| {
                 let mut s = s.borrow_mut();
@@ -330,7 +359,7 @@ impl Sealer {
                     .ok_or(UNAUTHENTIC)?;
                 s.clear();
                 s.resize(n, 0);
-                c.open_into(&chunk_ad(kind, codec, fp), stored, &mut s)
+                c.open_into(&frame_ad(kind, codec, fps), stored, &mut s)
                     .map_err(|_| UNAUTHENTIC)?;
                 zstd::decompress_exact(&s, out)
             }),
@@ -372,12 +401,16 @@ fn object_ad(key: &ObjectKey) -> Vec<u8> {
     ad
 }
 
-fn chunk_ad(kind: ChunkKind, codec: Codec, fp: &Fingerprint) -> [u8; AD_CHUNK.len() + 34] {
-    let mut ad = [0u8; AD_CHUNK.len() + 34];
-    ad[..AD_CHUNK.len()].copy_from_slice(AD_CHUNK);
-    ad[AD_CHUNK.len()] = (kind == ChunkKind::Recipe) as u8;
-    ad[AD_CHUNK.len() + 1] = codec.code();
-    ad[AD_CHUNK.len() + 2..].copy_from_slice(&fp.0);
+/// A frame's associated data: its kind, codec and fingerprints in order
+/// (for a frame of one chunk, the same bytes format 8 bound a chunk to).
+fn frame_ad(kind: ChunkKind, codec: Codec, fps: &[Fingerprint]) -> Vec<u8> {
+    let mut ad = Vec::with_capacity(AD_CHUNK.len() + 2 + 32 * fps.len());
+    ad.extend_from_slice(AD_CHUNK);
+    ad.push((kind == ChunkKind::Recipe) as u8);
+    ad.push(codec.code());
+    for fp in fps {
+        ad.extend_from_slice(&fp.0);
+    }
     ad
 }
 

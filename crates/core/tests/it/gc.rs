@@ -1934,6 +1934,7 @@ fn the_reference_graph_is_refused_on_the_mfdedup_layout() {
             chunker: ChunkerConfig::default(),
             container_size: 64 * 1024,
             trace: false,
+            ..Default::default()
         },
         LayoutKind::Mfdedup,
     )
@@ -1977,6 +1978,7 @@ fn reference_graph_segments_are_sealed() {
         },
         container_size: 16 * 1024,
         trace: false,
+        ..Default::default()
     };
     let pw = || Password::new("fgc");
     let seal = SealOptions {

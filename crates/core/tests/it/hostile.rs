@@ -129,7 +129,7 @@ fn container_of_another_format_version_is_refused_by_name() {
     let r = Repository::open(b.clone()).unwrap();
     let c = first_container(&r, ChunkKind::Data);
     let mut obj = b.get(&ObjectKey::Container(c)).unwrap();
-    set_version(&mut obj, 9, true);
+    set_version(&mut obj, 10, true);
     b.put(&ObjectKey::Container(c), &obj).unwrap();
     let entry = r.resolve(&id.to_string()).unwrap().clone();
     let err = r
@@ -142,7 +142,7 @@ fn container_of_another_format_version_is_refused_by_name() {
         .unwrap_err()
         .to_string();
     assert!(
-        err.contains(&format!("container {c:016x}")) && err.contains("version 9"),
+        err.contains(&format!("container {c:016x}")) && err.contains("version 10"),
         "{err}"
     );
 }

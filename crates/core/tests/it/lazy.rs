@@ -139,6 +139,7 @@ fn lazy_handles_of_the_mfdedup_layout_load_its_recipe_index() {
             chunker: ChunkerConfig::default(),
             container_size: 64 * 1024,
             trace: false,
+            ..Default::default()
         },
         LayoutKind::Mfdedup,
     )

@@ -30,6 +30,7 @@ fn init_mf(backend: Arc<dyn ObjectStore>, trace: bool, chunker: ChunkerConfig) {
             chunker,
             container_size: 64 * 1024,
             trace,
+            ..Default::default()
         },
         LayoutKind::Mfdedup,
     )

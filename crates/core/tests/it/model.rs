@@ -192,6 +192,7 @@ fn run(layout: LayoutKind, ops: &[Op]) {
         chunker: CHUNKER,
         container_size: 16 * 1024,
         trace: false,
+        ..Default::default()
     };
     Repository::init_layout(inner.clone(), &init, layout).unwrap();
     let mut model = Model {

@@ -152,6 +152,7 @@ fn init(backend: Arc<dyn ObjectStore>, index: IndexKind, trace: bool) -> Writer 
             },
             container_size: 16 * 1024,
             trace,
+            ..Default::default()
         },
         LayoutKind::Containers,
         index,

@@ -61,6 +61,7 @@ fn init(backend: Arc<dyn ObjectStore>, compression: Compression, encrypt: bool) 
         },
         container_size: 64 << 10,
         trace: false,
+        ..Default::default()
     };
     let seal = SealOptions {
         compression,

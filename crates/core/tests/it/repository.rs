@@ -29,6 +29,7 @@ fn init(backend: Arc<dyn ObjectStore>, hash: HashAlgo, chunker: ChunkerConfig) {
             chunker,
             container_size: 256 * 1024,
             trace: false,
+            ..Default::default()
         },
     )
     .unwrap();

@@ -650,6 +650,7 @@ fn directory_backups_round_trip_on_the_mfdedup_layout() {
                 chunker: ChunkerConfig::default(),
                 container_size: 1 << 20,
                 trace: false,
+                ..Default::default()
             },
             tessera_core::layout::LayoutKind::Mfdedup,
             &seal,

@@ -3,7 +3,7 @@
 //! from the RRT.
 
 use crate::catalog::BackupId;
-use crate::container::{ChunkKind, ChunkMeta, ContainerId};
+use crate::container::{ChunkKind, ChunkMeta, ChunkSource, ContainerId};
 use crate::context::Context;
 use crate::error::Result;
 use crate::fingerprint::Fingerprint;
@@ -12,9 +12,11 @@ use crate::index::{CopyNo, CopySet};
 use std::time::Instant;
 
 /// The valid chunks of one segment, in their old order. Data mode copies the
-/// stored bytes out (compressed and sealed as they are: the sweep writes
-/// them unchanged) so the containers can be dropped; trace mode keeps
-/// metadata.
+/// chunks out so the containers can be dropped: a chunk stored alone as its
+/// stored bytes (compressed and sealed as they are: the sweep writes them
+/// unchanged), a chunk of a larger frame as its plain bytes (the sweep
+/// reorders chunks by ownership, so frames are made anew); trace mode
+/// keeps metadata.
 #[derive(Default)]
 pub struct GcCache {
     pub fps: Vec<Fingerprint>,
@@ -24,6 +26,8 @@ pub struct GcCache {
     /// Each chunk's entry in the container it came from.
     pub metas: Vec<ChunkMeta>,
     starts: Vec<usize>,
+    /// Whether chunk `i`'s bytes in `data` are its stored ones.
+    stored: Vec<bool>,
     data: Vec<u8>,
     /// Logical bytes of the cached chunks (equal in data and trace mode).
     pub logical: u64,
@@ -36,12 +40,17 @@ impl GcCache {
     pub fn is_empty(&self) -> bool {
         self.fps.is_empty()
     }
-    /// Stored bytes of chunk `i`.
-    pub fn stored(&self, i: usize) -> &[u8] {
+    /// Chunk `i`, as the sweep writes it.
+    pub fn source(&self, i: usize) -> ChunkSource<'_> {
         if self.data.is_empty() {
-            return &[];
+            return ChunkSource::Stored(&[]);
         }
-        &self.data[self.starts[i]..self.starts[i] + self.metas[i].stored_len as usize]
+        let start = self.starts[i];
+        let end = self.starts.get(i + 1).copied().unwrap_or(self.data.len());
+        match self.stored[i] {
+            true => ChunkSource::Stored(&self.data[start..end]),
+            false => ChunkSource::Plain(&self.data[start..end]),
+        }
     }
 }
 
@@ -64,8 +73,12 @@ pub fn load_segment(
             mark.take_live_copies(&repo.index, ChunkKind::Data, &m.fp, id, placed, &mut copies);
             if !copies.is_empty() {
                 cache.copies.push(std::mem::take(&mut copies));
-                let b = c.stored(m);
+                let (b, stored) = match m.alone() {
+                    true => (c.stored(m), true),
+                    false => (c.bytes(m), false),
+                };
                 cache.starts.push(cache.data.len());
+                cache.stored.push(stored);
                 cache.data.extend_from_slice(b);
                 cache.metas.push(*m);
                 cache.fps.push(m.fp);

@@ -70,6 +70,7 @@ pub fn init_blake3(
             chunker,
             container_size,
             trace,
+            ..Default::default()
         },
     )
     .unwrap();
