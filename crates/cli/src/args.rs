@@ -147,7 +147,7 @@ pub enum Command {
         #[arg(long, default_value = "4MiB", value_parser = Checked(size32))]
         container_size: u32,
         /// Compressed frame size: consecutive chunks of a container are compressed and sealed together in frames of about this many bytes (0: each chunk on its own)
-        #[arg(long, default_value = "128KiB", value_parser = Checked(size32))]
+        #[arg(long, default_value = "256KiB", value_parser = Checked(size32))]
         frame_size: u32,
         /// Trace mode: the repository ingests fingerprint traces and stores metadata only
         #[arg(long)]

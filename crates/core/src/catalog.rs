@@ -25,7 +25,7 @@ pub use crate::version::VERSION;
 
 /// The default [`RepoConfig::frame_size`] (`docs/FORMAT.md`, "Frames",
 /// has the measurements behind it).
-pub const DEFAULT_FRAME_SIZE: u32 = 128 << 10;
+pub const DEFAULT_FRAME_SIZE: u32 = 256 << 10;
 
 /// Fixed at `init`: how every backup of this repository is chunked and stored.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
