@@ -160,8 +160,9 @@ impl PermitReturn {
 pub(crate) struct Buffers(Arc<Mutex<Vec<Vec<u8>>>>);
 
 impl Buffers {
-    /// At most this many spare buffers are kept; the rest are freed.
-    const KEEP: usize = 16;
+    /// At most this many spare buffers are kept; the rest are freed. The
+    /// read-ahead's worth: more would only hold memory (16 held 64 MiB).
+    const KEEP: usize = super::READ_AHEAD;
 
     fn take(&self) -> Vec<u8> {
         self.0

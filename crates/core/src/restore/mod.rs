@@ -105,7 +105,8 @@ impl Assembler<'_> {
     fn apply(&mut self, op: Op) -> Result<()> {
         let (bid, offset) = (self.bid, self.offset);
         match op {
-            Op::Evict(id) => {
+            // Released earlier, an evicted container is gone already.
+            Op::Evict(id) | Op::Release(id) => {
                 if let Some(c) = self.cached.remove(&id) {
                     self.buffers.give(c);
                 }
