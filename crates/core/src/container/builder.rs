@@ -39,6 +39,10 @@ pub enum ChunkSource<'a> {
     Plain(&'a [u8]),
 }
 
+/// A sealed frame's buffers, kept for the next frame: plain, stored,
+/// fingerprints, lengths.
+type Spare = (Vec<u8>, Vec<u8>, Vec<Fingerprint>, Vec<u32>);
+
 /// A frame queued for the data section, in container order.
 struct Slot {
     /// Its first entry and how many entries it holds.
@@ -98,7 +102,7 @@ pub struct ContainerBuilder {
     /// Sealed frames that came back ahead of an older one.
     arrived: HashMap<u64, FrameDone>,
     /// Buffers of sealed frames, for the next ones.
-    spare: Vec<(Vec<u8>, Vec<u8>, Vec<Fingerprint>)>,
+    spare: Vec<Spare>,
 }
 
 impl ContainerBuilder {
@@ -317,23 +321,34 @@ impl ContainerBuilder {
         self.close_frame();
     }
 
+    /// End the open frame here: the next chunk starts a new one (ingest
+    /// keeps a directory backup's metadata out of its contents' frames, so
+    /// damage to file data never takes the file names with it).
+    pub fn break_frame(&mut self) {
+        self.end_copy();
+        self.close_frame();
+    }
+
     /// Hand the open frame to the sealing threads (or seal it here).
     fn close_frame(&mut self) {
         let Some(first) = self.open.take() else {
             return;
         };
         let count = self.entries.len() - first;
-        let (plain_spare, stored, mut fps) = self.spare.pop().unwrap_or_default();
+        let (plain_spare, stored, mut fps, mut lens) = self.spare.pop().unwrap_or_default();
         let plain = std::mem::replace(&mut self.plain, plain_spare);
         self.plain.clear();
         fps.clear();
         fps.extend(self.entries[first..].iter().map(|m| m.fp));
+        lens.clear();
+        lens.extend(self.entries[first..].iter().map(|m| m.len));
         let seq = self.next_seq;
         self.next_seq += 1;
         let job = FrameJob {
             seq,
             kind: self.kind,
             fps,
+            lens,
             plain,
             stored,
             sealer: self.sealer.clone(),
@@ -401,10 +416,20 @@ impl ContainerBuilder {
                 }
                 SlotState::Sealing(seq) => {
                     let done = self.arrived.remove(&seq).unwrap();
-                    self.append(slot.first, slot.count, &done.stored, done.codec);
+                    if done.pieces.is_empty() {
+                        self.append(slot.first, slot.count, &done.stored, done.codec);
+                    } else {
+                        // Sealed chunk by chunk: each a frame of its own.
+                        let mut at = 0;
+                        for (k, &n) in done.pieces.iter().enumerate() {
+                            let piece = &done.stored[at..at + n as usize];
+                            self.append(slot.first + k, 1, piece, done.codec);
+                            at += n as usize;
+                        }
+                    }
                     let mut stored = done.stored;
                     stored.clear();
-                    self.spare.push((done.plain, stored, done.fps));
+                    self.spare.push((done.plain, stored, done.fps, done.lens));
                 }
             }
         }
@@ -430,7 +455,10 @@ impl ContainerBuilder {
             return;
         }
         let frame_len: u32 = entries.iter().map(|m| m.len).sum();
+        let mut offset = 0;
         for m in entries {
+            m.frame_offset = offset;
+            offset += m.len;
             m.stored_offset = base;
             m.stored_len = stored.len() as u32;
             m.codec = codec;
@@ -476,7 +504,7 @@ impl ContainerBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::container::format;
+    use crate::container::format::{self, HEADER_LEN};
     use crate::container::store::{frames, open_chunk, open_chunks};
     use crate::fingerprint::HashAlgo;
     use crate::seal::keys::MasterKey;
@@ -585,8 +613,8 @@ mod tests {
 
     /// Compressed or sealed chunks are grouped into frames of at most
     /// `frame_size` plain bytes (a larger chunk alone), consecutive, never
-    /// empty; each opens, alone and with the others; plain storage keeps
-    /// one chunk per frame.
+    /// empty; each opens, alone and with the others; without compression
+    /// every chunk is a frame of its own.
     #[test]
     fn frames_group_consecutive_chunks_and_open() {
         let lens: Vec<u32> = (0..60).map(|i| 1000 + (i * 7919) % 9000).collect();
@@ -595,7 +623,8 @@ mod tests {
             for frame_size in [0, 16 << 10, 64 << 10] {
                 let (obj, meta) = build(&sealer, comp, frame_size, &data);
                 check_opens(&obj, &meta, &sealer, &data);
-                let framed = comp != Compression::Off || sealer.encrypted();
+                // Sealed frames that do not compress are sealed per chunk.
+                let framed = comp != Compression::Off;
                 for r in frames(&meta) {
                     let n = r.len();
                     let plain: u32 = meta[r.clone()].iter().map(|m| m.len).sum();
@@ -644,6 +673,27 @@ mod tests {
         let h = format::decode_header(ID, &obj).unwrap();
         assert_eq!(h.data_len, 100_000);
         check_opens(&obj, &meta, &sealer, &data);
+    }
+
+    /// An incompressible frame of an encrypted repository is sealed chunk
+    /// by chunk: a damaged byte costs one chunk, and each moves alone.
+    #[test]
+    fn sealed_raw_frames_are_sealed_per_chunk() {
+        let data = chunks(&[5000; 20], true);
+        for (sealer, comp) in sealers().into_iter().filter(|(s, _)| s.encrypted()) {
+            let (obj, meta) = build(&sealer, comp, 64 << 10, &data);
+            assert!(meta.iter().all(|m| m.alone() && m.codec == Codec::Raw));
+            assert!(meta
+                .iter()
+                .all(|m| m.stored_len as usize == 5000 + sealer.overhead()));
+            check_opens(&obj, &meta, &sealer, &data);
+            // Damage one chunk's stored bytes: only that chunk is lost.
+            let mut bad = obj.clone();
+            bad[HEADER_LEN + meta[7].stored_offset as usize + 30] ^= 1;
+            for i in 0..meta.len() {
+                assert_eq!(open_chunk(&bad, &meta, i, &sealer).is_some(), i != 7);
+            }
+        }
     }
 
     /// A sealed frame is bound to its chunks: swapping two entries of a

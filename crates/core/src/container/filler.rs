@@ -143,6 +143,11 @@ impl ContainerFiller {
         self.id
     }
 
+    /// End the open frame: the next chunk starts a new one.
+    pub fn break_frame(&mut self) {
+        self.builder.break_frame();
+    }
+
     /// The open container, if it holds a chunk.
     #[inline]
     pub fn open(&self) -> Option<ContainerId> {

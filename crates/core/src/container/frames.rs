@@ -25,6 +25,8 @@ pub(super) struct FrameJob {
     pub seq: u64,
     pub kind: ChunkKind,
     pub fps: Vec<Fingerprint>,
+    /// The chunks' plain lengths, in order.
+    pub lens: Vec<u32>,
     pub plain: Vec<u8>,
     /// Where to append the stored frame (a spare buffer, cleared).
     pub stored: Vec<u8>,
@@ -37,27 +39,56 @@ pub(super) struct FrameJob {
 pub(super) struct FrameDone {
     pub seq: u64,
     pub fps: Vec<Fingerprint>,
+    pub lens: Vec<u32>,
     pub plain: Vec<u8>,
     pub stored: Vec<u8>,
     pub codec: Codec,
+    /// Empty: `stored` is one frame. Otherwise the frame did not compress
+    /// and each chunk was sealed on its own: their stored lengths, in
+    /// order (see [`FrameJob::run`]).
+    pub pieces: Vec<u32>,
 }
 
 impl FrameJob {
-    /// Seal the frame on this thread.
+    /// Seal the frame on this thread. A sealed frame that does not
+    /// compress is sealed again chunk by chunk: framing it would save only
+    /// the 40 bytes of a seal per chunk, while a damaged byte would cost
+    /// every chunk of the frame and GC would have to re-seal what it
+    /// splits.
     pub fn run(mut self) -> (FrameDone, Sender<FrameDone>) {
-        let codec = self.sealer.seal_frame(
+        let mut codec = self.sealer.seal_frame(
             self.kind,
             &self.fps,
             &self.plain,
             self.compression,
             &mut self.stored,
         );
+        let mut pieces = Vec::new();
+        if codec == Codec::Raw && self.sealer.encrypted() && self.fps.len() > 1 {
+            self.stored.clear();
+            let mut at = 0;
+            for (fp, &len) in self.fps.iter().zip(&self.lens) {
+                let start = self.stored.len();
+                let plain = &self.plain[at..at + len as usize];
+                codec = self.sealer.seal_frame(
+                    self.kind,
+                    std::slice::from_ref(fp),
+                    plain,
+                    Compression::Off,
+                    &mut self.stored,
+                );
+                pieces.push((self.stored.len() - start) as u32);
+                at += len as usize;
+            }
+        }
         let done = FrameDone {
             seq: self.seq,
             fps: self.fps,
+            lens: self.lens,
             plain: self.plain,
             stored: self.stored,
             codec,
+            pieces,
         };
         (done, self.reply)
     }

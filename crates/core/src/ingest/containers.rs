@@ -57,6 +57,11 @@ impl BackupContainers {
     pub fn open(&self, kind: ChunkKind) -> Option<ContainerId> {
         self.kinds[kind].open()
     }
+    /// End the open frame of `kind` containers (see
+    /// [`ContainerFiller::break_frame`]).
+    pub fn break_frame(&mut self, kind: ChunkKind) {
+        self.kinds[kind].break_frame();
+    }
     /// Write the open container of `kind`, if any.
     pub fn seal(&mut self, kind: ChunkKind) -> Result<Option<ContainerEntry>> {
         let sealed = self.kinds[kind].seal()?;

@@ -11,6 +11,7 @@ use super::sink::Sink;
 use crate::chunking::Chunker;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, Fingerprinter};
+use crate::ids::ChunkKind;
 use crate::recipe::{RecipeBuilder, RecipeEntry, RecipeSink};
 use std::io::{self, Write};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
@@ -139,7 +140,11 @@ fn worker(
                                     t.chunks.push((fp, n));
                                 }
                             }
-                            Cut::MetaStart(at) => sink.counts.meta_from = Some(at),
+                            Cut::MetaStart(at) => {
+                                sink.counts.meta_from = Some(at);
+                                // The metadata in frames of its own.
+                                sink.writer.break_frame(ChunkKind::Data);
+                            }
                             Cut::Mark => {
                                 if let Some(t) = &mut sink.trail {
                                     t.marks.push(t.chunks.len());
