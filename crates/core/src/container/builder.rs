@@ -356,11 +356,14 @@ impl ContainerBuilder {
             reply: self.replies.0.clone(),
         };
         let job = match frames::pool() {
-            Some(pool) => match pool.lock().map(|p| p.send(job)) {
-                Ok(Ok(())) => None,
-                Ok(Err(returned)) => Some(returned.0),
-                Err(_) => unreachable!("the frame pool's sender is never poisoned"),
-            },
+            Some(pool) => {
+                let sender = pool.lock().unwrap_or_else(|e| e.into_inner());
+                match sender.send(job) {
+                    Ok(()) => None,
+                    // The threads are gone: seal it here.
+                    Err(returned) => Some(returned.0),
+                }
+            }
             None => Some(job),
         };
         if let Some(job) = job {
