@@ -534,9 +534,9 @@ pub enum LabCommand {
         /// Runs of every step (medians are reported)
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
         runs: u32,
-        /// Let restic and borg compress with their defaults (restic auto, borg lz4); default: all uncompressed
+        /// Every tool uncompressed (the other table); default: every tool at its default compression (tessera auto, restic auto, borg lz4), what users get
         #[arg(long)]
-        compression: bool,
+        no_compression: bool,
         #[command(flatten)]
         json: JsonArg,
     },

@@ -51,9 +51,9 @@ pub fn run(cmd: LabCommand) -> Result<ExitCode> {
             source,
             work,
             runs,
-            compression,
+            no_compression,
             json,
-        } => run_peers(source, work, runs, compression, json.json),
+        } => run_peers(source, work, runs, !no_compression, json.json),
         LabCommand::Gen { command } => gen(command),
         LabCommand::Reproduce {
             quick,
