@@ -581,9 +581,22 @@ impl Context {
                 }
                 (Err(e), None) => return Err(e),
             };
-            for e in entries {
-                if listed.contains(&e.container) {
-                    index.insert(e)?;
+            index.reserve_data(entries.len());
+            // Entries come grouped by container: one set lookup per group.
+            let mut last: Option<(ContainerId, bool)> = None;
+            for (i, e) in entries.iter().enumerate() {
+                // The slot of an entry a few ahead starts loading now:
+                // inserts into a large table are cache misses.
+                if let Some(ahead) = entries.get(i + 8) {
+                    index.prefetch(ahead.kind, &ahead.fp);
+                }
+                let keep = match last {
+                    Some((c, keep)) if c == e.container => keep,
+                    _ => listed.contains(&e.container),
+                };
+                last = Some((e.container, keep));
+                if keep {
+                    index.insert(*e)?;
                 }
             }
             Ok(())

@@ -408,6 +408,13 @@ impl Index {
             DataTable::Disk(t) => Some(t.counts()),
         }
     }
+    /// Room for `additional` more data entries (in memory; on disk the
+    /// overlay is flushed at its size anyway).
+    pub fn reserve_data(&mut self, additional: usize) {
+        if let DataTable::Mem(t) = &mut self.data {
+            t.reserve(additional);
+        }
+    }
     /// Write pending on-disk changes as a run (no-op in memory). Loading
     /// ends with it, so the first backup's lookups see sorted runs.
     pub fn flush(&mut self) -> Result<()> {

@@ -226,6 +226,13 @@ impl RunSet {
     /// saving, nor over a set kept at a newer generation.
     pub fn save(&self, index: &mut Index, basis: &Basis) -> Result<bool> {
         std::fs::create_dir_all(&self.dir).map_err(|e| io_error(&self.dir, e))?;
+        // The set lists the repository's fingerprints: the owner's only.
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let private = std::fs::Permissions::from_mode(0o700);
+            std::fs::set_permissions(&self.dir, private).map_err(|e| io_error(&self.dir, e))?;
+        }
         let Some(_lock) = SaveLock::take(&self.dir.join(LOCK))? else {
             return Ok(false);
         };

@@ -188,7 +188,8 @@ fn a_damaged_or_foreign_run_set_is_rebuilt_never_trusted() {
     let r = Repo::new();
     two_versions(&r);
     let expected = r.rebuilt_entries();
-    let damage: Vec<(&str, Box<dyn Fn(&Repo)>)> = vec![
+    type Spoil = Box<dyn Fn(&Repo)>;
+    let damage: Vec<(&str, Spoil)> = vec![
         (
             "checksum",
             Box::new(|r: &Repo| {
