@@ -19,7 +19,10 @@ use crate::catalog::{BackupEntry, Manifest, RepoConfig, Sections};
 use crate::container::{ChunkKind, ContainerId, ContainerStore};
 use crate::error::{Error, ObjectRef, Result};
 use crate::fingerprint::{Fingerprint, Fingerprinter};
-use crate::index::{decode_segment, encode_segment, sort_entries, CopyNo, Index, IndexEntry};
+use crate::index::runset::{say_rebuilding, Basis, RunSet};
+use crate::index::{
+    decode_segment, encode_segment, sort_entries, CopyNo, DiskLoad, Index, IndexEntry,
+};
 use crate::metrics::Metrics;
 use crate::seal::keys::{KeySlot, MasterKey, Password};
 use crate::seal::{Encryption, RepoSeal, SealedStore, Sealer};
@@ -477,21 +480,89 @@ impl Context {
     /// entries of every index segment the manifest lists, in order.
     /// Entries naming a container the manifest does not list are ignored:
     /// a segment merged from a concurrent writer may hold entries of
-    /// containers a GC reclaimed (docs/FORMAT.md).
-    fn build_index(&self, mut bad_segments: Option<&mut Vec<(ObjectKey, Error)>>) -> Result<Index> {
+    /// containers a GC reclaimed (docs/FORMAT.md). An on-disk index starts
+    /// from the run set an earlier opening kept ([`RunSet`]) and applies
+    /// only the segments listed since; it keeps what it built for the next.
+    fn build_index(&self, bad_segments: Option<&mut Vec<(ObjectKey, Error)>>) -> Result<Index> {
         if let Some(own) = self.locator.own_index(self) {
             return own;
         }
         let manifest = &self.manifest;
-        let mut index = match manifest.config.index {
-            crate::index::IndexKind::Memory => Index::default(),
-            crate::index::IndexKind::Disk => disk_index(crate::index::disk::DiskConfig::default())?,
-        };
+        let segments = &manifest.index_segments;
         let listed: HashSet<ContainerId> = manifest.containers.iter().map(|c| c.id).collect();
-        for seg in &manifest.index_segments {
+        let disk = manifest.config.index == crate::index::IndexKind::Disk;
+        let location = self.objects.location();
+        // Not for check (it reads every segment to judge it), nor for a
+        // repository in memory (gone with the process).
+        let kept = (disk && bad_segments.is_none() && location != "memory").then(|| {
+            let names: Vec<String> = segments.iter().map(ObjectKey::name).collect();
+            let mut ids: Vec<u64> = listed.iter().map(|c| c.0).collect();
+            ids.sort_unstable();
+            let base = index_dir();
+            let set = RunSet::of(&base, &manifest.config.repo_id, &location);
+            (base, set, names, ids)
+        });
+        let basis = kept.as_ref().map(|(_, _, names, ids)| Basis {
+            repo_id: &manifest.config.repo_id,
+            location: &location,
+            generation: manifest.generation.0,
+            segments: names,
+            containers: ids,
+        });
+        let mut report = DiskLoad::default();
+        let cfg = crate::index::disk::DiskConfig::default();
+        let mut index = match (&kept, &basis) {
+            (Some((base, set, _, _)), Some(basis)) => match set.load(basis, base, cfg) {
+                Ok((index, held)) => {
+                    report.kept_segments = held;
+                    index
+                }
+                Err(reason) => {
+                    say_rebuilding(&reason);
+                    report.rebuilt = Some(reason);
+                    disk_index(cfg)?
+                }
+            },
+            _ if disk => disk_index(cfg)?,
+            _ => Index::default(),
+        };
+        let todo = &segments[report.kept_segments..];
+        self.apply_segments(todo, &listed, &mut index, bad_segments)?;
+        // On disk: the loaded entries become sorted runs before the first lookup.
+        index.flush()?;
+        if disk {
+            report.applied_segments = todo.len();
+            if let (Some((_, set, _, _)), Some(basis)) = (&kept, &basis) {
+                if !todo.is_empty() || report.rebuilt.is_some() {
+                    // The kept set is a cache: failing to save it costs the
+                    // next opening a rebuild, not this command.
+                    match set.save(&mut index, basis) {
+                        Ok(saved) => report.saved = saved,
+                        Err(e) => say_rebuilding(&format!("could not keep it: {e}")),
+                    }
+                }
+            }
+            index.set_disk_load(report);
+        }
+        Ok(index)
+    }
+
+    /// Insert the entries of `segments` (in order) naming a `listed`
+    /// container. Segments are fetched and decoded on other threads, in
+    /// order, while this one inserts: decoding is most of a memory index's
+    /// loading. An unreadable segment fails, or with `bad_segments` is
+    /// recorded there and skipped.
+    fn apply_segments(
+        &self,
+        segments: &[ObjectKey],
+        listed: &HashSet<ContainerId>,
+        index: &mut Index,
+        mut bad_segments: Option<&mut Vec<(ObjectKey, Error)>>,
+    ) -> Result<()> {
+        let objects = &self.objects;
+        let read = |seg: &ObjectKey| -> Result<Vec<IndexEntry>> {
             let name = ObjectRef::Object(seg.clone());
-            let read = self
-                .objects
+            objects
                 .get(seg)
                 .map_err(|e| match e {
                     Error::MissingObject(_) => e.about(name.clone()),
@@ -500,24 +571,71 @@ impl Context {
                 // The decoder names what it is given; the error names the key.
                 .and_then(|bytes| {
                     decode_segment(&bytes, &name.to_string()).map_err(|e| e.about(name))
-                });
+                })
+        };
+        let mut apply = |seg: &ObjectKey, read: Result<Vec<IndexEntry>>| -> Result<()> {
             let entries = match (read, bad_segments.as_deref_mut()) {
                 (Ok(entries), _) => entries,
                 (Err(e), Some(bad)) => {
                     bad.push((seg.clone(), e));
-                    continue;
+                    return Ok(());
                 }
                 (Err(e), None) => return Err(e),
             };
-            for e in entries {
-                if listed.contains(&e.container) {
-                    index.insert(e)?;
+            index.reserve_data(entries.len());
+            // Entries come grouped by container: one set lookup per group.
+            let mut last: Option<(ContainerId, bool)> = None;
+            for (i, e) in entries.iter().enumerate() {
+                // The slot of an entry a few ahead starts loading now:
+                // inserts into a large table are cache misses.
+                if let Some(ahead) = entries.get(i + 8) {
+                    index.prefetch(ahead.kind, &ahead.fp);
+                }
+                let keep = match last {
+                    Some((c, keep)) if c == e.container => keep,
+                    _ => listed.contains(&e.container),
+                };
+                last = Some((e.container, keep));
+                if keep {
+                    index.insert(*e)?;
                 }
             }
+            Ok(())
+        };
+        let workers = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(segments.len());
+        if segments.len() < 2 {
+            for seg in segments {
+                apply(seg, read(seg))?;
+            }
+            return Ok(());
         }
-        // On disk: the loaded entries become sorted runs before the first lookup.
-        index.flush()?;
-        Ok(index)
+        // Worker w reads segments w, w + workers, ...; each hands them over
+        // one at a time, and they are applied round the workers: in order.
+        std::thread::scope(|s| {
+            let mut from = Vec::with_capacity(workers);
+            for w in 0..workers {
+                let (tx, rx) = std::sync::mpsc::sync_channel(1);
+                from.push(rx);
+                let read = &read;
+                s.spawn(move || {
+                    for seg in segments.iter().skip(w).step_by(workers) {
+                        // Applying stopped (an error): stop reading.
+                        if tx.send(read(seg)).is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+            for (i, seg) in segments.iter().enumerate() {
+                let got = from[i % workers]
+                    .recv()
+                    .expect("each worker sends its segments in turn");
+                apply(seg, got)?;
+            }
+            Ok(())
+        })
     }
 
     /// The fingerprint index, loaded now if this handle opened
@@ -740,6 +858,17 @@ impl Context {
     /// [`IndexLoad::Lazy`] (see [`need_index`](Self::need_index)).
     pub fn index(&self) -> Result<&Index> {
         self.need_index()
+    }
+    /// Where an on-disk index of this repository is kept across openings
+    /// ([`RunSet`]); `None` for a memory index or a repository in memory.
+    pub fn kept_index_dir(&self) -> Option<std::path::PathBuf> {
+        let location = self.objects.location();
+        let disk = self.manifest.config.index == crate::index::IndexKind::Disk;
+        (disk && location != "memory").then(|| {
+            RunSet::of(&index_dir(), &self.manifest.config.repo_id, &location)
+                .dir()
+                .to_path_buf()
+        })
     }
     /// Whether this handle has loaded its fingerprint index (commands that
     /// need only the manifest never do).

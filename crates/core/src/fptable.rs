@@ -370,6 +370,19 @@ impl FpTable {
     }
 
     /// Double the slots (or allocate the first ones).
+    /// Room for `additional` more entries without growing: a load that
+    /// knows a segment's size sizes the slots once instead of doubling
+    /// (and rehashing everything) several times on the way.
+    pub fn reserve(&mut self, additional: usize) {
+        let need = self.len + additional;
+        if need * 4 > self.capacity() * 3 {
+            let cap = (need * 4).div_ceil(3).next_power_of_two().max(MIN_CAPACITY);
+            self.rebuild(cap);
+        }
+        self.keys.reserve(additional);
+        self.vals.reserve(additional);
+    }
+
     fn grow(&mut self) {
         self.rebuild((self.capacity() * 2).max(MIN_CAPACITY));
     }
@@ -415,6 +428,24 @@ mod tests {
 
     fn fp(i: u64) -> Fingerprint {
         crate::HashAlgo::Blake3.hash(&i.to_le_bytes())
+    }
+
+    /// A reserved table takes that many entries without growing, and keeps
+    /// what it held.
+    #[test]
+    fn reserve_sizes_the_slots_once() {
+        let mut t = FpTable::default();
+        for i in 0..100 {
+            t.insert(fp(i), i);
+        }
+        t.reserve(10_000);
+        let cap = t.capacity();
+        assert!(cap * 3 >= 10_100 * 4, "{cap}");
+        for i in 100..10_100 {
+            t.insert(fp(i), i);
+        }
+        assert_eq!(t.capacity(), cap);
+        assert!((0..10_100).all(|i| t.get(&fp(i)) == Some(i)));
     }
 
     #[test]

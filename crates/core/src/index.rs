@@ -46,8 +46,23 @@ use std::collections::HashSet;
 
 pub mod bloom;
 pub mod disk;
+pub mod runset;
 
 use disk::{DiskConfig, DiskCursor, DiskTable};
+
+/// How an opening came by its on-disk index (for tests and benchmarks):
+/// the kept run set of [`runset`] reused, segments applied, or rebuilt.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DiskLoad {
+    /// Segments the kept run set already held.
+    pub kept_segments: usize,
+    /// Segments applied on top of it (all of them on a rebuild).
+    pub applied_segments: usize,
+    /// Why the run set was rebuilt, if it was.
+    pub rebuilt: Option<String>,
+    /// Whether this opening saved the run set.
+    pub saved: bool,
+}
 
 /// Where the data table lives, fixed at `init --index`.
 #[derive(
@@ -279,6 +294,8 @@ pub struct Index {
     /// is not copy 0. May name containers GC deleted until GC's commit
     /// drops them; users filter by the live containers.
     copies: FpMap<Copies>,
+    /// How an opening came by an on-disk index.
+    disk_load: Option<DiskLoad>,
 }
 
 impl Default for Index {
@@ -288,6 +305,7 @@ impl Default for Index {
             data: DataTable::Mem(FpTable::with_log()),
             recipe: FpTable::default(),
             copies: FpMap::default(),
+            disk_load: None,
         }
     }
 }
@@ -309,6 +327,67 @@ impl Index {
             ..Index::default()
         })
     }
+    /// An index over a kept on-disk table, with the recipe chunks and copy
+    /// lists [`side_entries`](Self::side_entries) gave (a kept run set).
+    pub fn from_disk(table: DiskTable, side: Vec<IndexEntry>) -> Self {
+        let mut index = Index {
+            data: DataTable::Disk(Box::new(table)),
+            ..Index::default()
+        };
+        for e in side {
+            match e.kind {
+                ChunkKind::Recipe => {
+                    index.recipe.insert(e.fp, e.container.0);
+                }
+                ChunkKind::Data => {
+                    let c = index.copies.entry(e.fp).or_default();
+                    let i = c.nos.partition_point(|&n| n < e.copy);
+                    c.nos.insert(i, e.copy);
+                    c.at.insert(i, e.container);
+                }
+            }
+        }
+        index
+    }
+    /// What an on-disk table does not hold: every copy of each chunk with
+    /// a copy list, and the recipe chunks (few: rewritten chunks, recipes).
+    pub fn side_entries(&self) -> Vec<IndexEntry> {
+        let copies = self.copies.iter().flat_map(|(fp, c)| {
+            c.nos
+                .iter()
+                .zip(&c.at)
+                .map(|(&copy, &container)| IndexEntry {
+                    fp: *fp,
+                    container,
+                    kind: ChunkKind::Data,
+                    copy,
+                })
+        });
+        let recipe = self.recipe.iter().map(|(fp, c)| IndexEntry {
+            fp,
+            container: ContainerId(c),
+            kind: ChunkKind::Recipe,
+            copy: 0,
+        });
+        let mut out: Vec<IndexEntry> = copies.chain(recipe).collect();
+        sort_entries(&mut out);
+        out
+    }
+    /// The on-disk table (`None` in memory).
+    pub fn disk_table_mut(&mut self) -> Option<&mut DiskTable> {
+        match &mut self.data {
+            DataTable::Mem(_) => None,
+            DataTable::Disk(t) => Some(t),
+        }
+    }
+    /// How the opening came by this on-disk index: a kept run set reused,
+    /// segments applied, rebuilt and why (`None` in memory).
+    pub fn disk_load(&self) -> Option<&DiskLoad> {
+        self.disk_load.as_ref()
+    }
+    pub(crate) fn set_disk_load(&mut self, load: DiskLoad) {
+        self.disk_load = Some(load);
+    }
     pub fn kind(&self) -> IndexKind {
         match self.data {
             DataTable::Mem(_) => IndexKind::Memory,
@@ -327,6 +406,13 @@ impl Index {
         match &self.data {
             DataTable::Mem(_) => None,
             DataTable::Disk(t) => Some(t.counts()),
+        }
+    }
+    /// Room for `additional` more data entries (in memory; on disk the
+    /// overlay is flushed at its size anyway).
+    pub fn reserve_data(&mut self, additional: usize) {
+        if let DataTable::Mem(t) = &mut self.data {
+            t.reserve(additional);
         }
     }
     /// Write pending on-disk changes as a run (no-op in memory). Loading

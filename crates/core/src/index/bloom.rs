@@ -48,6 +48,22 @@ impl Bloom {
         }
     }
 
+    /// The filter's bits, to be kept in a file (`super::runset`).
+    pub fn words(&self) -> &[u64] {
+        self.words.as_slice()
+    }
+
+    /// A filter for `capacity` keys with these bits, if they are its size.
+    pub fn from_words(capacity: usize, words: &[u64]) -> Option<Self> {
+        let capacity = capacity.max(1024);
+        let blocks = (capacity * BITS_PER_KEY).div_ceil(512) as u64;
+        (words.len() as u64 == blocks * 8).then(|| Bloom {
+            words: ZeroBuf::from_slice(words),
+            blocks,
+            capacity,
+        })
+    }
+
     pub fn capacity(&self) -> usize {
         self.capacity
     }

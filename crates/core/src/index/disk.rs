@@ -59,6 +59,7 @@ use super::bloom::Bloom;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FP_LEN};
 use crate::fptable::FpTable;
+use crate::framing::checksum;
 use crate::zerobuf::ZeroBuf;
 use memmap2::Mmap;
 use std::fs::File;
@@ -202,6 +203,9 @@ struct Run {
     map: Option<Mmap>,
     len: usize,
     level: u32,
+    /// Its name in the kept run set and its checksum, once known (see
+    /// [`Kept`]).
+    kept: Kept,
     /// [`head`] of the first key of every [`FENCE_EVERY`] records.
     fences: ZeroBuf<u64>,
     /// Where the fences of each value of a head's top [`Run::bits`] bits
@@ -231,6 +235,7 @@ fn head(k: &[u8]) -> u64 {
 impl Drop for Run {
     fn drop(&mut self) {
         drop(self.map.take());
+        // The private link only: a kept run set's link stays.
         let _ = std::fs::remove_file(&self.path);
     }
 }
@@ -335,16 +340,101 @@ impl Run {
             map,
             len,
             level,
+            kept: Kept::default(),
             fences,
             dir,
             bits,
         })
     }
+
+    /// Map a run file of a kept run set (already linked at `path`),
+    /// checking its length and checksum; its fences are read from it.
+    fn open(path: PathBuf, f: &KeptFile, level: u32) -> Result<Run> {
+        let map = map_checked(&path, f)?;
+        let bytes = map.as_deref().unwrap_or(&[]);
+        if bytes.len() % REC != 0 {
+            return Err(Error::corrupt(
+                path.display().to_string(),
+                "not a whole number of records",
+            ));
+        }
+        let len = bytes.len() / REC;
+        let fences: Vec<u64> = (0..len)
+            .step_by(FENCE_EVERY)
+            .map(|i| head(&bytes[i * REC..]))
+            .collect();
+        let (dir, bits) = Self::directory(&fences);
+        Ok(Run {
+            path,
+            map,
+            len,
+            level,
+            kept: Kept::known(f),
+            fences: ZeroBuf::from_slice(&fences),
+            dir: ZeroBuf::from_slice(&dir),
+            bits,
+        })
+    }
+}
+
+/// A file's name in the kept run set (`super::runset`) and its checksum,
+/// filled once known: set when adopted from the set, computed at the first
+/// save for a file this table wrote. Files are immutable once written, so
+/// both stay true.
+#[derive(Default)]
+struct Kept {
+    name: Mutex<Option<String>>,
+    sum: std::sync::OnceLock<[u8; 16]>,
+}
+
+impl Kept {
+    fn known(f: &KeptFile) -> Kept {
+        Kept {
+            name: Mutex::new(Some(f.name.clone())),
+            sum: std::sync::OnceLock::from(f.sum),
+        }
+    }
+
+    /// The file as a kept run set lists it; `bytes` is its content.
+    fn describe(&self, path: &Path, bytes: &[u8]) -> TableFile {
+        let sum = *self.sum.get_or_init(|| checksum(bytes));
+        TableFile {
+            path: path.to_path_buf(),
+            kept_as: self.name.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            len: bytes.len() as u64,
+            sum,
+        }
+    }
+}
+
+/// Map a kept file checking it against its description (length, then
+/// checksum): a damaged file is an error naming it, never trusted.
+fn map_checked(path: &Path, f: &KeptFile) -> Result<Option<Mmap>> {
+    let file = File::open(path).map_err(|e| io_error(path, e))?;
+    let len = file.metadata().map_err(|e| io_error(path, e))?.len();
+    let name = || path.display().to_string();
+    if len != f.len {
+        return Err(Error::corrupt(
+            name(),
+            format!("{len} bytes, the run set says {}", f.len),
+        ));
+    }
+    // SAFETY: kept files are never written again once named in a run set.
+    let map = (len > 0)
+        .then(|| unsafe { Mmap::map(&file) })
+        .transpose()
+        .map_err(|e| io_error(path, e))?;
+    if checksum(map.as_deref().unwrap_or(&[])) != f.sum {
+        return Err(Error::corrupt(name(), "checksum mismatch"));
+    }
+    Ok(map)
 }
 
 /// One flush's container lists: fingerprints grouped by container.
 struct ListFile {
+    path: PathBuf,
     map: Option<Mmap>,
+    kept: Kept,
 }
 
 impl ListFile {
@@ -358,8 +448,73 @@ impl ListFile {
     }
 }
 
+/// One of a table's files as [`DiskTable::state`] gives it: where it is,
+/// its name in the kept run set if it has one, its length and checksum.
+#[derive(Clone, Debug)]
+pub struct TableFile {
+    pub path: PathBuf,
+    pub kept_as: Option<String>,
+    pub len: u64,
+    pub sum: [u8; 16],
+}
+
+/// A file of a kept run set: its name in the set's directory, its length
+/// and checksum (XXH3-128), checked before it is used.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct KeptFile {
+    pub name: String,
+    pub len: u64,
+    pub sum: [u8; 16],
+}
+
+/// A whole table without its pending changes: runs (oldest first, with
+/// their levels), container list files, the extents of each container's
+/// list in them, the summary vector, the live count and the keys changed
+/// since inserted (`None`: too many were, every search goes newest first).
+pub struct TableState<F> {
+    pub runs: Vec<(F, u32)>,
+    pub lists: Vec<F>,
+    pub extents: Vec<(u64, Vec<Extent>)>,
+    pub bloom_capacity: usize,
+    pub bloom_words: Vec<u64>,
+    pub len: u64,
+    pub shadowed: Option<Vec<Fingerprint>>,
+}
+
+/// `f` over `items` on every core, results in order.
+fn par_map<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync) -> Vec<R> {
+    let n = items.len();
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(n);
+    if workers <= 1 {
+        return items.into_iter().map(f).collect();
+    }
+    let items: Vec<Mutex<Option<T>>> = items.into_iter().map(|t| Mutex::new(Some(t))).collect();
+    let out: Vec<Mutex<Option<R>>> = (0..n).map(|_| Mutex::new(None)).collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(item) = items.get(i) else { break };
+                let item = item.lock().unwrap_or_else(|e| e.into_inner()).take();
+                let r = f(item.expect("each item is taken once"));
+                *out[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+            });
+        }
+    });
+    out.into_iter()
+        .map(|r| {
+            r.into_inner()
+                .unwrap_or_else(|e| e.into_inner())
+                .expect("every item ran")
+        })
+        .collect()
+}
+
 /// Where a container's list lies: (list file, first fingerprint, count).
-type Extent = (u32, u64, u32);
+pub type Extent = (u32, u64, u32);
 
 /// The locality-preserved cache: the lists of recently used containers.
 /// No map from fingerprint to slot: filling and emptying one cost two hash
@@ -935,6 +1090,145 @@ impl DiskTable {
         &self.t.dir
     }
 
+    /// Everything a later opening needs to take this table up again (see
+    /// `super::runset`): pending changes are flushed first, so the runs,
+    /// container lists, summary vector and changed-key set are the whole
+    /// table. A merge still running is left out: its inputs are the runs.
+    pub fn state(&mut self) -> Result<TableState<TableFile>> {
+        self.flush()?;
+        let t = &mut self.t;
+        if t.rebuilding.is_some() {
+            t.install_bloom();
+        }
+        let runs = t
+            .runs
+            .iter()
+            .map(|r| {
+                (
+                    r.kept.describe(&r.path, r.map.as_deref().unwrap_or(&[])),
+                    r.level,
+                )
+            })
+            .collect();
+        // Only list files an extent still names, numbered anew.
+        let mut renumber: Vec<Option<u32>> = vec![None; t.lists.len()];
+        let mut lists = Vec::new();
+        let mut extents = Vec::with_capacity(t.extents.len());
+        for (&c, ext) in &t.extents {
+            let ext = ext
+                .iter()
+                .map(|&(f, first, count)| {
+                    let n = *renumber[f as usize].get_or_insert_with(|| {
+                        let l = &t.lists[f as usize];
+                        lists.push(l.kept.describe(&l.path, l.map.as_deref().unwrap_or(&[])));
+                        lists.len() as u32 - 1
+                    });
+                    (n, first, count)
+                })
+                .collect();
+            extents.push((c, ext));
+        }
+        extents.sort_unstable_by_key(|e| e.0);
+        Ok(TableState {
+            runs,
+            lists,
+            extents,
+            bloom_capacity: t.bloom.capacity(),
+            bloom_words: t.bloom.words().to_vec(),
+            len: t.len as u64,
+            shadowed: (!t.shadow_full).then(|| t.shadowed.iter().map(|(k, _)| k).collect()),
+        })
+    }
+
+    /// Note the names a save gave this table's files in the kept run set
+    /// (by their [`TableFile::path`]), so a later save links none again.
+    pub fn kept_as(&self, names: &std::collections::HashMap<PathBuf, String>) {
+        let set = |k: &Kept, path: &Path| {
+            if let Some(n) = names.get(path) {
+                *k.name.lock().unwrap_or_else(|e| e.into_inner()) = Some(n.clone());
+            }
+        };
+        for r in &self.t.runs {
+            set(&r.kept, &r.path);
+        }
+        for l in &self.t.lists {
+            set(&l.kept, &l.path);
+        }
+    }
+
+    /// A table taking up a kept run set: each file in `from` is linked
+    /// into a new private directory under `base` (so it outlives the set's
+    /// later changes while mapped here) and checked against its length and
+    /// checksum. Any file missing or damaged is an error naming it.
+    pub fn adopt(
+        base: &Path,
+        cfg: DiskConfig,
+        from: &Path,
+        state: TableState<KeptFile>,
+    ) -> Result<DiskTable> {
+        let bloom = Bloom::from_words(state.bloom_capacity, &state.bloom_words)
+            .ok_or_else(|| Error::corrupt(from.display().to_string(), "summary vector size"))?;
+        let mut table = DiskTable::create(base, cfg).map_err(|e| io_error(base, e))?;
+        let t = &mut table.t;
+        let link = |t: &mut Tables, what: &str, f: &KeptFile| -> Result<PathBuf> {
+            let path = t.file(what);
+            let kept = from.join(&f.name);
+            std::fs::hard_link(&kept, &path).map_err(|e| io_error(&kept, e))?;
+            Ok(path)
+        };
+        let mut runs = Vec::new();
+        for (f, level) in &state.runs {
+            runs.push((link(t, "run", f)?, f, *level));
+        }
+        let mut lists = Vec::new();
+        for f in &state.lists {
+            lists.push((link(t, "lists", f)?, f));
+        }
+        // Checked on every core: reading them is most of an opening.
+        let runs = par_map(runs, |(path, f, level)| Run::open(path, f, level));
+        let lists = par_map(lists, |(path, f)| {
+            map_checked(&path, f).map(|map| ListFile {
+                path,
+                map,
+                kept: Kept::known(f),
+            })
+        });
+        for r in runs {
+            t.runs.push(Arc::new(r?));
+        }
+        for l in lists {
+            t.lists.push(Arc::new(l?));
+        }
+        let list_len = |f: u32| {
+            t.lists
+                .get(f as usize)
+                .map(|l| l.map.as_ref().map_or(0, |m| m.len() / FP_LEN) as u64)
+        };
+        for (c, ext) in state.extents {
+            for &(f, first, count) in &ext {
+                if list_len(f).is_none_or(|n| first + count as u64 > n) {
+                    return Err(Error::corrupt(
+                        from.display().to_string(),
+                        format!("container {c}'s list lies outside its file"),
+                    ));
+                }
+            }
+            t.extents.insert(c, ext);
+        }
+        t.bloom = bloom;
+        t.len = state.len as usize;
+        match state.shadowed {
+            Some(keys) => {
+                for k in keys {
+                    t.shadowed.insert(k, 0);
+                }
+            }
+            None => t.shadow_full = true,
+        }
+        t.order_runs();
+        Ok(table)
+    }
+
     /// Every live entry, in fingerprint order (runs merged, overlay on top).
     pub fn iter(&self) -> impl Iterator<Item = (Fingerprint, u64)> + '_ {
         self.t.iter()
@@ -1433,7 +1727,11 @@ fn write_flush(
     })?;
     Ok(Flushed {
         file_no,
-        list: ListFile { map },
+        list: ListFile {
+            path: lists_path,
+            map,
+            kept: Kept::default(),
+        },
         extents,
         run,
         entries,

@@ -10,6 +10,7 @@ mod gc_physical;
 mod gc_rewrite;
 mod hostile;
 mod interleave;
+mod kept_index;
 mod lazy;
 mod mfdedup;
 mod model;

@@ -1,0 +1,347 @@
+//! The on-disk index kept across openings (issue 36): an opening reuses
+//! the run set an earlier one left, applies only the index segments listed
+//! since, and rebuilds (never trusts) a set that is damaged, foreign or
+//! stale; concurrent openings never spoil each other's sets.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tessera_core::backend::{KeyKind, LocalStore, ObjectStore};
+use tessera_core::chunking::ChunkerConfig;
+use tessera_core::index::{sort_entries, DiskLoad, IndexEntry, IndexKind};
+use tessera_core::layout::LayoutKind;
+use tessera_core::{HashAlgo, InitOptions, Repository};
+
+use crate::common::{backup, bytes, mutate, restore};
+
+/// A disk-index repository on a local store, its kept run set removed
+/// when dropped (it lives in the user's cache directory).
+struct Repo {
+    _tmp: tempfile::TempDir,
+    store: Arc<dyn ObjectStore>,
+    kept: PathBuf,
+}
+
+impl Drop for Repo {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.kept);
+    }
+}
+
+impl Repo {
+    fn new() -> Repo {
+        let tmp = tempfile::tempdir().unwrap();
+        let store: Arc<dyn ObjectStore> =
+            Arc::new(LocalStore::create(&tmp.path().join("r")).unwrap());
+        Repository::init_indexed(
+            store.clone(),
+            &InitOptions {
+                hash: HashAlgo::Blake3,
+                chunker: ChunkerConfig::Fastcdc {
+                    min: 512,
+                    avg: 2048,
+                    max: 8192,
+                },
+                container_size: 16 * 1024,
+                trace: false,
+            },
+            LayoutKind::Containers,
+            IndexKind::Disk,
+        )
+        .unwrap();
+        let kept = Repository::open_reader(store.clone(), "test")
+            .unwrap()
+            .kept_index_dir()
+            .expect("a disk index on a local store is kept");
+        Repo {
+            _tmp: tmp,
+            store,
+            kept,
+        }
+    }
+
+    /// Back up `data` as a new version of "a".
+    fn backup(&self, data: &[u8]) {
+        let mut w = Repository::open_writer(self.store.clone(), "test").unwrap();
+        backup(&mut w, "a", data).unwrap();
+        w.close().unwrap();
+    }
+
+    /// Open (loading the index): how it came by it, and its entries.
+    fn open(&self) -> (DiskLoad, Vec<IndexEntry>) {
+        let r = Repository::open(self.store.clone()).unwrap();
+        let ix = r.index().unwrap();
+        let mut entries: Vec<IndexEntry> = ix.entries().collect();
+        sort_entries(&mut entries);
+        (ix.disk_load().expect("on disk").clone(), entries)
+    }
+
+    /// The entries of an index rebuilt from the segments alone.
+    fn rebuilt_entries(&self) -> Vec<IndexEntry> {
+        let _ = std::fs::remove_dir_all(&self.kept);
+        let (load, entries) = self.open();
+        assert!(load.rebuilt.is_some(), "{load:?}");
+        entries
+    }
+
+    fn files(&self, prefix: &str) -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(&self.kept)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| file_name(p).starts_with(prefix))
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name().unwrap().to_string_lossy().into_owned()
+}
+
+/// Two versions backed up.
+fn two_versions(r: &Repo) -> (Vec<u8>, Vec<u8>) {
+    let v1 = bytes(1, 300 << 10);
+    let v2 = mutate(&v1, 3, 5000);
+    r.backup(&v1);
+    r.backup(&v2);
+    (v1, v2)
+}
+
+#[cfg(unix)]
+fn inode(p: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(p).unwrap().ino()
+}
+
+#[test]
+#[cfg(unix)]
+fn an_opening_reuses_the_runs_it_left() {
+    let r = Repo::new();
+    let (_, v2) = two_versions(&r);
+    let segments = r.store.list(KeyKind::IndexSegment).unwrap().len();
+    assert!(segments >= 2);
+    // The writers kept the set as of their openings: the first read
+    // applies what they added since, and keeps that.
+    let (first, entries) = r.open();
+    assert!(first.saved, "{first:?}");
+    assert_eq!(first.kept_segments + first.applied_segments, segments);
+    let state = r.kept.join("state");
+    let before = (inode(&state), r.files("run"));
+    let runs: Vec<u64> = before.1.iter().map(|p| inode(p)).collect();
+    assert!(!runs.is_empty());
+    for _ in 0..3 {
+        let (load, again) = r.open();
+        assert_eq!(
+            load,
+            DiskLoad {
+                kept_segments: segments,
+                applied_segments: 0,
+                rebuilt: None,
+                saved: false,
+            }
+        );
+        assert_eq!(again, entries);
+    }
+    // Nothing was rewritten: the same state file and run files.
+    assert_eq!(inode(&state), before.0);
+    assert_eq!(r.files("run"), before.1);
+    assert_eq!(
+        r.files("run").iter().map(|p| inode(p)).collect::<Vec<_>>(),
+        runs
+    );
+    assert_eq!(r.rebuilt_entries(), entries);
+    // A restore through the reused index reads the right chunks.
+    let repo = Repository::open(r.store.clone()).unwrap();
+    assert!(repo.index().unwrap().disk_load().unwrap().rebuilt.is_none());
+    assert_eq!(restore(&repo, repo.backups()[1].id).unwrap(), v2);
+}
+
+#[test]
+fn an_older_run_set_takes_only_the_new_segments() {
+    let r = Repo::new();
+    let (_, v2) = two_versions(&r);
+    let (_, _) = r.open();
+    let (held, _) = r.open();
+    let n = held.kept_segments;
+    // Two more versions from "another host" (a writer that saves nothing
+    // it did not load: the set stays at its opening's generation).
+    let v3 = mutate(&v2, 5, 7000);
+    let v4 = mutate(&v3, 6, 7000);
+    r.backup(&v3);
+    r.backup(&v4);
+    let (load, entries) = r.open();
+    assert_eq!(load.rebuilt, None, "{load:?}");
+    assert_eq!(load.kept_segments + load.applied_segments, n + 2);
+    assert!(
+        load.applied_segments >= 1 && load.applied_segments <= 2,
+        "{load:?}"
+    );
+    assert!(load.saved);
+    assert_eq!(r.open().0.applied_segments, 0);
+    assert_eq!(r.rebuilt_entries(), entries);
+}
+
+/// Every kind of damage to the set: the opening rebuilds, says why, and
+/// answers as a rebuild does.
+#[test]
+fn a_damaged_or_foreign_run_set_is_rebuilt_never_trusted() {
+    let r = Repo::new();
+    two_versions(&r);
+    let expected = r.rebuilt_entries();
+    type Spoil = Box<dyn Fn(&Repo)>;
+    let damage: Vec<(&str, Spoil)> = vec![
+        (
+            "checksum",
+            Box::new(|r: &Repo| {
+                let run = &r.files("run")[0];
+                let mut b = std::fs::read(run).unwrap();
+                b[17] ^= 0x40;
+                std::fs::write(run, b).unwrap();
+            }),
+        ),
+        (
+            "bytes",
+            Box::new(|r: &Repo| {
+                let run = &r.files("run")[0];
+                let b = std::fs::read(run).unwrap();
+                std::fs::write(run, &b[..b.len() - 40]).unwrap();
+            }),
+        ),
+        (
+            "lists-",
+            Box::new(|r: &Repo| std::fs::remove_file(&r.files("lists")[0]).unwrap()),
+        ),
+        (
+            "bloom",
+            Box::new(|r: &Repo| std::fs::write(&r.files("bloom")[0], b"zero").unwrap()),
+        ),
+        (
+            "damaged",
+            Box::new(|r: &Repo| {
+                let state = r.kept.join("state");
+                let mut b = std::fs::read(&state).unwrap();
+                let mid = b.len() / 2;
+                b[mid] ^= 1;
+                std::fs::write(&state, b).unwrap();
+            }),
+        ),
+    ];
+    for (why, spoil) in damage {
+        let (load, _) = r.open();
+        assert_eq!(load.rebuilt, None, "reused before spoiling ({why})");
+        spoil(&r);
+        let (load, entries) = r.open();
+        let reason = load.rebuilt.clone().unwrap_or_default();
+        assert!(reason.contains(why), "{why}: {load:?}");
+        assert!(load.saved, "{load:?}");
+        assert_eq!(entries, expected, "{why}");
+        assert_eq!(
+            r.open().0.rebuilt,
+            None,
+            "the rebuilt set is reused ({why})"
+        );
+    }
+    // Another repository's set in this one's place (a cache copied over).
+    let other = Repo::new();
+    two_versions(&other);
+    other.open();
+    let _ = std::fs::remove_dir_all(&r.kept);
+    std::fs::create_dir_all(&r.kept).unwrap();
+    for f in std::fs::read_dir(&other.kept).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, r.kept.join(f.file_name().unwrap())).unwrap();
+    }
+    let (load, entries) = r.open();
+    assert!(
+        load.rebuilt
+            .as_ref()
+            .unwrap()
+            .contains("kept for repository"),
+        "{load:?}"
+    );
+    assert_eq!(entries, expected);
+}
+
+/// A GC that removes containers (and writes the index anew) leaves
+/// entries naming them in the kept set: the next opening rebuilds it.
+#[test]
+fn a_gc_that_removed_containers_makes_it_stale() {
+    let r = Repo::new();
+    let (_, v2) = two_versions(&r);
+    r.open();
+    let mut w = Repository::open_writer(r.store.clone(), "test").unwrap();
+    let first = w.backups()[0].id;
+    w.forget(&[first]).unwrap();
+    let gc = tessera_core::gc::GcOptions {
+        liveness_threshold: 1.0,
+        ..Default::default()
+    };
+    w.gc(&gc).unwrap();
+    w.close().unwrap();
+    let (load, entries) = r.open();
+    let reason = load.rebuilt.clone().unwrap_or_default();
+    assert!(
+        reason.contains("removed") || reason.contains("replaced"),
+        "{load:?}"
+    );
+    assert_eq!(r.rebuilt_entries(), entries);
+    let repo = Repository::open(r.store.clone()).unwrap();
+    assert_eq!(restore(&repo, repo.backups()[0].id).unwrap(), v2);
+}
+
+/// Openings at once (threads of one process, each with its own table and
+/// save): every one answers as a rebuild, and the set left is whole.
+#[test]
+fn openings_at_once_do_not_spoil_each_others_runs() {
+    let r = Repo::new();
+    let (_, v2) = two_versions(&r);
+    let expected = r.rebuilt_entries();
+    let v3 = mutate(&v2, 9, 9000);
+    for round in 0..3 {
+        if round == 1 {
+            let _ = std::fs::remove_dir_all(&r.kept);
+        }
+        if round == 2 {
+            r.backup(&v3);
+        }
+        let want = if round == 2 {
+            r.open().1
+        } else {
+            expected.clone()
+        };
+        std::thread::scope(|s| {
+            let hs: Vec<_> = (0..4).map(|_| s.spawn(|| r.open())).collect();
+            for h in hs {
+                let (_, entries) = h.join().unwrap();
+                assert_eq!(entries, want, "round {round}");
+            }
+        });
+        let (load, entries) = r.open();
+        assert_eq!(load.rebuilt, None, "round {round}: {load:?}");
+        assert_eq!(entries, want);
+    }
+}
+
+/// A run file removed under a kept set and a directory in the place of the
+/// set's lock: errors, never a panic; the opening rebuilds or goes on.
+#[test]
+fn io_errors_on_the_kept_set_are_errors_not_panics() {
+    let r = Repo::new();
+    two_versions(&r);
+    let expected = r.rebuilt_entries();
+    for f in r.files("run") {
+        std::fs::remove_file(f).unwrap();
+    }
+    let (load, entries) = r.open();
+    let reason = load.rebuilt.unwrap();
+    assert!(reason.contains("run-"), "names the file: {reason}");
+    assert_eq!(entries, expected);
+    // A save that cannot write its state: the opening still answers.
+    let state = r.kept.join("state");
+    std::fs::remove_file(&state).unwrap();
+    std::fs::create_dir(&state).unwrap();
+    let (load, entries) = r.open();
+    assert!(!load.saved, "{load:?}");
+    assert_eq!(entries, expected);
+    std::fs::remove_dir(&state).unwrap();
+}
