@@ -9,7 +9,8 @@
 //! instance's metadata server. The server is `https://storage.googleapis.com`
 //! unless [`GcsOptions::endpoint`] or `GOOGLE_BASE_URL` says otherwise (an
 //! emulator such as fake-gcs-server, which serves listings, reads and
-//! bucket creation but not the XML-API uploads this client sends).
+//! bucket creation but not the XML-API uploads this client sends; the
+//! tests put a proxy between them, `crates/core/tests/it/gcs.rs`).
 
 use super::cloud::{
     bucket_and_prefix, delegate_to_cloud, one_line, CloudStore, Service, TransferOptions,
@@ -53,9 +54,9 @@ impl GcsLocation {
         let valid = bucket.bytes().all(|c| {
             c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'-' | b'_' | b'.')
         });
-        if !valid {
+        if !valid || bucket.len() < 3 {
             return Err(bad(
-                "the bucket is lowercase letters, digits, '-', '_' and '.'",
+                "the bucket is 3 or more lowercase letters, digits, '-', '_' and '.'",
             ));
         }
         Ok(GcsLocation { bucket, prefix })
@@ -289,7 +290,8 @@ mod tests {
         );
         assert_eq!(l.display(), "gs:my-bucket/some/repo");
         assert_eq!(GcsLocation::parse("gs://b.x/p").unwrap().bucket, "b.x");
-        for bad in ["gs:", "gs:/", "gs:Big", "gs:b/../x", "gcs:b"] {
+        assert!(GcsLocation::parse("gs:ab").is_err());
+        for bad in ["gs:", "gs:/", "gs:ab", "gs:Big", "gs:bkt/../x", "gcs:bkt"] {
             assert!(
                 matches!(GcsLocation::parse(bad), Err(Error::Invalid(_))),
                 "{bad}"
