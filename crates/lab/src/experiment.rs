@@ -40,6 +40,8 @@ pub enum BackendKind {
     Local,
     /// A MinIO server the lab starts (S3 protocol, loopback).
     S3,
+    /// An Azurite server the lab starts (Azure Blob protocol, loopback).
+    Azure,
 }
 
 #[derive(Clone, Debug)]

@@ -4,6 +4,7 @@
 //! with the same metrics, from one experiment file.
 
 pub mod approach;
+pub mod azurite;
 pub mod bench;
 pub mod demo;
 pub mod experiment;

@@ -523,6 +523,10 @@ pub fn run(exp: &Experiment, opts: &RunOptions) -> Result<Results> {
         BackendKind::S3 => Some(crate::minio::LabMinio::start(&opts.work)?),
         _ => None,
     };
+    let _azurite = match exp.backend {
+        BackendKind::Azure => Some(crate::azurite::LabAzurite::start(&opts.work)?),
+        _ => None,
+    };
     let mut progress = Progress {
         on: opts.progress,
         started: Instant::now(),
@@ -642,6 +646,11 @@ fn open_repo(exp: &Experiment, a: &Approach, work: &Path) -> Result<(Writer, Cou
             a.name.replace(':', "-"),
             tessera_core::clock::now_nanos()
         ))?,
+        BackendKind::Azure => crate::azurite::location(&format!(
+            "{}-{}",
+            a.name.replace(':', "-"),
+            tessera_core::clock::now_nanos()
+        )),
         BackendKind::Local => {
             let dir = work.join("repos").join(&a.name);
             if dir.exists() {
@@ -658,6 +667,14 @@ fn open_repo(exp: &Experiment, a: &Approach, work: &Path) -> Result<(Writer, Cou
         BackendKind::S3 => backend::open_s3(
             &location,
             crate::minio::options(),
+            true,
+            is_recipe_container,
+        )?,
+        BackendKind::Azure => backend::behind_cache(
+            Box::new(backend::AzureStore::open(
+                &location,
+                crate::azurite::options()?,
+            )?),
             true,
             is_recipe_container,
         )?,

@@ -37,12 +37,15 @@ pub fn init(
     if created_bucket {
         // Said on stderr also under --json: a bucket is billed and named
         // outside the repository, so its creation is never silent.
-        eprintln!(
-            "created bucket {}",
-            backend::S3Location::parse(&repo.repo)
-                .map(|l| l.bucket)
-                .unwrap_or_default()
-        );
+        let made = if let Ok(l) = backend::AzureLocation::parse(&repo.repo) {
+            format!("container {}", l.container)
+        } else if let Ok(l) = backend::GcsLocation::parse(&repo.repo) {
+            format!("bucket {}", l.bucket)
+        } else {
+            let bucket = backend::S3Location::parse(&repo.repo).map(|l| l.bucket);
+            format!("bucket {}", bucket.unwrap_or_default())
+        };
+        eprintln!("created {made}");
     }
     Repository::init_with_index(backend.clone(), opts, layout, &seal, index)?;
     let r = Repository::open_with(backend, &|| {
@@ -63,7 +66,7 @@ pub fn init(
             config: &'a tessera_core::catalog::RepoConfig,
             encryption: Encryption,
             compression: Compression,
-            /// `init` created the S3 bucket the repository is in.
+            /// `init` created the bucket (Azure: container) the repository is in.
             #[serde(skip_serializing_if = "std::ops::Not::not")]
             created_bucket: bool,
         }

@@ -18,13 +18,16 @@
 
 use crate::error::Result;
 
+pub mod azure;
 mod cached;
+pub mod cloud;
 #[cfg(feature = "testing")]
 #[doc(hidden)]
 pub mod contract;
 mod counting;
 #[cfg(feature = "testing")]
 mod faulty;
+pub mod gcs;
 mod local;
 mod memory;
 pub mod s3;
@@ -33,10 +36,13 @@ mod store;
 mod tests;
 
 pub use crate::object_key::{Generation, KeyKind, ObjectKey};
+pub use azure::{AzureLocation, AzureOptions, AzureStore};
 pub use cached::{CacheCounters, CachedStore, ContainerFilter};
+pub use cloud::{CloudStore, TransferOptions};
 pub use counting::{CountingStore, IoCounters};
 #[cfg(feature = "testing")]
 pub use faulty::FaultyStore;
+pub use gcs::{GcsLocation, GcsOptions, GcsStore};
 pub use local::LocalStore;
 pub use memory::MemoryStore;
 pub use s3::{S3Location, S3Options, S3Store};
@@ -45,9 +51,11 @@ pub use store::{list_all, ObjectBytes, ObjectStore};
 /// The backend of a repository location, as given by `--repo` or
 /// `TESSERA_REPO`: the one place a location is turned into a backend.
 /// A plain path (or `file:PATH`) is a local directory;
-/// `s3:http[s]://HOST[:PORT]/BUCKET[/PREFIX]` is an S3-compatible store
-/// (behind a local cache of its metadata objects, see [`CachedStore`],
-/// which keeps the container objects `containers` accepts: pass
+/// `s3:http[s]://HOST[:PORT]/BUCKET[/PREFIX]` is an S3-compatible store,
+/// `azure:ACCOUNT/CONTAINER[/PREFIX]` Azure Blob Storage and
+/// `gs:BUCKET[/PREFIX]` Google Cloud Storage (each behind a local cache of
+/// its metadata objects, see [`CachedStore`], which keeps the container
+/// objects `containers` accepts: pass
 /// `container::format::is_recipe_container`); a location with a URL scheme
 /// Tessera does not serve is refused rather than taken for a directory
 /// named after it.
@@ -60,8 +68,8 @@ pub fn open(
             "a memory: repository exists only inside the process that created it",
         ));
     }
-    if location.starts_with("s3:") {
-        return open_s3(location, S3Options::from_env()?, false, containers);
+    if let Some(store) = open_cloud(location, false, containers)? {
+        return Ok(store.0);
     }
     Ok(std::sync::Arc::new(LocalStore::open(&local_path(
         location,
@@ -70,8 +78,8 @@ pub fn open(
 
 /// [`open`], creating a local directory (and its parents) if needed; for `init`.
 /// `memory:` is a fresh in-memory repository (the lab's scratch runs). A
-/// missing S3 bucket is created (see [`create_reporting`]); a server that
-/// ignores conditional writes is refused here.
+/// missing bucket (container) is created (see [`create_reporting`]); a
+/// server that ignores conditional writes is refused here.
 pub fn create(
     location: &str,
     containers: ContainerFilter,
@@ -79,8 +87,9 @@ pub fn create(
     create_reporting(location, containers).map(|(store, _)| store)
 }
 
-/// [`create`], also saying whether it created an S3 bucket (`init` tells
-/// the user: a bucket is billed and named outside the repository).
+/// [`create`], also saying whether it created a bucket or container
+/// (`init` tells the user: a bucket is billed and named outside the
+/// repository).
 pub fn create_reporting(
     location: &str,
     containers: ContainerFilter,
@@ -88,14 +97,52 @@ pub fn create_reporting(
     if location == "memory:" {
         return Ok((std::sync::Arc::new(MemoryStore::new()), false));
     }
-    if location.starts_with("s3:") {
-        let (store, created) = S3Store::open_creating(location, S3Options::from_env()?)?;
-        return Ok((behind_cache(store, true, containers)?, created));
+    if let Some(made) = open_cloud(location, true, containers)? {
+        return Ok(made);
     }
     Ok((
         std::sync::Arc::new(LocalStore::create(&local_path(location)?)?),
         false,
     ))
+}
+
+/// The cloud store a location names (`None`: not a cloud location), with
+/// the options from the environment, behind the metadata cache; with
+/// `create`, a missing bucket is created (and the answer says so) and
+/// conditional writes are checked.
+fn open_cloud(
+    location: &str,
+    create: bool,
+    containers: ContainerFilter,
+) -> Result<Option<(std::sync::Arc<dyn ObjectStore>, bool)>> {
+    let (store, created): (Box<dyn CloudBacked>, bool) = if location.starts_with("s3:") {
+        let options = S3Options::from_env()?;
+        if create {
+            let (s, c) = S3Store::open_creating(location, options)?;
+            (Box::new(s), c)
+        } else {
+            (Box::new(S3Store::open(location, options)?), false)
+        }
+    } else if location.starts_with("azure:") {
+        let options = AzureOptions::from_env()?;
+        if create {
+            let (s, c) = AzureStore::open_creating(location, options)?;
+            (Box::new(s), c)
+        } else {
+            (Box::new(AzureStore::open(location, options)?), false)
+        }
+    } else if location.starts_with("gs:") {
+        let options = GcsOptions::from_env()?;
+        if create {
+            let (s, c) = GcsStore::open_creating(location, options)?;
+            (Box::new(s), c)
+        } else {
+            (Box::new(GcsStore::open(location, options)?), false)
+        }
+    } else {
+        return Ok(None);
+    };
+    Ok(Some((behind_cache(store, create, containers)?, created)))
 }
 
 /// An S3 store with the given options, behind the metadata cache (keeping
@@ -107,25 +154,35 @@ pub fn open_s3(
     create: bool,
     containers: ContainerFilter,
 ) -> Result<std::sync::Arc<dyn ObjectStore>> {
-    behind_cache(S3Store::open(location, options)?, create, containers)
+    behind_cache(
+        Box::new(S3Store::open(location, options)?),
+        create,
+        containers,
+    )
 }
 
-/// An S3 store behind the metadata cache (unless `TESSERA_CACHE_DIR=off`);
-/// `create` checks conditional writes first.
-fn behind_cache(
-    store: S3Store,
+/// A store of one of the cloud services: an [`ObjectStore`] that is a
+/// [`CloudStore`] underneath.
+pub trait CloudBacked: ObjectStore + std::ops::Deref<Target = CloudStore> {}
+impl<T: ObjectStore + std::ops::Deref<Target = CloudStore>> CloudBacked for T {}
+
+/// A cloud store behind the metadata cache (unless
+/// `TESSERA_CACHE_DIR=off`); `create` checks conditional writes first.
+pub fn behind_cache(
+    store: Box<dyn CloudBacked>,
     create: bool,
     containers: ContainerFilter,
 ) -> Result<std::sync::Arc<dyn ObjectStore>> {
     if create {
         store.check_conditional_writes()?;
     }
-    Ok(
-        match CachedStore::<S3Store>::default_dir(&store.location()) {
-            Some(dir) => std::sync::Arc::new(CachedStore::new(store, dir, containers)),
-            None => std::sync::Arc::new(store),
-        },
-    )
+    let dir = CachedStore::<std::sync::Arc<dyn ObjectStore>>::default_dir(&store.location());
+    let store: std::sync::Arc<dyn ObjectStore> =
+        std::sync::Arc::from(store as Box<dyn ObjectStore>);
+    Ok(match dir {
+        Some(dir) => std::sync::Arc::new(CachedStore::new(store, dir, containers)),
+        None => store,
+    })
 }
 
 /// The directory of a local location, or an error naming an unknown scheme.

@@ -4,10 +4,13 @@
 
 mod common;
 
+mod azure;
+mod azure_azurite;
 mod check;
 mod gc;
 mod gc_physical;
 mod gc_rewrite;
+mod gcs;
 mod hostile;
 mod interleave;
 mod kept_index;
