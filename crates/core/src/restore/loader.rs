@@ -19,6 +19,10 @@ use std::sync::mpsc::{sync_channel, Receiver, RecvError, SyncSender, TrySendErro
 use std::sync::{Arc, Mutex};
 use std::thread::Scope;
 
+/// Loaded containers that may wait for the assembler beyond the cache
+/// itself: the read-ahead depth, and its memory (8 × 4 MiB by default).
+pub(crate) const READ_AHEAD: usize = 8;
+
 /// A container being read: the assembler receives it (or why it failed).
 pub(crate) type Loaded = Receiver<Result<Container>>;
 
@@ -162,7 +166,7 @@ pub(crate) struct Buffers(Arc<Mutex<Vec<Vec<u8>>>>);
 impl Buffers {
     /// At most this many spare buffers are kept; the rest are freed. The
     /// read-ahead's worth: more would only hold memory (16 held 64 MiB).
-    const KEEP: usize = super::READ_AHEAD;
+    const KEEP: usize = READ_AHEAD;
 
     fn take(&self) -> Vec<u8> {
         self.0

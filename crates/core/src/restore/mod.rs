@@ -35,7 +35,7 @@ mod schedule;
 /// The caches live in [`crate::cache`] (GC and check use them too); these
 /// paths stay for callers that name them through restore.
 pub use crate::cache::{self, CacheSpec, LruCache};
-use loader::{receive, Buffers, Loaders};
+use loader::{receive, Buffers, Loaders, READ_AHEAD};
 pub use options::{MfdedupReads, Pipeline, RestoreOptions, RestoreReport, Restorer};
 use range::{file_name, single_file_listing};
 pub use range::{BackupStream, StreamEntry};
@@ -46,9 +46,6 @@ use schedule::{Op, Scheduler};
 /// mostly wait on the disk or copy out of the page cache, so a few more
 /// than the cores keep the disk's queue full.
 const EXTRA_LOADERS: usize = 2;
-/// Loaded containers that may wait for the assembler beyond the cache
-/// itself: the read-ahead depth, and its memory (8 × 4 MiB by default).
-const READ_AHEAD: usize = 8;
 
 /// Where `e` is in container `c`, checked against the recipe.
 fn chunk_meta(c: &Container, e: &RecipeEntry, bid: BackupId, offset: u64) -> Result<ChunkMeta> {

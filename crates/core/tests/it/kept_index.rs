@@ -43,6 +43,7 @@ impl Repo {
                 },
                 container_size: 16 * 1024,
                 trace: false,
+                ..Default::default()
             },
             LayoutKind::Containers,
             IndexKind::Disk,
