@@ -464,9 +464,13 @@ fn seed() -> u64 {
         .unwrap_or(0x7047_0034)
 }
 
+/// 56 steps: with this seed step 55 runs a backup beside a GC killed
+/// while holding its brief exclusive lock and not yet reaped (a zombie);
+/// the backup waited two minutes for it and failed until zombies counted
+/// as gone.
 #[test]
 fn killed_commands_keep_the_model_containers() {
-    let f = torture(false, seed(), 24);
+    let f = torture(false, seed(), 56);
     let kills: u64 = f.kills.values().sum();
     assert!(kills >= 3, "too few kills ({kills}): {f:?}");
 }

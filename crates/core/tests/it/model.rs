@@ -307,6 +307,9 @@ enum Backend {
 /// One repository under test and how processes reach it.
 struct Env {
     inner: Arc<dyn ObjectStore>,
+    /// On MinIO: the repository's location. Each process opens its own
+    /// S3 client (a dead process's failed uploads die with it).
+    s3: Option<String>,
     encrypted: bool,
     layout: LayoutKind,
     minio: Option<Arc<Minio>>,
@@ -391,7 +394,7 @@ struct Proc {
 impl Proc {
     fn new(env: &Env, fate: Fate) -> Proc {
         FATES[fate.kind()].fetch_add(1, Relaxed);
-        let inner = env.inner.clone();
+        let inner = env.store();
         let faulty = |f: FaultyStore<Arc<dyn ObjectStore>>| {
             let f = Arc::new(f);
             let g = f.clone();
@@ -494,7 +497,7 @@ fn verify(env: &Env, model: &mut Model, step: usize) {
         m.stop();
         m.resume();
     }
-    let inner = &env.inner;
+    let inner = &env.store();
     tessera_core::lock::break_lock(&**inner).unwrap();
     let pw = || Ok(Password::new(MAIN));
     // A writer removes the dead process's leftovers.
@@ -567,6 +570,16 @@ fn verify(env: &Env, model: &mut Model, step: usize) {
     assert!(report.ok(), "step {step}: check: {:?}", report.problems);
 }
 
+impl Env {
+    /// The store as a new process sees it.
+    fn store(&self) -> Arc<dyn ObjectStore> {
+        match &self.s3 {
+            Some(location) => Arc::new(S3Store::open(location, quick_options()).unwrap()),
+            None => self.inner.clone(),
+        }
+    }
+}
+
 fn memory_env(layout: LayoutKind, encrypted: bool) -> Env {
     env(Arc::new(MemoryStore::new()), None, None, layout, encrypted)
 }
@@ -588,7 +601,7 @@ fn minio_env(minio: &Arc<Minio>, layout: LayoutKind, encrypted: bool) -> Env {
     )
 }
 
-fn env<'a>(
+fn env(
     inner: Arc<dyn ObjectStore>,
     dir: Option<tempfile::TempDir>,
     minio: Option<Arc<Minio>>,
@@ -613,6 +626,7 @@ fn env<'a>(
     Repository::init_with(inner.clone(), &init, layout, &seal).unwrap();
     Env {
         inner,
+        s3: None,
         encrypted,
         layout,
         minio,
