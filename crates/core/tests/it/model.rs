@@ -873,7 +873,7 @@ fn layout(mf: bool) -> LayoutKind {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 32, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 48, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn random_sequences_keep_every_committed_backup(ops in proptest::collection::vec(op(), 1..16)) {
