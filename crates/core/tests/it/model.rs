@@ -855,6 +855,137 @@ fn cma_after_a_crashed_backup_recorded_its_duplicates() {
     );
 }
 
+/// Found by the long run (issue 34): a committed backup made beside an
+/// online CMA GC with the focused mark (which then lost power) restores
+/// with "chunk … (copy 1) … is not in the index". The cause is not found
+/// yet: ignored until it is, so that it does not fail every run.
+#[test]
+#[ignore = "open bug (issue 34): a committed backup loses a chunk copy; cause not yet found"]
+fn online_focused_cma_gc_loses_a_copy_of_a_committed_backup() {
+    run_on(
+        Backend::Memory,
+        LayoutKind::Containers,
+        false,
+        &[
+            Op::Backup {
+                src: 0,
+                seed: 0,
+                rewrite: 0,
+                arrange: false,
+                fate: Fate::Lives,
+            },
+            Op::Backup {
+                src: 2,
+                seed: 9806549700077696290,
+                rewrite: 0,
+                arrange: false,
+                fate: Fate::Lives,
+            },
+            Op::Backup {
+                src: 2,
+                seed: 9950615965089203727,
+                rewrite: 0,
+                arrange: false,
+                fate: Fate::Lives,
+            },
+            Op::Backup {
+                src: 0,
+                seed: 0,
+                rewrite: 0,
+                arrange: false,
+                fate: Fate::Lives,
+            },
+            Op::Forget {
+                pick: 4081485388838241035,
+                fate: Fate::Lives,
+            },
+            Op::Backup {
+                src: 0,
+                seed: 45389524,
+                rewrite: 1,
+                arrange: false,
+                fate: Fate::Lives,
+            },
+            Op::Backup {
+                src: 2,
+                seed: 9217698239338961312,
+                rewrite: 0,
+                arrange: true,
+                fate: Fate::PowerLoss {
+                    at: 44,
+                    seed: 6777628076484648236,
+                },
+            },
+            Op::Forget {
+                pick: 16684920240916892449,
+                fate: Fate::Crash { at: 29 },
+            },
+            Op::Online {
+                how: 1,
+                src: 1,
+                seed: 18124507684941043655,
+                revive: false,
+                late: true,
+                gc_fate: Fate::LostAck { at: 45 },
+                backup_fate: Fate::PowerLoss {
+                    at: 26,
+                    seed: 12128657015285030898,
+                },
+            },
+            Op::Online {
+                how: 0,
+                src: 1,
+                seed: 5448396755162434255,
+                revive: false,
+                late: true,
+                gc_fate: Fate::Lives,
+                backup_fate: Fate::Lives,
+            },
+            Op::Backup {
+                src: 0,
+                seed: 6986855691034665771,
+                rewrite: 0,
+                arrange: true,
+                fate: Fate::PowerLoss {
+                    at: 23,
+                    seed: 16105373288423182090,
+                },
+            },
+            Op::Backup {
+                src: 2,
+                seed: 18141439344747437494,
+                rewrite: 1,
+                arrange: true,
+                fate: Fate::IoError { at: 38 },
+            },
+            Op::Gc {
+                how: 2,
+                fate: Fate::IoError { at: 53 },
+            },
+            Op::Forget {
+                pick: 15294924735723515736,
+                fate: Fate::Crash { at: 46 },
+            },
+            Op::Forget {
+                pick: 13707820456902955816,
+                fate: Fate::Lives,
+            },
+            Op::Online {
+                how: 10,
+                src: 2,
+                seed: 5018529126447177523,
+                revive: true,
+                late: false,
+                gc_fate: Fate::PowerLoss {
+                    at: 58,
+                    seed: 18368652890424554060,
+                },
+                backup_fate: Fate::Crash { at: 28 },
+            },
+        ],
+    );
+}
+
 /// The layouts, encryption and backends of a sequence.
 fn config() -> impl Strategy<Value = (bool, bool, bool)> {
     (
