@@ -732,7 +732,27 @@ fn pid_alive(pid: u32) -> bool {
     // SAFETY: signal 0 only checks that the process exists; nothing is sent.
     let r = unsafe { libc::kill(pid, 0) };
     // EPERM means it exists but belongs to someone else.
-    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+    let exists = r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH);
+    // A zombie (killed, not yet reaped by its parent) still answers
+    // signal 0 but never refreshes or releases its lock again.
+    exists && !is_zombie(pid as u32)
+}
+
+/// Whether `/proc` says process `pid` has exited and awaits its parent.
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| parse_state(&stat))
+        .is_some_and(|state| state == 'Z' || state == 'X')
+}
+
+fn parse_state(stat: &str) -> Option<char> {
+    // After the name in parentheses: the state letter is field 3.
+    stat[stat.rfind(')')? + 1..]
+        .split_whitespace()
+        .next()?
+        .chars()
+        .next()
 }
 
 /// This process's pid namespace, as `/proc/self/ns/pid` names it.
@@ -952,6 +972,32 @@ mod tests {
             "{notice}"
         );
         assert_eq!(read_lock(&*b).unwrap(), Some(lock.info()), "now ours");
+    }
+
+    /// A holder killed and not yet reaped (a zombie) is gone: its lock is
+    /// stale, so the next writer does not wait for it (found by the CLI
+    /// torture test, whose killed GC stayed a zombie while a backup beside
+    /// it waited two minutes for its brief lock).
+    #[test]
+    fn lock_of_a_zombie_is_stale() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let now = crate::clock::now();
+        let i = info(pid, &current_host(), now);
+        assert_eq!(staleness(&i, now), None, "alive");
+        child.kill().unwrap();
+        // Not reaped: a zombie once the kill is delivered.
+        let t0 = std::time::Instant::now();
+        while !is_zombie(pid) {
+            assert!(t0.elapsed() < Duration::from_secs(10), "never a zombie");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(staleness(&i, now), Some(Staleness::ProcessGone));
+        child.wait().unwrap();
+        assert_eq!(parse_state("12 (a) b) S 1 2"), Some('S'));
     }
 
     #[test]

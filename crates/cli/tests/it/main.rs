@@ -17,3 +17,4 @@ mod online;
 mod rewrite;
 mod seal;
 mod snapshots;
+mod torture;

@@ -20,11 +20,19 @@ impl Drop for Mounted {
     }
 }
 
-/// Whether this machine can mount: without `/dev/fuse` the test is skipped
-/// (said on stderr); with it, `fusermount3` must run, so a machine that
-/// has FUSE (CI's) runs the test or fails loudly (`.ci/run` installs fuse3).
+/// Whether this machine can mount. Without `/dev/fuse` the test is
+/// skipped (said on stderr), except in CI (`CI` set, as `.ci/run` runs)
+/// or with `TESSERA_REQUIRE_FUSE=1`, where that fails it. With
+/// `/dev/fuse`, `fusermount3` must run: a machine that has FUSE (CI's)
+/// runs the test or fails loudly (`.ci/run` installs fuse3).
 fn fuse_available() -> bool {
+    let required = std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false")
+        || std::env::var("TESSERA_REQUIRE_FUSE").as_deref() == Ok("1");
     if !Path::new("/dev/fuse").exists() {
+        assert!(
+            !required,
+            "no /dev/fuse, and the mount test must run here (CI or TESSERA_REQUIRE_FUSE=1)"
+        );
         return false;
     }
     let runs = Command::new("fusermount3")
@@ -82,13 +90,21 @@ fn mount_browses_and_reads_backups() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let m = Mounted {
+    let mut m = Mounted {
         child,
         at: mnt.clone(),
     };
-    // Wait for the mount to be served (not a timing assertion).
+    // Wait for the mount to be served (not a timing assertion); a mount
+    // that cannot be made fails the test with its error, not a skip.
     let start = Instant::now();
     while !mnt.join("ids").exists() {
+        if let Some(status) = m.child.try_wait().unwrap() {
+            let mut err = String::new();
+            if let Some(mut e) = m.child.stderr.take() {
+                let _ = e.read_to_string(&mut err);
+            }
+            panic!("tessera mount exited ({status}) before mounting: {err}");
+        }
         assert!(
             start.elapsed() < Duration::from_secs(60),
             "the mount never appeared"

@@ -570,10 +570,15 @@ pub fn commit(
     let mut gone: Vec<ContainerId> = reclaimed.iter().copied().collect();
     gone.sort_unstable();
     let generation = repo.manifest.generation;
-    let published = crate::publish::publish(repo, next, &superseded).and_then(|()| {
+    let published = crate::publish::publish(repo, next, &[]).and_then(|()| {
         // Readers of older generations (restore, ls, check in other
-        // processes) may still read the reclaimed containers.
+        // processes) may still read the reclaimed containers, and load
+        // the superseded index segments (a reader opened before this
+        // publish loads its generation's index when it first needs it).
         if crate::lock::wait_for_readers(&**repo.objects.store(), super::options::READER_WAIT)? {
+            for key in &superseded {
+                repo.objects.delete(key)?;
+            }
             for id in &gone {
                 repo.objects
                     .delete(&crate::backend::ObjectKey::Container(*id))?;

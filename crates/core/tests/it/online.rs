@@ -602,3 +602,45 @@ fn exclusive_writer_keeps_others_out_and_records_nothing() {
         verify(&b, &[(first, &data), (again, &data)]);
     }
 }
+
+/// A reader that opened a generation before a GC published (and has not
+/// loaded its index yet: `restore` loads it when it first needs it) still
+/// restores: the GC deletes the index segments it supersedes only once
+/// readers are gone, as it does its reclaimed containers. (It deleted
+/// them right after publishing: such a restore failed with "the
+/// repository changed since this command opened it", seen in the CLI's
+/// online test.)
+#[test]
+fn reader_opened_before_a_gc_loads_its_index_after_it() {
+    use tessera_core::context::IndexLoad;
+    let b: Arc<dyn ObjectStore> = mem();
+    let (old, kept) = (bytes(5, 120_000), bytes(6, 60_000));
+    let (mut gc, kept_id) = with_dead_chunks(&b, &old, &kept);
+    let segments = |b: &Arc<dyn ObjectStore>| b.list(KeyKind::IndexSegment).unwrap();
+    let before = segments(&b);
+    let reader =
+        Repository::open_reader_loading(b.clone(), "restore", &|| unreachable!(), IndexLoad::Lazy)
+            .unwrap();
+    let generation = reader.manifest().generation;
+    let gc_thread = std::thread::spawn(move || {
+        gc.gc(&options(MarkSpec::Logical, GcStrategy::Naive))
+            .unwrap();
+    });
+    // The GC published its generation; give it time to delete what it would.
+    let t0 = std::time::Instant::now();
+    while Repository::open(b.clone()).unwrap().manifest().generation == generation {
+        assert!(t0.elapsed() < std::time::Duration::from_secs(60), "no GC");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert_eq!(restore(&reader, kept_id).unwrap(), kept);
+    drop(reader);
+    gc_thread.join().unwrap();
+    // Then they went.
+    let after = segments(&b);
+    assert!(
+        before.iter().all(|k| !after.contains(k)),
+        "{before:?} {after:?}"
+    );
+    verify(&b, &[(kept_id, &kept)]);
+}
