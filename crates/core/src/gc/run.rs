@@ -87,26 +87,14 @@ fn gc_sweep(
         mark, reclaimed, ..
     } = plan;
     // A dead copy whose index entry names a container that also holds a
-    // live copy of the same chunk (PGC+ sent both to one stored chunk): the
-    // container stays, so only the entry goes.
-    let aliases: HashSet<(crate::fingerprint::Fingerprint, crate::index::CopyNo)> = repo
-        .index
-        .entries()
-        .filter(|e| {
-            e.kind == crate::container::ChunkKind::Data && !reclaimed.contains(&e.container)
-        })
-        // Only where the mark is exact for the container: sampling's second
-        // pass marked its focus alone.
-        .filter(|e| mark.focus.as_ref().is_none_or(|f| f.contains(&e.container)))
-        .filter(|e| !mark.is_valid(&e.fp, e.copy))
-        .filter(|e| {
-            repo.index
-                .copy_list(&e.fp)
-                .in_container(e.container)
-                .any(|n| n != e.copy && mark.is_valid(&e.fp, n))
-        })
-        .map(|e| (e.fp, e.copy))
-        .collect();
+    // live copy of the same chunk (PGC+ sent both to one stored chunk)
+    // keeps its entry: the bytes stay with the container, and a backup
+    // that deduplicated against that copy after the mark (online, in
+    // another process) may read it, while the online protocol protects
+    // only the reclaimed containers (dropping such "aliases" lost a
+    // committed backup's chunk, found by the model test). The entry goes
+    // when its container is reclaimed.
+    let aliases: HashSet<(crate::fingerprint::Fingerprint, crate::index::CopyNo)> = HashSet::new();
     drop(mark);
     let t = Instant::now();
     sweep::commit(repo, &reclaimed, &produced, &moved, &aliases, next_id)?;
