@@ -150,15 +150,8 @@ impl AzureStore {
     /// created first, and the answer says whether it was.
     pub fn open_creating(location: &str, options: AzureOptions) -> Result<(AzureStore, bool)> {
         let store = Self::connect(AzureLocation::parse(location)?, options)?;
-        match store.probe_request() {
-            Ok(()) => Ok((store, false)),
-            Err(e) if store.service().is_missing_bucket(&e) => {
-                store.create_container()?;
-                store.probe()?;
-                Ok((store, true))
-            }
-            Err(e) => Err(store.error("list", "manifests/", e)),
-        }
+        let created = store.probe_or_create(|| store.create_container())?;
+        Ok((store, created))
     }
 
     fn connect(location: AzureLocation, options: AzureOptions) -> Result<AzureStore> {

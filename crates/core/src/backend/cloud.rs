@@ -230,6 +230,20 @@ impl CloudStore {
             .map_err(|e| self.error("list", "manifests/", e))
     }
 
+    /// [`probe`](Self::probe) for `tessera init`: a missing bucket (or
+    /// container) is made with `create` first; returns whether it was.
+    pub(crate) fn probe_or_create(&self, create: impl FnOnce() -> Result<()>) -> Result<bool> {
+        match self.probe_request() {
+            Ok(()) => Ok(false),
+            Err(e) if self.service().is_missing_bucket(&e) => {
+                create()?;
+                self.probe()?;
+                Ok(true)
+            }
+            Err(e) => Err(self.error("list", "manifests/", e)),
+        }
+    }
+
     /// [`probe`](Self::probe), answering the service's own error (to tell
     /// a missing bucket apart).
     pub(crate) fn probe_request(&self) -> object_store::Result<()> {

@@ -124,15 +124,8 @@ impl GcsStore {
     /// first, and the answer says whether it was.
     pub fn open_creating(location: &str, options: GcsOptions) -> Result<(GcsStore, bool)> {
         let store = Self::connect(GcsLocation::parse(location)?, options)?;
-        match store.probe_request() {
-            Ok(()) => Ok((store, false)),
-            Err(e) if store.service().is_missing_bucket(&e) => {
-                store.create_bucket()?;
-                store.probe()?;
-                Ok((store, true))
-            }
-            Err(e) => Err(store.error("list", "manifests/", e)),
-        }
+        let created = store.probe_or_create(|| store.create_bucket())?;
+        Ok((store, created))
     }
 
     fn connect(location: GcsLocation, options: GcsOptions) -> Result<GcsStore> {

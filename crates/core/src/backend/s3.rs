@@ -242,15 +242,8 @@ impl S3Store {
     pub fn open_creating(location: &str, options: S3Options) -> Result<(S3Store, bool)> {
         let location = S3Location::parse(location)?;
         let store = Self::connect(location, options)?;
-        match store.probe_request() {
-            Ok(()) => Ok((store, false)),
-            Err(e) if store.service().is_missing_bucket(&e) => {
-                store.create_bucket()?;
-                store.probe()?;
-                Ok((store, true))
-            }
-            Err(e) => Err(store.error("list", "manifests/", e)),
-        }
+        let created = store.probe_or_create(|| store.create_bucket())?;
+        Ok((store, created))
     }
 
     /// Create the bucket: `PUT /BUCKET` (with its region's location
