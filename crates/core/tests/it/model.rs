@@ -13,6 +13,9 @@
 //! - an I/O error (one call fails without effect, the store works on),
 //! - a lost answer (one call takes effect but reports an error, as an
 //!   S3 PUT whose response never arrives),
+//! - a full disk (from one call on, every write fails with "no space left
+//!   on device" while reads and deletes still work; the next process finds
+//!   space again),
 //! - on MinIO, the server killed (SIGKILL) at a request and restarted
 //!   after the step.
 //!
@@ -79,6 +82,10 @@ enum Fate {
     /// MinIO: the server is killed just before request `at` (reads
     /// counted) and restarted once the step is over.
     ServerDies { at: u64 },
+    /// From mutating call `at` on, every write fails with ENOSPC and has no
+    /// effect; reads, deletes and barriers work (a full disk: the command
+    /// must fail cleanly and leave the repository as it was).
+    DiskFull { at: u64 },
 }
 
 impl Fate {
@@ -90,17 +97,19 @@ impl Fate {
             Fate::IoError { .. } => 3,
             Fate::LostAck { .. } => 4,
             Fate::ServerDies { .. } => 5,
+            Fate::DiskFull { .. } => 6,
         }
     }
 }
 
-const FATE_NAMES: [&str; 6] = [
+const FATE_NAMES: [&str; 7] = [
     "lived",
     "crashes",
     "power losses",
     "I/O errors",
     "lost answers",
     "server kills",
+    "full disks",
 ];
 
 #[derive(Clone, Debug)]
@@ -204,6 +213,7 @@ fn fate() -> BoxedStrategy<Fate> {
         2 => (1u64..60, any::<u64>()).prop_map(|(at, seed)| Fate::PowerLoss { at, seed }),
         1 => (1u64..60).prop_map(|at| Fate::IoError { at }),
         1 => (1u64..60).prop_map(|at| Fate::LostAck { at }),
+        1 => (1u64..60).prop_map(|at| Fate::DiskFull { at }),
     ]
     .boxed()
 }
@@ -272,9 +282,9 @@ fn op() -> impl Strategy<Value = Op> {
 static STEPS: AtomicU64 = AtomicU64::new(0);
 static OPS: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
 const OP_NAMES: [&str; 5] = ["backups", "forgets", "gcs", "online gcs", "key changes"];
-static FATES: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
+static FATES: [AtomicU64; 7] = [const { AtomicU64::new(0) }; 7];
 /// Processes that failed (the fault hit their work) by fault kind.
-static FAILED: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
+static FAILED: [AtomicU64; 7] = [const { AtomicU64::new(0) }; 7];
 static RESTORES: AtomicU64 = AtomicU64::new(0);
 static COMMITTED: AtomicU64 = AtomicU64::new(0);
 static CHECKS: AtomicU64 = AtomicU64::new(0);
@@ -326,18 +336,33 @@ struct Glitch {
     inner: Arc<dyn ObjectStore>,
     at: u64,
     after: bool,
+    /// A full disk: every write from call `at` on fails (see [`Fate::DiskFull`]).
+    full: bool,
     n: AtomicU64,
     fired: AtomicBool,
 }
 
 impl Glitch {
-    /// Run mutating call `f`, failing it if it is the chosen one.
+    /// Run mutating call `f` (`write`: a put), failing it if it is the
+    /// chosen one, or, on a full disk, if it writes at or after it.
     fn call<T>(
         &self,
         key: &str,
+        write: bool,
         f: impl FnOnce() -> tessera_core::Result<T>,
     ) -> tessera_core::Result<T> {
-        if self.n.fetch_add(1, Relaxed) + 1 != self.at {
+        let n = self.n.fetch_add(1, Relaxed) + 1;
+        if self.full {
+            if !write || n < self.at {
+                return f();
+            }
+            self.fired.store(true, Relaxed);
+            return Err(Error::Io {
+                context: key.into(),
+                source: std::io::Error::from_raw_os_error(28),
+            });
+        }
+        if n != self.at {
             return f();
         }
         self.fired.store(true, Relaxed);
@@ -365,16 +390,16 @@ impl ObjectStore for Glitch {
         self.inner.list(kind)
     }
     fn put(&self, key: &ObjectKey, data: &[u8]) -> tessera_core::Result<()> {
-        self.call(&key.name(), || self.inner.put(key, data))
+        self.call(&key.name(), true, || self.inner.put(key, data))
     }
     fn put_if_absent(&self, key: &ObjectKey, data: &[u8]) -> tessera_core::Result<bool> {
-        self.call(&key.name(), || self.inner.put_if_absent(key, data))
+        self.call(&key.name(), true, || self.inner.put_if_absent(key, data))
     }
     fn delete(&self, key: &ObjectKey) -> tessera_core::Result<()> {
-        self.call(&key.name(), || self.inner.delete(key))
+        self.call(&key.name(), false, || self.inner.delete(key))
     }
     fn barrier(&self) -> tessera_core::Result<()> {
-        self.call("barrier", || self.inner.barrier())
+        self.call("barrier", false, || self.inner.barrier())
     }
     fn location(&self) -> String {
         self.inner.location()
@@ -404,11 +429,12 @@ impl Proc {
                 injected: Box::new(move || g.has_failed()),
             }
         };
-        let glitch = |after: bool, at: u64| {
+        let glitch = |after: bool, full: bool, at: u64| {
             let g = Arc::new(Glitch {
                 inner: inner.clone(),
                 at,
                 after,
+                full,
                 n: AtomicU64::new(0),
                 fired: AtomicBool::new(false),
             });
@@ -427,8 +453,9 @@ impl Proc {
                 Some(at),
                 seed,
             )),
-            Fate::IoError { at } => glitch(false, at),
-            Fate::LostAck { at } => glitch(true, at),
+            Fate::IoError { at } => glitch(false, false, at),
+            Fate::LostAck { at } => glitch(true, false, at),
+            Fate::DiskFull { at } => glitch(false, true, at),
             Fate::ServerDies { at } => {
                 let minio = env.minio.clone().expect("server deaths on MinIO only");
                 let killed = env.server_killed.clone();

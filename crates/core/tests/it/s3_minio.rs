@@ -141,13 +141,20 @@ impl Minio {
         }
     }
 
-    /// The server answers S3 requests on the bucket.
+    /// The server answers S3 requests on the bucket, writes included: a
+    /// restarted MinIO lists before it takes uploads, and a harness that
+    /// went on after a listing alone saw its next write fail.
     fn ready(&self) -> bool {
         if TcpStream::connect(("127.0.0.1", self.port)).is_err() {
             return false;
         }
-        let store = S3Store::open(&self.location("ready"), quick_options());
-        store.is_ok_and(|s| s.list(KeyKind::Manifest).is_ok())
+        let Ok(store) = S3Store::open(&self.location("ready"), quick_options()) else {
+            return false;
+        };
+        store.list(KeyKind::Manifest).is_ok()
+            && store.put(&ObjectKey::Lock, b"ready").is_ok()
+            && store.barrier().is_ok()
+            && store.delete(&ObjectKey::Lock).is_ok()
     }
 
     /// Stop the server at once (SIGKILL, as a crash or a lost machine).
