@@ -5,7 +5,7 @@
 # 25 at a time with the artifact's chunker and SHA-1; each batch's tarballs
 # are deleted once traced, so the ~15 GB of tarballs never sit on disk.
 #
-#   experiments/git-git-gen.sh PATH-TO-git.git [OUT=/tmp/series-git]
+#   experiments/git-git-gen.sh PATH-TO-git.git [OUT=/tmp/series-git]   (the committed results: OUT=/work/data/series-git)
 set -eu
 REPO=$1
 OUT=${2:-/tmp/series-git}

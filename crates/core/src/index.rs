@@ -285,6 +285,17 @@ impl CopySet {
     }
 }
 
+/// See [`Index::copy_census`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CopyCensus {
+    /// Distinct data chunks.
+    pub chunks: u64,
+    /// Chunks stored in more than one container.
+    pub redundant_chunks: u64,
+    /// Copies in containers beyond each chunk's first.
+    pub extra_copies: u64,
+}
+
 pub struct Index {
     /// Data fingerprint → container of its newest copy (what dedup refers
     /// to); for most chunks the only copy, copy 0.
@@ -665,6 +676,28 @@ impl Index {
     pub fn extra_copies(&self) -> usize {
         self.copies.values().map(|c| c.nos.len() - 1).sum()
     }
+    /// The redundancy among containers (SMR paper, Figs. 4–5): how many
+    /// data chunks the index holds, how many of them have copies in more
+    /// than one container, and how many copies those hold beyond the first
+    /// (copies of one chunk in one container count once).
+    pub fn copy_census(&self) -> CopyCensus {
+        let mut census = CopyCensus {
+            chunks: self.data.len() as u64,
+            ..CopyCensus::default()
+        };
+        let mut at = Vec::new();
+        for c in self.copies.values() {
+            at.clear();
+            at.extend_from_slice(&c.at);
+            at.sort_unstable();
+            at.dedup();
+            if at.len() > 1 {
+                census.redundant_chunks += 1;
+                census.extra_copies += at.len() as u64 - 1;
+            }
+        }
+        census
+    }
     pub fn is_empty(&self) -> bool {
         self.data.is_empty() && self.recipe.is_empty()
     }
@@ -847,6 +880,32 @@ mod tests {
             assert!(decode_segment(&bad, "s").is_err(), "flip at {i}");
         }
         assert!(decode_segment(&seg[..seg.len() - 1], "s").is_err());
+    }
+
+    /// Copies in distinct containers are redundancy among containers;
+    /// two copies of a chunk in one container (GC's aliases) are not.
+    #[test]
+    fn copy_census_counts_containers_not_copy_numbers() {
+        let h = |s: &str| HashAlgo::Blake3.hash(s.as_bytes());
+        let mut ix = Index::default();
+        ix.insert(data(h("once"), 0, 1)).unwrap();
+        for (copy, c) in [(0, 1), (1, 2), (2, 3)] {
+            ix.insert(data(h("thrice"), copy, c)).unwrap();
+        }
+        for (copy, c) in [(0, 4), (1, 4)] {
+            ix.insert(data(h("aliased"), copy, c)).unwrap();
+        }
+        let census = ix.copy_census();
+        assert_eq!(
+            census,
+            CopyCensus {
+                chunks: 3,
+                redundant_chunks: 1,
+                extra_copies: 2
+            }
+        );
+        ix.remove_copy(ChunkKind::Data, &h("thrice"), 1).unwrap();
+        assert_eq!(ix.copy_census().extra_copies, 1);
     }
 
     /// Found by the index_segment fuzz target: non-zero reserved bytes were

@@ -18,7 +18,11 @@
 //!   produced;
 //! * `@SMRTABLE NAME`: the SMR paper's dedup ratio (both definitions), mean
 //!   speed factor (all and the last 20), bytes rewritten, backup MB/s;
-//! * `@GCTIME NAME`: GC time in the GCCDF paper's four stages.
+//! * `@GCTIME NAME`: GC time in the GCCDF paper's four stages;
+//! * `@COPIES NAME`: the redundancy among containers (SMR paper, Figs.
+//!   4–5): chunks stored in more than one container and their copies
+//!   beyond the first, after a quarter, half, three quarters and all of
+//!   the backups.
 //!
 //! The set of experiments run is exactly the set of names the directives
 //! cite. An experiment whose dataset directory is missing is skipped and
@@ -53,6 +57,7 @@ pub enum Directive {
     Rounds(Vec<String>),
     SmrTable,
     GcTime,
+    Copies,
 }
 
 /// A directive line: what to compute, from which experiment.
@@ -92,12 +97,13 @@ pub fn parse_directive(line: &str, no: usize) -> Result<Option<DirectiveLine>> {
         "GCTABLE" => Directive::GcTable,
         "SMRTABLE" => Directive::SmrTable,
         "GCTIME" => Directive::GcTime,
+        "COPIES" => Directive::Copies,
         "ROUNDS" if args.is_empty() => {
             bail!("{TEMPLATE}:{no}: @ROUNDS {name} needs at least one approach")
         }
         "ROUNDS" => Directive::Rounds(args.clone()),
         other => bail!(
-            "{TEMPLATE}:{no}: unknown directive @{other} (known: @TABLE, @GCTABLE, @ROUNDS, @SMRTABLE, @GCTIME)"
+            "{TEMPLATE}:{no}: unknown directive @{other} (known: @TABLE, @GCTABLE, @ROUNDS, @SMRTABLE, @GCTIME, @COPIES)"
         ),
     };
     if !matches!(directive, Directive::Rounds(_)) && !args.is_empty() {
@@ -424,6 +430,44 @@ pub fn smr_table(csv: &Csv) -> String {
     s
 }
 
+/// `@COPIES`: per approach, the chunks with copies in more than one
+/// container after ¼, ½, ¾ and all of its backups (Fig. 4's growth), then
+/// at the end their share of the distinct chunks and the copies beyond
+/// the first (Fig. 5's comparison across levels).
+pub fn copies(csv: &Csv) -> String {
+    let mut s = String::from(
+        "| approach | redundant chunks after ¼ | ½ | ¾ | all backups | distinct chunks | redundant / distinct | copies beyond the first | rewritten MiB |\n|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for a in order(csv, |r| kind(csv, r) == "backup") {
+        let b: Vec<&Vec<String>> = rows_of(csv, &a)
+            .filter(|r| kind(csv, r) == "backup")
+            .collect();
+        let Some(last) = b.last() else { continue };
+        let at = |q: usize| csv.num(b[(b.len() * q).div_ceil(4) - 1], "redundant_chunks");
+        let (chunks, redundant) = (
+            csv.num(last, "stored_chunks"),
+            csv.num(last, "redundant_chunks"),
+        );
+        let rw: f64 = b.iter().map(|r| csv.num(r, "rewritten_bytes")).sum();
+        writeln!(
+            s,
+            "| {a} | {:.0} | {:.0} | {:.0} | {redundant:.0} | {chunks:.0} | {} | {:.0} | {:.1} |",
+            at(1),
+            at(2),
+            at(3),
+            if chunks > 0.0 {
+                format!("{:.2} %", 100.0 * redundant / chunks)
+            } else {
+                "–".into()
+            },
+            csv.num(last, "extra_copies"),
+            rw / 1048576.0,
+        )
+        .ok();
+    }
+    s
+}
+
 /// `@ROUNDS`: newest-backup read amplification by GC rounds before it.
 pub fn rounds(csv: &Csv, approaches: &[String]) -> String {
     let mut s = String::from("| GC rounds before |");
@@ -483,6 +527,7 @@ pub fn compute(d: &Directive, csv: &Csv) -> String {
         Directive::Rounds(a) => rounds(csv, a),
         Directive::SmrTable => smr_table(csv),
         Directive::GcTime => gc_time(csv),
+        Directive::Copies => copies(csv),
     }
 }
 
@@ -1017,6 +1062,15 @@ restore,naive,final,2,,,,3.0,,,,,,,,,,,,,,
         assert!(
             s.ends_with("| naive | 2.000 | 0.500 | 0.1500 | 0.1500 | 0.0 | 2 |\n"),
             "{s}"
+        );
+        let p = copies(&Csv::parse(
+            "kind,approach,stored_chunks,redundant_chunks,extra_copies,rewritten_bytes\n\
+             backup,capping:5,10,0,0,0\nrestore,capping:5,,,,\nbackup,capping:5,14,1,1,1048576\n\
+             backup,capping:5,15,2,3,1048576\nbackup,capping:5,15,3,4,0\n",
+        ));
+        assert!(
+            p.ends_with("| capping:5 | 0 | 1 | 2 | 3 | 15 | 20.00 % | 4 | 2.0 |\n"),
+            "{p}"
         );
         let m = gc_time(&c);
         assert!(

@@ -71,6 +71,12 @@ pub struct BackupRow {
     /// Distinct data chunks the index holds after the backup (all copies).
     #[serde(skip)]
     pub index_data_entries: u64,
+    /// The redundancy among containers after the backup (SMR paper,
+    /// Figs. 4–5): distinct data chunks, those stored in more than one
+    /// container, and their copies beyond the first.
+    pub stored_chunks: u64,
+    pub redundant_chunks: u64,
+    pub extra_copies: u64,
     /// `index = "disk"`: where the disk index answered its lookups so far
     /// (cursor, cache, overlay, Bloom, run probes, lists loaded).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -907,6 +913,7 @@ impl ApproachRun<'_> {
         self.ingested += report.logical_bytes;
         self.step_of.insert(report.backup.id, step);
         let st = self.repo.stats();
+        let census = self.repo.index()?.copy_census();
         self.rows.push(Row::Backup(BackupRow {
             approach: a.name.clone(),
             step,
@@ -928,6 +935,9 @@ impl ApproachRun<'_> {
             // A writer that backs up has its index loaded.
             index_memory_bytes: st.index.map_or(0, |i| i.memory_bytes as u64),
             index_data_entries: st.index.map_or(0, |i| i.data_entries as u64),
+            stored_chunks: census.chunks,
+            redundant_chunks: census.redundant_chunks,
+            extra_copies: census.extra_copies,
             disk_index: self.repo.index()?.disk_counts(),
             mfdedup,
             io: io.into(),

@@ -9,6 +9,7 @@ use tessera_core::backend::{MemoryStore, ObjectStore};
 use tessera_core::catalog::SourceKind;
 use tessera_core::chunking::ChunkerConfig;
 use tessera_core::container::{ChunkKind, ContainerId};
+use tessera_core::index::CopyCensus;
 use tessera_core::rewrite::RewriteSpec;
 use tessera_core::BackupId;
 use tessera_core::{BackupOptions, BackupReport, Fingerprint, Repository, RestoreOptions, Writer};
@@ -103,6 +104,9 @@ fn paper_example(level_spec: RewriteSpec) -> (Writer, [BackupReport; 3], [Contai
     let c4 = at(&repo, 'N');
     assert_eq!(at(&repo, 'F'), c4, "newest copy of F is in IV");
     assert_eq!(at(&repo, 'P'), c4);
+    // F and G now have a copy in II and one in IV (SMR paper, Fig. 4).
+    let census = repo.index().unwrap().copy_census();
+    assert_eq!((census.chunks, census.redundant_chunks), (16, 2));
     let before = read_sets(&repo);
     assert_eq!(containers_read(&repo, r1.backup.id), 3);
     assert_eq!(containers_read(&repo, r2.backup.id), 3, "I, III and IV");
@@ -134,6 +138,15 @@ fn paper_fig3_capping_selects_ii_and_iv() {
     assert_eq!((reads(&repo, b3, 'O'), reads(&repo, b3, 'P')), (iv, iv));
     // Restoring the third stream reads II, IV, V and VI.
     assert_eq!(containers_read(&repo, r3.backup.id), 4);
+    // A B C (I and V) and F G (II and IV) are stored twice each.
+    assert_eq!(
+        repo.index().unwrap().copy_census(),
+        CopyCensus {
+            chunks: 19,
+            redundant_chunks: 5,
+            extra_copies: 5
+        }
+    );
 }
 
 #[test]
@@ -156,6 +169,16 @@ fn paper_fig6_smr_selects_i_and_ii() {
     assert!(v != iv && at3('P') == v && at3('Q') == v && at3('S') == v);
     // Restoring the third stream reads I, II and V.
     assert_eq!(containers_read(&repo, r3.backup.id), 3);
+    // Only F G (II and IV) and O P (IV and V) are stored twice: fewer
+    // redundant copies than Capping's five.
+    assert_eq!(
+        repo.index().unwrap().copy_census(),
+        CopyCensus {
+            chunks: 19,
+            redundant_chunks: 4,
+            extra_copies: 4
+        }
+    );
 }
 
 #[test]
@@ -170,6 +193,8 @@ fn naive_dedup_reads_more_containers_on_the_example() {
     assert_eq!(r2.rewritten_chunks + r3.rewritten_chunks, 0);
     // I, II, IV (N O P) and the new one.
     assert_eq!(containers_read(&repo, r3.backup.id), 4);
+    let census = repo.index().unwrap().copy_census();
+    assert_eq!((census.chunks, census.redundant_chunks), (19, 0));
 }
 
 #[test]
