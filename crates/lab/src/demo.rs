@@ -59,6 +59,8 @@ pub fn experiment(approaches: Vec<Approach>, file: &Path) -> Experiment {
             retained_at_end: true,
             newest_after_each: false,
             verify: true,
+            to_file: false,
+            cold: false,
         },
         interleave: 1,
         fastcopy_doublings: 0,

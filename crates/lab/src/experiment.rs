@@ -53,6 +53,14 @@ pub struct RestorePlan {
     pub newest_after_each: bool,
     /// Data mode: compare restored bytes with the version file.
     pub verify: bool,
+    /// Data mode: restore into a file under the work directory, as the
+    /// CLI restores to a target (MFDedup writes it in place instead of
+    /// through a temporary file); compared with the version afterwards.
+    pub to_file: bool,
+    /// Sync and drop the page cache before each restore (root), and time
+    /// a cold read of the version's own file beside it (`fread_mb_s`,
+    /// MFDedup Fig. 13's fread()).
+    pub cold: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -158,6 +166,8 @@ struct RestoreDef {
     retained_at_end: bool,
     newest_after_each: bool,
     verify: bool,
+    to_file: bool,
+    cold: bool,
 }
 
 impl Default for RestoreDef {
@@ -167,6 +177,8 @@ impl Default for RestoreDef {
             retained_at_end: true,
             newest_after_each: false,
             verify: true,
+            to_file: false,
+            cold: false,
         }
     }
 }
@@ -329,6 +341,8 @@ impl Experiment {
                 retained_at_end: rd.retained_at_end,
                 newest_after_each: rd.newest_after_each,
                 verify: rd.verify,
+                to_file: rd.to_file,
+                cold: rd.cold,
             },
             interleave,
             fastcopy_doublings: def.fastcopy_doublings,

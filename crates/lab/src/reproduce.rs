@@ -23,6 +23,10 @@
 //!   4–5): chunks stored in more than one container and their copies
 //!   beyond the first, after a quarter, half, three quarters and all of
 //!   the backups.
+//! * `@COLDRESTORE NAME`: MFDedup's §5 restore and migration figures per
+//!   approach (restore MB/s from a cold cache beside a cold read of the
+//!   same bytes, seeks, RA, data migrated, arranging or GC time);
+//! * `@MFLAYOUT NAME`: MFDedup's volumes and active categories (Fig. 17).
 //!
 //! The set of experiments run is exactly the set of names the directives
 //! cite. An experiment whose dataset directory is missing is skipped and
@@ -58,6 +62,8 @@ pub enum Directive {
     SmrTable,
     GcTime,
     Copies,
+    ColdRestore,
+    MfLayout,
 }
 
 /// A directive line: what to compute, from which experiment.
@@ -98,12 +104,14 @@ pub fn parse_directive(line: &str, no: usize) -> Result<Option<DirectiveLine>> {
         "SMRTABLE" => Directive::SmrTable,
         "GCTIME" => Directive::GcTime,
         "COPIES" => Directive::Copies,
+        "COLDRESTORE" => Directive::ColdRestore,
+        "MFLAYOUT" => Directive::MfLayout,
         "ROUNDS" if args.is_empty() => {
             bail!("{TEMPLATE}:{no}: @ROUNDS {name} needs at least one approach")
         }
         "ROUNDS" => Directive::Rounds(args.clone()),
         other => bail!(
-            "{TEMPLATE}:{no}: unknown directive @{other} (known: @TABLE, @GCTABLE, @ROUNDS, @SMRTABLE, @GCTIME, @COPIES)"
+            "{TEMPLATE}:{no}: unknown directive @{other} (known: @TABLE, @GCTABLE, @ROUNDS, @SMRTABLE, @GCTIME, @COPIES, @COLDRESTORE, @MFLAYOUT)"
         ),
     };
     if !matches!(directive, Directive::Rounds(_)) && !args.is_empty() {
@@ -519,6 +527,138 @@ pub fn rounds(csv: &Csv, approaches: &[String]) -> String {
     s
 }
 
+/// Mean of `v` with `p` decimals, "–" when empty.
+fn mean_of(v: &[f64], p: usize) -> String {
+    or_dash(v.len(), || v.iter().sum::<f64>() / v.len() as f64, p)
+}
+
+/// `@COLDRESTORE`: MFDedup's §5 per approach — the final actual dedup
+/// ratio (Fig. 11); the retained backups' restores at the end: MB/s
+/// (from a cold cache with `[restore] cold`) beside a cold read of the
+/// same bytes (fread, Fig. 13), seeks (Fig. 14) and RA (Fig. 15); the
+/// data migrated, arranging's writes plus GC's copies, over the logical
+/// bytes ingested (the GCCDF paper's Fig. 3); the time of that migration,
+/// arranging or GC's sweep (Fig. 16), and GC's whole time.
+pub fn cold_restore(csv: &Csv) -> String {
+    let mut s = String::from(
+        "| approach | actual dedup ratio | restore MB/s (mean; min–max) | fread MB/s, same bytes | seeks per restore | RA retained | data migrated / ingested | arranging or GC sweep s | GC total s |\n|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for a in order(csv, |_| true) {
+        let (mut dedup, mut logical, mut migrated, mut mig_s, mut gc_s) = (0.0, 0.0, 0.0, 0.0, 0.0);
+        for r in rows_of(csv, &a) {
+            if !csv.get(r, "dedup_ratio").is_empty() {
+                dedup = csv.num(r, "dedup_ratio");
+            }
+            match kind(csv, r) {
+                "backup" => {
+                    logical += csv.num(r, "logical_bytes");
+                    migrated += csv.num(r, "arrange_written_bytes");
+                    mig_s += csv.num(r, "arrange_seconds");
+                }
+                "gc" => {
+                    migrated += csv.num(r, "bytes_written");
+                    mig_s += csv.num(r, "sweep_read_seconds") + csv.num(r, "sweep_write_seconds");
+                    gc_s += csv.num(r, "total_seconds");
+                }
+                _ => {}
+            }
+        }
+        let fin: Vec<&Vec<String>> = restores(csv, &a, "final").collect();
+        let col = |c: &str| -> Vec<f64> { fin.iter().map(|r| csv.num(r, c)).collect() };
+        let mbs = col("throughput_mb_s");
+        let fread: Vec<f64> = fin
+            .iter()
+            .filter(|r| !csv.get(r, "fread_mb_s").is_empty())
+            .map(|r| csv.num(r, "fread_mb_s"))
+            .collect();
+        let range = if mbs.is_empty() {
+            String::new()
+        } else {
+            let lo = mbs.iter().cloned().fold(f64::INFINITY, f64::min);
+            let hi = mbs.iter().cloned().fold(0.0, f64::max);
+            format!("; {lo:.0}–{hi:.0}")
+        };
+        writeln!(
+            s,
+            "| {a} | {dedup:.3} | {}{range} | {} | {} | {} | {} | {mig_s:.2} | {gc_s:.2} |",
+            mean_of(&mbs, 0),
+            mean_of(&fread, 0),
+            mean_of(&col("seeks"), 1),
+            mean_of(&col("read_amplification"), 3),
+            if logical > 0.0 {
+                format!("{:.1} %", 100.0 * migrated / logical)
+            } else {
+                "–".into()
+            },
+        )
+        .ok();
+    }
+    s
+}
+
+/// `@MFLAYOUT`: MFDedup's layout per approach with volumes (Fig. 17):
+/// volumes at the end and their sizes (each backup row names the volume
+/// its arranging wrote), active categories at the end and the largest of
+/// them against the last backup, the largest over the run against the
+/// backup it followed, arranging time per version.
+pub fn mf_layout(csv: &Csv) -> String {
+    let mut s = String::from(
+        "| approach | versions | volumes | volume MiB min / median / max | active categories | largest active MiB (share of last backup) | largest over the run (share of its backup) | arranging s per version |\n|---|---|---|---|---|---|---|---|\n",
+    );
+    let mib = |b: f64| b / 1048576.0;
+    let is_mf = |r: &[String]| kind(csv, r) == "backup" && !csv.get(r, "volumes_stored").is_empty();
+    for a in order(csv, is_mf) {
+        let rows: Vec<&Vec<String>> = rows_of(csv, &a).filter(|r| is_mf(r)).collect();
+        let Some(last) = rows.last() else { continue };
+        // A row whose chain gained a volume names it as its newest.
+        let mut vols = Vec::new();
+        let mut before = 0.0;
+        for r in &rows {
+            let n = csv.num(r, "volumes_stored");
+            if n > before {
+                vols.push(csv.num(r, "newest_volume_bytes"));
+            }
+            before = n;
+        }
+        vols.sort_by(f64::total_cmp);
+        let share = |r: &[String]| {
+            100.0 * csv.num(r, "largest_active_bytes") / csv.num(r, "logical_bytes").max(1.0)
+        };
+        let peak = rows
+            .iter()
+            .max_by(|x, y| {
+                csv.num(x, "largest_active_bytes")
+                    .total_cmp(&csv.num(y, "largest_active_bytes"))
+            })
+            .expect("non-empty");
+        let arrange: Vec<f64> = rows.iter().map(|r| csv.num(r, "arrange_seconds")).collect();
+        writeln!(
+            s,
+            "| {a} | {} | {} | {} | {} | {:.1} ({:.1} %) | {:.1} ({:.1} %) | {} |",
+            rows.len(),
+            csv.num(last, "volumes_stored") as i64,
+            if vols.is_empty() {
+                "–".into()
+            } else {
+                format!(
+                    "{:.2} / {:.2} / {:.2}",
+                    mib(vols[0]),
+                    mib(vols[vols.len() / 2]),
+                    mib(vols[vols.len() - 1])
+                )
+            },
+            csv.num(last, "active_categories") as i64,
+            mib(csv.num(last, "largest_active_bytes")),
+            share(last),
+            mib(csv.num(peak, "largest_active_bytes")),
+            share(peak),
+            mean_of(&arrange, 3),
+        )
+        .ok();
+    }
+    s
+}
+
 /// The table a directive stands for.
 pub fn compute(d: &Directive, csv: &Csv) -> String {
     match d {
@@ -528,6 +668,8 @@ pub fn compute(d: &Directive, csv: &Csv) -> String {
         Directive::SmrTable => smr_table(csv),
         Directive::GcTime => gc_time(csv),
         Directive::Copies => copies(csv),
+        Directive::ColdRestore => cold_restore(csv),
+        Directive::MfLayout => mf_layout(csv),
     }
 }
 
@@ -670,6 +812,7 @@ impl Quick {
             // Dropping the page cache slows every process on the machine.
             r.cold_gc = false;
         }
+        exp.restore.cold = false;
         match &exp.dataset {
             Dataset::Dir(d) => {
                 let n = std::fs::read_dir(d).map_or(0, |e| e.count());
@@ -1076,6 +1219,56 @@ restore,naive,final,2,,,,3.0,,,,,,,,,,,,,,
         assert!(
             m.ends_with("| naive | 1 | 0.10 | 0.00 | 0.20 | 0.30 | 0.60 | 0 | 0 | 3 |\n"),
             "{m}"
+        );
+    }
+
+    /// MFDedup's per-approach figures: arranging's writes and GC's copies
+    /// are both migration; fread only where the restore was cold.
+    #[test]
+    fn cold_restore_and_layout_tables() {
+        let c = Csv::parse(
+            "kind,approach,when,logical_bytes,dedup_ratio,arrange_written_bytes,arrange_seconds,bytes_written,sweep_read_seconds,sweep_write_seconds,total_seconds,throughput_mb_s,fread_mb_s,seeks,read_amplification
+backup,mf,,1000,1.0,1000,0.5,,,,,,,,
+backup,mf,,3000,1.8,2600,1.5,,,,,,,,
+gc,mf,,,2.0,,,0,0,0,0.01,,,,
+restore,mf,final,,,,,,,,,100,50,2,1.0
+restore,mf,final,,,,,,,,,300,50,4,1.0
+backup,naive,,1000,1.0,,,,,,,,,,
+gc,naive,,,1.5,,,400,0.2,0.3,1.0,,,,
+restore,naive,final,,,,,,,,,50,,10,3.0
+",
+        );
+        let t = cold_restore(&c);
+        assert!(
+            t.contains("| mf | 2.000 | 200; 100–300 | 50 | 3.0 | 1.000 | 90.0 % | 2.00 | 0.01 |\n"),
+            "{t}"
+        );
+        assert!(
+            t.ends_with(
+                "| naive | 1.500 | 50; 50–50 | – | 10.0 | 3.000 | 40.0 % | 0.50 | 1.00 |\n"
+            ),
+            "{t}"
+        );
+        let m = 1048576;
+        let l = Csv::parse(&format!(
+            "kind,approach,logical_bytes,arrange_seconds,volumes_stored,newest_volume_bytes,active_categories,largest_active_bytes
+backup,mf,{m},0.5,0,0,1,{m}
+backup,mf,{},0.5,1,{},2,{}
+backup,mf,{},1.0,2,{},2,{m}
+backup,naive,{m},,,,,
+",
+            2 * m,
+            4 * m,
+            2 * m,
+            4 * m,
+            2 * m
+        ));
+        let t = mf_layout(&l);
+        assert!(
+            t.ends_with(
+                "| mf | 3 | 2 | 2.00 / 4.00 / 4.00 | 2 | 1.0 (25.0 %) | 2.0 (100.0 %) | 0.667 |\n"
+            ),
+            "{t}"
         );
     }
 

@@ -101,6 +101,14 @@ pub struct MfdedupBackup {
     pub newest_volume_bytes: u64,
     pub active_bytes: u64,
     pub arrange_behind: u32,
+    /// Bytes arranging wrote (kept and archived): MFDedup's data migration
+    /// (the GCCDF paper's Fig. 3), against GC's `bytes_written`.
+    pub arrange_written_bytes: u64,
+    /// The chain's volumes, active categories and the largest of these
+    /// after the backup (MFDedup Fig. 17).
+    pub volumes_stored: usize,
+    pub active_categories: usize,
+    pub largest_active_bytes: u64,
 }
 
 /// Per restore.
@@ -119,13 +127,31 @@ pub struct RestoreRow {
     pub read_amplification: f64,
     pub speed_factor: f64,
     pub cache: String,
+    /// Sequential runs read (core's `RestoreReport::seeks`): container
+    /// reads not following the previous one in id order; on MFDedup the
+    /// volumes, active run and pending categories read.
+    pub seeks: u64,
     pub seconds: f64,
     pub throughput_mb_s: f64,
-    /// MFDedup: categories and volumes read, sequential runs (seeks).
+    /// `[restore] cold`: a cold read of the version's file, MB/s (the
+    /// disk's sequential speed for the same bytes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fread_mb_s: Option<f64>,
+    /// MFDedup: categories and volumes read.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
-    pub mfdedup: Option<tessera_core::layout::mfdedup::restore::MfdedupReads>,
+    pub mfdedup: Option<MfdedupRestore>,
     #[serde(skip)]
     pub io: StepIo,
+}
+
+/// MFDedup's restore figures beside the common ones (its seeks are the
+/// row's `seeks`).
+#[derive(Clone, Debug, Serialize)]
+pub struct MfdedupRestore {
+    pub categories: u64,
+    pub volumes: u64,
+    /// Restored through a temporary file (a stream target).
+    pub buffered: bool,
 }
 
 /// Per retention round (deletion, then GC if the approach has one).
@@ -311,7 +337,7 @@ fn drop_page_cache() -> Result<()> {
     // SAFETY: sync has no arguments and cannot fail.
     unsafe { libc::sync() };
     std::fs::write("/proc/sys/vm/drop_caches", "3\n")
-        .context("cannot write /proc/sys/vm/drop_caches (run as root, or set cold_gc = false)")
+        .context("cannot write /proc/sys/vm/drop_caches (run as root, or set cold_gc / [restore] cold = false)")
 }
 
 /// Process peak resident set size (getrusage; Linux reports KiB).
@@ -736,6 +762,8 @@ struct ApproachRun<'a> {
     ingested: u64,
     round: usize,
     rows: &'a mut Vec<Row>,
+    /// The run's work directory (`[restore] to_file` restores into it).
+    opts_work: PathBuf,
 }
 
 fn run_approach(
@@ -763,6 +791,7 @@ fn run_approach(
         ingested: 0,
         round: 0,
         rows,
+        opts_work: opts.work.clone(),
     };
     let group = exp.interleave.max(1);
     for (g, members) in versions.chunks(group).enumerate() {
@@ -830,10 +859,9 @@ impl ApproachRun<'_> {
             return Ok(None);
         }
         let chain = report.backup.chain.clone().unwrap_or_default();
-        let (mut secs, mut read) = report
-            .arranged
-            .as_ref()
-            .map_or((0.0, 0), |a| (a.seconds, a.read_bytes));
+        let (mut secs, mut read, mut written) = report.arranged.as_ref().map_or((0.0, 0, 0), |a| {
+            (a.seconds, a.read_bytes, a.kept_bytes + a.archived_bytes)
+        });
         let lag = self.a.arrange_lag;
         let state = |r: &Writer| MfState::of(r.manifest()).unwrap_or_default();
         let behind = |r: &Writer| state(r).chain(&chain).map_or(0, |c| c.behind());
@@ -843,6 +871,7 @@ impl ApproachRun<'_> {
                 .arrange_chain(&chain, Some(behind(&self.repo) - lag))?;
             secs += a.seconds;
             read += a.read_bytes;
+            written += a.kept_bytes + a.archived_bytes;
         }
         let now = state(&self.repo);
         let c = now.chain(&chain);
@@ -853,6 +882,12 @@ impl ApproachRun<'_> {
             newest_volume_bytes: c.and_then(|c| c.volumes.last()).map_or(0, |v| v.bytes()),
             active_bytes: c.map_or(0, |c| c.active.iter().map(|x| x.bytes).sum()),
             arrange_behind: behind(&self.repo),
+            arrange_written_bytes: written,
+            volumes_stored: c.map_or(0, |c| c.volumes.len()),
+            active_categories: c.map_or(0, |c| c.active.len()),
+            largest_active_bytes: c
+                .and_then(|c| c.active.iter().map(|x| x.bytes).max())
+                .unwrap_or(0),
             chain,
         }))
     }
@@ -1087,15 +1122,54 @@ impl ApproachRun<'_> {
         when: &'static str,
     ) -> Result<RestoreRow> {
         let v = &self.versions[step];
+        let plan = &self.exp.restore;
         let ropts = RestoreOptions { cache: self.cache };
-        let io = self.backend.counters();
         let repo = &self.repo;
-        let r = match &v.input {
-            Input::Image(p) if self.exp.restore.verify => {
+        let image = match &v.input {
+            Input::Image(p) => Some(p),
+            _ => None,
+        };
+        // The version's bytes, read first so that a cold restore starts
+        // with nothing of it cached; the cold read is timed as fread().
+        let mut fread_mb_s = None;
+        let want = match image {
+            Some(p) if plan.verify || plan.cold => {
+                if plan.cold {
+                    drop_page_cache().context("[restore] cold: dropping the page cache")?;
+                }
+                let started = Instant::now();
                 let want =
                     std::fs::read(p).with_context(|| format!("cannot read {}", p.display()))?;
+                if plan.cold {
+                    let secs = started.elapsed().as_secs_f64();
+                    fread_mb_s = Some(tessera_core::metrics::mb_per_s(want.len() as u64, secs));
+                }
+                Some(want)
+            }
+            _ => None,
+        };
+        if plan.cold {
+            drop_page_cache().context("[restore] cold: dropping the page cache")?;
+        }
+        let io = self.backend.counters();
+        let r = match (&want, image) {
+            (Some(want), Some(p)) if plan.to_file => {
+                let out = self.opts_work.join("restore.out");
+                let mut f = std::fs::File::create(&out)
+                    .with_context(|| format!("cannot create {}", out.display()))?;
+                let r = repo.restore_to_file(b, &mut f, &ropts, &mut |_| {})?;
+                drop(f);
+                let got = std::fs::read(&out)
+                    .with_context(|| format!("cannot read {}", out.display()))?;
+                std::fs::remove_file(&out).ok();
+                if plan.verify && got != *want {
+                    bail!("restore of {} does not match {}", v.name, p.display());
+                }
+                r
+            }
+            (Some(want), Some(p)) if plan.verify => {
                 let mut w = Verify {
-                    want: &want,
+                    want,
                     pos: 0,
                     ok: true,
                 };
@@ -1121,9 +1195,15 @@ impl ApproachRun<'_> {
             read_amplification: r.read_amplification,
             speed_factor: r.speed_factor,
             cache: self.cache.to_string(),
+            seeks: r.seeks,
             seconds: r.seconds,
             throughput_mb_s: r.throughput_mb_s,
-            mfdedup: r.mfdedup.clone(),
+            fread_mb_s,
+            mfdedup: r.mfdedup.as_ref().map(|m| MfdedupRestore {
+                categories: m.categories,
+                volumes: m.volumes,
+                buffered: m.buffered,
+            }),
             io: self.backend.counters().since(&io).into(),
         })
     }

@@ -171,14 +171,14 @@ impl Context {
     /// containers it asks for, and this thread, the [`Assembler`], copies
     /// chunks out of them into `out`. The cache decisions, and so the
     /// metrics, are those of a sequential restore. Returns the bytes and
-    /// chunks restored.
+    /// chunks restored and the seeks of the container reads.
     fn run_restore(
         &self,
         backup: &BackupEntry,
         out: &mut dyn Write,
         opts: &RestoreOptions,
         progress: &mut dyn FnMut(u64),
-    ) -> Result<(u64, u64)> {
+    ) -> Result<(u64, u64, u64)> {
         std::thread::scope(|scope| {
             // Made here so that an early return drops this thread's ends
             // and a scheduler blocked on either stops.
@@ -188,7 +188,7 @@ impl Context {
             let loaders =
                 Loaders::spawn(scope, &self.store, self.threads() + EXTRA_LOADERS, &buffers)?;
             let scheduler = Scheduler::new(ops, loaders, permits);
-            std::thread::Builder::new()
+            let plan = std::thread::Builder::new()
                 .name("tessera-plan".into())
                 .spawn_scoped(scope, move || scheduler.run(self, backup, opts))
                 .ctx(|| "cannot start the restore scheduler thread".into())?;
@@ -209,7 +209,10 @@ impl Context {
                 }
                 progress(a.offset);
             }
-            Ok((a.offset, a.chunks))
+            // The scheduler ended (its channel closed); a panic there
+            // would have failed the restore above.
+            let seeks = plan.join().unwrap_or(0);
+            Ok((a.offset, a.chunks, seeks))
         })
     }
 }
@@ -230,7 +233,7 @@ pub(crate) fn restore_to(
     let bid = backup.id;
     // A directory backup: its metadata first, then the contents become
     // the tar stream.
-    let (offset, chunks) = match range::tree_records(repo, backup)? {
+    let (offset, chunks, seeks) = match range::tree_records(repo, backup)? {
         Some((records, content)) => {
             let mut tar = crate::archive::assemble::TarAssembler::new(&mut *out, records, content)?;
             let done = repo.run_restore(backup, &mut tar, opts, progress)?;
@@ -261,6 +264,7 @@ pub(crate) fn restore_to(
         recipe_containers_read: io.recipe_containers_read,
         read_amplification: read_amplification(io.data_container_bytes_read, offset),
         speed_factor: speed_factor(offset, io.data_containers_read),
+        seeks,
         cache_containers: opts.cache.containers(),
         cache: opts.cache,
         seconds: secs,

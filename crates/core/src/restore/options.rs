@@ -26,6 +26,11 @@ pub struct RestoreReport {
     pub recipe_containers_read: u64,
     pub read_amplification: f64,
     pub speed_factor: f64,
+    /// Sequential runs of data reads: on the container layout the reads
+    /// that do not follow the previous one in id order (first, jump,
+    /// re-read), in the cache policy's order; on MFDedup the volumes,
+    /// active run and pending categories read (`MfdedupReads::seeks`).
+    pub seeks: u64,
     pub cache_containers: usize,
     /// The cache policy used.
     pub cache: CacheSpec,

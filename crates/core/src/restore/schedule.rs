@@ -60,6 +60,30 @@ pub(crate) struct Scheduler {
     batch: Vec<Op>,
     loaders: Loaders,
     permits: Permits,
+    /// Reads in planned order, to count seeks deterministically (the
+    /// loaders finish them in any order).
+    seeks: SeekCounter,
+}
+
+/// Data-container reads that do not follow the previous read in id order
+/// (the first read, any jump forward or back, a re-read): the sequential
+/// runs a disk would read, MFDedup's seek number (§5.4) for containers.
+/// Ids are allocated in write order, so consecutive ids are written one
+/// after the other.
+#[derive(Default)]
+pub(crate) struct SeekCounter {
+    /// The id read last, plus one (0: none yet).
+    next: u64,
+    pub(crate) seeks: u64,
+}
+
+impl SeekCounter {
+    pub(crate) fn read(&mut self, id: ContainerId) {
+        if self.next == 0 || self.next != id.0 {
+            self.seeks += 1;
+        }
+        self.next = id.0 + 1;
+    }
 }
 
 /// The assembler stopped (it reports why); the scheduler just ends.
@@ -72,11 +96,18 @@ impl Scheduler {
             batch: Vec::with_capacity(BATCH),
             loaders,
             permits,
+            seeks: SeekCounter::default(),
         }
     }
 
-    /// Plan the whole restore; an error goes to the assembler.
-    pub(crate) fn run(mut self, repo: &Context, backup: &BackupEntry, opts: &RestoreOptions) {
+    /// Plan the whole restore; an error goes to the assembler. Returns the
+    /// seeks of the reads planned ([`SeekCounter`]).
+    pub(crate) fn run(
+        mut self,
+        repo: &Context,
+        backup: &BackupEntry,
+        opts: &RestoreOptions,
+    ) -> u64 {
         match self.plan(repo, backup, opts) {
             Ok(()) => {
                 let _ = self.flush();
@@ -90,6 +121,7 @@ impl Scheduler {
                 }
             }
         }
+        self.seeks.seeks
     }
 
     fn push(&mut self, op: Op) -> std::result::Result<(), Stopped> {
@@ -128,6 +160,7 @@ impl Scheduler {
     /// Request a read of `id` (permit first).
     fn request(&mut self, id: ContainerId) -> std::result::Result<Loaded, Stopped> {
         self.permit()?;
+        self.seeks.read(id);
         self.loaders.request(id).ok_or(Stopped)
     }
 
@@ -275,6 +308,7 @@ impl Scheduler {
         self.flush()?;
         for (id, reply) in replies {
             self.permit()?;
+            self.seeks.read(id);
             self.loaders.forward(id, reply).ok_or(Stopped)?;
         }
         Ok(())

@@ -127,3 +127,31 @@ fn bench_restore_throughput_per_cache() {
         println!("restore {cache} best of 5: {best:.0} MB/s");
     }
 }
+
+fn seeks(repo: &Repository, backup: usize, cache: &str) -> u64 {
+    let b = repo.backups()[backup].clone();
+    let opts = RestoreOptions {
+        cache: CacheSpec::parse(cache).unwrap(),
+    };
+    repo.restore_to(&b, &mut std::io::sink(), &opts, &mut |_| {})
+        .unwrap()
+        .seeks
+}
+
+/// A seek is a read that does not follow the previous read in id order:
+/// containers written one after the other and read in that order are one
+/// run; every jump, forward or back, and every re-read starts another.
+#[test]
+fn seeks_count_sequential_runs_of_container_reads() {
+    let repo = repo_with(&["ABCDEF", "DEFABC", "FEDCBA", "ACE", "ABAB"]);
+    for cache in ["lru:10", "opt:10", "faa:13"] {
+        assert_eq!(seeks(&repo, 0, cache), 1, "{cache}");
+        assert_eq!(seeks(&repo, 1, cache), 2, "{cache}");
+        assert_eq!(seeks(&repo, 2, cache), 6, "{cache}");
+        assert_eq!(seeks(&repo, 3, cache), 3, "{cache}");
+        assert_eq!(seeks(&repo, 4, cache), 1, "{cache}");
+    }
+    // One container cached: A B A B reads four times, B follows A each time.
+    assert_eq!(reads(&repo, 4, "lru:1"), 4);
+    assert_eq!(seeks(&repo, 4, "lru:1"), 2);
+}

@@ -416,7 +416,7 @@ fn mfdedup_approach_in_both_modes() {
                     let m = x.mfdedup.as_ref().unwrap();
                     format!(
                         "{} {} {} {}",
-                        x.approach, x.container_bytes_read, m.categories, m.seeks
+                        x.approach, x.container_bytes_read, m.categories, x.seeks
                     )
                 }
                 Row::Gc(g) => {
@@ -445,6 +445,56 @@ fn mfdedup_approach_in_both_modes() {
         .rows
         .iter()
         .any(|r| matches!(r, Row::Gc(g) if g.report.reclaimed_bytes > 0)));
+}
+
+/// `[restore] to_file`: data-mode restores go into a file under the work
+/// directory (MFDedup writes it in place instead of through a temporary
+/// file), are still compared with the version, and read exactly what the
+/// stream restores read; every restore reports its seeks.
+#[test]
+fn restores_into_a_file_read_what_stream_restores_read() {
+    let t = tempfile::tempdir().unwrap();
+    let text = EXP.replace("MODE", "data").replace(
+        "approaches = [\"nogc\"]\n",
+        "approaches = [\"naive\", \"mfdedup\"]\n",
+    );
+    let stream = run_text(&text, &t.path().join("s"));
+    let file = run_text(
+        &text.replace(
+            "newest_after_each = true",
+            "newest_after_each = true\nto_file = true",
+        ),
+        &t.path().join("f"),
+    );
+    assert!(!t.path().join("f").join("restore.out").exists());
+    type Read = (String, u64, u64, u64, u64, Option<bool>);
+    let reads = |r: &Results| -> Vec<Read> {
+        assert!(r.failed().is_empty(), "{:?}", r.failed());
+        r.rows
+            .iter()
+            .filter_map(|row| match row {
+                Row::Restore(x) => Some((
+                    x.approach.clone(),
+                    x.restored_bytes,
+                    x.containers_read,
+                    x.container_bytes_read,
+                    x.seeks,
+                    x.mfdedup.as_ref().map(|m| m.buffered),
+                )),
+                _ => None,
+            })
+            .collect()
+    };
+    let (s, f) = (reads(&stream), reads(&file));
+    assert_eq!(s.len(), f.len());
+    assert!(s.iter().any(|x| x.0 == "mfdedup") && s.iter().any(|x| x.0 == "naive"));
+    for (a, b) in s.iter().zip(&f) {
+        assert_eq!((&a.0, a.1, a.2, a.3, a.4), (&b.0, b.1, b.2, b.3, b.4));
+        assert!(a.4 >= 1 && a.4 <= a.2.max(1), "{a:?}");
+        if a.0 == "mfdedup" {
+            assert_eq!((a.5, b.5), (Some(true), Some(false)));
+        }
+    }
 }
 
 /// MFDedup over a multi-source series as one chain (`chains = "one"`, the

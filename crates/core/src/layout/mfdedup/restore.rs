@@ -149,6 +149,7 @@ fn report(
         recipe_containers_read: io.recipe_containers_read,
         read_amplification: read_amplification(io.data_container_bytes_read, r.bytes),
         speed_factor: speed_factor(r.bytes, io.data_containers_read),
+        seeks: r.reads.seeks,
         cache_containers: 0,
         cache: opts.cache,
         seconds: secs,
