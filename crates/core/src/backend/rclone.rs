@@ -5,7 +5,8 @@
 //! errors. Like restic's rclone backend, one rclone process per repository
 //! handle, ended when the handle is dropped.
 //!
-//! rclone's SFTP server has no hard links, so `put_if_absent` is a check
+//! rclone's SFTP server has no hard links (it answers `hardlink@openssh.com`
+//! with OK and links nothing), so `put_if_absent` is a check
 //! then a rename: exclusive within one Tessera process, not between two
 //! writing the same remote at once (the repository lock is advisory there).
 
@@ -26,6 +27,7 @@ pub fn transport(remote: &str) -> Transport {
         args,
         service: "rclone",
         credentials_hint: "the remote in rclone's configuration (`rclone config`)",
+        hard_links: false,
     }
 }
 
@@ -59,8 +61,14 @@ pub fn open(location: &str, transfer: TransferOptions, create: bool) -> Result<S
 mod tests {
     #[test]
     fn locations_parse() {
-        assert_eq!(super::remote("rclone:b2:bucket/repo").unwrap(), "b2:bucket/repo");
-        assert_eq!(super::remote("rclone::local:/tmp/x").unwrap(), ":local:/tmp/x");
+        assert_eq!(
+            super::remote("rclone:b2:bucket/repo").unwrap(),
+            "b2:bucket/repo"
+        );
+        assert_eq!(
+            super::remote("rclone::local:/tmp/x").unwrap(),
+            ":local:/tmp/x"
+        );
         for bad in ["rclone:", "rclone:nocolon", "rclone:--config=x:y"] {
             let e = super::remote(bad).unwrap_err().to_string();
             assert!(e.contains("bad rclone location"), "{bad}: {e}");

@@ -51,6 +51,9 @@ pub struct Transport {
     pub service: &'static str,
     /// What to check when the server refuses us.
     pub credentials_hint: &'static str,
+    /// Whether the server's `hardlink@openssh.com` links (rclone's
+    /// advertises it, answers OK and links nothing).
+    pub hard_links: bool,
 }
 
 impl Transport {
@@ -95,7 +98,10 @@ impl SftpLocation {
         let (host, port) = match hostport.split_once(':') {
             Some((h, p)) => (
                 h,
-                Some(p.parse::<u16>().map_err(|_| bad("the port is not a number"))?),
+                Some(
+                    p.parse::<u16>()
+                        .map_err(|_| bad("the port is not a number"))?,
+                ),
             ),
             None => (hostport, None),
         };
@@ -137,6 +143,7 @@ impl SftpLocation {
             args,
             service: "SFTP",
             credentials_hint: "the ssh user, keys and agent, and ~/.ssh/config",
+            hard_links: true,
         }
     }
 }
@@ -189,7 +196,6 @@ const HOPELESS: &[&str] = &[
     "Permission denied",
     "Host key verification failed",
     "Could not resolve hostname",
-    "No such file or directory",
     "didn't find section in config file",
     "cannot run",
     "Bad configuration option",
@@ -283,7 +289,11 @@ impl Inner {
         if self.dirs.lock().map(|d| d.contains(dir)).unwrap_or(false) {
             return Ok(());
         }
-        let mut at = if dir.starts_with('/') { "/".to_string() } else { String::new() };
+        let mut at = if dir.starts_with('/') {
+            "/".to_string()
+        } else {
+            String::new()
+        };
         for part in dir.split('/').filter(|p| !p.is_empty() && *p != ".") {
             if !at.is_empty() && !at.ends_with('/') {
                 at.push('/');
@@ -367,7 +377,7 @@ impl Inner {
                     Err(e) => Err(e),
                 }
             };
-            let hardlink = s.has_extension("hardlink@openssh.com");
+            let hardlink = self.transport.hard_links && s.has_extension("hardlink@openssh.com");
             if !hardlink {
                 if let Some(ours) = exists(s)? {
                     return Ok(ours);
@@ -523,7 +533,10 @@ impl SftpStore {
         let failure = match handle.join() {
             Ok(Ok(())) => None,
             Ok(Err(e)) => Some(e.to_string()),
-            Err(_) => Some(format!("{} PUT {name}: the upload panicked", self.service())),
+            Err(_) => Some(format!(
+                "{} PUT {name}: the upload panicked",
+                self.service()
+            )),
         };
         let mut u = self.uploads();
         if u.pending.get(&name).is_some_and(|(s, _)| *s == seq) {
@@ -736,7 +749,11 @@ impl ObjectStore for SftpStore {
                 }
             }
             // Those of the single names live in the root itself.
-            let root = if inner.root.is_empty() { "/" } else { &inner.root };
+            let root = if inner.root.is_empty() {
+                "/"
+            } else {
+                &inner.root
+            };
             for (file, attrs) in s.read_dir(root)? {
                 if !attrs.is_dir() && file.starts_with('.') && file.ends_with(".tmp") {
                     match s.remove(&inner.path(&file)) {
@@ -774,7 +791,14 @@ mod tests {
         assert_eq!((l.user, l.port, l.path.as_str()), (None, None, "backups"));
         assert_eq!(SftpLocation::parse("sftp:box/~").unwrap().path, ".");
         assert_eq!(SftpLocation::parse("sftp://box//abs").unwrap().path, "/abs");
-        for bad in ["sftp:box", "sftp:box/", "sftp:@box/x", "sftp:box:port/x", "sftp:/x", "sftp:-oProxyCommand=x/y"] {
+        for bad in [
+            "sftp:box",
+            "sftp:box/",
+            "sftp:@box/x",
+            "sftp:box:port/x",
+            "sftp:/x",
+            "sftp:-oProxyCommand=x/y",
+        ] {
             let e = SftpLocation::parse(bad).unwrap_err().to_string();
             assert!(e.contains("bad SFTP location"), "{bad}: {e}");
         }
@@ -788,6 +812,9 @@ mod tests {
         assert_eq!(tail, ["sftp", "box", "--"]);
         assert!(args.contains(&"-s".to_string()));
         let joined = args.join(" ");
-        assert!(joined.contains("-p 2222") && joined.contains("-l me"), "{joined}");
+        assert!(
+            joined.contains("-p 2222") && joined.contains("-l me"),
+            "{joined}"
+        );
     }
 }

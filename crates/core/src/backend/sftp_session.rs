@@ -183,10 +183,14 @@ impl<'a> Cursor<'a> {
         Ok(head)
     }
     fn u32(&mut self) -> SftpResult<u32> {
-        Ok(u32::from_be_bytes(self.take(4)?.try_into().unwrap_or([0; 4])))
+        Ok(u32::from_be_bytes(
+            self.take(4)?.try_into().unwrap_or([0; 4]),
+        ))
     }
     fn u64(&mut self) -> SftpResult<u64> {
-        Ok(u64::from_be_bytes(self.take(8)?.try_into().unwrap_or([0; 8])))
+        Ok(u64::from_be_bytes(
+            self.take(8)?.try_into().unwrap_or([0; 8]),
+        ))
     }
     fn string(&mut self) -> SftpResult<&'a [u8]> {
         let n = self.u32()? as usize;
@@ -519,13 +523,15 @@ impl Session {
                     }
                 }
                 FXP_STATUS => {
-                    status(&r.body).or_else(|e| {
-                        if e.is_status(FX_EOF) {
-                            Ok(())
-                        } else {
-                            Err(e)
-                        }
-                    })?;
+                    status(&r.body).or_else(
+                        |e| {
+                            if e.is_status(FX_EOF) {
+                                Ok(())
+                            } else {
+                                Err(e)
+                            }
+                        },
+                    )?;
                     // End of file.
                     for (_, _, rx) in inflight.drain(..) {
                         let _ = self.receive(rx);

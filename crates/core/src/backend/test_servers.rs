@@ -90,7 +90,11 @@ impl Sshd {
             return missing("ssh-keygen", "TESSERA_REQUIRE_SSHD", install);
         };
         if find_program("ssh").is_none() {
-            return missing("ssh", "TESSERA_REQUIRE_SSHD", "apt-get install -y openssh-client");
+            return missing(
+                "ssh",
+                "TESSERA_REQUIRE_SSHD",
+                "apt-get install -y openssh-client",
+            );
         }
         let dir = tempfile::Builder::new()
             .prefix("tessera-sshd-")
@@ -135,7 +139,10 @@ impl Sshd {
             format!("[127.0.0.1]:{port} {}\n", host_pub.join(" ")),
         )
         .expect("write known_hosts");
-        for (name, key) in [("ssh_config", "user_key"), ("stranger_config", "stranger_key")] {
+        for (name, key) in [
+            ("ssh_config", "user_key"),
+            ("stranger_config", "stranger_key"),
+        ] {
             let c = format!(
                 "Host *\n  IdentityFile {d}/{key}\n  IdentitiesOnly yes\n  IdentityAgent none\n\
                  UserKnownHostsFile {d}/known_hosts\n  StrictHostKeyChecking yes\n  BatchMode yes\n\
@@ -176,8 +183,8 @@ impl Sshd {
         let deadline = Instant::now() + Duration::from_secs(20);
         while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
             if let Some(Ok(Some(st))) = child.as_mut().map(Child::try_wait) {
-                let log = std::fs::read_to_string(self.dir.path().join("sshd.log"))
-                    .unwrap_or_default();
+                let log =
+                    std::fs::read_to_string(self.dir.path().join("sshd.log")).unwrap_or_default();
                 panic!("sshd exited ({st}): {log}");
             }
             assert!(Instant::now() < deadline, "sshd did not start in 20 s");
@@ -214,10 +221,17 @@ impl Sshd {
     pub fn transport(&self, location: &str, stranger: bool) -> (Transport, String) {
         let loc = SftpLocation::parse(location).expect("an sftp location");
         let mut t = loc.transport();
-        let config = if stranger { "stranger_config" } else { "ssh_config" };
+        let config = if stranger {
+            "stranger_config"
+        } else {
+            "ssh_config"
+        };
         t.args.splice(
             0..0,
-            ["-F".to_string(), self.dir.path().join(config).display().to_string()],
+            [
+                "-F".to_string(),
+                self.dir.path().join(config).display().to_string(),
+            ],
         );
         (t, loc.path)
     }
@@ -277,7 +291,11 @@ impl RcloneRemote {
     /// A configuration, or `None` if rclone is missing and may be.
     pub fn new() -> Option<RcloneRemote> {
         let Some(rclone) = find_program("rclone") else {
-            return missing("rclone", "TESSERA_REQUIRE_RCLONE", "apt-get install -y rclone");
+            return missing(
+                "rclone",
+                "TESSERA_REQUIRE_RCLONE",
+                "apt-get install -y rclone",
+            );
         };
         let dir = tempfile::Builder::new()
             .prefix("tessera-rclone-")

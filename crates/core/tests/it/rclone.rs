@@ -17,7 +17,13 @@ use crate::s3_minio::folder;
 
 fn store(r: &RcloneRemote, path: &str, create: bool) -> tessera_core::Result<SftpStore> {
     let loc = r.location(path);
-    SftpStore::with_transport(r.transport(&loc), String::new(), &loc, quick_transfer(), create)
+    SftpStore::with_transport(
+        r.transport(&loc),
+        String::new(),
+        &loc,
+        quick_transfer(),
+        create,
+    )
 }
 
 fn assert_one_line(e: &tessera_core::Error, words: &[&str]) {
@@ -52,7 +58,8 @@ fn rclone_backend_contract() {
     let Some(r) = RcloneRemote::new() else { return };
     let b = store(&r, &folder("contract"), true).unwrap();
     check_contract(&b);
-    check_key_validation(&store(&r, &folder("keys"), true).unwrap());
+    let k = store(&r, &folder("keys"), true).unwrap();
+    check_key_validation(&k);
     // One rclone per handle, ended with it.
     assert_eq!(rclones_for(r.dir.path()).len(), 2);
     drop(b);

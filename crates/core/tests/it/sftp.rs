@@ -129,10 +129,7 @@ fn sftp_refusals_are_one_line_errors() {
     assert!(started.elapsed().as_secs() < 10, "{:?}", started.elapsed());
 
     let e = store(&s, "no/such/dir", false).unwrap_err();
-    assert!(
-        matches!(e, tessera_core::Error::NoRepository(_)),
-        "{e:?}"
-    );
+    assert!(matches!(e, tessera_core::Error::NoRepository(_)), "{e:?}");
     assert_one_line(&e, &["no/such/dir"]);
 
     s.stop();
@@ -215,7 +212,8 @@ fn sftp_lost_connection_is_reopened() {
     assert!(killed >= 1, "no ssh process found");
     std::thread::sleep(std::time::Duration::from_millis(100));
     assert_eq!(b.get(&ObjectKey::IndexSegment(1)).unwrap(), b"one");
-    b.put(&ObjectKey::IndexSegment(2), &bytes(3, 3 << 20)).unwrap();
+    b.put(&ObjectKey::IndexSegment(2), &bytes(3, 3 << 20))
+        .unwrap();
     b.barrier().unwrap();
     assert_eq!(b.size(&ObjectKey::IndexSegment(2)).unwrap(), 3 << 20);
 }
