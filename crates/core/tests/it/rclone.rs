@@ -129,6 +129,8 @@ fn rclone_killed_mid_backup_is_restarted() {
     w.close().unwrap();
     drop(s0);
 
+    let killed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let k = killed.clone();
     let trig = Arc::new(
         Trigger::new(
             store(&r, &path, false).unwrap(),
@@ -137,6 +139,7 @@ fn rclone_killed_mid_backup_is_restarted() {
             Box::new(move || {
                 for pid in rclones_for(&dir) {
                     kill_tree(pid);
+                    k.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
             }),
         )
@@ -147,6 +150,7 @@ fn rclone_killed_mid_backup_is_restarted() {
     let v2 = bytes(12, 900_000);
     let id2 = backup(&mut w, "s", &v2).unwrap();
     assert!(trig.fired());
+    assert_eq!(killed.load(std::sync::atomic::Ordering::Relaxed), 1);
     w.close().unwrap();
     let repo = Repository::open(Arc::new(store(&r, &path, false).unwrap())).unwrap();
     assert_eq!(restore(&repo, id1).unwrap(), v1);
