@@ -214,10 +214,15 @@ impl Inner {
             return Ok(open.clone());
         }
         *s = None;
-        let new = Arc::new(Session::start(
-            self.transport.command(),
-            self.transfer.connect_timeout.max(Duration::from_secs(30)),
-        )?);
+        // A password or passphrase typed on a terminal takes its time.
+        // SAFETY: isatty only inspects a descriptor.
+        let interactive = unsafe { libc::isatty(0) } == 1;
+        let patience = if interactive {
+            Duration::from_secs(300)
+        } else {
+            self.transfer.connect_timeout.max(Duration::from_secs(30))
+        };
+        let new = Arc::new(Session::start(self.transport.command(), patience)?);
         *s = Some(new.clone());
         Ok(new)
     }
