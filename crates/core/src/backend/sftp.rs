@@ -439,7 +439,7 @@ fn read_file(s: &Session, path: &str) -> SftpResult<Option<Vec<u8>>> {
         let size = attrs.size.unwrap_or(u64::MAX >> 1);
         s.read(&handle, 0, size).map(Some)
     })();
-    let _ = s.close(&handle);
+    s.close_read(&handle);
     got
 }
 
@@ -632,7 +632,7 @@ impl ObjectStore for SftpStore {
                 other => other?,
             };
             let r = s.read(&handle, offset, len);
-            let _ = s.close(&handle);
+            s.close_read(&handle);
             r.map(Some)
         })?;
         match got {

@@ -452,6 +452,15 @@ impl Session {
         self.call_status(FXP_CLOSE, &p)
     }
 
+    /// Close a handle that was only read, without waiting for the answer
+    /// (nothing depends on it; a ranged read costs two round trips, not
+    /// three).
+    pub(crate) fn close_read(&self, handle: &[u8]) {
+        let mut p = Vec::new();
+        put_str(&mut p, handle);
+        let _ = self.send(FXP_CLOSE, &p);
+    }
+
     /// Write all of `data` from offset 0, [`WINDOW`] requests in flight.
     pub(crate) fn write_all(&self, handle: &[u8], data: &[u8]) -> SftpResult<()> {
         let mut inflight = std::collections::VecDeque::new();
