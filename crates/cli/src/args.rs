@@ -93,8 +93,8 @@ pub struct RecordArgs {
 /// Where the repository is.
 #[derive(Args, Clone)]
 pub struct RepoArg {
-    /// Repository directory
-    #[arg(long, short = 'r', env = "TESSERA_REPO", value_name = "DIR")]
+    /// Repository location: a directory, s3:URL/BUCKET[/PREFIX], azure:ACCOUNT/CONTAINER[/PREFIX], gs:BUCKET[/PREFIX], sftp:[USER@]HOST[:PORT]/PATH or rclone:REMOTE:PATH
+    #[arg(long, short = 'r', env = "TESSERA_REPO", value_name = "LOCATION")]
     pub repo: String,
     /// Read the repository's password from the first line of this file (else --password-command, TESSERA_PASSWORD, or a prompt on a terminal)
     #[arg(
@@ -134,6 +134,17 @@ pub struct JsonArg {
 #[derive(Subcommand)]
 pub enum Command {
     /// Create a repository
+    ///
+    /// The location (--repo or TESSERA_REPO) is a directory (created if
+    /// missing) or one of: s3:http[s]://HOST[:PORT]/BUCKET[/PREFIX] (AWS_*
+    /// credentials); azure:ACCOUNT/CONTAINER[/PREFIX] (AZURE_STORAGE_*);
+    /// gs:BUCKET[/PREFIX] (GOOGLE_APPLICATION_CREDENTIALS);
+    /// sftp:[USER@]HOST[:PORT]/PATH, through the system ssh with the user's
+    /// ~/.ssh/config, agent and keys (PATH is absolute; /~/PATH is under the
+    /// login directory; TESSERA_SSH_ARGS adds ssh options); rclone:REMOTE:PATH,
+    /// any remote of rclone's configuration, through `rclone serve sftp
+    /// --stdio` (TESSERA_RCLONE_ARGS adds rclone options). A missing bucket or
+    /// container is created, and init says so; a missing directory is created.
     Init {
         #[command(flatten)]
         repo: RepoArg,

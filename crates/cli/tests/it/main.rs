@@ -14,6 +14,7 @@ mod lab;
 mod mfdedup;
 mod mount;
 mod online;
+mod remote;
 mod rewrite;
 mod seal;
 mod snapshots;

@@ -30,8 +30,14 @@ mod faulty;
 pub mod gcs;
 mod local;
 mod memory;
+pub mod rclone;
 pub mod s3;
+pub mod sftp;
+mod sftp_session;
 mod store;
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub mod test_servers;
 #[cfg(test)]
 mod tests;
 
@@ -46,6 +52,7 @@ pub use gcs::{GcsLocation, GcsOptions, GcsStore};
 pub use local::LocalStore;
 pub use memory::MemoryStore;
 pub use s3::{S3Location, S3Options, S3Store};
+pub use sftp::{SftpLocation, SftpStore};
 pub use store::{list_all, ObjectBytes, ObjectStore};
 
 /// The backend of a repository location, as given by `--repo` or
@@ -53,7 +60,9 @@ pub use store::{list_all, ObjectBytes, ObjectStore};
 /// A plain path (or `file:PATH`) is a local directory;
 /// `s3:http[s]://HOST[:PORT]/BUCKET[/PREFIX]` is an S3-compatible store,
 /// `azure:ACCOUNT/CONTAINER[/PREFIX]` Azure Blob Storage and
-/// `gs:BUCKET[/PREFIX]` Google Cloud Storage (each behind a local cache of
+/// `gs:BUCKET[/PREFIX]` Google Cloud Storage,
+/// `sftp:[USER@]HOST[:PORT]/PATH` a directory reached by `ssh` and
+/// `rclone:REMOTE:PATH` any rclone remote (each behind a local cache of
 /// its metadata objects, see [`CachedStore`], which keeps the container
 /// objects `containers` accepts: pass
 /// `container::format::is_recipe_container`); a location with a URL scheme
@@ -70,6 +79,9 @@ pub fn open(
     }
     if let Some(store) = open_cloud(location, false, containers)? {
         return Ok(store.0);
+    }
+    if let Some(store) = open_sftp(location, false, containers)? {
+        return Ok(store);
     }
     Ok(std::sync::Arc::new(LocalStore::open(&local_path(
         location,
@@ -99,6 +111,9 @@ pub fn create_reporting(
     }
     if let Some(made) = open_cloud(location, true, containers)? {
         return Ok(made);
+    }
+    if let Some(store) = open_sftp(location, true, containers)? {
+        return Ok((store, false));
     }
     Ok((
         std::sync::Arc::new(LocalStore::create(&local_path(location)?)?),
@@ -143,6 +158,33 @@ fn open_cloud(
         return Ok(None);
     };
     Ok(Some((behind_cache(store, create, containers)?, created)))
+}
+
+/// The SFTP or rclone store a location names (`None`: neither), behind
+/// the metadata cache unless `TESSERA_CACHE_DIR=off`; `create` makes the
+/// directory.
+fn open_sftp(
+    location: &str,
+    create: bool,
+    containers: ContainerFilter,
+) -> Result<Option<std::sync::Arc<dyn ObjectStore>>> {
+    let transfer = TransferOptions::from_env()?;
+    let store: std::sync::Arc<dyn ObjectStore> = if location.starts_with("sftp:") {
+        if create {
+            std::sync::Arc::new(SftpStore::create(location, transfer)?)
+        } else {
+            std::sync::Arc::new(SftpStore::open(location, transfer)?)
+        }
+    } else if location.starts_with("rclone:") {
+        std::sync::Arc::new(rclone::open(location, transfer, create)?)
+    } else {
+        return Ok(None);
+    };
+    let dir = CachedStore::<std::sync::Arc<dyn ObjectStore>>::default_dir(&store.location());
+    Ok(Some(match dir {
+        Some(dir) => std::sync::Arc::new(CachedStore::new(store, dir, containers)),
+        None => store,
+    }))
 }
 
 /// An S3 store with the given options, behind the metadata cache (keeping
