@@ -1675,11 +1675,12 @@ fn focused_mark_trusts_the_graph_of_interleaved_groups() {
         )
     };
     let opts = |n: &str| BackupOptions::new(n, SourceKind::Trace);
-    // A is the base of s1 and a2, B of s2; B and C deduplicate against
-    // earlier members of their own group, D against group one.
+    // Dealt round-robin (s1 b1 c1 | a1 s1 s2 | a2 s2): A is the base of
+    // s1 and a2, C of s2; B deduplicates against A and C, members of its
+    // own group, D against group one.
     let one = repo
         .backup_interleaved(vec![
-            (opts("A"), tr(&["a1", "a2", "s1"])),
+            (opts("A"), tr(&["s1", "a1", "a2"])),
             (opts("B"), tr(&["b1", "s1", "s2"])),
             (opts("C"), tr(&["c1", "s2"])),
         ])
