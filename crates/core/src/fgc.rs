@@ -173,7 +173,9 @@ impl RefGraph {
     /// Record one occurrence of copy `copy` of a chunk in `here`
     /// (CorrRecorder's rule): a copy the store already held and whose base
     /// is another backup's adds the edge to that base; a copy without a base
-    /// gets `here`. `seen` holds the bases this backup set so far.
+    /// gets `here`. `seen` holds the bases this commit set so far: this
+    /// backup's, or an earlier member's of an interleaved group (then the
+    /// edge goes to that member).
     fn record(
         &self,
         seen: &mut RefGraph,
@@ -184,7 +186,11 @@ impl RefGraph {
         here: VFile,
     ) {
         let key = (*fp, copy);
-        if seen.bases(kind).contains_key(&key) {
+        if let Some(base) = seen.bases(kind).get(&key) {
+            if base.backup != here.backup {
+                let base = *base;
+                seen.edges.insert((here, base));
+            }
             return;
         }
         match self.bases(kind).get(&key).filter(|_| held) {
@@ -412,7 +418,9 @@ fn walk_node(
 /// chunks new or duplicate.
 pub(crate) struct CorrRecorder {
     graph: RefGraph,
+    /// The backup whose chunks it sees, and the first of its group.
     backup: BackupId,
+    first: BackupId,
     seen: RefGraph,
 }
 
@@ -432,8 +440,16 @@ impl CorrRecorder {
         Some(CorrRecorder {
             graph,
             backup: writer.manifest.next_backup_id,
+            first: writer.manifest.next_backup_id,
             seen: RefGraph::new(granularity),
         })
+    }
+
+    /// The chunks that follow are member `m`'s of an interleaved group
+    /// (published in member order, so its id is the group's first plus
+    /// `m`); a single backup is member 0.
+    pub(crate) fn member(&mut self, m: usize) {
+        self.backup = BackupId(self.first.0 + m as u64);
     }
 
     /// One chunk of the backup, referencing copy `copy`: `held` if the
@@ -458,7 +474,7 @@ impl CorrRecorder {
 pub(crate) type Committed = (Vec<ObjectKey>, Option<Kept>);
 
 /// At a backup's commit: append the recorder's segment to `next`, or drop
-/// the graph if this backup was not recorded (rewriting, interleaving),
+/// the graph if this backup was not recorded (rewriting),
 /// since it would miss edges.
 pub(crate) fn commit_backup(
     writer: &Context,

@@ -802,13 +802,19 @@ fn run_approach(
         // last row carries them all.
         let mut io = Some(run.backend.counters().since(&io));
         let last = reports.len().saturating_sub(1);
+        // The stats after the group (each member's row carries them), read
+        // again only after a retention round: reading them per member cost
+        // a scan of the catalog each, quadratic in a many-files series.
+        let mut st = run.repo.stats();
         for (k, report) in reports.into_iter().enumerate() {
             let step = g * group + k;
             progress.done += 1;
             progress.bytes += report.logical_bytes;
             let io = if k == last { io.take() } else { None };
-            run.record_backup(step, &report, io.unwrap_or_default())?;
-            run.retention_round(step, report.backup.id)?;
+            run.record_backup(step, &report, io.unwrap_or_default(), &st)?;
+            if run.retention_round(step, report.backup.id)? {
+                st = run.repo.stats();
+            }
         }
     }
     for doubling in 1..=exp.fastcopy_doublings {
@@ -942,12 +948,18 @@ impl ApproachRun<'_> {
     }
 
     /// The backup's row, and the restore of the newest backup if asked for.
-    fn record_backup(&mut self, step: usize, report: &BackupReport, io: IoCounters) -> Result<()> {
+    fn record_backup(
+        &mut self,
+        step: usize,
+        report: &BackupReport,
+        io: IoCounters,
+        st: &tessera_core::repo::RepoStats,
+    ) -> Result<()> {
         let mfdedup = self.mfdedup_after(report)?;
         let (a, v) = (self.a, &self.versions[step]);
         self.ingested += report.logical_bytes;
         self.step_of.insert(report.backup.id, step);
-        let st = self.repo.stats();
+        // Only the chunks with several copies are visited: cheap per row.
         let census = self.repo.index()?.copy_census();
         self.rows.push(Row::Backup(BackupRow {
             approach: a.name.clone(),
@@ -986,24 +998,24 @@ impl ApproachRun<'_> {
     }
 
     /// A retention round after `step` if one is due: forget, then GC if the
-    /// approach has one.
-    fn retention_round(&mut self, step: usize, backup_id: BackupId) -> Result<()> {
+    /// approach has one. Returns whether a round ran.
+    fn retention_round(&mut self, step: usize, backup_id: BackupId) -> Result<bool> {
         let (Some(ret), Some(rng)) = (&self.exp.retention, self.rng.as_mut()) else {
-            return Ok(());
+            return Ok(false);
         };
         // Backups up to this one: with interleaving, the group's later
         // members exist already but are not yet due for retention, so
-        // every approach and interleave deletes the same backups.
-        let ids: Vec<BackupId> = self
-            .repo
-            .backups()
-            .iter()
-            .map(|b| b.id)
-            .filter(|&id| id <= backup_id)
-            .collect();
+        // every approach and interleave deletes the same backups. The
+        // catalog lists backups in id order.
+        let backups = self.repo.backups();
+        let due = backups.partition_point(|b| b.id <= backup_id);
+        if due <= ret.retain {
+            return Ok(false);
+        }
+        let ids: Vec<BackupId> = backups[..due].iter().map(|b| b.id).collect();
         let gone = ret.round(&ids, rng);
         if gone.is_empty() {
-            return Ok(());
+            return Ok(false);
         }
         self.round += 1;
         let io = self.backend.counters();
@@ -1045,7 +1057,7 @@ impl ApproachRun<'_> {
         g.dedup_ratio = st.dedup_ratio;
         g.io = self.backend.counters().since(&io).into();
         self.rows.push(Row::Gc(Box::new(g)));
-        Ok(())
+        Ok(true)
     }
 
     /// GC with the approach's options, if it has any (cold: the page cache

@@ -16,6 +16,8 @@
 //! chunk still goes to its own member's recipe, so every backup restores
 //! from its own copies. HAR keeps its history per member's chain. Every
 //! member must ask for the same policy and segment: the group has one.
+//! Without rewriting, FGC's reference graph records every member (with
+//! edges between members), so a focused GC works on interleaved series.
 
 use super::options::{report, Counts, Member};
 use super::rewriting::StreamOut;
@@ -129,7 +131,13 @@ pub(crate) fn backup_interleaved(
     let segment = segment.unwrap_or_else(|| default_segment_bytes(cfg.container_size as u64));
     let chains_of_members = chains.clone();
     let rw = Rewriter::new(&rewrite, segment, &repo.manifest, chains)?;
+    let recording = rw.is_none();
     let mut sink = Sink::new(repo, hooks, rw);
+    if recording {
+        // FGC's graph: each member's bases and edges, including those to
+        // earlier members of the group (see `fgc::CorrRecorder::member`).
+        sink.corr = crate::fgc::CorrRecorder::start(repo);
+    }
     let trace = cfg.trace;
     let mut deal = || -> Result<Vec<Member>> {
         let longest = dealt.iter().map(|d| d.chunks.len()).max().unwrap_or(0);
@@ -154,6 +162,9 @@ pub(crate) fn backup_interleaved(
                 // the member whose chunk this is.
                 sink.counts = d.counts;
                 sink.cursor = d.cursor;
+                if let Some(corr) = &mut sink.corr {
+                    corr.member(m);
+                }
                 let copy = sink.dedup_chunk(fp, len, bytes)?;
                 d.recipe.push(fp, len, copy, &mut sink)?;
                 d.counts = sink.counts;
@@ -162,8 +173,11 @@ pub(crate) fn backup_interleaved(
         }
         sink.flush_segment(&mut outs(&mut dealt))?;
         let mut members = Vec::with_capacity(dealt.len());
-        for (d, (name, source, meta)) in dealt.drain(..).zip(names.drain(..)) {
+        for (m, (d, (name, source, meta))) in dealt.drain(..).zip(names.drain(..)).enumerate() {
             sink.counts = d.counts;
+            if let Some(corr) = &mut sink.corr {
+                corr.member(m);
+            }
             let root = d.recipe.finish(&mut sink)?;
             members.push(Member {
                 name,

@@ -1655,6 +1655,53 @@ fn focused_gc_walks_only_correlative_backups() {
     assert_only_live_chunks(&repo);
 }
 
+/// FGC's graph records interleaved groups (the many-files workload ingests
+/// its files in groups): a member that deduplicates against an earlier
+/// member of its group gets the edge to it, so forgetting that earlier
+/// member keeps the shared chunks. The focused mark uses the recorded
+/// graph (no rebuild) and judges as the full mark does.
+#[test]
+fn focused_mark_trusts_the_graph_of_interleaved_groups() {
+    let b = mem();
+    init_small(b.clone(), true);
+    let mut repo = Repository::open_writer(b.clone(), "t").unwrap();
+    repo.rebuild_refgraph(0).unwrap();
+    let tr = |names: &[&str]| {
+        tessera_core::ingest::GroupInput::Trace(
+            names
+                .iter()
+                .map(|n| (HashAlgo::Blake3.hash(n.as_bytes()), 1024))
+                .collect(),
+        )
+    };
+    let opts = |n: &str| BackupOptions::new(n, SourceKind::Trace);
+    // Dealt round-robin (s1 b1 c1 | a1 s1 s2 | a2 s2): A is the base of
+    // s1 and a2, C of s2; B deduplicates against A and C, members of its
+    // own group, D against group one.
+    let one = repo
+        .backup_interleaved(vec![
+            (opts("A"), tr(&["s1", "a1", "a2"])),
+            (opts("B"), tr(&["b1", "s1", "s2"])),
+            (opts("C"), tr(&["c1", "s2"])),
+        ])
+        .unwrap();
+    let two = repo
+        .backup_interleaved(vec![(opts("D"), tr(&["d1", "a2"]))])
+        .unwrap();
+    let a = one[0].backup.id;
+    repo.forget(&[a]).unwrap();
+    let stats = assert_focused_agrees(&repo);
+    assert!(!stats.rebuilt, "the interleaved groups kept the graph");
+    // B (s1) and D (a2) are A's correlative backups; C is not.
+    assert_eq!(stats.correlative_backups, 2);
+    assert_eq!(stats.dead_data_chunks, 1, "only a1 dies");
+    repo.gc(&focused()).unwrap();
+    assert_only_live_chunks(&repo);
+    for id in [one[1].backup.id, one[2].backup.id, two[0].backup.id] {
+        restore(&repo, id).unwrap();
+    }
+}
+
 /// The focused mark never costs more than the full mark: with ten
 /// sources of two versions each, forgetting one version runs the focused
 /// mark (fewer recipe bytes read and less memory than the full mark);
