@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Pack the issue-31 FGC / physical-GC results for the repository: per
-experiment (experiments/results/NAME), results.csv.gz (every row; for the
+experiment (experiments/results/NAME), results.csv.zst (every row; for the
 100,000-backup runs only the GC rows, the backup rows being 115 MB), the
 report.html if small, and gc-rows.md: each GC row with the focused mark's
 memory split (focus.* fields, only in results.jsonl) and the run's stamp.
@@ -8,10 +8,10 @@ memory split (focus.* fields, only in results.jsonl) and the run's stamp.
 Usage: experiments/fgc-gc-rows.py NAME...
 """
 import csv
-import gzip
 import io
 import json
 import os
+import subprocess
 import sys
 
 BIG = 2 << 20
@@ -52,13 +52,16 @@ def pack(name):
     src = os.path.join(d, "results.csv")
     if os.path.exists(src):
         big = os.path.getsize(src) > BIG
-        with open(src, newline="") as f, gzip.open(src + ".gz", "wt", newline="") as out:
+        out = io.StringIO(newline="")
+        with open(src, newline="") as f:
             rd, wr = csv.reader(f), csv.writer(out)
             head = next(rd)
             wr.writerow(head)
             for r in rd:
                 if not big or r[0] != "backup":
                     wr.writerow(r)
+        subprocess.run(["zstd", "-19", "-q", "-f", "-o", src + ".zst"],
+                       input=out.getvalue().encode(), check=True)
         os.remove(src)
     html = os.path.join(d, "report.html")
     if os.path.exists(html) and os.path.getsize(html) > BIG:

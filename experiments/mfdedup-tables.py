@@ -1,13 +1,20 @@
 #!/usr/bin/env python3
 """Tables of an MFDedup experiment (mfdedup-tos Figs. 11-18) from its
-results.csv (or results.csv.gz): python3 experiments/mfdedup-tables.py experiments/results/NAME/results.csv.gz"""
+results.csv (or .csv.zst, .csv.gz): python3 experiments/mfdedup-tables.py experiments/results/NAME/results.csv.zst"""
 import csv, statistics as st, sys
 from collections import defaultdict
 
-import gzip
+import gzip, io, subprocess
 
-opener = gzip.open if sys.argv[1].endswith(".gz") else open
-rows = list(csv.DictReader(opener(sys.argv[1], "rt")))
+
+def opener(path):
+    if path.endswith(".zst"):
+        text = subprocess.run(["zstd", "-dc", path], check=True, capture_output=True).stdout
+        return io.StringIO(text.decode())
+    return gzip.open(path, "rt") if path.endswith(".gz") else open(path)
+
+
+rows = list(csv.DictReader(opener(sys.argv[1])))
 f = lambda r, k: float(r[k]) if r.get(k) not in (None, "") else 0.0
 approaches = list(dict.fromkeys(r["approach"] for r in rows))
 by = defaultdict(lambda: defaultdict(list))

@@ -131,7 +131,7 @@ fn quick_reproduce_at_a_tiny_scale_fills_every_section() {
     // This run's results are under --out; the committed ones are untouched.
     for n in ["tiny-a", "tiny-b"] {
         let d = out.join("results").join(n);
-        assert!(d.join("report.html").is_file() && d.join("results.csv.gz").is_file());
+        assert!(d.join("report.html").is_file() && d.join("results.csv.zst").is_file());
         assert!(!d.join("work").exists());
         assert!(!root.join("experiments/results").join(n).exists());
     }
