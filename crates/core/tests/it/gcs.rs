@@ -26,10 +26,9 @@ use std::time::{Duration, Instant};
 use tessera_core::backend::contract::{check_contract, check_key_validation};
 use tessera_core::check::CheckOptions;
 use tessera_core::chunking::ChunkerConfig;
-use tessera_core::gc::GcOptions;
 use tessera_core::Repository;
 
-use crate::common::{backup, bytes, init_blake3, mutate, restore};
+use crate::common::{backup, backup_forget_gc_check_restore, bytes, init_blake3, restore};
 use tessera_core::backend::{
     GcsOptions, GcsStore, KeyKind, ObjectKey, ObjectStore, TransferOptions,
 };
@@ -362,36 +361,7 @@ fn gcs_backup_forget_gc_check_restore() {
         GcsStore::open_creating(&format!("gs:cycle/{}", folder("r")), adapter.options(&g)).unwrap();
     assert!(created);
     let store: Arc<dyn ObjectStore> = Arc::new(store);
-    init_blake3(
-        store.clone(),
-        ChunkerConfig::Fastcdc {
-            min: 1024,
-            avg: 4096,
-            max: 16384,
-        },
-        64 * 1024,
-        false,
-    );
-    let v1 = bytes(7, 700_000);
-    let v2 = mutate(&v1, 8, 5000);
-    let v3 = bytes(9, 300_000);
-    let mut w = Repository::open_writer(store.clone(), "test").unwrap();
-    let i1 = backup(&mut w, "s", &v1).unwrap();
-    let i2 = backup(&mut w, "s", &v2).unwrap();
-    let i3 = backup(&mut w, "t", &v3).unwrap();
-    w.forget(&[i1, i3]).unwrap();
-    let gc = w.gc(&GcOptions::default()).unwrap();
-    assert!(gc.reclaimed_containers > 0, "{gc:?}");
-    w.close().unwrap();
-    let r = Repository::open(store).unwrap();
-    assert_eq!(r.backups().len(), 1);
-    assert_eq!(restore(&r, i2).unwrap(), v2);
-    let c = r
-        .check(&CheckOptions {
-            read_data: tessera_core::check::ReadData::All,
-        })
-        .unwrap();
-    assert!(c.ok(), "{:?}", c.problems);
+    backup_forget_gc_check_restore(store);
 }
 
 /// The server SIGKILLed at the 3rd upload of a backup: a one-line error,

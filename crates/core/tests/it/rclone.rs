@@ -9,10 +9,9 @@ use tessera_core::backend::test_servers::{children_of, kill_tree, quick_transfer
 use tessera_core::backend::{ObjectStore, SftpStore};
 use tessera_core::check::CheckOptions;
 use tessera_core::chunking::ChunkerConfig;
-use tessera_core::gc::GcOptions;
 use tessera_core::Repository;
 
-use crate::common::{backup, bytes, init_blake3, mutate, restore};
+use crate::common::{backup, backup_forget_gc_check_restore, bytes, init_blake3, restore};
 use crate::s3_minio::folder;
 
 fn store(r: &RcloneRemote, path: &str, create: bool) -> tessera_core::Result<SftpStore> {
@@ -70,27 +69,7 @@ fn rclone_backend_contract() {
 fn rclone_backup_forget_gc_check_restore() {
     let Some(r) = RcloneRemote::new() else { return };
     let store: Arc<dyn ObjectStore> = Arc::new(store(&r, &folder("cycle"), true).unwrap());
-    init_blake3(store.clone(), chunker(), 64 * 1024, false);
-    let v1 = bytes(7, 700_000);
-    let v2 = mutate(&v1, 8, 5000);
-    let v3 = bytes(9, 300_000);
-    let mut w = Repository::open_writer(store.clone(), "test").unwrap();
-    let i1 = backup(&mut w, "s", &v1).unwrap();
-    let i2 = backup(&mut w, "s", &v2).unwrap();
-    let i3 = backup(&mut w, "t", &v3).unwrap();
-    w.forget(&[i1, i3]).unwrap();
-    let gc = w.gc(&GcOptions::default()).unwrap();
-    assert!(gc.reclaimed_containers > 0, "{gc:?}");
-    w.close().unwrap();
-    let repo = Repository::open(store).unwrap();
-    assert_eq!(repo.backups().len(), 1);
-    assert_eq!(restore(&repo, i2).unwrap(), v2);
-    let c = repo
-        .check(&CheckOptions {
-            read_data: tessera_core::check::ReadData::All,
-        })
-        .unwrap();
-    assert!(c.ok(), "{:?}", c.problems);
+    backup_forget_gc_check_restore(store);
 }
 
 /// A remote missing from the configuration, a repository folder that
