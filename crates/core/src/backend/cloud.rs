@@ -324,11 +324,10 @@ impl CloudStore {
             "AuthorizationFailure",
             "AccessDenied",
             "Unauthorized",
-            "401",
-            "403",
         ]
         .iter()
         .any(|w| detail.contains(w))
+            || ["401", "403"].iter().any(|c| has_status(&detail, c))
         {
             format!(
                 "access denied by {} (check {}): {detail}",
@@ -770,9 +769,29 @@ pub(crate) fn bucket_and_prefix(
     Ok((bucket.to_string(), prefix))
 }
 
+/// Whether `detail` names HTTP status `code` as a number of its own: an
+/// elapsed time such as "in 289.240199ms" holds "401" too, and a refused
+/// connection was once reported as "access denied" for it.
+fn has_status(detail: &str, code: &str) -> bool {
+    let number = |c: Option<char>| c.is_some_and(|c| c.is_ascii_digit() || c == '.');
+    detail.match_indices(code).any(|(i, _)| {
+        !number(detail[..i].chars().next_back()) && !number(detail[i + code.len()..].chars().next())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_status_code_is_a_number_of_its_own() {
+        // A refused connection after 289.240199 ms is not "401".
+        let refused = "Error performing GET http://127.0.0.1:34001/b in 289.240199ms, after 2 retries - HTTP error: error sending request";
+        assert!(!has_status(refused, "401"));
+        assert!(has_status("non-2xx status code: 401 Unauthorized", "401"));
+        assert!(has_status("status 403", "403"));
+        assert!(!has_status("took 14033 ms", "403"));
+    }
 
     #[test]
     fn error_responses_are_summarized() {
