@@ -328,6 +328,17 @@ impl ContainerStore {
     /// [`read`](Self::read) into `buf` (from [`Container::into_buffer`]), so
     /// a restore reuses the memory of the containers it evicts.
     pub fn read_into(&self, id: ContainerId, reuse: Vec<u8>) -> Result<Container> {
+        // A container that does not verify is read once more before it is
+        // called damaged: bytes broken in transit (a connection reset
+        // under an object store's retried GET was seen to hand back wrong
+        // bytes) come right on a second read; a damaged object does not.
+        match self.read_into_once(id, reuse) {
+            Err(Error::Corrupt { .. }) => self.read_into_once(id, Vec::new()),
+            r => r,
+        }
+    }
+
+    fn read_into_once(&self, id: ContainerId, reuse: Vec<u8>) -> Result<Container> {
         let object = self.objects.get_container(id, reuse)?;
         let (header, meta) = format::decode(id, &object, self.sealer())?;
         self.check_algo(&header)?;

@@ -18,15 +18,19 @@ use tessera_core::Result;
 use tessera_core::{RestoreOptions, Writer};
 
 /// A memory backend whose `n`-th container read (1-based, `get` or
-/// `get_into`) fails; 0 never fails. Counts container reads.
+/// `get_into`) fails, or (`garble_at`) hands back its bytes with the first
+/// one flipped, as a read broken in transit; 0 never does. Counts
+/// container reads.
 struct FailingReads {
     inner: MemoryStore,
     fail_at: AtomicU64,
+    garble_at: AtomicU64,
     reads: AtomicU64,
 }
 
 impl FailingReads {
-    fn read(&self, key: &ObjectKey) -> Result<()> {
+    /// Whether this read's bytes are to be garbled.
+    fn read(&self, key: &ObjectKey) -> Result<bool> {
         if key.kind() == Some(KeyKind::Container) {
             let n = self.reads.fetch_add(1, Ordering::SeqCst) + 1;
             if n == self.fail_at.load(Ordering::SeqCst) {
@@ -35,8 +39,9 @@ impl FailingReads {
                     std::io::Error::other("injected read failure"),
                 ));
             }
+            return Ok(n == self.garble_at.load(Ordering::SeqCst));
         }
-        Ok(())
+        Ok(false)
     }
 }
 
@@ -45,12 +50,20 @@ impl ObjectStore for FailingReads {
         self.inner.put(key, data)
     }
     fn get(&self, key: &ObjectKey) -> Result<Vec<u8>> {
-        self.read(key)?;
-        self.inner.get(key)
+        let garble = self.read(key)?;
+        let mut v = self.inner.get(key)?;
+        if garble {
+            v[0] ^= 0xff;
+        }
+        Ok(v)
     }
     fn get_into(&self, key: &ObjectKey, buf: &mut Vec<u8>) -> Result<()> {
-        self.read(key)?;
-        self.inner.get_into(key, buf)
+        let garble = self.read(key)?;
+        self.inner.get_into(key, buf)?;
+        if garble {
+            buf[0] ^= 0xff;
+        }
+        Ok(())
     }
     fn get_range(&self, key: &ObjectKey, offset: u64, len: u64) -> Result<Vec<u8>> {
         self.inner.get_range(key, offset, len)
@@ -96,6 +109,7 @@ fn setup() -> (Arc<FailingReads>, Writer, BackupEntry, Vec<u8>) {
     let backend = Arc::new(FailingReads {
         inner: MemoryStore::new(),
         fail_at: AtomicU64::new(0),
+        garble_at: AtomicU64::new(0),
         reads: AtomicU64::new(0),
     });
     let (repo, entry) = repo_with_stream(
@@ -183,6 +197,34 @@ fn a_failed_container_read_anywhere_ends_the_restore_with_an_error() {
             assert!(out == data[..out.len()], "{cache} at {n}: wrong bytes");
         }
     }
+}
+
+/// A container read that comes back garbled anywhere in a restore is read
+/// again, and the restore completes exactly (one read more).
+#[test]
+fn a_garbled_container_read_is_read_again() {
+    let (backend, repo, entry, data) = setup();
+    for cache in CACHES {
+        backend.garble_at.store(0, Ordering::SeqCst);
+        backend.reads.store(0, Ordering::SeqCst);
+        repo.restore_to(&entry, &mut Vec::new(), &opts(cache), &mut |_| {})
+            .unwrap();
+        let total = backend.reads.load(Ordering::SeqCst);
+        for n in 1..=total {
+            backend.reads.store(0, Ordering::SeqCst);
+            backend.garble_at.store(n, Ordering::SeqCst);
+            let mut out = Vec::new();
+            repo.restore_to(&entry, &mut out, &opts(cache), &mut |_| {})
+                .unwrap_or_else(|e| panic!("{cache} at {n}: {e}"));
+            assert!(out == data, "{cache} at {n}: wrong bytes");
+            assert_eq!(
+                backend.reads.load(Ordering::SeqCst),
+                total + 1,
+                "{cache} at {n}"
+            );
+        }
+    }
+    backend.garble_at.store(0, Ordering::SeqCst);
 }
 
 /// Accepts `left` bytes, then fails.
