@@ -14,48 +14,25 @@ use tessera_core::backend::{
     list_all, AzureStore, CachedStore, CountingStore, KeyKind, LocalStore, ObjectKey, ObjectStore,
 };
 use tessera_core::check::CheckOptions;
-use tessera_core::chunking::ChunkerConfig;
 use tessera_core::container::format::is_recipe_container;
 use tessera_core::gc::GcOptions;
 use tessera_core::{BackupId, Repository, Writer};
 
 use crate::azure_azurite::{endpoint, options, Azurite, ACCOUNT, CONTAINER};
-use crate::common::{backup, bytes, init_blake3, mutate, restore};
+use crate::common::{assert_one_line, backup, bytes, init_remote, mutate, restore};
 use crate::s3_minio::{folder, Op, ResetProxy, Trigger};
 
 fn azure(a: &Azurite, test: &str) -> Arc<AzureStore> {
     Arc::new(AzureStore::open(&a.location(&folder(test)), a.options()).unwrap())
 }
 
-fn init(b: Arc<dyn ObjectStore>) {
-    init_blake3(
-        b,
-        ChunkerConfig::Fastcdc {
-            min: 1024,
-            avg: 4096,
-            max: 16384,
-        },
-        64 * 1024,
-        false,
-    );
-}
-
 fn writer(b: Arc<dyn ObjectStore>) -> Writer {
     Repository::open_writer(b, "test").unwrap()
 }
 
-/// An error as the CLI would print it: one line, naming the server.
-fn assert_one_line(e: &tessera_core::Error, words: &[&str]) {
-    let msg = e.to_string();
-    assert!(!msg.contains('\n'), "not one line: {msg}");
-    for w in words {
-        assert!(msg.contains(w), "{msg:?} lacks {w:?}");
-    }
-}
-
 /// A repository on `store` with one committed backup of `v1`.
 fn committed(store: Arc<dyn ObjectStore>, v1: &[u8]) -> BackupId {
-    init(store.clone());
+    init_remote(store.clone());
     let mut w = writer(store);
     let id = backup(&mut w, "s", v1).unwrap();
     w.close().unwrap();
@@ -134,7 +111,7 @@ fn azure_backup_forget_gc_check_restore_matches_local() {
     let v3 = bytes(9, 300_000);
     let mut ids = Vec::new();
     for b in [&local, &remote] {
-        init(b.clone());
+        init_remote(b.clone());
         let mut w = writer(b.clone());
         let i1 = backup(&mut w, "s", &v1).unwrap();
         let i2 = backup(&mut w, "s", &v2).unwrap();
@@ -339,7 +316,7 @@ fn azure_connection_resets_are_retried_or_reported_never_lost() {
     patient.transfer.retry_timeout = Duration::from_secs(30);
     let store: Arc<dyn ObjectStore> =
         Arc::new(AzureStore::open(&a.location(&folder("reset-backup")), patient).unwrap());
-    init(store.clone());
+    init_remote(store.clone());
     let mut w = writer(store.clone());
     let data = bytes(6, 1_500_000);
     let id = backup(&mut w, "s", &data).unwrap();
@@ -353,7 +330,7 @@ fn azure_connection_resets_are_retried_or_reported_never_lost() {
 fn azure_requests_are_counted() {
     let Some(a) = Azurite::start() else { return };
     let counted = Arc::new(CountingStore::new(azure(&a, "count")));
-    init(counted.clone());
+    init_remote(counted.clone());
     let mut w = writer(counted.clone());
     let before = counted.counters();
     backup(&mut w, "s", &bytes(3, 500_000)).unwrap();

@@ -28,7 +28,9 @@ use tessera_core::check::CheckOptions;
 use tessera_core::chunking::ChunkerConfig;
 use tessera_core::Repository;
 
-use crate::common::{backup, backup_forget_gc_check_restore, bytes, init_blake3, restore};
+use crate::common::{
+    assert_one_line, backup, backup_forget_gc_check_restore, bytes, init_blake3, restore,
+};
 use tessera_core::backend::{
     GcsOptions, GcsStore, KeyKind, ObjectKey, ObjectStore, TransferOptions,
 };
@@ -161,14 +163,6 @@ impl FakeGcs {
 impl Drop for FakeGcs {
     fn drop(&mut self) {
         self.stop();
-    }
-}
-
-fn assert_one_line(e: &tessera_core::Error, words: &[&str]) {
-    let msg = e.to_string();
-    assert!(!msg.contains('\n'), "not one line: {msg}");
-    for w in words {
-        assert!(msg.contains(w), "{msg:?} lacks {w:?}");
     }
 }
 

@@ -8,10 +8,11 @@ use tessera_core::backend::contract::{check_contract, check_key_validation};
 use tessera_core::backend::test_servers::{children_of, kill_tree, quick_transfer, RcloneRemote};
 use tessera_core::backend::{ObjectStore, SftpStore};
 use tessera_core::check::CheckOptions;
-use tessera_core::chunking::ChunkerConfig;
 use tessera_core::Repository;
 
-use crate::common::{backup, backup_forget_gc_check_restore, bytes, init_blake3, restore};
+use crate::common::{
+    assert_one_line, backup, backup_forget_gc_check_restore, bytes, init_remote, restore,
+};
 use crate::s3_minio::folder;
 
 fn store(r: &RcloneRemote, path: &str, create: bool) -> tessera_core::Result<SftpStore> {
@@ -23,22 +24,6 @@ fn store(r: &RcloneRemote, path: &str, create: bool) -> tessera_core::Result<Sft
         quick_transfer(),
         create,
     )
-}
-
-fn assert_one_line(e: &tessera_core::Error, words: &[&str]) {
-    let msg = e.to_string();
-    assert!(!msg.contains('\n'), "not one line: {msg}");
-    for w in words {
-        assert!(msg.contains(w), "{msg:?} lacks {w:?}");
-    }
-}
-
-fn chunker() -> ChunkerConfig {
-    ChunkerConfig::Fastcdc {
-        min: 1024,
-        avg: 4096,
-        max: 16384,
-    }
 }
 
 /// The rclone processes this test process started for `dir`.
@@ -101,7 +86,7 @@ fn rclone_killed_mid_backup_is_restarted() {
     let path = folder("killed");
     let dir = r.dir.path().to_path_buf();
     let s0: Arc<dyn ObjectStore> = Arc::new(store(&r, &path, true).unwrap());
-    init_blake3(s0.clone(), chunker(), 64 * 1024, false);
+    init_remote(s0.clone());
     let v1 = bytes(11, 600_000);
     let mut w = Repository::open_writer(s0.clone(), "test").unwrap();
     let id1 = backup(&mut w, "s", &v1).unwrap();

@@ -12,42 +12,19 @@ use tessera_core::backend::{
     list_all, CachedStore, CountingStore, KeyKind, LocalStore, ObjectKey, ObjectStore, S3Store,
 };
 use tessera_core::check::CheckOptions;
-use tessera_core::chunking::ChunkerConfig;
 use tessera_core::container::format::is_recipe_container;
 use tessera_core::gc::GcOptions;
 use tessera_core::{BackupId, Repository, Writer};
 
-use crate::common::{backup, bytes, init_blake3, mutate, restore};
+use crate::common::{assert_one_line, backup, bytes, init_remote, mutate, restore};
 use crate::s3_minio::{folder, quick_options, Minio, Op, ResetProxy, Trigger, BUCKET, USER};
 
 fn s3(m: &Minio, test: &str) -> Arc<S3Store> {
     Arc::new(S3Store::open(&m.location(&folder(test)), quick_options()).unwrap())
 }
 
-fn init(b: Arc<dyn ObjectStore>) {
-    init_blake3(
-        b,
-        ChunkerConfig::Fastcdc {
-            min: 1024,
-            avg: 4096,
-            max: 16384,
-        },
-        64 * 1024,
-        false,
-    );
-}
-
 fn writer(b: Arc<dyn ObjectStore>) -> Writer {
     Repository::open_writer(b, "test").unwrap()
-}
-
-/// An error as the CLI would print it: one line, naming the server.
-fn assert_one_line(e: &tessera_core::Error, words: &[&str]) {
-    let msg = e.to_string();
-    assert!(!msg.contains('\n'), "not one line: {msg}");
-    for w in words {
-        assert!(msg.contains(w), "{msg:?} lacks {w:?}");
-    }
 }
 
 #[test]
@@ -130,7 +107,7 @@ fn s3_conditional_writes_have_exactly_one_winner() {
     // never overwritten by put_if_absent.
     let loc = m.location(&folder("publish"));
     let a: Arc<dyn ObjectStore> = Arc::new(S3Store::open(&loc, quick_options()).unwrap());
-    init(a.clone());
+    init_remote(a.clone());
     let w = writer(a.clone());
     let b: Arc<dyn ObjectStore> = Arc::new(S3Store::open(&loc, quick_options()).unwrap());
     let second = Repository::open_writer(b.clone(), "second").unwrap();
@@ -155,7 +132,7 @@ fn s3_repository_matches_a_local_one() {
     let v2 = mutate(&v1, 8, 5000);
     let mut ids = Vec::new();
     for b in [&local, &remote] {
-        init(b.clone());
+        init_remote(b.clone());
         let mut w = writer(b.clone());
         ids.push((
             backup(&mut w, "s", &v1).unwrap(),
@@ -211,7 +188,7 @@ fn s3_metadata_cache_is_verified_and_disposable() {
         (counted, cached)
     };
     let (_, first) = open();
-    init(first.clone());
+    init_remote(first.clone());
     let data = bytes(3, 400_000);
     let mut w = writer(first.clone());
     let id = backup(&mut w, "s", &data).unwrap();
@@ -302,7 +279,7 @@ fn s3_init_creates_a_missing_bucket() {
 
 /// A repository on `store` with one committed backup of `v1`.
 fn committed(store: Arc<dyn ObjectStore>, v1: &[u8]) -> BackupId {
-    init(store.clone());
+    init_remote(store.clone());
     let mut w = writer(store);
     let id = backup(&mut w, "s", v1).unwrap();
     w.close().unwrap();
@@ -427,7 +404,7 @@ fn s3_connection_resets_are_retried_or_reported_never_lost() {
     patient.max_retries = 10;
     patient.retry_timeout = std::time::Duration::from_secs(30);
     let store: Arc<dyn ObjectStore> = Arc::new(S3Store::open(&loc, patient).unwrap());
-    init(store.clone());
+    init_remote(store.clone());
     let mut w = writer(store.clone());
     let data = bytes(6, 1_500_000);
     // Connections reset after 100 KB each while the backup runs: the
@@ -538,7 +515,7 @@ fn s3_online_gc_through_the_metadata_cache() {
         (counted, cached)
     };
     let (_, first) = open("a");
-    init(first.clone());
+    init_remote(first.clone());
     let (old, kept) = (bytes(41, 300_000), bytes(42, 200_000));
     let (a_count, a) = open("a");
     let mut gcw = writer(a.clone());

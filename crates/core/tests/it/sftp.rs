@@ -8,10 +8,11 @@ use tessera_core::backend::contract::{check_contract, check_key_validation};
 use tessera_core::backend::test_servers::{quick_transfer, Sshd};
 use tessera_core::backend::{KeyKind, ObjectKey, ObjectStore, SftpStore};
 use tessera_core::check::CheckOptions;
-use tessera_core::chunking::ChunkerConfig;
 use tessera_core::Repository;
 
-use crate::common::{backup, backup_forget_gc_check_restore, bytes, init_blake3, restore};
+use crate::common::{
+    assert_one_line, backup, backup_forget_gc_check_restore, bytes, init_remote, restore,
+};
 use crate::s3_minio::folder;
 
 /// A store at `path` on the server, created if `create`.
@@ -19,22 +20,6 @@ fn store(s: &Sshd, path: &str, create: bool) -> tessera_core::Result<SftpStore> 
     let loc = s.location(path);
     let (t, root) = s.transport(&loc, false);
     SftpStore::with_transport(t, root, &loc, quick_transfer(), create)
-}
-
-fn assert_one_line(e: &tessera_core::Error, words: &[&str]) {
-    let msg = e.to_string();
-    assert!(!msg.contains('\n'), "not one line: {msg}");
-    for w in words {
-        assert!(msg.contains(w), "{msg:?} lacks {w:?}");
-    }
-}
-
-fn chunker() -> ChunkerConfig {
-    ChunkerConfig::Fastcdc {
-        min: 1024,
-        avg: 4096,
-        max: 16384,
-    }
 }
 
 #[test]
@@ -126,7 +111,7 @@ fn sftp_server_killed_mid_backup() {
     let s = Arc::new(s);
     let path = folder("killed");
     let store0: Arc<dyn ObjectStore> = Arc::new(store(&s, &path, true).unwrap());
-    init_blake3(store0.clone(), chunker(), 64 * 1024, false);
+    init_remote(store0.clone());
     let v1 = bytes(11, 600_000);
     let mut w = Repository::open_writer(store0.clone(), "test").unwrap();
     let id1 = backup(&mut w, "s", &v1).unwrap();

@@ -145,12 +145,7 @@ pub fn repo_with_stream(
 /// backups, a forget of two, a GC that reclaims; then, from a fresh handle,
 /// one backup listed, restored byte for byte, and `check --read-data` clean.
 pub fn backup_forget_gc_check_restore(store: Arc<dyn ObjectStore>) {
-    let chunker = ChunkerConfig::Fastcdc {
-        min: 1024,
-        avg: 4096,
-        max: 16384,
-    };
-    init_blake3(store.clone(), chunker, 64 * 1024, false);
+    init_remote(store.clone());
     let v1 = bytes(7, 700_000);
     let v2 = mutate(&v1, 8, 5000);
     let v3 = bytes(9, 300_000);
@@ -171,4 +166,24 @@ pub fn backup_forget_gc_check_restore(store: Arc<dyn ObjectStore>) {
         })
         .unwrap();
     assert!(c.ok(), "{:?}", c.problems);
+}
+
+/// A repository for the remote stores' tests: BLAKE3, small FastCDC
+/// chunks, 64 KiB containers, unencrypted.
+pub fn init_remote(store: Arc<dyn ObjectStore>) {
+    let chunker = ChunkerConfig::Fastcdc {
+        min: 1024,
+        avg: 4096,
+        max: 16384,
+    };
+    init_blake3(store, chunker, 64 * 1024, false);
+}
+
+/// An error as the CLI would print it: one line, holding each of `words`.
+pub fn assert_one_line(e: &tessera_core::Error, words: &[&str]) {
+    let msg = e.to_string();
+    assert!(!msg.contains('\n'), "not one line: {msg}");
+    for w in words {
+        assert!(msg.contains(w), "{msg:?} lacks {w:?}");
+    }
 }
