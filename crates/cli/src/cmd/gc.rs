@@ -298,14 +298,16 @@ pub fn gc(repo: &RepoArg, a: &GcArgs, json: bool) -> Result<ExitCode> {
     );
     if s.mark_ran != s.mark {
         println!(
-            "  the focus (~{} of recipes) covered most of what the full mark reads (~{}): the {} mark ran instead",
+            "  the focus (~{} of recipe containers, ~{} of recipe entries) cost about as much as the full mark (~{}, ~{}): the {} mark ran instead",
             ui::bytes(s.focus.focus_estimate_bytes),
+            ui::bytes(s.focus.focus_estimate_entry_bytes),
             ui::bytes(s.focus.full_estimate_bytes),
+            ui::bytes(s.focus.full_estimate_entry_bytes),
             s.mark_ran
         );
     } else if s.mark == "focused" {
         println!(
-            "  focused mark ran: ~{} of recipes against ~{} for the full mark, {} correlative backups; memory: liveness array {}, graph {} (base map {} besides)",
+            "  focused mark ran: ~{} of recipe containers against ~{} for the full mark, {} correlative backups; memory: liveness array {}, graph {} (base map {} besides)",
             ui::bytes(s.focus.focus_estimate_bytes),
             ui::bytes(s.focus.full_estimate_bytes),
             s.focus.correlative_backups,

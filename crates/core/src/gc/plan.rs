@@ -82,6 +82,8 @@ impl GcPlan {
                     fell_back: f.fell_back,
                     focus_estimate_bytes: f.focus_estimate_bytes,
                     full_estimate_bytes: f.full_estimate_bytes,
+                    focus_estimate_entry_bytes: f.focus_estimate_entry_bytes,
+                    full_estimate_entry_bytes: f.full_estimate_entry_bytes,
                     correlative_backups: f.correlative_backups as u64,
                     liveness_array_bytes: f.liveness_array_bytes,
                     base_map_bytes: f.base_map_bytes,

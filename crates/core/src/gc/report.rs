@@ -108,10 +108,13 @@ pub struct FocusReport {
     /// The focus was estimated to cover most of the repository: the full
     /// mark ran.
     pub fell_back: bool,
-    /// Recipe bytes the focused mark was estimated to read, and the full
-    /// mark (what the choice compared).
+    /// Recipe container bytes the focused mark was estimated to read, and
+    /// the full mark; recipe entry bytes each would visit (what the choice
+    /// compared: `gc::mark::focused::Estimate`).
     pub focus_estimate_bytes: u64,
     pub full_estimate_bytes: u64,
+    pub focus_estimate_entry_bytes: u64,
+    pub full_estimate_entry_bytes: u64,
     /// Correlative backups walked (0 after a fallback).
     pub correlative_backups: u64,
     /// The liveness array of the correlative walk (in the mark's memory).

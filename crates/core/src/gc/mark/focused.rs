@@ -69,12 +69,9 @@ impl Marker for FocusedMark {
                 .sum::<Result<u64>>()?,
             _ => 0,
         };
-        let full = Estimate::full(repo);
-        let before = Estimate {
-            focus_bytes: graph_cost + Estimate::deleted(repo),
-            full_bytes: full,
-        };
-        if self.fallback && graph_cost > 0 && before.covers_most() {
+        let mut before = Estimate::deleted(repo)?;
+        before.focus_bytes += graph_cost;
+        if self.fallback && graph_cost > 0 && before.leaves_too_little_for_the_graph() {
             return self.full_mark(repo, before);
         }
         let recorded = match kept {
@@ -87,13 +84,10 @@ impl Marker for FocusedMark {
         if self.fallback && !usable && !self.keeps_graph {
             // Building the graph reads every recipe, and a dry run keeps
             // nothing of it: the full mark costs less.
-            return self.full_mark(
-                repo,
-                Estimate {
-                    focus_bytes: full + Estimate::deleted(repo),
-                    full_bytes: full,
-                },
-            );
+            let mut e = Estimate::deleted(repo)?;
+            e.focus_bytes += e.full_bytes;
+            e.focus_entry_bytes += e.full_entry_bytes;
+            return self.full_mark(repo, e);
         }
         let (graph, rebuilt) = match recorded {
             Some(g) if self.granularity.is_none_or(|want| want == g.granularity) => (g, false),
@@ -102,7 +96,7 @@ impl Marker for FocusedMark {
                 true,
             ),
         };
-        let mut estimate = Estimate::of(repo, &graph);
+        let mut estimate = Estimate::of(repo, &graph)?;
         estimate.focus_bytes += if rebuilt { 0 } else { graph_cost };
         // A rebuilt graph has read every recipe already: the focus costs
         // less than marking everything again.
@@ -113,6 +107,8 @@ impl Marker for FocusedMark {
         stats.rebuilt = rebuilt;
         stats.focus_estimate_bytes = estimate.focus_bytes;
         stats.full_estimate_bytes = estimate.full_bytes;
+        stats.focus_estimate_entry_bytes = estimate.focus_entry_bytes;
+        stats.full_estimate_entry_bytes = estimate.full_entry_bytes;
         stats.base_map_bytes = graph.base_map_bytes() as u64;
         stats.graph_bytes = graph.edges_bytes() as u64;
         // The mark's own memory: its tables and the reference graph's
@@ -142,6 +138,8 @@ impl FocusedMark {
             fell_back: true,
             focus_estimate_bytes: estimate.focus_bytes,
             full_estimate_bytes: estimate.full_bytes,
+            focus_estimate_entry_bytes: estimate.focus_entry_bytes,
+            full_estimate_entry_bytes: estimate.full_entry_bytes,
             ..Default::default()
         });
         Ok(m)
@@ -149,7 +147,7 @@ impl FocusedMark {
 }
 
 /// Bytes of a level-1 recipe entry (`recipe/tree.rs`: fingerprint, size
-/// and copy): the estimate's unit of recipe read per data chunk.
+/// and copy): how much of its recipe containers a backup's recipe spans.
 const RECIPE_ENTRY_BYTES: u64 = crate::fingerprint::FP_LEN as u64 + 8;
 
 /// The focused mark falls back to the full one when its focus is at least
@@ -158,37 +156,51 @@ const RECIPE_ENTRY_BYTES: u64 = crate::fingerprint::FP_LEN as u64 + 8;
 /// per-virtual-file bases) costs about as much as walking everything once.
 pub const FALLBACK_SHARE: f64 = 0.5;
 
-/// What each mark would read, estimated from the catalog and the graph
-/// alone (before any recipe is read).
+/// What each mark would read, estimated from the catalog, the index and
+/// the graph alone (before any recipe is read), in two units:
+///
+/// - recipe *container* bytes, what both marks read from the store: many
+///   small backups share a recipe container (a manifest generation seals
+///   the recipes of every backup it publishes together), so counting
+///   entries made 15,000 files of 100,000 look like 19 % of the full mark
+///   when they touched every recipe container (issue 31's `fgc-files-90`);
+/// - recipe *entry* bytes, what the walks visit: the focused walk visits a
+///   shared subtree again per backup, where the full mark skips it.
+///
+/// The focused mark falls back when it would read more containers than the
+/// full mark, or visit at least [`FALLBACK_SHARE`] of its entries.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Estimate {
-    /// Recipe bytes of the deleted backups and of the correlative parts,
-    /// plus the recorded graph's segments when they must be read first.
+    /// Recipe container bytes the focus reads (each container holding a
+    /// deleted or correlative backup's recipe root once per pass, plus
+    /// what larger recipes span beyond it), plus the recorded graph's
+    /// segments when they must be read first.
     pub focus_bytes: u64,
-    /// Recipe bytes of every retained backup, at most the recipe bytes
-    /// stored (the full mark reads a shared subtree once).
+    /// Recipe container bytes stored: the full mark reads every one.
     pub full_bytes: u64,
+    /// Recipe entry bytes the focus visits.
+    pub focus_entry_bytes: u64,
+    /// Recipe entry bytes the full mark visits (every retained backup's,
+    /// at most the recipe bytes stored: it visits a shared subtree once).
+    pub full_entry_bytes: u64,
 }
 
+/// Deleted backups' chunk references the focused mark holds to judge after
+/// its one pass (48 bytes each: 48 MiB); the rest take a second pass.
+const DEFERRED_REFS: u64 = 1 << 20;
+
+/// A backup to walk (a `share` of its recipe) for the estimate.
+type Walked<'b> = (&'b BackupEntry, f64);
+
 impl Estimate {
-    /// Recipe bytes of the deleted backups (the focus's floor).
-    pub fn deleted(repo: &Context) -> u64 {
-        repo.manifest
-            .forgotten
-            .iter()
-            .map(|b| b.chunks * RECIPE_ENTRY_BYTES)
-            .sum()
+    /// The deleted backups' walk alone (the focus's floor), against the
+    /// full mark.
+    pub fn deleted(repo: &Context) -> Result<Estimate> {
+        let (bytes, entries) = recipe_cost(repo, repo.manifest.forgotten.iter().map(|b| (b, 1.0)))?;
+        Ok(Self::against_full(repo, bytes, entries))
     }
 
-    /// What the full mark reads: every retained backup's recipe, at most
-    /// the recipe bytes stored (it reads a shared subtree once).
-    pub fn full(repo: &Context) -> u64 {
-        let walked: u64 = repo
-            .manifest
-            .backups
-            .iter()
-            .map(|b| b.chunks * RECIPE_ENTRY_BYTES)
-            .sum();
+    fn against_full(repo: &Context, focus_bytes: u64, focus_entry_bytes: u64) -> Estimate {
         let stored: u64 = repo
             .manifest
             .containers
@@ -196,38 +208,118 @@ impl Estimate {
             .filter(|c| c.kind == ChunkKind::Recipe)
             .map(|c| c.logical_bytes)
             .sum();
-        walked.min(stored)
-    }
-
-    pub fn of(repo: &Context, graph: &RefGraph) -> Estimate {
-        let retained: HashMap<BackupId, &BackupEntry> =
-            repo.manifest.backups.iter().map(|b| (b.id, b)).collect();
-        let entry_bytes = |b: &BackupEntry| b.chunks * RECIPE_ENTRY_BYTES;
-        let g = graph.granularity;
-        let deleted = Self::deleted(repo);
-        let correlative: u64 = correlative(graph, &retained)
+        let walked: u64 = repo
+            .manifest
+            .backups
             .iter()
-            .map(|(id, parts)| {
-                let b = retained[id];
-                if parts.whole || g == 0 || b.logical_bytes == 0 {
-                    entry_bytes(b)
-                } else {
-                    let share =
-                        (parts.parts.len() as f64 * g as f64 / b.logical_bytes as f64).min(1.0);
-                    (entry_bytes(b) as f64 * share) as u64
-                }
-            })
+            .map(|b| b.chunks * RECIPE_ENTRY_BYTES)
             .sum();
         Estimate {
-            focus_bytes: deleted + correlative,
-            full_bytes: Self::full(repo),
+            focus_bytes,
+            full_bytes: stored,
+            focus_entry_bytes,
+            full_entry_bytes: walked.min(stored),
         }
     }
 
-    /// Whether the focus covers most of what the full mark reads.
-    pub fn covers_most(&self) -> bool {
-        self.focus_bytes as f64 >= FALLBACK_SHARE * self.full_bytes as f64
+    pub fn of(repo: &Context, graph: &RefGraph) -> Result<Estimate> {
+        let retained: HashMap<BackupId, &BackupEntry> =
+            repo.manifest.backups.iter().map(|b| (b.id, b)).collect();
+        let g = graph.granularity;
+        let walked = correlative(graph, &retained)
+            .into_iter()
+            .map(|(id, parts)| {
+                let b = retained[&id];
+                let share = if parts.whole || g == 0 || b.logical_bytes == 0 {
+                    1.0
+                } else {
+                    (parts.parts.len() as f64 * g as f64 / b.logical_bytes as f64).min(1.0)
+                };
+                (b, share)
+            });
+        let forgotten = repo.manifest.forgotten.iter().map(|b| (b, 1.0));
+        let (mut bytes, entries) = recipe_cost(repo, walked.chain(forgotten))?;
+        let deleted_refs: u64 = repo.manifest.forgotten.iter().map(|b| b.chunks).sum();
+        if deleted_refs > DEFERRED_REFS {
+            // The deleted backups past the deferred references take a
+            // second pass: count them all twice (an upper bound).
+            bytes += Self::deleted(repo)?.focus_bytes;
+        }
+        Ok(Self::against_full(repo, bytes, entries))
     }
+
+    /// Before the graph is loaded (the focus's floor: the deleted backups
+    /// and the graph's segments): whether that already reaches
+    /// [`FALLBACK_SHARE`] of the full mark's reads, leaving too little for
+    /// the correlative walks, which the graph must be read to know.
+    pub fn leaves_too_little_for_the_graph(&self) -> bool {
+        self.focus_bytes as f64 >= FALLBACK_SHARE * self.full_bytes as f64
+            || self.covers_most()
+    }
+
+    /// Whether the focus costs as much as the full mark: more recipe
+    /// containers read, or most of its entries visited.
+    pub fn covers_most(&self) -> bool {
+        self.focus_bytes > self.full_bytes
+            || self.focus_entry_bytes as f64 >= FALLBACK_SHARE * self.full_entry_bytes as f64
+    }
+}
+
+/// Recipe container bytes and recipe entry bytes a walk of `backups` in
+/// [`by_root_container`] order reads: each container holding a root once
+/// (the walk visits the backups rooted there together), and for a recipe
+/// larger than its root's container, the entry bytes beyond it (its
+/// leaves sit in the containers written just before).
+fn recipe_cost<'b>(
+    repo: &Context,
+    backups: impl Iterator<Item = Walked<'b>>,
+) -> Result<(u64, u64)> {
+    let index = repo.need_index()?;
+    let size: HashMap<ContainerId, u64> = repo
+        .manifest
+        .containers
+        .iter()
+        .filter(|c| c.kind == ChunkKind::Recipe)
+        .map(|c| (c.id, c.logical_bytes))
+        .collect();
+    let mut roots = HashSet::new();
+    let (mut beyond, mut entries) = (0u64, 0u64);
+    for (b, share) in backups {
+        let span = (b.chunks as f64 * RECIPE_ENTRY_BYTES as f64 * share) as u64;
+        entries += span;
+        match index.get(ChunkKind::Recipe, &b.root_fp()?) {
+            Some(c) => {
+                roots.insert(c);
+                beyond += span.saturating_sub(size.get(&c).copied().unwrap_or(0));
+            }
+            None => beyond += span,
+        }
+    }
+    let bytes = roots
+        .iter()
+        .map(|c| size.get(c).copied().unwrap_or(0))
+        .sum::<u64>()
+        + beyond;
+    Ok((bytes, entries))
+}
+
+/// `items` sorted by the recipe container holding each backup's root
+/// (then by id): a walk in this order reads each such container once
+/// while the reader keeps it, instead of once per run of backups.
+fn by_root_container<T>(
+    repo: &Context,
+    mut items: Vec<T>,
+    backup: impl Fn(&T) -> &BackupEntry,
+) -> Result<Vec<T>> {
+    let index = repo.need_index()?;
+    let mut keyed = Vec::with_capacity(items.len());
+    for t in items.drain(..) {
+        let b = backup(&t);
+        let c = index.get(ChunkKind::Recipe, &b.root_fp()?);
+        keyed.push(((c, b.id), t));
+    }
+    keyed.sort_by_key(|(k, _)| *k);
+    Ok(keyed.into_iter().map(|(_, t)| t).collect())
 }
 
 /// CorrTracker's pre-calculation: the retained leaves of deleted bases, per
@@ -373,8 +465,39 @@ fn focus(
         filters: HashMap::new(),
         rrt: HashMap::new(),
     });
-    for (id, parts) in &correlative {
-        let b = retained[id];
+    // One pass over the focus in recipe-container order: the correlative
+    // walks fill the liveness array, and the deleted backups' references
+    // are collected on the way (a container holding both kinds of roots is
+    // read once) and judged after it, once the array is complete. Past
+    // [`DEFERRED_REFS`] references the remaining deleted backups are
+    // walked in a second pass instead, so memory stays bounded.
+    // A subtree shared by deleted backups is walked once: its chunks'
+    // fates do not depend on which deleted backup names them.
+    let mut walked = FpSet::default();
+    let mut deferred: Vec<(ChunkKind, Fingerprint, CopyNo, u64)> = Vec::new();
+    let mut later: Vec<&BackupEntry> = Vec::new();
+    let focus_order = by_root_container(
+        repo,
+        correlative
+            .iter()
+            .map(|(id, parts)| (retained[id], Some(parts)))
+            .chain(repo.manifest.forgotten.iter().map(|b| (b, None)))
+            .collect(),
+        |(b, _)| b,
+    )?;
+    for (b, parts) in focus_order {
+        let Some(parts) = parts else {
+            if deferred.len() as u64 + b.chunks > DEFERRED_REFS {
+                later.push(b);
+                continue;
+            }
+            walk_unseen(&mut reader, b, &mut walked, &mut |kind, fp, copy, size| {
+                deferred.push((kind, *fp, copy, size));
+                Ok(())
+            })
+            .map_err(|e| e.in_backup(b.id, None))?;
+            continue;
+        };
         walk_parts(
             &mut reader,
             &graph,
@@ -394,7 +517,7 @@ fn focus(
                     }
                 }
                 if graph.bases(kind).get(&(*fp, copy)).is_some_and(&gone) {
-                    let here = graph.vfile(*id, kind, offset);
+                    let here = graph.vfile(b.id, kind, offset);
                     rebase
                         .entry((kind == ChunkKind::Recipe, *fp, copy))
                         .or_default()
@@ -404,30 +527,35 @@ fn focus(
             },
         )?;
     }
+    let deferred_bytes =
+        deferred.capacity() * std::mem::size_of::<(ChunkKind, Fingerprint, CopyNo, u64)>();
 
     // A copy a deleted backup names is live if its base is retained or a
     // correlative walk found it; the others are dead.
-    // A subtree shared by deleted backups is walked once: its chunks'
-    // fates do not depend on which deleted backup names them.
     let mut dead_data: CopyMap<u64> = CopyMap::default();
     let mut dead_recipe = FpSet::default();
-    let mut walked = FpSet::default();
-    for b in &repo.manifest.forgotten {
+    let mut judge = |kind: ChunkKind, fp: &Fingerprint, copy: CopyNo, size: u64| {
+        let key = (*fp, copy);
+        if graph.bases(kind).get(&key).is_some_and(|base| !gone(base)) {
+            return;
+        }
+        queries += u64::from(kind == ChunkKind::Data);
+        match kind {
+            ChunkKind::Data if !live_data.is_valid(fp, copy) => {
+                dead_data.insert(key, size);
+            }
+            ChunkKind::Recipe if !live_recipe.contains(fp) => {
+                dead_recipe.insert(*fp);
+            }
+            _ => {}
+        }
+    };
+    for (kind, fp, copy, size) in std::mem::take(&mut deferred) {
+        judge(kind, &fp, copy, size);
+    }
+    for b in later {
         walk_unseen(&mut reader, b, &mut walked, &mut |kind, fp, copy, size| {
-            let key = (*fp, copy);
-            if graph.bases(kind).get(&key).is_some_and(|base| !gone(base)) {
-                return Ok(());
-            }
-            queries += u64::from(kind == ChunkKind::Data);
-            match kind {
-                ChunkKind::Data if !live_data.is_valid(fp, copy) => {
-                    dead_data.insert(key, size);
-                }
-                ChunkKind::Recipe if !live_recipe.contains(fp) => {
-                    dead_recipe.insert(*fp);
-                }
-                _ => {}
-            }
+            judge(kind, fp, copy, size);
             Ok(())
         })
         .map_err(|e| e.in_backup(b.id, None))?;
@@ -579,6 +707,7 @@ fn focus(
         + live_data.table_bytes()
         + live_recipe.capacity() * 33
         + walked.capacity() * 33
+        + deferred_bytes
         + dead_data.capacity() * 44) as u64;
     Ok((m, stats, graph))
 }
@@ -666,8 +795,14 @@ fn ownership(
         vfiles += 1;
         todo.entry(v.backup).or_default().add(v);
     }
-    for (id, parts) in &todo {
-        let b = retained[id];
+    let order = by_root_container(
+        repo,
+        todo.iter()
+            .map(|(id, parts)| (retained[id], parts))
+            .collect(),
+        |(b, _)| b,
+    )?;
+    for (b, parts) in order {
         walk_parts(reader, graph, b, parts, &mut |kind, fp, copy, _, _| {
             if kind == ChunkKind::Data {
                 owners.saw(repo, b, fp, copy);

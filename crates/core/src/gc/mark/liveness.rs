@@ -33,10 +33,13 @@ pub struct FocusStats {
     /// The focus was estimated to cover most of the repository, so the
     /// full (logical) mark ran instead (`focused::FALLBACK_SHARE`).
     pub fell_back: bool,
-    /// Recipe bytes the focused mark was estimated to read, and the full
-    /// mark (`focused::Estimate`).
+    /// Recipe container bytes the focused mark was estimated to read, and
+    /// the full mark; recipe entry bytes each would visit
+    /// (`focused::Estimate`).
     pub focus_estimate_bytes: u64,
     pub full_estimate_bytes: u64,
+    pub focus_estimate_entry_bytes: u64,
+    pub full_estimate_entry_bytes: u64,
     /// Memory: the liveness array of the correlative walk, the base map
     /// (a base per stored chunk, not in the mark's memory: FGC keeps it in
     /// the fingerprint index) and the graph's edges (in the mark's memory).
