@@ -24,6 +24,8 @@ COLS = [
     ("mark_memory_bytes", "mark memory B"), ("focus.graph_bytes", "graph edges B"),
     ("focus.base_map_bytes", "base map B"), ("focus.correlative_backups", "correlative backups"),
     ("focus.focus_estimate_bytes", "focus est. B"), ("focus.full_estimate_bytes", "full est. B"),
+    ("focus.focus_estimate_entry_bytes", "focus est. entries B"),
+    ("focus.full_estimate_entry_bytes", "full est. entries B"),
     ("backend_requests", "requests"), ("backend_bytes_read", "bytes read"),
     ("reclaimed_containers", "reclaimed"),
 ]
