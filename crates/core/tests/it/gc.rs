@@ -1855,6 +1855,12 @@ fn focused_mark_reads_no_more_than_the_full_mark_when_small_backups_share_contai
         .unwrap();
     assert_same_verdicts_on_forgotten(&repo, &full.mark, &forced.mark);
     assert!(
+        forced.mark.memory_bytes < full.mark.memory_bytes,
+        "memory: focused {} vs full {}",
+        forced.mark.memory_bytes,
+        full.mark.memory_bytes
+    );
+    assert!(
         forced.mark_bytes_read <= full.mark_bytes_read,
         "recipe bytes read: focused {} vs full {}",
         forced.mark_bytes_read,

@@ -185,9 +185,24 @@ pub struct Estimate {
     pub full_entry_bytes: u64,
 }
 
-/// Deleted backups' chunk references the focused mark holds to judge after
-/// its one pass (48 bytes each: 48 MiB); the rest take a second pass.
-const DEFERRED_REFS: u64 = 1 << 20;
+/// A deleted backup's chunk reference the focused mark holds to judge
+/// after its one pass; judged dead, it also takes a `dead_data` entry.
+type Deferred = (ChunkKind, Fingerprint, CopyNo, u64);
+
+/// Memory a deferred reference costs at most: itself and its dead entry.
+const DEFERRED_BYTES: usize = 2 * std::mem::size_of::<Deferred>();
+
+/// Bytes per entry of the full mark's exact liveness table (a fingerprint
+/// and its copy byte): the full mark's memory is at least this per chunk
+/// reference it expects.
+const FULL_ENTRY_BYTES: usize = std::mem::size_of::<Fingerprint>() + 1;
+
+/// The memory the focused mark may use, the full mark's: what its
+/// liveness array would take for every retained backup's references.
+fn full_mark_memory(repo: &Context) -> usize {
+    let expected: u64 = repo.manifest.backups.iter().map(|b| b.chunks).sum();
+    expected as usize * FULL_ENTRY_BYTES
+}
 
 /// A backup to walk (a `share` of its recipe) for the estimate.
 type Walked<'b> = (&'b BackupEntry, f64);
@@ -239,10 +254,13 @@ impl Estimate {
             });
         let forgotten = repo.manifest.forgotten.iter().map(|b| (b, 1.0));
         let (mut bytes, entries) = recipe_cost(repo, walked.chain(forgotten))?;
+        // The deleted backups' references are held for one pass only while
+        // they and the focus's own table fit the full mark's memory; past
+        // that they take a second pass: count them all twice (an upper
+        // bound).
         let deleted_refs: u64 = repo.manifest.forgotten.iter().map(|b| b.chunks).sum();
-        if deleted_refs > DEFERRED_REFS {
-            // The deleted backups past the deferred references take a
-            // second pass: count them all twice (an upper bound).
+        let focus_table = (entries / RECIPE_ENTRY_BYTES) as usize * FULL_ENTRY_BYTES;
+        if focus_table + deleted_refs as usize * DEFERRED_BYTES > full_mark_memory(repo) {
             bytes += Self::deleted(repo)?.focus_bytes;
         }
         Ok(Self::against_full(repo, bytes, entries))
@@ -253,8 +271,7 @@ impl Estimate {
     /// [`FALLBACK_SHARE`] of the full mark's reads, leaving too little for
     /// the correlative walks, which the graph must be read to know.
     pub fn leaves_too_little_for_the_graph(&self) -> bool {
-        self.focus_bytes as f64 >= FALLBACK_SHARE * self.full_bytes as f64
-            || self.covers_most()
+        self.focus_bytes as f64 >= FALLBACK_SHARE * self.full_bytes as f64 || self.covers_most()
     }
 
     /// Whether the focus costs as much as the full mark: more recipe
@@ -469,12 +486,14 @@ fn focus(
     // walks fill the liveness array, and the deleted backups' references
     // are collected on the way (a container holding both kinds of roots is
     // read once) and judged after it, once the array is complete. Past
-    // [`DEFERRED_REFS`] references the remaining deleted backups are
-    // walked in a second pass instead, so memory stays bounded.
+    // the full mark's memory ([`full_mark_memory`]) the remaining deleted
+    // backups are walked in a second pass instead: the focused mark never
+    // holds more than the full mark would.
     // A subtree shared by deleted backups is walked once: its chunks'
     // fates do not depend on which deleted backup names them.
     let mut walked = FpSet::default();
-    let mut deferred: Vec<(ChunkKind, Fingerprint, CopyNo, u64)> = Vec::new();
+    let mut deferred: Vec<Deferred> = Vec::new();
+    let budget = full_mark_memory(repo);
     let mut later: Vec<&BackupEntry> = Vec::new();
     let focus_order = by_root_container(
         repo,
@@ -487,7 +506,18 @@ fn focus(
     )?;
     for (b, parts) in focus_order {
         let Some(parts) = parts else {
-            if deferred.len() as u64 + b.chunks > DEFERRED_REFS {
+            let held = live_data.table_bytes()
+                + (live_recipe.capacity() + walked.capacity()) * 33
+                + graph.edges_bytes();
+            // The list grows by doubling: count the capacity it would take.
+            let refs = deferred.len() + b.chunks as usize;
+            let cap = if refs > deferred.capacity() {
+                refs.max(2 * deferred.capacity())
+            } else {
+                deferred.capacity()
+            };
+            let list = cap * std::mem::size_of::<Deferred>();
+            if held + list + refs * DEFERRED_BYTES / 2 > budget {
                 later.push(b);
                 continue;
             }
@@ -527,8 +557,7 @@ fn focus(
             },
         )?;
     }
-    let deferred_bytes =
-        deferred.capacity() * std::mem::size_of::<(ChunkKind, Fingerprint, CopyNo, u64)>();
+    let deferred_bytes = deferred.capacity() * std::mem::size_of::<Deferred>();
 
     // A copy a deleted backup names is live if its base is retained or a
     // correlative walk found it; the others are dead.
