@@ -412,7 +412,30 @@ fn check_reports_every_tampered_object() {
 /// default ceiling the reads are the cache policy's alone.
 #[test]
 fn restore_under_a_ceiling_below_one_container_is_exact() {
-    let m = tamper_repo();
+    // Frames of 8 KiB in 64 KiB containers: several frames a container.
+    let m = mem();
+    let opts = InitOptions {
+        hash: HashAlgo::Blake3,
+        chunker: ChunkerConfig::Fastcdc {
+            min: 1024,
+            avg: 4096,
+            max: 16384,
+        },
+        container_size: 64 << 10,
+        frame_size: 8 << 10,
+        trace: false,
+        ..Default::default()
+    };
+    let seal = SealOptions {
+        compression: Compression::Auto,
+        encryption: Some((pw(), KdfParams::INSECURE_FAST)),
+        cipher: CipherKind::default(),
+    };
+    Repository::init_sealed(m.clone(), &opts, &seal).unwrap();
+    let mut w = writer(m.clone());
+    backup(&mut w, "a", &mixed(8, 400_000)).unwrap();
+    backup(&mut w, "b", &mixed(9, 400_000)).unwrap();
+    w.close().unwrap();
     let r = reader(m.clone());
     let frames: usize = stored_frames(&r).len();
     let containers = r
