@@ -62,9 +62,7 @@ impl OpenFrames {
             Some(k) => k,
             None => {
                 let mut buf = self.make_room(m.frame_len as usize);
-                if let Err(e) = c.open_frame(i, sealer, &mut buf) {
-                    return Err(e);
-                }
+                c.open_frame(i, sealer, &mut buf)?;
                 self.held += buf.len();
                 self.frames.push_back(Opened {
                     container: id,
@@ -172,8 +170,8 @@ mod tests {
         }
         // Below one frame: one frame is still kept, and the bytes are exact.
         let mut tiny = OpenFrames::new(1);
-        for i in 0..32 {
-            assert_eq!(tiny.chunk(&c, i, &sealer).unwrap(), &chunks[i][..]);
+        for (i, want) in chunks.iter().enumerate() {
+            assert_eq!(tiny.chunk(&c, i, &sealer).unwrap(), &want[..]);
             assert_eq!(tiny.held().0, 1);
         }
     }

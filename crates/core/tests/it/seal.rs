@@ -424,7 +424,6 @@ fn restore_under_a_ceiling_below_one_container_is_exact() {
         container_size: 64 << 10,
         frame_size: 8 << 10,
         trace: false,
-        ..Default::default()
     };
     let seal = SealOptions {
         compression: Compression::Auto,
