@@ -275,6 +275,9 @@ pub enum Command {
         /// Restore cache: lru:N, opt:N or faa:N (N containers; a bare N means lru:N)
         #[arg(long, default_value = "lru:32", value_name = "SPEC", value_parser = Checked(prefixed::<CacheSpec>))]
         cache: CacheSpec,
+        /// Memory ceiling for the containers the restore holds (as stored: cached and read ahead) and the frames it opens, e.g. 64MiB (the default keeps a restore of a 2.2 GB system tree below restic's memory). When the cache's containers would exceed it, the least recently used are freed and read again if needed; below one container, a container at a time
+        #[arg(long, default_value = "48MiB", value_name = "SIZE", value_parser = Checked(memory_size))]
+        memory: u64,
         /// Restore everything that is intact: damaged chunks are written as zeros and listed, with the files they fall in (exit status 3)
         #[arg(long)]
         skip_damaged: bool,
@@ -826,6 +829,15 @@ fn prefixed<T: FromStr<Err = String>>(flag: &str, v: &str) -> Result<T, String> 
 /// A chunk or container size (fits 32 bits).
 fn size32(_flag: &str, v: &str) -> Result<u32, String> {
     tessera_core::chunking::parse_size(v)
+}
+
+/// A memory ceiling in bytes (`64MiB`), positive.
+fn memory_size(flag: &str, v: &str) -> Result<u64, String> {
+    match tessera_core::chunking::parse_bytes(v) {
+        Ok(0) => Err(format!("--{flag} must be positive")),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("--{flag}: {e}")),
+    }
 }
 
 fn segment_size(flag: &str, v: &str) -> Result<u64, String> {

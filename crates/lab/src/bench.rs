@@ -337,7 +337,10 @@ fn run_once(
     let restore = repo.restore_to(
         &entry,
         &mut std::io::sink(),
-        &RestoreOptions { cache: opts.cache },
+        &RestoreOptions {
+            cache: opts.cache,
+            ..Default::default()
+        },
         &mut |_| {},
     )?;
     anyhow::ensure!(

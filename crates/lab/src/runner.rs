@@ -1135,7 +1135,13 @@ impl ApproachRun<'_> {
     ) -> Result<RestoreRow> {
         let v = &self.versions[step];
         let plan = &self.exp.restore;
-        let ropts = RestoreOptions { cache: self.cache };
+        // No memory ceiling: an experiment measures the cache policy as the
+        // papers define it (containers counted, every read the policy's),
+        // which a ceiling below the policy's containers would change.
+        let ropts = RestoreOptions {
+            cache: self.cache,
+            memory: u64::MAX,
+        };
         let repo = &self.repo;
         let image = match &v.input {
             Input::Image(p) => Some(p),

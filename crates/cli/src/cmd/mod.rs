@@ -104,6 +104,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             target,
             stdout,
             cache,
+            memory,
             skip_damaged,
             include,
             filter,
@@ -114,7 +115,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
                 restore::restore_damaged(&repo, &snapshot, &filter, target, stdout, json.json)
             } else {
                 let to = restore::To { target, stdout };
-                restore::restore(&repo, &snapshot, &filter, to, &include, cache, json.json)
+                let opts = tessera_core::RestoreOptions { cache, memory };
+                restore::restore(&repo, &snapshot, &filter, to, &include, opts, json.json)
             }
         }
         Command::Forget {

@@ -11,7 +11,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use tessera_core::archive::ExtractReport;
 use tessera_core::backend::IoCounters;
-use tessera_core::restore::CacheSpec;
 use tessera_core::salvage::SalvageReport;
 use tessera_core::{RestoreOptions, RestoreReport};
 
@@ -37,14 +36,14 @@ pub fn restore(
     filter: &Filter,
     to: To,
     include: &[String],
-    cache: CacheSpec,
+    opts: RestoreOptions,
     json: bool,
 ) -> Result<ExitCode> {
     let (target, to_stdout) = (to.target, to.stdout);
     let backend = open_backend(repo)?;
     let r = super::open::open_repo(repo, backend.clone())?;
     let backup = filter.resolve(&r, snapshot)?.clone();
-    let opts = RestoreOptions { cache };
+    let cache = opts.cache;
     let pb = ui::progress(Some(backup.logical_bytes), "restore", json || to_stdout);
     let mut report = if to_stdout {
         let stdout = std::io::stdout();

@@ -19,4 +19,7 @@ pub use builder::{ChunkSource, ContainerBuilder, FrameRef};
 pub use entry::ContainerEntry;
 pub use filler::{ContainerFiller, IdAllocator};
 pub use format::{ChunkKind, ChunkMeta, ContainerId, Header, PerKind};
-pub use store::{chunk_stored, frames, open_chunk, open_chunks, Container, ContainerStore};
+pub use store::{
+    chunk_stored, frame_range, frames, open_chunk, open_chunks, open_frame, Container,
+    ContainerStore,
+};

@@ -19,12 +19,14 @@ use std::sync::Arc;
 /// A container read back from storage: verified header, metadata and data.
 /// When its chunks are stored as they are, their bytes are read out of the
 /// object; otherwise its frames were opened, when it was read, into a plain
-/// buffer (`plain`): for a restore it replaces the object, for GC it sits
-/// beside it.
+/// buffer (`plain`) beside the object ([`ContainerStore::read`]), or are
+/// opened one at a time when a chunk in them is needed
+/// ([`ContainerStore::read_unopened`], a restore: it holds the stored bytes,
+/// a third of the plain ones when compressed).
 pub struct Container {
     pub header: Header,
     pub meta: Vec<ChunkMeta>,
-    /// The stored object (empty once a restore opened it).
+    /// The stored object.
     object: ObjectBytes,
     /// Every chunk's plain bytes at its logical offset, when opened.
     plain: Option<ObjectBytes>,
@@ -50,12 +52,35 @@ impl Container {
             by_fp,
         }
     }
+    /// A container of an encoded object, its frames not opened (unit tests
+    /// of frame readers).
+    #[cfg(test)]
+    pub(crate) fn unopened(header: Header, meta: Vec<ChunkMeta>, object: Vec<u8>) -> Self {
+        Container::new(header, meta, object.into(), None)
+    }
     pub fn id(&self) -> ContainerId {
         self.header.id
     }
     /// Metadata of the chunk with this fingerprint, if the container holds it.
     pub fn find(&self, fp: &Fingerprint) -> Option<&ChunkMeta> {
         self.by_fp.get(fp).map(|&i| &self.meta[i as usize])
+    }
+    /// Position in [`meta`](Self::meta) of the chunk with this fingerprint.
+    pub fn position(&self, fp: &Fingerprint) -> Option<usize> {
+        self.by_fp.get(fp).map(|&i| i as usize)
+    }
+    /// Whether chunk `m`'s bytes must be opened from its frame
+    /// ([`open_frame`](Self::open_frame)): [`bytes`](Self::bytes) has
+    /// them otherwise (read out of the object or the opened buffer; empty
+    /// in trace mode).
+    pub fn needs_opening(&self, m: &ChunkMeta) -> bool {
+        !self.header.trace && self.plain.is_none() && (m.codec != Codec::Raw || self.header.sealed)
+    }
+    /// Open the frame holding chunk `i` into `out` (resized to the frame's
+    /// plain length): decrypted, authenticated and decompressed. The chunk's
+    /// bytes are then `out[m.frame_offset..][..m.len]`.
+    pub fn open_frame(&self, i: usize, sealer: &Sealer, out: &mut Vec<u8>) -> Result<()> {
+        open_frame(self.id(), &self.object, &self.meta, i, sealer, out)
     }
     /// Plain bytes of a chunk of this container (empty in trace mode, and
     /// for a chunk stored alone, not plain, of a container read with
@@ -99,19 +124,10 @@ impl Container {
         self.find(fp).map(|m| self.bytes(m))
     }
     /// The buffer the container was read into, for
-    /// [`ContainerStore::read_into`] to reuse.
+    /// [`ContainerStore::read_unopened`] to reuse (empty for a mapping).
     pub fn into_buffer(self) -> Vec<u8> {
-        match self.plain {
-            Some(plain) if self.object.is_empty() => plain.into_buffer(),
-            _ => self.object.into_buffer(),
-        }
+        self.object.into_buffer()
     }
-}
-
-thread_local! {
-    /// The buffer a sealed container's object was read into, kept for the
-    /// next container this thread opens.
-    static OPEN_BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Whether a container's chunks can be read straight out of its object.
@@ -170,6 +186,45 @@ pub fn open_chunks(
     Ok(plain)
 }
 
+/// The entries of the frame holding entry `i` (`i` within `meta`).
+pub fn frame_range(meta: &[ChunkMeta], i: usize) -> std::ops::Range<usize> {
+    let mut first = i;
+    while first > 0 && meta[first - 1].same_frame(&meta[first]) {
+        first -= 1;
+    }
+    let mut last = i + 1;
+    while last < meta.len() && meta[last - 1].same_frame(&meta[last]) {
+        last += 1;
+    }
+    first..last
+}
+
+/// Open the frame holding chunk `i` of a raw container object (`meta` its
+/// entries) into `out`, resized to the frame's plain length. A frame that
+/// does not open is a corruption of the container naming the chunk.
+pub fn open_frame(
+    id: ContainerId,
+    object: &[u8],
+    meta: &[ChunkMeta],
+    i: usize,
+    sealer: &Sealer,
+    out: &mut Vec<u8>,
+) -> Result<()> {
+    let m = &meta[i];
+    let fps: Vec<Fingerprint> = meta[frame_range(meta, i)].iter().map(|m| m.fp).collect();
+    // Only resized, never cleared: unsealing writes every byte or fails.
+    out.resize(m.frame_len as usize, 0);
+    out.truncate(m.frame_len as usize);
+    sealer
+        .unseal_frame(m.kind, &fps, m.codec, chunk_stored(object, m), out)
+        .map_err(|why| {
+            Error::corrupt(
+                format::object_name(id),
+                format!("chunk {}: {why}", m.fp.to_hex()),
+            )
+        })
+}
+
 /// Stored bytes of a chunk's frame in a raw container object (empty if
 /// its entry points outside it).
 pub fn chunk_stored<'o>(object: &'o [u8], m: &ChunkMeta) -> &'o [u8] {
@@ -185,20 +240,8 @@ pub fn chunk_stored<'o>(object: &'o [u8], m: &ChunkMeta) -> &'o [u8] {
 /// (damaged, or its entry points outside the object).
 pub fn open_chunk(object: &[u8], meta: &[ChunkMeta], i: usize, sealer: &Sealer) -> Option<Vec<u8>> {
     let m = meta.get(i)?;
-    // The frame's first entry: walk back over the entries it continues.
-    let mut first = i;
-    while first > 0 && meta[first - 1].same_frame(&meta[first]) {
-        first -= 1;
-    }
-    let mut last = i + 1;
-    while last < meta.len() && meta[last - 1].same_frame(&meta[last]) {
-        last += 1;
-    }
-    let fps: Vec<Fingerprint> = meta[first..last].iter().map(|m| m.fp).collect();
-    let mut frame = vec![0u8; m.frame_len as usize];
-    sealer
-        .unseal_frame(m.kind, &fps, m.codec, chunk_stored(object, m), &mut frame)
-        .ok()?;
+    let mut frame = Vec::new();
+    open_frame(ContainerId(0), object, meta, i, sealer, &mut frame).ok()?;
     let at = m.frame_offset as usize;
     frame.get(at..at + m.len as usize).map(<[u8]>::to_vec)
 }
@@ -320,38 +363,38 @@ impl ContainerStore {
         Ok((object.len() as u64, object))
     }
 
-    /// Read and verify a whole container.
+    /// Read and verify a whole container, its frames opened.
     pub fn read(&self, id: ContainerId) -> Result<Container> {
-        self.read_into(id, Vec::new())
+        self.read_retried(id, Vec::new(), true)
     }
 
-    /// [`read`](Self::read) into `buf` (from [`Container::into_buffer`]), so
-    /// a restore reuses the memory of the containers it evicts.
-    pub fn read_into(&self, id: ContainerId, reuse: Vec<u8>) -> Result<Container> {
+    /// Read and verify a whole container into `reuse` (from
+    /// [`Container::into_buffer`]), its frames left as stored: a restore
+    /// holds the stored bytes and opens a frame only when a chunk in it is
+    /// needed ([`Container::open_frame`], which authenticates it).
+    pub fn read_unopened(&self, id: ContainerId, reuse: Vec<u8>) -> Result<Container> {
+        self.read_retried(id, reuse, false)
+    }
+
+    fn read_retried(&self, id: ContainerId, reuse: Vec<u8>, open: bool) -> Result<Container> {
         // A container that does not verify is read once more before it is
         // called damaged: bytes broken in transit (a connection reset
         // under an object store's retried GET was seen to hand back wrong
         // bytes) come right on a second read; a damaged object does not.
-        match self.read_into_once(id, reuse) {
-            Err(Error::Corrupt { .. }) => self.read_into_once(id, Vec::new()),
+        match self.read_once(id, reuse, open) {
+            Err(Error::Corrupt { .. }) => self.read_once(id, Vec::new(), open),
             r => r,
         }
     }
 
-    fn read_into_once(&self, id: ContainerId, reuse: Vec<u8>) -> Result<Container> {
+    fn read_once(&self, id: ContainerId, reuse: Vec<u8>, open: bool) -> Result<Container> {
         let object = self.objects.get_container(id, reuse)?;
         let (header, meta) = format::decode(id, &object, self.sealer())?;
         self.check_algo(&header)?;
-        let opened = !header.trace && !stored_plain(&meta, self.sealer());
-        let object = if opened {
-            // The plain bytes replace the object; the two buffers take
-            // turns (this thread keeps the other one), so a restore opens
-            // containers without allocating.
-            let spare = OPEN_BUFFER.with(|b| std::mem::take(&mut *b.borrow_mut()));
+        let object = if open && !header.trace && !stored_plain(&meta, self.sealer()) {
             let sealer = self.sealer();
-            let plain = open_chunks(id, &object, &meta, sealer, header.logical_len, spare)?;
-            let old = object.into_buffer();
-            OPEN_BUFFER.with(|b| *b.borrow_mut() = old);
+            let plain = open_chunks(id, &object, &meta, sealer, header.logical_len, Vec::new())?;
+            // The plain bytes replace the object (what the readers keep).
             Container::new(header, meta, Vec::new().into(), Some(plain.into()))
         } else {
             Container::new(header, meta, object, None)

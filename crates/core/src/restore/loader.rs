@@ -9,18 +9,20 @@
 //! are needed: several workers keep several reads in flight, and the
 //! assembler only copies chunks out.
 //!
-//! Memory is bounded by [`Permits`]: a read is requested only while fewer
-//! than `n` loaded containers wait for the assembler. The buffers of
-//! evicted containers come back through [`Buffers`] and are read into again.
+//! Memory is bounded twice: by [`Permits`], a read is requested only while
+//! fewer than `n` loaded containers wait for the assembler; by the
+//! [`Budget`], only while the stored bytes of the containers read and not
+//! yet freed fit the restore's memory ceiling. The buffers of evicted
+//! containers come back through [`Buffers`] and are read into again.
 
 use crate::container::{Container, ContainerId, ContainerStore};
 use crate::error::{Error, Result};
 use std::sync::mpsc::{sync_channel, Receiver, RecvError, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::Scope;
 
 /// Loaded containers that may wait for the assembler beyond the cache
-/// itself: the read-ahead depth, and its memory (8 × 4 MiB by default).
+/// itself: the read-ahead depth (their memory counts in the [`Budget`]).
 pub(crate) const READ_AHEAD: usize = 8;
 
 /// A container being read: the assembler receives it (or why it failed).
@@ -67,7 +69,7 @@ impl Loaders {
                     };
                     let Ok(job) = job else { return };
                     // The assembler may have stopped (an error); nobody waits.
-                    let _ = job.reply.send(store.read_into(job.id, buffers.take()));
+                    let _ = job.reply.send(store.read_unopened(job.id, buffers.take()));
                 });
             match spawned {
                 Ok(_) => started += 1,
@@ -158,15 +160,110 @@ impl PermitReturn {
     }
 }
 
+/// The restore's memory ceiling over the containers it holds: stored bytes
+/// of every container read and not yet freed (cached, waiting, in flight).
+/// The scheduler takes a container's bytes before it requests the read,
+/// the assembler gives them back when it frees the container. One
+/// container is always allowed, however large, so a ceiling below a
+/// container still restores (a container at a time).
+pub(crate) struct Budget {
+    state: Mutex<Held>,
+    freed: Condvar,
+    limit: u64,
+}
+
+struct Held {
+    bytes: u64,
+    /// The assembler stopped: nothing will be freed.
+    closed: bool,
+}
+
+impl Budget {
+    pub(crate) fn new(limit: u64) -> Arc<Budget> {
+        Arc::new(Budget {
+            state: Mutex::new(Held {
+                bytes: 0,
+                closed: false,
+            }),
+            freed: Condvar::new(),
+            limit,
+        })
+    }
+
+    fn fits(&self, held: &Held, n: u64) -> bool {
+        held.bytes == 0 || held.bytes.saturating_add(n) <= self.limit
+    }
+
+    /// Take `n` bytes if they fit now.
+    pub(crate) fn try_take(&self, n: u64) -> bool {
+        let Ok(mut held) = self.state.lock() else {
+            return false;
+        };
+        let fits = self.fits(&held, n);
+        if fits {
+            held.bytes += n;
+        }
+        fits
+    }
+
+    /// Block until `n` bytes fit, then take them; false if the assembler
+    /// stopped.
+    pub(crate) fn take(&self, n: u64) -> bool {
+        let Ok(mut held) = self.state.lock() else {
+            return false;
+        };
+        while !held.closed && !self.fits(&held, n) {
+            held = match self.freed.wait(held) {
+                Ok(h) => h,
+                Err(_) => return false,
+            };
+        }
+        if held.closed {
+            return false;
+        }
+        held.bytes += n;
+        true
+    }
+
+    /// The assembler freed a container of `n` bytes.
+    pub(crate) fn give(&self, n: u64) {
+        if let Ok(mut held) = self.state.lock() {
+            held.bytes = held.bytes.saturating_sub(n);
+        }
+        self.freed.notify_all();
+    }
+
+    /// The bytes held now.
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> u64 {
+        self.state.lock().map_or(0, |h| h.bytes)
+    }
+}
+
+/// The assembler's hold on the [`Budget`]: when it goes (the restore ended
+/// or failed), a scheduler waiting for bytes stops waiting.
+pub(crate) struct BudgetReturn(pub(crate) Arc<Budget>);
+
+impl Drop for BudgetReturn {
+    fn drop(&mut self) {
+        if let Ok(mut held) = self.0.state.lock() {
+            held.closed = true;
+        }
+        self.0.freed.notify_all();
+    }
+}
+
 /// Spare container buffers, shared by the loaders (which read into them)
 /// and the assembler (which returns those of evicted containers).
 #[derive(Clone, Default)]
 pub(crate) struct Buffers(Arc<Mutex<Vec<Vec<u8>>>>);
 
 impl Buffers {
-    /// At most this many spare buffers are kept; the rest are freed. The
-    /// read-ahead's worth: more would only hold memory (16 held 64 MiB).
-    const KEEP: usize = READ_AHEAD;
+    /// At most this many spare buffers are kept; the rest are freed. One
+    /// per loader that reads at once; more would only hold memory outside
+    /// the [`Budget`] (16 held 64 MiB). A local store maps large
+    /// containers instead, and has none to give back.
+    const KEEP: usize = 4;
 
     fn take(&self) -> Vec<u8> {
         self.0
@@ -184,5 +281,47 @@ impl Buffers {
                 spare.push(buf);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn budget_holds_one_container_above_it_waits_for_bytes_and_stops_when_closed() {
+        let b = Budget::new(10);
+        assert!(
+            b.try_take(20),
+            "a container above the ceiling is allowed alone"
+        );
+        assert!(!b.try_take(1));
+        b.give(20);
+        assert!(b.try_take(6));
+        assert!(!b.try_take(6));
+        let waiter = {
+            let b = b.clone();
+            std::thread::spawn(move || b.take(6))
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(
+            b.held(),
+            6,
+            "the waiter takes nothing before bytes are freed"
+        );
+        b.give(6);
+        assert!(waiter.join().unwrap());
+        assert_eq!(b.held(), 6);
+        // The assembler stops: a waiting scheduler gives up.
+        let hold = BudgetReturn(b.clone());
+        let waiter = {
+            let b = b.clone();
+            std::thread::spawn(move || b.take(10))
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        drop(hold);
+        assert!(!waiter.join().unwrap());
+        assert_eq!(b.held(), 6);
     }
 }

@@ -12,20 +12,28 @@
 //! thread, the assembler, copies chunks out of them in recipe order. The
 //! decisions are those of a sequential restore with the same cache, so the
 //! metrics do not depend on the pipeline.
+//!
+//! Memory: containers are held as stored (compressed, sealed) and a frame
+//! is opened only when a chunk in it is needed (`frames.rs`); the stored
+//! bytes of the containers read and not yet freed, and the opened frames,
+//! stay under the restore's memory ceiling ([`RestoreOptions::memory`]).
 
 use crate::archive::ExtractReport;
 use crate::catalog::{BackupEntry, BackupId, SourceKind};
-use crate::container::{format::object_name, ChunkMeta, Container, ContainerId};
+use crate::container::{format::object_name, Container, ContainerId};
 use crate::context::Context;
 use crate::error::{Error, IoContext, Result};
 use crate::metrics::{mb_per_s, read_amplification, speed_factor};
 use crate::recipe::RecipeEntry;
+use crate::seal::Sealer;
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
 use std::sync::mpsc::sync_channel;
 use std::time::Instant;
 
+mod frames;
+mod hold;
 mod loader;
 mod options;
 mod pipe;
@@ -35,8 +43,11 @@ mod schedule;
 /// The caches live in [`crate::cache`] (GC and check use them too); these
 /// paths stay for callers that name them through restore.
 pub use crate::cache::{self, CacheSpec, LruCache};
-use loader::{receive, Buffers, Loaders, READ_AHEAD};
-pub use options::{MfdedupReads, Pipeline, RestoreOptions, RestoreReport, Restorer};
+use frames::OpenFrames;
+use loader::{receive, Budget, BudgetReturn, Buffers, Loaders, READ_AHEAD};
+pub use options::{
+    MfdedupReads, Pipeline, RestoreOptions, RestoreReport, Restorer, DEFAULT_MEMORY,
+};
 use range::{file_name, single_file_listing};
 pub use range::{BackupStream, StreamEntry};
 use schedule::{Op, Scheduler};
@@ -47,15 +58,17 @@ use schedule::{Op, Scheduler};
 /// than the cores keep the disk's queue full.
 const EXTRA_LOADERS: usize = 2;
 
-/// Where `e` is in container `c`, checked against the recipe.
-fn chunk_meta(c: &Container, e: &RecipeEntry, bid: BackupId, offset: u64) -> Result<ChunkMeta> {
-    let meta = *c.find(&e.fp).ok_or_else(|| {
+/// Where `e` is in container `c` (its position in `c.meta`), checked
+/// against the recipe.
+fn chunk_at(c: &Container, e: &RecipeEntry, bid: BackupId, offset: u64) -> Result<usize> {
+    let i = c.position(&e.fp).ok_or_else(|| {
         Error::corrupt(
             object_name(c.id()),
             format!("does not hold chunk {}", e.fp.to_hex()),
         )
         .in_backup(bid, Some(offset))
     })?;
+    let meta = c.meta[i];
     if meta.len as u64 != e.size {
         return Err(Error::corrupt(
             format!("backup {bid}"),
@@ -65,7 +78,7 @@ fn chunk_meta(c: &Container, e: &RecipeEntry, bid: BackupId, offset: u64) -> Res
             ),
         ));
     }
-    Ok(meta)
+    Ok(i)
 }
 
 /// The scheduler sent a chunk of a container it never loaded: a bug, reported
@@ -89,8 +102,13 @@ struct Assembler<'a> {
     bid: BackupId,
     buffers: &'a Buffers,
     permit_return: &'a loader::PermitReturn,
-    /// The containers the cache holds (and those being filled in).
-    cached: HashMap<ContainerId, Container>,
+    budget: &'a Budget,
+    sealer: &'a Sealer,
+    /// The containers the cache holds, as stored, with the budget bytes
+    /// each holds.
+    cached: HashMap<ContainerId, (Container, u64)>,
+    /// Frames opened lately.
+    frames: OpenFrames,
     /// The forward assembly area.
     area: Vec<u8>,
     /// Bytes restored so far.
@@ -104,24 +122,28 @@ impl Assembler<'_> {
         match op {
             // Released earlier, an evicted container is gone already.
             Op::Evict(id) | Op::Release(id) => {
-                if let Some(c) = self.cached.remove(&id) {
-                    self.buffers.give(c);
+                if let Some((c, n)) = self.cached.remove(&id) {
+                    self.free(c, n);
                 }
             }
-            Op::Load(id, loaded) => {
+            Op::Load(id, loaded, n) => {
                 let c = receive(&loaded).map_err(|e| e.in_backup(bid, Some(offset)))?;
                 self.permit_return.give_back();
-                self.cached.insert(id, c);
+                self.cached.insert(id, (c, n));
             }
             Op::Chunk(e, id) => {
-                let c = self
+                let (c, _) = self
                     .cached
                     .get(&id)
                     .ok_or_else(|| unplanned(id, bid, offset))?;
-                let meta = chunk_meta(c, &e, bid, offset)?;
+                let i = chunk_at(c, &e, bid, offset)?;
                 if !self.trace {
+                    let bytes = self
+                        .frames
+                        .chunk(c, i, self.sealer)
+                        .map_err(|e| e.in_backup(bid, Some(offset)))?;
                     self.out
-                        .write_all(c.bytes(&meta))
+                        .write_all(bytes)
                         .ctx(|| "cannot write restored data".into())?;
                 }
                 self.offset += e.size;
@@ -132,6 +154,13 @@ impl Assembler<'_> {
         Ok(())
     }
 
+    /// A container the assembler is done with: its buffer for the next
+    /// read, its bytes back to the budget.
+    fn free(&self, c: Container, n: u64) {
+        self.buffers.give(c);
+        self.budget.give(n);
+    }
+
     /// Fill the area from each of the window's containers in turn, then
     /// write it whole.
     fn window(&mut self, w: schedule::Window) -> Result<()> {
@@ -140,19 +169,23 @@ impl Assembler<'_> {
         if !self.trace {
             self.area.resize(w.filled as usize, 0);
         }
-        for (_, idx, loaded) in &w.containers {
+        for (_, idx, loaded, n) in &w.containers {
             let first = offset + w.entries[idx[0]].1;
             let c = receive(loaded).map_err(|e| e.in_backup(bid, Some(first)))?;
             self.permit_return.give_back();
-            for &i in idx {
-                let (e, at) = &w.entries[i];
-                let meta = chunk_meta(&c, e, bid, offset + at)?;
+            for &k in idx {
+                let (e, at) = &w.entries[k];
+                let i = chunk_at(&c, e, bid, offset + at)?;
                 if !self.trace {
+                    let bytes = self
+                        .frames
+                        .chunk(&c, i, self.sealer)
+                        .map_err(|e| e.in_backup(bid, Some(offset + at)))?;
                     let at = *at as usize;
-                    self.area[at..at + e.size as usize].copy_from_slice(c.bytes(&meta));
+                    self.area[at..at + e.size as usize].copy_from_slice(bytes);
                 }
             }
-            self.buffers.give(c);
+            self.free(c, *n);
         }
         if !self.trace {
             self.out
@@ -184,10 +217,13 @@ impl Context {
             // and a scheduler blocked on either stops.
             let (ops, planned) = sync_channel::<schedule::Batch>(4);
             let (permits, permit_return) = loader::permits(READ_AHEAD);
+            let (containers, frames) = opts.split_memory();
+            let budget = BudgetReturn(Budget::new(containers));
             let buffers = Buffers::default();
             let loaders =
                 Loaders::spawn(scope, &self.store, self.threads() + EXTRA_LOADERS, &buffers)?;
-            let scheduler = Scheduler::new(ops, loaders, permits);
+            let scheduler =
+                Scheduler::new(self, ops, loaders, permits, budget.0.clone(), containers);
             let plan = std::thread::Builder::new()
                 .name("tessera-plan".into())
                 .spawn_scoped(scope, move || scheduler.run(self, backup, opts))
@@ -198,7 +234,10 @@ impl Context {
                 bid: backup.id,
                 buffers: &buffers,
                 permit_return: &permit_return,
+                budget: &budget.0,
+                sealer: self.store.sealer(),
                 cached: HashMap::new(),
+                frames: OpenFrames::new(frames),
                 area: Vec::new(),
                 offset: 0,
                 chunks: 0,

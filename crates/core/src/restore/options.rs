@@ -8,11 +8,43 @@ use crate::error::{Error, Result};
 use serde::Serialize;
 use std::io::Write;
 
+/// The default memory ceiling of a restore's containers and opened frames
+/// ([`RestoreOptions::memory`]). Chosen so that a restore of a 2.2 GB
+/// copy of `/usr` (`docs/ARCHITECTURE.md`, "Restore memory") peaks below
+/// restic 0.14's memory on the same tree.
+pub const DEFAULT_MEMORY: u64 = 48 << 20;
+
 /// Restore parameters.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct RestoreOptions {
     /// How data containers are cached while the recipe is walked.
     pub cache: CacheSpec,
+    /// Memory ceiling, in bytes, for the containers a restore holds (as
+    /// stored: cached, read ahead, being read) and the frames it opened.
+    /// The cache policy decides the reads; when the containers it keeps
+    /// would exceed the ceiling, the least recently used are freed and read
+    /// again if the policy uses them again (counted as reads). One
+    /// container and one frame are always held, so a ceiling below a
+    /// container restores a container at a time.
+    pub memory: u64,
+}
+
+impl Default for RestoreOptions {
+    fn default() -> Self {
+        RestoreOptions {
+            cache: CacheSpec::default(),
+            memory: DEFAULT_MEMORY,
+        }
+    }
+}
+
+impl RestoreOptions {
+    /// The ceiling split between containers and opened frames: frames get
+    /// an eighth, at most 2 MiB (eight frames of the default 256 KiB).
+    pub(crate) fn split_memory(&self) -> (u64, usize) {
+        let frames = (self.memory / 8).min(2 << 20);
+        (self.memory - frames, frames as usize)
+    }
 }
 
 /// What a restore did.

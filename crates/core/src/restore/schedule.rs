@@ -7,9 +7,12 @@
 //!
 //! The policies are exactly those a sequential restore would apply (the
 //! same [`Lru`]/[`Opt`] decisions, the same FAA windows), so the containers
-//! read, and every metric, are those of the papers' restore.
+//! read, and every metric, are those of the papers' restore — unless the
+//! containers the policy keeps exceed the memory ceiling, where
+//! [`Holding`] frees some and they are read again if used again.
 
-use super::loader::{Loaded, Loaders, Permit, Permits};
+use super::hold::Holding;
+use super::loader::{Budget, Loaded, Loaders, Permit, Permits};
 use crate::cache::CacheSpec;
 use crate::cache::{faa, Access, Lru, Opt, OPT_WINDOW};
 use crate::catalog::BackupEntry;
@@ -20,6 +23,7 @@ use crate::recipe::RecipeEntry;
 use crate::restore::options::RestoreOptions;
 use std::collections::{HashMap, VecDeque};
 use std::sync::mpsc::SyncSender;
+use std::sync::Arc;
 
 /// Ops per message to the assembler.
 const BATCH: usize = 1024;
@@ -32,8 +36,9 @@ pub(crate) enum Op {
     /// the cache policy still counts it as cached (so the reads, and every
     /// metric, are those of the policy).
     Release(ContainerId),
-    /// Container `0` enters the cache; it arrives on `1`.
-    Load(ContainerId, Loaded),
+    /// Container `0` enters the cache; it arrives on `1` and holds `2`
+    /// bytes of the memory budget until it is freed.
+    Load(ContainerId, Loaded, u64),
     /// The next chunk, from a cached container.
     Chunk(RecipeEntry, ContainerId),
     /// An FAA window, assembled from its containers and written whole.
@@ -44,9 +49,9 @@ pub(crate) enum Op {
 pub(crate) struct Window {
     /// The window's chunks and where each goes in the area.
     pub entries: Vec<(RecipeEntry, u64)>,
-    /// Per container, in order of first use: the entries it supplies and
-    /// where it arrives.
-    pub containers: Vec<(ContainerId, Vec<usize>, Loaded)>,
+    /// Per container, in order of first use: the entries it supplies,
+    /// where it arrives and the budget bytes it holds until freed.
+    pub containers: Vec<(ContainerId, Vec<usize>, Loaded, u64)>,
     /// Bytes the window fills.
     pub filled: u64,
 }
@@ -60,6 +65,14 @@ pub(crate) struct Scheduler {
     batch: Vec<Op>,
     loaders: Loaders,
     permits: Permits,
+    budget: Arc<Budget>,
+    /// The policy's containers held under the memory ceiling.
+    hold: Holding,
+    /// Stored bytes of each data container (the catalog's), what a read
+    /// takes of the budget.
+    sizes: HashMap<ContainerId, u64>,
+    /// What a container missing from the catalog is taken to hold.
+    default_size: u64,
     /// Reads in planned order, to count seeks deterministically (the
     /// loaders finish them in any order).
     seeks: SeekCounter,
@@ -90,14 +103,37 @@ impl SeekCounter {
 struct Stopped;
 
 impl Scheduler {
-    pub(crate) fn new(ops: SyncSender<Batch>, loaders: Loaders, permits: Permits) -> Self {
+    pub(crate) fn new(
+        repo: &Context,
+        ops: SyncSender<Batch>,
+        loaders: Loaders,
+        permits: Permits,
+        budget: Arc<Budget>,
+        memory: u64,
+    ) -> Self {
+        let sizes = repo
+            .manifest
+            .containers
+            .iter()
+            .filter(|c| c.kind == ChunkKind::Data)
+            .map(|c| (c.id, c.object_bytes))
+            .collect();
         Scheduler {
             ops,
             batch: Vec::with_capacity(BATCH),
             loaders,
             permits,
+            budget,
+            hold: Holding::new(memory),
+            sizes,
+            default_size: repo.manifest.config.container_size as u64,
             seeks: SeekCounter::default(),
         }
+    }
+
+    /// Stored bytes of container `id`.
+    fn size(&self, id: ContainerId) -> u64 {
+        self.sizes.get(&id).copied().unwrap_or(self.default_size)
     }
 
     /// Plan the whole restore; an error goes to the assembler. Returns the
@@ -157,11 +193,33 @@ impl Scheduler {
         }
     }
 
-    /// Request a read of `id` (permit first).
-    fn request(&mut self, id: ContainerId) -> std::result::Result<Loaded, Stopped> {
+    /// Take `n` bytes of the memory budget, waiting (after showing the
+    /// assembler the ops so far, which free containers) if they do not fit.
+    fn take_bytes(&mut self, n: u64) -> std::result::Result<(), Stopped> {
+        if self.budget.try_take(n) {
+            return Ok(());
+        }
+        self.flush()?;
+        if self.budget.take(n) {
+            Ok(())
+        } else {
+            Err(Stopped)
+        }
+    }
+
+    /// Read `id` into the cache: free spilled containers if the ceiling
+    /// needs it, take a permit and the bytes, request the read.
+    fn load(&mut self, id: ContainerId) -> std::result::Result<(), Stopped> {
+        let n = self.size(id);
+        for v in self.hold.make_room(n) {
+            self.push(Op::Evict(v))?;
+        }
         self.permit()?;
+        self.take_bytes(n)?;
         self.seeks.read(id);
-        self.loaders.request(id).ok_or(Stopped)
+        let loaded = self.loaders.request(id).ok_or(Stopped)?;
+        self.hold.insert(id, n);
+        self.push(Op::Load(id, loaded, n))
     }
 
     fn plan(
@@ -212,7 +270,7 @@ impl Scheduler {
                     offset += e.size;
                     self.access(lru.access(id), id)?;
                     self.push(Op::Chunk(e, id))?;
-                    if last.as_ref().and_then(|l| l.get(&id)) == Some(&at) {
+                    if last.as_ref().and_then(|l| l.get(&id)) == Some(&at) && self.hold.remove(id) {
                         self.push(Op::Release(id))?;
                     }
                     at += 1;
@@ -272,16 +330,21 @@ impl Scheduler {
         Ok(())
     }
 
-    /// Turn one cache decision into ops (and a read).
+    /// Turn one cache decision into ops (and a read): a miss reads, and a
+    /// hit on a container the ceiling spilled reads it again.
     fn access(&mut self, access: Access, id: ContainerId) -> std::result::Result<(), Stopped> {
-        if let Access::Miss { evict } = access {
-            if let Some(v) = evict {
-                self.push(Op::Evict(v))?;
+        match access {
+            Access::Miss { evict } => {
+                if let Some(v) = evict {
+                    if self.hold.remove(v) {
+                        self.push(Op::Evict(v))?;
+                    }
+                }
+                self.load(id)
             }
-            let loaded = self.request(id)?;
-            self.push(Op::Load(id, loaded))?;
+            Access::Hit if self.hold.hit(id) => self.load(id),
+            Access::Hit => Ok(()),
         }
-        Ok(())
     }
 
     /// Hand over an FAA window, then request its containers in order. The
@@ -297,8 +360,9 @@ impl Scheduler {
         let mut containers = Vec::with_capacity(order.len());
         for (id, idx) in order {
             let (reply, loaded) = std::sync::mpsc::sync_channel(1);
-            replies.push((id, reply));
-            containers.push((id, idx, loaded));
+            let n = self.size(id);
+            replies.push((id, reply, n));
+            containers.push((id, idx, loaded, n));
         }
         self.push(Op::Window(Window {
             entries,
@@ -306,8 +370,9 @@ impl Scheduler {
             filled,
         }))?;
         self.flush()?;
-        for (id, reply) in replies {
+        for (id, reply, n) in replies {
             self.permit()?;
+            self.take_bytes(n)?;
             self.seeks.read(id);
             self.loaders.forward(id, reply).ok_or(Stopped)?;
         }

@@ -42,6 +42,7 @@ fn init_small(b: Arc<dyn ObjectStore>, trace: bool) {
 fn containers_read(repo: &Repository) -> u64 {
     let opts = RestoreOptions {
         cache: tessera_core::restore::CacheSpec::Lru(100_000),
+        memory: u64::MAX,
     };
     repo.backups()
         .iter()

@@ -150,7 +150,7 @@ proptest! {
             for cache in [CacheSpec::Lru(2), CacheSpec::Opt(2), CacheSpec::Faa(3)] {
                 let entry = repo.resolve(&id.to_string()).unwrap().clone();
                 let mut out = Vec::new();
-                repo.restore_to(&entry, &mut out, &RestoreOptions { cache }, &mut |_| {}).unwrap();
+                repo.restore_to(&entry, &mut out, &RestoreOptions { cache, ..Default::default() }, &mut |_| {}).unwrap();
                 prop_assert!(out == version(v), "backup {} (v{}) under {}", id, v, cache);
             }
         }

@@ -33,6 +33,7 @@ fn reads(repo: &Repository, backup: usize, cache: &str) -> u64 {
     let b = repo.backups()[backup].clone();
     let opts = RestoreOptions {
         cache: CacheSpec::parse(cache).unwrap(),
+        ..Default::default()
     };
     let r = repo
         .restore_to(&b, &mut std::io::sink(), &opts, &mut |_| {})
@@ -116,6 +117,7 @@ fn bench_restore_throughput_per_cache() {
     for cache in ["lru:32", "opt:32", "faa:32", "faa:8"] {
         let opts = RestoreOptions {
             cache: CacheSpec::parse(cache).unwrap(),
+            ..Default::default()
         };
         let mut best = 0f64;
         for _ in 0..5 {
@@ -132,6 +134,7 @@ fn seeks(repo: &Repository, backup: usize, cache: &str) -> u64 {
     let b = repo.backups()[backup].clone();
     let opts = RestoreOptions {
         cache: CacheSpec::parse(cache).unwrap(),
+        ..Default::default()
     };
     repo.restore_to(&b, &mut std::io::sink(), &opts, &mut |_| {})
         .unwrap()

@@ -124,6 +124,7 @@ fn setup() -> (Arc<FailingReads>, Writer, BackupEntry, Vec<u8>) {
 fn opts(cache: &str) -> RestoreOptions {
     RestoreOptions {
         cache: CacheSpec::parse(cache).unwrap(),
+        ..Default::default()
     }
 }
 
@@ -147,6 +148,52 @@ fn every_cache_restores_exactly_with_reads_in_flight() {
             r.data_containers_read + recipe_reads,
             "{cache}"
         );
+    }
+}
+
+/// Under a memory ceiling below one container, every cache restores
+/// exactly: containers the policy keeps are freed and read again when used
+/// again, and each of those reads is counted (the backend sees exactly the
+/// reads reported). A ceiling that holds the policy's containers reads
+/// what the default does.
+#[test]
+fn a_ceiling_below_one_container_restores_exactly_and_counts_every_read() {
+    let (backend, repo, entry, data) = setup();
+    for cache in CACHES {
+        let mut reads = Vec::new();
+        for memory in [1, 100_000, 64 << 20] {
+            backend.reads.store(0, Ordering::SeqCst);
+            let mut out = Vec::new();
+            let opts = RestoreOptions {
+                memory,
+                ..opts(cache)
+            };
+            let r = repo
+                .restore_to(&entry, &mut out, &opts, &mut |_| {})
+                .unwrap();
+            assert!(
+                out == data,
+                "{cache} memory {memory}: restored bytes differ"
+            );
+            assert_eq!(
+                backend.reads.load(Ordering::SeqCst),
+                r.data_containers_read + r.recipe_containers_read,
+                "{cache} memory {memory}"
+            );
+            reads.push(r.data_containers_read);
+        }
+        let default = repo
+            .restore_to(&entry, &mut Vec::new(), &opts(cache), &mut |_| {})
+            .unwrap();
+        assert_eq!(reads[2], default.data_containers_read, "{cache}");
+        assert!(
+            reads[0] >= reads[2] && reads[1] >= reads[2],
+            "{cache}: {reads:?}"
+        );
+        if cache == "lru:64" {
+            // 64 containers of 32 KiB fit no 1-byte ceiling: some are read again.
+            assert!(reads[0] > reads[2], "{cache}: {reads:?}");
+        }
     }
 }
 

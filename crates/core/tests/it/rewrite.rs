@@ -372,7 +372,7 @@ proptest! {
             for cache in ["lru:2", "opt:2", "faa:2", "faa:5", "lru:64"] {
                 let b = repo.manifest().backup(*id).unwrap().clone();
                 let mut out = Vec::new();
-                let opts = RestoreOptions { cache: tessera_core::restore::CacheSpec::parse(cache).unwrap() };
+                let opts = RestoreOptions { cache: tessera_core::restore::CacheSpec::parse(cache).unwrap(), ..Default::default() };
                 repo.restore_to(&b, &mut out, &opts, &mut |_| {}).unwrap();
                 prop_assert!(out == *v, "backup {} differs under {}", id, cache);
             }
@@ -570,6 +570,7 @@ fn bench_ingest_throughput_per_policy() {
         for cache in ["lru:32", "opt:32", "faa:32"] {
             let opts = RestoreOptions {
                 cache: tessera_core::restore::CacheSpec::parse(cache).unwrap(),
+                ..Default::default()
             };
             let r = repo
                 .restore_to(&last, &mut std::io::sink(), &opts, &mut |_| {})

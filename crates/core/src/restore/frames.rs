@@ -1,0 +1,203 @@
+//! The restore's opened frames: a small cache, bounded by bytes, of the
+//! frames (compressed and sealed runs of chunks, `docs/FORMAT.md`
+//! "Frames") that chunks were last copied out of.
+//!
+//! Why: a restore holds containers as stored and opens a frame only when a
+//! chunk in it is needed, so the memory of a cached container is its
+//! stored bytes, not 4 MiB of plain ones. A recipe takes a frame's chunks
+//! mostly one after the other, sometimes coming back to it after chunks of
+//! other containers (a file that repeats another's), so the frames opened
+//! last are kept, least recently used going first. Container contents never
+//! change under an id, so a frame stays valid after its container leaves
+//! the cache.
+
+use crate::container::{Container, ContainerId};
+use crate::error::Result;
+use crate::seal::Sealer;
+use std::collections::VecDeque;
+
+/// Opened frames, most recently used last.
+pub(crate) struct OpenFrames {
+    /// Plain bytes kept at most (one frame is always kept, however large).
+    budget: usize,
+    held: usize,
+    frames: VecDeque<Opened>,
+}
+
+struct Opened {
+    container: ContainerId,
+    /// The frame's stored offset: it names the frame within its container.
+    stored_offset: u32,
+    plain: Vec<u8>,
+}
+
+impl OpenFrames {
+    pub(crate) fn new(budget: usize) -> Self {
+        OpenFrames {
+            budget,
+            held: 0,
+            frames: VecDeque::new(),
+        }
+    }
+
+    /// The plain bytes of chunk `i` of `c`: out of the container when it
+    /// holds them as they are, otherwise out of its opened frame (opened,
+    /// and so authenticated, now if it is not kept).
+    pub(crate) fn chunk<'a>(
+        &'a mut self,
+        c: &'a Container,
+        i: usize,
+        sealer: &Sealer,
+    ) -> Result<&'a [u8]> {
+        let m = &c.meta[i];
+        if !c.needs_opening(m) {
+            return Ok(c.bytes(m));
+        }
+        let (id, at) = (c.id(), m.stored_offset);
+        let k = match self
+            .frames
+            .iter()
+            .position(|f| f.container == id && f.stored_offset == at)
+        {
+            Some(k) => k,
+            None => {
+                let mut buf = self.make_room(m.frame_len as usize);
+                c.open_frame(i, sealer, &mut buf)?;
+                self.held += buf.len();
+                self.frames.push_back(Opened {
+                    container: id,
+                    stored_offset: at,
+                    plain: buf,
+                });
+                self.frames.len() - 1
+            }
+        };
+        // Most recently used last.
+        if k + 1 != self.frames.len() {
+            let f = self.frames.remove(k).expect("a kept frame");
+            self.frames.push_back(f);
+        }
+        let plain = &self.frames.back().expect("a kept frame").plain;
+        let start = m.frame_offset as usize;
+        Ok(plain.get(start..start + m.len as usize).unwrap_or(&[]))
+    }
+
+    /// Drop the least recently used frames until `need` more bytes fit the
+    /// budget (or none is left); the last one dropped is handed back as the
+    /// buffer for the next frame.
+    fn make_room(&mut self, need: usize) -> Vec<u8> {
+        let mut spare = Vec::new();
+        while !self.frames.is_empty() && self.held + need > self.budget {
+            let f = self.frames.pop_front().expect("not empty");
+            self.held -= f.plain.len();
+            spare = f.plain;
+        }
+        spare
+    }
+
+    #[cfg(test)]
+    fn held(&self) -> (usize, usize) {
+        (self.frames.len(), self.held)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::container::ChunkKind;
+    use crate::fingerprint::HashAlgo;
+    use crate::seal::keys::MasterKey;
+    use crate::seal::{CipherKind, Compression, Sealer};
+    use std::sync::Arc;
+
+    fn sealer() -> Arc<Sealer> {
+        let key = MasterKey::from_bytes([7; 32]);
+        Arc::new(Sealer::new(
+            Some(key.cipher(CipherKind::Xaes256Gcm)),
+            Compression::Auto,
+        ))
+    }
+
+    /// A compressed, sealed container of 8 frames of 4 chunks of 1 KiB each.
+    fn container(sealer: &Arc<Sealer>) -> (Container, Vec<Vec<u8>>) {
+        let mut b = crate::container::ContainerBuilder::sealing(
+            ChunkKind::Data,
+            1 << 20,
+            false,
+            sealer.clone(),
+            Compression::Auto,
+            4096,
+        );
+        let mut chunks = Vec::new();
+        for n in 0..32u32 {
+            let bytes: Vec<u8> = (0..1024)
+                .map(|i| ((i / 7) as u32 * n % 251) as u8)
+                .collect();
+            b.push(HashAlgo::Blake3.hash(&bytes), 1024, &bytes);
+            chunks.push(bytes);
+        }
+        let (entries, framed) = b.take();
+        let id = ContainerId(5);
+        let object = crate::container::format::encode_framed(
+            id,
+            ChunkKind::Data,
+            HashAlgo::Blake3,
+            false,
+            &entries,
+            framed,
+            sealer,
+        );
+        let (header, meta) = crate::container::format::decode(id, &object, sealer).unwrap();
+        (Container::unopened(header, meta, object), chunks)
+    }
+
+    #[test]
+    fn copies_every_chunk_and_keeps_no_more_than_its_budget() {
+        let sealer = sealer();
+        let (c, chunks) = container(&sealer);
+        assert!(c.needs_opening(&c.meta[0]), "compressed chunks are opened");
+        assert_eq!(crate::container::frames(&c.meta).count(), 8);
+        // Two frames' worth: every chunk, in an order that comes back to
+        // frames it left, is exact.
+        let mut open = OpenFrames::new(8192);
+        for round in 0..2 {
+            for i in (0..32).rev().chain(0..32) {
+                let got = open.chunk(&c, i, &sealer).unwrap().to_vec();
+                assert_eq!(got, chunks[i], "round {round} chunk {i}");
+                let (n, bytes) = open.held();
+                assert!(n <= 2 && bytes <= 8192, "{n} frames, {bytes} bytes");
+            }
+        }
+        // Below one frame: one frame is still kept, and the bytes are exact.
+        let mut tiny = OpenFrames::new(1);
+        for (i, want) in chunks.iter().enumerate() {
+            assert_eq!(tiny.chunk(&c, i, &sealer).unwrap(), &want[..]);
+            assert_eq!(tiny.held().0, 1);
+        }
+    }
+
+    /// A byte changed in a frame's stored bytes (past the checksums a
+    /// container read verifies) is refused when the frame is opened, by
+    /// the container's name and the chunk's fingerprint; the other frames
+    /// still open.
+    #[test]
+    fn a_tampered_frame_is_refused_when_opened() {
+        let sealer = sealer();
+        let (c, chunks) = container(&sealer);
+        let (header, meta) = (c.header, c.meta.clone());
+        let victim = 9;
+        let at = crate::container::format::HEADER_LEN + meta[victim].stored_offset as usize + 30;
+        let mut object = c.into_buffer();
+        object[at] ^= 0x10;
+        let c = Container::unopened(header, meta, object);
+        let mut open = OpenFrames::new(1 << 20);
+        let err = open.chunk(&c, victim, &sealer).unwrap_err().to_string();
+        assert!(
+            err.contains("0000000000000005") && err.contains(&c.meta[victim].fp.to_hex()),
+            "{err}"
+        );
+        assert!(err.contains("does not authenticate"), "{err}");
+        // Another frame of the same container opens.
+        assert_eq!(open.chunk(&c, 0, &sealer).unwrap(), &chunks[0][..]);
+    }
+}
