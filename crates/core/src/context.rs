@@ -491,28 +491,13 @@ impl Context {
         let segments = &manifest.index_segments;
         let listed: HashSet<ContainerId> = manifest.containers.iter().map(|c| c.id).collect();
         let disk = manifest.config.index == crate::index::IndexKind::Disk;
-        let location = self.objects.location();
-        // Not for check (it reads every segment to judge it), nor for a
-        // repository in memory (gone with the process).
-        let kept = (disk && bad_segments.is_none() && location != "memory").then(|| {
-            let names: Vec<String> = segments.iter().map(ObjectKey::name).collect();
-            let mut ids: Vec<u64> = listed.iter().map(|c| c.0).collect();
-            ids.sort_unstable();
-            let base = index_dir();
-            let set = RunSet::of(&base, &manifest.config.repo_id, &location);
-            (base, set, names, ids)
-        });
-        let basis = kept.as_ref().map(|(_, _, names, ids)| Basis {
-            repo_id: &manifest.config.repo_id,
-            location: &location,
-            generation: manifest.generation.0,
-            segments: names,
-            containers: ids,
-        });
+        // Not for check (it reads every segment to judge it).
+        let kept = self.kept_basis().filter(|_| bad_segments.is_none());
+        let basis = kept.as_ref().map(KeptBasis::basis);
         let mut report = DiskLoad::default();
         let cfg = crate::index::disk::DiskConfig::default();
         let mut index = match (&kept, &basis) {
-            (Some((base, set, _, _)), Some(basis)) => match set.load(basis, base, cfg) {
+            (Some(k), Some(basis)) => match k.set.load(basis, &k.base, cfg) {
                 Ok((index, held)) => {
                     report.kept_segments = held;
                     index
@@ -532,11 +517,11 @@ impl Context {
         index.flush()?;
         if disk {
             report.applied_segments = todo.len();
-            if let (Some((_, set, _, _)), Some(basis)) = (&kept, &basis) {
+            if let (Some(k), Some(basis)) = (&kept, &basis) {
                 if !todo.is_empty() || report.rebuilt.is_some() {
                     // The kept set is a cache: failing to save it costs the
                     // next opening a rebuild, not this command.
-                    match set.save(&mut index, basis) {
+                    match k.set.save(&mut index, basis) {
                         Ok(saved) => report.saved = saved,
                         Err(e) => say_rebuilding(&format!("could not keep it: {e}")),
                     }
@@ -545,6 +530,55 @@ impl Context {
             index.set_disk_load(report);
         }
         Ok(index)
+    }
+
+    /// The kept run set of this handle's repository and what it must
+    /// stand for as of this handle's generation; `None` for a memory
+    /// index or a repository in memory (gone with the process).
+    fn kept_basis(&self) -> Option<KeptBasis> {
+        let manifest = &self.manifest;
+        let location = self.objects.location();
+        if manifest.config.index != crate::index::IndexKind::Disk || location == "memory" {
+            return None;
+        }
+        let mut containers: Vec<u64> = manifest.containers.iter().map(|c| c.id.0).collect();
+        containers.sort_unstable();
+        let base = index_dir();
+        Some(KeptBasis {
+            set: RunSet::of(&base, &manifest.config.repo_id, &location),
+            base,
+            repo_id: manifest.config.repo_id.clone(),
+            location,
+            generation: manifest.generation.0,
+            segments: manifest
+                .index_segments
+                .iter()
+                .map(ObjectKey::name)
+                .collect(),
+            containers,
+        })
+    }
+
+    /// Keep this handle's on-disk index as the run set of the generation
+    /// it holds, for a mutation that replaced every index segment (a GC, a
+    /// compaction) and published it without merging: its index is then
+    /// exactly what the one new segment holds, and the next opening reuses
+    /// it instead of rebuilding the runs from that segment. (A publish
+    /// that merged reloaded, and so kept, the merged generation's index.)
+    /// A cache: failing to keep it costs the next opening a rebuild.
+    pub(crate) fn keep_index(&mut self) {
+        let Some(k) = self.kept_basis() else {
+            return;
+        };
+        let Some(index) = self.index.cell.get_mut() else {
+            return;
+        };
+        if index.kind() != crate::index::IndexKind::Disk {
+            return;
+        }
+        if let Err(e) = k.set.save(index, &k.basis()) {
+            say_rebuilding(&format!("could not keep it: {e}"));
+        }
     }
 
     /// Insert the entries of `segments` (in order) naming a `listed`
@@ -983,6 +1017,32 @@ impl Context {
         load_segments(&self.objects, &self.manifest, &mut index)?;
         self.index.set(index);
         Ok(())
+    }
+}
+
+/// A repository's kept run set ([`RunSet`]) and the generation it is to
+/// stand for (owned: [`Basis`] borrows it).
+struct KeptBasis {
+    /// The index directory the set and the table's private files live in.
+    base: std::path::PathBuf,
+    set: RunSet,
+    repo_id: String,
+    location: String,
+    generation: u64,
+    segments: Vec<String>,
+    /// Listed container ids, ascending.
+    containers: Vec<u64>,
+}
+
+impl KeptBasis {
+    fn basis(&self) -> Basis<'_> {
+        Basis {
+            repo_id: &self.repo_id,
+            location: &self.location,
+            generation: self.generation,
+            segments: &self.segments,
+            containers: &self.containers,
+        }
     }
 }
 
