@@ -21,7 +21,7 @@ use crate::error::{Error, ObjectRef, Result};
 use crate::fingerprint::{Fingerprint, Fingerprinter};
 use crate::index::runset::{say_rebuilding, Basis, RunSet};
 use crate::index::{
-    decode_segment, encode_segment, sort_entries, CopyNo, DiskLoad, Index, IndexEntry,
+    decode_segment, encode_segment, sort_entries, CopyNo, DiskLoad, Index, IndexEntry, SegmentView,
 };
 use crate::metrics::Metrics;
 use crate::seal::keys::{KeySlot, MasterKey, Password};
@@ -582,10 +582,11 @@ impl Context {
     }
 
     /// Insert the entries of `segments` (in order) naming a `listed`
-    /// container. Segments are fetched and decoded on other threads, in
-    /// order, while this one inserts: decoding is most of a memory index's
-    /// loading. An unreadable segment fails, or with `bad_segments` is
-    /// recorded there and skipped.
+    /// container. Segments are fetched and verified on other threads, in
+    /// order, while this one inserts their entries in place (no decoded
+    /// copy). An index built from nothing is sized once for the chunks the
+    /// manifest's containers hold (no rehashing on the way). An unreadable
+    /// segment fails, or with `bad_segments` is recorded there and skipped.
     fn apply_segments(
         &self,
         segments: &[ObjectKey],
@@ -593,8 +594,16 @@ impl Context {
         index: &mut Index,
         mut bad_segments: Option<&mut Vec<(ObjectKey, Error)>>,
     ) -> Result<()> {
+        if index.is_empty() {
+            let chunks = |kind: ChunkKind| -> usize {
+                let of = self.manifest.containers.iter().filter(|c| c.kind == kind);
+                of.map(|c| c.chunks as usize).sum()
+            };
+            index.reserve_data(chunks(ChunkKind::Data));
+            index.reserve_recipe(chunks(ChunkKind::Recipe));
+        }
         let objects = &self.objects;
-        let read = |seg: &ObjectKey| -> Result<Vec<IndexEntry>> {
+        let read = |seg: &ObjectKey| -> Result<crate::backend::ObjectBytes> {
             let name = ObjectRef::Object(seg.clone());
             objects
                 .get(seg)
@@ -602,40 +611,47 @@ impl Context {
                     Error::MissingObject(_) => e.about(name.clone()),
                     e => e,
                 })
-                // The decoder names what it is given; the error names the key.
-                .and_then(|bytes| {
-                    decode_segment(&bytes, &name.to_string()).map_err(|e| e.about(name))
-                })
+                // The verifier names what it is given; the error names the key.
+                .and_then(
+                    |bytes| match SegmentView::verify(&bytes, &name.to_string()) {
+                        Ok(_) => Ok(bytes),
+                        Err(e) => Err(e.about(name)),
+                    },
+                )
         };
-        let mut apply = |seg: &ObjectKey, read: Result<Vec<IndexEntry>>| -> Result<()> {
-            let entries = match (read, bad_segments.as_deref_mut()) {
-                (Ok(entries), _) => entries,
-                (Err(e), Some(bad)) => {
-                    bad.push((seg.clone(), e));
-                    return Ok(());
-                }
-                (Err(e), None) => return Err(e),
-            };
-            index.reserve_data(entries.len());
-            // Entries come grouped by container: one set lookup per group.
-            let mut last: Option<(ContainerId, bool)> = None;
-            for (i, e) in entries.iter().enumerate() {
-                // The slot of an entry a few ahead starts loading now:
-                // inserts into a large table are cache misses.
-                if let Some(ahead) = entries.get(i + 8) {
-                    index.prefetch(ahead.kind, &ahead.fp);
-                }
-                let keep = match last {
-                    Some((c, keep)) if c == e.container => keep,
-                    _ => listed.contains(&e.container),
+        let mut apply =
+            |seg: &ObjectKey, read: Result<crate::backend::ObjectBytes>| -> Result<()> {
+                let bytes = match (read, bad_segments.as_deref_mut()) {
+                    (Ok(bytes), _) => bytes,
+                    (Err(e), Some(bad)) => {
+                        bad.push((seg.clone(), e));
+                        return Ok(());
+                    }
+                    (Err(e), None) => return Err(e),
                 };
-                last = Some((e.container, keep));
-                if keep {
-                    index.insert(*e)?;
+                let entries = SegmentView::verified(&bytes);
+                index.reserve_data(entries.len());
+                // Entries come grouped by container: one set lookup per group.
+                let mut last: Option<(ContainerId, bool)> = None;
+                for i in 0..entries.len() {
+                    // The slot of an entry a few ahead starts loading now:
+                    // inserts into a large table are cache misses.
+                    if i + 8 < entries.len() {
+                        let ahead = entries.get(i + 8);
+                        index.prefetch(ahead.kind, &ahead.fp);
+                    }
+                    let e = entries.get(i);
+                    let keep = match last {
+                        Some((c, keep)) if c == e.container => keep,
+                        _ => listed.contains(&e.container),
+                    };
+                    last = Some((e.container, keep));
+                    if keep {
+                        index.insert(e)?;
+                    }
                 }
-            }
-            Ok(())
-        };
+                Ok(())
+            };
         let workers = std::thread::available_parallelism()
             .map_or(1, |n| n.get())
             .min(segments.len());
