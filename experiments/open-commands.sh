@@ -16,9 +16,9 @@
 # time is printed (seconds, wall clock; user + system CPU seconds). The
 # one-chunk backups run after the listings (each adds a generation the next
 # opening applies): a new chunk (a new index segment) and a chunk already
-# stored (none). The GC (a forget of the oldest backup first) runs once per
-# binary at the end, and is followed by the first opening after it: a
-# one-chunk backup. Set OPEN_GC=0 to leave the GC out, OPEN_BUILD_ONLY=1 to
+# stored (none). On the disk index, a GC (a forget of the oldest backup
+# first) runs once per binary at the end, followed by the first opening
+# after it (a one-chunk backup: the kept run set reused or rebuilt). Set OPEN_GC=0 to leave the GC out, OPEN_BUILD_ONLY=1 to
 # stop once the repositories are built.
 set -euo pipefail
 work=$1 versions=$2 size=$3
@@ -65,7 +65,7 @@ t() { # label, binary, subcommand, arguments...
     echo "  (failed: $* : $(tail -1 "$work/err.out"))"
   e=$(date +%s.%N)
   printf '%-16s %-22s %6.3f s  cpu %s s\n' "$(basename "$1")" "$label" "$(echo "$e - $s" | bc)" \
-    "$(awk '{printf "%.2f", $1 + $2}' "$work/time.out")"
+    "$(tail -1 "$work/time.out" | awk '{printf "%.2f", $1 + $2}')"
 }
 n=0
 for index in disk memory; do
@@ -88,7 +88,7 @@ for index in disk memory; do
       t backup-stored-chunk "$b" backup -r "$repo" --trace-file "$work/one.trace"
     done
   done
-  if [ "${OPEN_GC:-1}" != 0 ]; then
+  if [ "${OPEN_GC:-1}" != 0 ] && [ "$index" = disk ]; then
     for b in "${bins[@]}"; do
       id=$("$b" snapshots -r "$repo" --json | grep -o '"id": *[0-9]*' | head -1 | grep -o '[0-9]*$')
       t forget-oldest "$b" forget -r "$repo" "$id"
