@@ -21,7 +21,7 @@ use crate::error::{Error, ObjectRef, Result};
 use crate::fingerprint::{Fingerprint, Fingerprinter};
 use crate::index::runset::{say_rebuilding, Basis, RunSet};
 use crate::index::{
-    decode_segment, encode_segment, sort_entries, CopyNo, DiskLoad, Index, IndexEntry,
+    decode_segment, encode_segment, sort_entries, CopyNo, DiskLoad, Index, IndexEntry, SegmentView,
 };
 use crate::metrics::Metrics;
 use crate::seal::keys::{KeySlot, MasterKey, Password};
@@ -491,28 +491,13 @@ impl Context {
         let segments = &manifest.index_segments;
         let listed: HashSet<ContainerId> = manifest.containers.iter().map(|c| c.id).collect();
         let disk = manifest.config.index == crate::index::IndexKind::Disk;
-        let location = self.objects.location();
-        // Not for check (it reads every segment to judge it), nor for a
-        // repository in memory (gone with the process).
-        let kept = (disk && bad_segments.is_none() && location != "memory").then(|| {
-            let names: Vec<String> = segments.iter().map(ObjectKey::name).collect();
-            let mut ids: Vec<u64> = listed.iter().map(|c| c.0).collect();
-            ids.sort_unstable();
-            let base = index_dir();
-            let set = RunSet::of(&base, &manifest.config.repo_id, &location);
-            (base, set, names, ids)
-        });
-        let basis = kept.as_ref().map(|(_, _, names, ids)| Basis {
-            repo_id: &manifest.config.repo_id,
-            location: &location,
-            generation: manifest.generation.0,
-            segments: names,
-            containers: ids,
-        });
+        // Not for check (it reads every segment to judge it).
+        let kept = self.kept_basis().filter(|_| bad_segments.is_none());
+        let basis = kept.as_ref().map(KeptBasis::basis);
         let mut report = DiskLoad::default();
         let cfg = crate::index::disk::DiskConfig::default();
         let mut index = match (&kept, &basis) {
-            (Some((base, set, _, _)), Some(basis)) => match set.load(basis, base, cfg) {
+            (Some(k), Some(basis)) => match k.set.load(basis, &k.base, cfg) {
                 Ok((index, held)) => {
                     report.kept_segments = held;
                     index
@@ -532,11 +517,11 @@ impl Context {
         index.flush()?;
         if disk {
             report.applied_segments = todo.len();
-            if let (Some((_, set, _, _)), Some(basis)) = (&kept, &basis) {
+            if let (Some(k), Some(basis)) = (&kept, &basis) {
                 if !todo.is_empty() || report.rebuilt.is_some() {
                     // The kept set is a cache: failing to save it costs the
                     // next opening a rebuild, not this command.
-                    match set.save(&mut index, basis) {
+                    match k.set.save(&mut index, basis) {
                         Ok(saved) => report.saved = saved,
                         Err(e) => say_rebuilding(&format!("could not keep it: {e}")),
                     }
@@ -547,11 +532,61 @@ impl Context {
         Ok(index)
     }
 
+    /// The kept run set of this handle's repository and what it must
+    /// stand for as of this handle's generation; `None` for a memory
+    /// index or a repository in memory (gone with the process).
+    fn kept_basis(&self) -> Option<KeptBasis> {
+        let manifest = &self.manifest;
+        let location = self.objects.location();
+        if manifest.config.index != crate::index::IndexKind::Disk || location == "memory" {
+            return None;
+        }
+        let mut containers: Vec<u64> = manifest.containers.iter().map(|c| c.id.0).collect();
+        containers.sort_unstable();
+        let base = index_dir();
+        Some(KeptBasis {
+            set: RunSet::of(&base, &manifest.config.repo_id, &location),
+            base,
+            repo_id: manifest.config.repo_id.clone(),
+            location,
+            generation: manifest.generation.0,
+            segments: manifest
+                .index_segments
+                .iter()
+                .map(ObjectKey::name)
+                .collect(),
+            containers,
+        })
+    }
+
+    /// Keep this handle's on-disk index as the run set of the generation
+    /// it holds, for a mutation that replaced every index segment (a GC, a
+    /// compaction) and published it without merging: its index is then
+    /// exactly what the one new segment holds, and the next opening reuses
+    /// it instead of rebuilding the runs from that segment. (A publish
+    /// that merged reloaded, and so kept, the merged generation's index.)
+    /// A cache: failing to keep it costs the next opening a rebuild.
+    pub(crate) fn keep_index(&mut self) {
+        let Some(k) = self.kept_basis() else {
+            return;
+        };
+        let Some(index) = self.index.cell.get_mut() else {
+            return;
+        };
+        if index.kind() != crate::index::IndexKind::Disk {
+            return;
+        }
+        if let Err(e) = k.set.save(index, &k.basis()) {
+            say_rebuilding(&format!("could not keep it: {e}"));
+        }
+    }
+
     /// Insert the entries of `segments` (in order) naming a `listed`
-    /// container. Segments are fetched and decoded on other threads, in
-    /// order, while this one inserts: decoding is most of a memory index's
-    /// loading. An unreadable segment fails, or with `bad_segments` is
-    /// recorded there and skipped.
+    /// container. Segments are fetched and verified on other threads, in
+    /// order, while this one inserts their entries in place (no decoded
+    /// copy). An index built from nothing is sized once for the chunks the
+    /// manifest's containers hold (no rehashing on the way). An unreadable
+    /// segment fails, or with `bad_segments` is recorded there and skipped.
     fn apply_segments(
         &self,
         segments: &[ObjectKey],
@@ -559,8 +594,16 @@ impl Context {
         index: &mut Index,
         mut bad_segments: Option<&mut Vec<(ObjectKey, Error)>>,
     ) -> Result<()> {
+        if index.is_empty() {
+            let chunks = |kind: ChunkKind| -> usize {
+                let of = self.manifest.containers.iter().filter(|c| c.kind == kind);
+                of.map(|c| c.chunks as usize).sum()
+            };
+            index.reserve_data(chunks(ChunkKind::Data));
+            index.reserve_recipe(chunks(ChunkKind::Recipe));
+        }
         let objects = &self.objects;
-        let read = |seg: &ObjectKey| -> Result<Vec<IndexEntry>> {
+        let read = |seg: &ObjectKey| -> Result<crate::backend::ObjectBytes> {
             let name = ObjectRef::Object(seg.clone());
             objects
                 .get(seg)
@@ -568,40 +611,47 @@ impl Context {
                     Error::MissingObject(_) => e.about(name.clone()),
                     e => e,
                 })
-                // The decoder names what it is given; the error names the key.
-                .and_then(|bytes| {
-                    decode_segment(&bytes, &name.to_string()).map_err(|e| e.about(name))
-                })
+                // The verifier names what it is given; the error names the key.
+                .and_then(
+                    |bytes| match SegmentView::verify(&bytes, &name.to_string()) {
+                        Ok(_) => Ok(bytes),
+                        Err(e) => Err(e.about(name)),
+                    },
+                )
         };
-        let mut apply = |seg: &ObjectKey, read: Result<Vec<IndexEntry>>| -> Result<()> {
-            let entries = match (read, bad_segments.as_deref_mut()) {
-                (Ok(entries), _) => entries,
-                (Err(e), Some(bad)) => {
-                    bad.push((seg.clone(), e));
-                    return Ok(());
-                }
-                (Err(e), None) => return Err(e),
-            };
-            index.reserve_data(entries.len());
-            // Entries come grouped by container: one set lookup per group.
-            let mut last: Option<(ContainerId, bool)> = None;
-            for (i, e) in entries.iter().enumerate() {
-                // The slot of an entry a few ahead starts loading now:
-                // inserts into a large table are cache misses.
-                if let Some(ahead) = entries.get(i + 8) {
-                    index.prefetch(ahead.kind, &ahead.fp);
-                }
-                let keep = match last {
-                    Some((c, keep)) if c == e.container => keep,
-                    _ => listed.contains(&e.container),
+        let mut apply =
+            |seg: &ObjectKey, read: Result<crate::backend::ObjectBytes>| -> Result<()> {
+                let bytes = match (read, bad_segments.as_deref_mut()) {
+                    (Ok(bytes), _) => bytes,
+                    (Err(e), Some(bad)) => {
+                        bad.push((seg.clone(), e));
+                        return Ok(());
+                    }
+                    (Err(e), None) => return Err(e),
                 };
-                last = Some((e.container, keep));
-                if keep {
-                    index.insert(*e)?;
+                let entries = SegmentView::verified(&bytes);
+                index.reserve_data(entries.len());
+                // Entries come grouped by container: one set lookup per group.
+                let mut last: Option<(ContainerId, bool)> = None;
+                for i in 0..entries.len() {
+                    // The slot of an entry a few ahead starts loading now:
+                    // inserts into a large table are cache misses.
+                    if i + 8 < entries.len() {
+                        let ahead = entries.get(i + 8);
+                        index.prefetch(ahead.kind, &ahead.fp);
+                    }
+                    let e = entries.get(i);
+                    let keep = match last {
+                        Some((c, keep)) if c == e.container => keep,
+                        _ => listed.contains(&e.container),
+                    };
+                    last = Some((e.container, keep));
+                    if keep {
+                        index.insert(e)?;
+                    }
                 }
-            }
-            Ok(())
-        };
+                Ok(())
+            };
         let workers = std::thread::available_parallelism()
             .map_or(1, |n| n.get())
             .min(segments.len());
@@ -983,6 +1033,32 @@ impl Context {
         load_segments(&self.objects, &self.manifest, &mut index)?;
         self.index.set(index);
         Ok(())
+    }
+}
+
+/// A repository's kept run set ([`RunSet`]) and the generation it is to
+/// stand for (owned: [`Basis`] borrows it).
+struct KeptBasis {
+    /// The index directory the set and the table's private files live in.
+    base: std::path::PathBuf,
+    set: RunSet,
+    repo_id: String,
+    location: String,
+    generation: u64,
+    segments: Vec<String>,
+    /// Listed container ids, ascending.
+    containers: Vec<u64>,
+}
+
+impl KeptBasis {
+    fn basis(&self) -> Basis<'_> {
+        Basis {
+            repo_id: &self.repo_id,
+            location: &self.location,
+            generation: self.generation,
+            segments: &self.segments,
+            containers: &self.containers,
+        }
     }
 }
 

@@ -426,6 +426,10 @@ impl Index {
             t.reserve(additional);
         }
     }
+    /// Room for `additional` more recipe chunk entries.
+    pub fn reserve_recipe(&mut self, additional: usize) {
+        self.recipe.reserve(additional);
+    }
     /// Write pending on-disk changes as a run (no-op in memory). Loading
     /// ends with it, so the first backup's lookups see sorted runs.
     pub fn flush(&mut self) -> Result<()> {
@@ -786,58 +790,102 @@ pub fn encode_segment(entries: &[IndexEntry]) -> Vec<u8> {
 
 /// Decode and verify a segment; `name` identifies it in errors.
 pub fn decode_segment(b: &[u8], name: &str) -> Result<Vec<IndexEntry>> {
-    if b.len() < 36 || b[..8] != MAGIC {
-        return Err(Error::corrupt(name, "not an index segment"));
-    }
-    let (body, sum) = b.split_at(b.len() - 16);
-    if checksum(body) != sum {
-        return Err(Error::corrupt(name, "checksum mismatch"));
-    }
-    let version = u32::from_le_bytes(b[8..12].try_into().unwrap());
-    if version != VERSION {
-        return Err(Error::UnsupportedVersion {
-            object: name.into(),
-            found: version,
-            supported: VERSION,
-        });
-    }
-    let count = u64::from_le_bytes(b[12..20].try_into().unwrap());
-    let entries = &body[20..];
-    if entries.len() as u64 != count.saturating_mul(ENTRY_LEN as u64) {
-        return Err(Error::corrupt(
-            name,
-            "entry count does not match its length",
-        ));
-    }
-    entries
-        .chunks_exact(ENTRY_LEN)
-        .map(|e| {
+    Ok(SegmentView::verify(b, name)?.entries().collect())
+}
+
+/// A verified segment's entries, read in place: loading a large
+/// repository's index inserts millions of them, and a decoded copy of
+/// each segment cost as much to allocate and fill as the inserts.
+pub struct SegmentView<'a> {
+    /// The entries' bytes, [`ENTRY_LEN`] each.
+    body: &'a [u8],
+}
+
+impl<'a> SegmentView<'a> {
+    /// Verify a segment (magic, checksum, version, count, and every
+    /// entry's kind, copy and reserved bytes); `name` identifies it in
+    /// errors.
+    pub fn verify(b: &'a [u8], name: &str) -> Result<Self> {
+        if b.len() < 36 || b[..8] != MAGIC {
+            return Err(Error::corrupt(name, "not an index segment"));
+        }
+        let (body, sum) = b.split_at(b.len() - 16);
+        if checksum(body) != sum {
+            return Err(Error::corrupt(name, "checksum mismatch"));
+        }
+        let version = u32::from_le_bytes(b[8..12].try_into().unwrap());
+        if version != VERSION {
+            return Err(Error::UnsupportedVersion {
+                object: name.into(),
+                found: version,
+                supported: VERSION,
+            });
+        }
+        let count = u64::from_le_bytes(b[12..20].try_into().unwrap());
+        let entries = &body[20..];
+        if entries.len() as u64 != count.saturating_mul(ENTRY_LEN as u64) {
+            return Err(Error::corrupt(
+                name,
+                "entry count does not match its length",
+            ));
+        }
+        for e in entries.chunks_exact(ENTRY_LEN) {
             if e[41] != 0 || e[44..].iter().any(|&b| b != 0) {
                 return Err(Error::corrupt(
                     name,
                     "reserved bytes of an entry are not zero",
                 ));
             }
-            let kind = match e[40] {
-                0 => ChunkKind::Data,
-                1 => ChunkKind::Recipe,
+            match e[40] {
+                0 => {}
+                1 if e[42..44] != [0, 0] => {
+                    return Err(Error::corrupt(
+                        name,
+                        "a recipe chunk entry has a copy number",
+                    ))
+                }
+                1 => {}
                 k => return Err(Error::corrupt(name, format!("unknown chunk kind {k}"))),
-            };
-            let copy = CopyNo::from_le_bytes(e[42..44].try_into().unwrap());
-            if kind == ChunkKind::Recipe && copy != 0 {
-                return Err(Error::corrupt(
-                    name,
-                    "a recipe chunk entry has a copy number",
-                ));
             }
-            Ok(IndexEntry {
-                fp: Fingerprint(e[..FP_LEN].try_into().unwrap()),
-                container: ContainerId(u64::from_le_bytes(e[32..40].try_into().unwrap())),
-                kind,
-                copy,
-            })
-        })
-        .collect()
+        }
+        Ok(SegmentView { body: entries })
+    }
+
+    /// The view of bytes [`verify`](Self::verify) accepted (verified on
+    /// another thread): not checked again.
+    pub(crate) fn verified(b: &'a [u8]) -> Self {
+        SegmentView {
+            body: &b[20..b.len() - 16],
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.body.len() / ENTRY_LEN
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.body.is_empty()
+    }
+
+    /// Entry `i` (`i < len()`).
+    #[inline]
+    pub fn get(&self, i: usize) -> IndexEntry {
+        let e = &self.body[i * ENTRY_LEN..(i + 1) * ENTRY_LEN];
+        IndexEntry {
+            fp: Fingerprint(e[..FP_LEN].try_into().unwrap()),
+            container: ContainerId(u64::from_le_bytes(e[32..40].try_into().unwrap())),
+            // Verified: 0 or 1.
+            kind: match e[40] {
+                0 => ChunkKind::Data,
+                _ => ChunkKind::Recipe,
+            },
+            copy: CopyNo::from_le_bytes(e[42..44].try_into().unwrap()),
+        }
+    }
+
+    pub fn entries(&self) -> impl ExactSizeIterator<Item = IndexEntry> + '_ {
+        (0..self.len()).map(|i| self.get(i))
+    }
 }
 
 #[cfg(test)]

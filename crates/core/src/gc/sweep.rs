@@ -605,6 +605,12 @@ pub fn commit(
             follow = follow.and(repo.index.insert(*e));
         }
     }
+    if repo.manifest.generation == generation.next() && follow.is_ok() {
+        // Published unmerged: the index now stands for the one segment
+        // that replaced all others, and the next opening reuses it rather
+        // than rebuilding the runs from that segment.
+        repo.keep_index();
+    }
     // The publish's own error first: it says whether the GC is out.
     published.and(follow)
 }

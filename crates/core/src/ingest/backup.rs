@@ -205,11 +205,19 @@ impl Context {
         // so a publish that has to merge can graft this backup's delta (a
         // kept graph is only used while the manifest lists its segments).
         crate::fgc::keep(self, graph_after);
+        let generation = self.manifest.generation;
+        let mut compacted = false;
         let published = outcome.and_then(|(mut next, _entries)| {
             let mut superseded = self.compact_segments(&mut next)?;
+            compacted = !superseded.is_empty();
             superseded.extend(graph_superseded);
             crate::publish::publish_merged(self, next, &superseded)
         });
+        if published.is_ok() && compacted && self.manifest.generation == generation.next() {
+            // Compacted and published unmerged: the index stands for the
+            // one segment that replaced all others (see `keep_index`).
+            self.keep_index();
+        }
         if published.is_err() {
             // The backup's error is the one to report; an on-disk index
             // error met undoing still removes every entry (and the index

@@ -263,13 +263,9 @@ fn a_damaged_or_foreign_run_set_is_rebuilt_never_trusted() {
     assert_eq!(entries, expected);
 }
 
-/// A GC that removes containers (and writes the index anew) leaves
-/// entries naming them in the kept set: the next opening rebuilds it.
-#[test]
-fn a_gc_that_removed_containers_makes_it_stale() {
-    let r = Repo::new();
-    let (_, v2) = two_versions(&r);
-    r.open();
+/// Forget the oldest backup and collect everything dead (containers
+/// removed, the index written anew as one segment).
+fn forget_oldest_and_gc(r: &Repo) {
     let mut w = Repository::open_writer(r.store.clone(), "test").unwrap();
     let first = w.backups()[0].id;
     w.forget(&[first]).unwrap();
@@ -277,17 +273,127 @@ fn a_gc_that_removed_containers_makes_it_stale() {
         liveness_threshold: 1.0,
         ..Default::default()
     };
-    w.gc(&gc).unwrap();
+    let report = w.gc(&gc).unwrap();
+    assert!(report.reclaimed_containers > 0, "{report:?}");
     w.close().unwrap();
+}
+
+/// Every look-up of a fresh opening answers as `expected` (a rebuild's
+/// entries) says, and fingerprints `gone` are absent.
+fn assert_lookups_exact(r: &Repo, expected: &[IndexEntry], gone: &[IndexEntry]) {
+    let repo = Repository::open(r.store.clone()).unwrap();
+    let ix = repo.index().unwrap();
+    for e in expected {
+        assert_eq!(
+            ix.get_copy(e.kind, &e.fp, e.copy),
+            Some(e.container),
+            "{e:?}"
+        );
+    }
+    for e in gone {
+        if !expected.iter().any(|x| x.kind == e.kind && x.fp == e.fp) {
+            assert!(!ix.contains(e.kind, &e.fp), "{e:?} was collected");
+        }
+    }
+}
+
+/// A GC writes the index anew (one segment replacing all others) and
+/// removes containers: the process that ran it keeps the run set of the
+/// generation it published, so the next opening reuses it (no rebuild) and
+/// answers exactly as a rebuild does.
+#[test]
+fn a_gc_leaves_the_run_set_of_the_generation_it_publishes() {
+    let r = Repo::new();
+    let (_, v2) = two_versions(&r);
+    let (_, before) = r.open();
+    forget_oldest_and_gc(&r);
+    let segments = r.store.list(KeyKind::IndexSegment).unwrap().len();
+    let (load, entries) = r.open();
+    assert_eq!(
+        load,
+        DiskLoad {
+            kept_segments: segments,
+            applied_segments: 0,
+            rebuilt: None,
+            saved: false,
+        }
+    );
+    let gone: Vec<IndexEntry> = before
+        .iter()
+        .filter(|e| !entries.contains(e))
+        .copied()
+        .collect();
+    assert!(!gone.is_empty(), "the GC dropped entries");
+    // A backup after the GC: its opening applies only its own segment.
+    let v3 = mutate(&v2, 4, 6000);
+    r.backup(&v3);
+    let (load, entries) = r.open();
+    assert_eq!(load.rebuilt, None, "{load:?}");
+    assert!(load.applied_segments <= 1, "{load:?}");
+    let rebuilt = r.rebuilt_entries();
+    assert_eq!(entries, rebuilt);
+    assert_lookups_exact(&r, &rebuilt, &gone);
+    let repo = Repository::open(r.store.clone()).unwrap();
+    assert_eq!(restore(&repo, repo.backups()[0].id).unwrap(), v2);
+    assert_eq!(restore(&repo, repo.backups()[1].id).unwrap(), v3);
+}
+
+/// A run set older than a GC (the GC ran where this set was not kept: on
+/// another host, or before the set was put back) names removed containers
+/// and replaced segments: the next opening rebuilds it, never trusts it.
+#[test]
+fn a_run_set_older_than_a_gc_is_rebuilt() {
+    let r = Repo::new();
+    let (_, v2) = two_versions(&r);
+    r.open();
+    let old = r.kept.with_extension("old");
+    copy_dir(&r.kept, &old);
+    forget_oldest_and_gc(&r);
+    let _ = std::fs::remove_dir_all(&r.kept);
+    copy_dir(&old, &r.kept);
+    std::fs::remove_dir_all(&old).unwrap();
     let (load, entries) = r.open();
     let reason = load.rebuilt.clone().unwrap_or_default();
     assert!(
         reason.contains("removed") || reason.contains("replaced"),
         "{load:?}"
     );
+    assert!(load.saved, "{load:?}");
+    assert_eq!(r.open().0.rebuilt, None);
     assert_eq!(r.rebuilt_entries(), entries);
     let repo = Repository::open(r.store.clone()).unwrap();
     assert_eq!(restore(&repo, repo.backups()[0].id).unwrap(), v2);
+}
+
+/// A backup whose publish compacts the index segments into one keeps the
+/// run set of that generation: the next opening reuses it.
+#[test]
+fn a_compaction_leaves_the_run_set_of_its_generation() {
+    let r = Repo::new();
+    let mut data = bytes(3, 64 << 10);
+    let mut compacted = false;
+    for i in 0..tessera_core::repo::MAX_SEGMENTS as u64 + 2 {
+        data = mutate(&data, 10 + i, 3000);
+        r.backup(&data);
+        let segments = r.store.list(KeyKind::IndexSegment).unwrap().len();
+        let (load, entries) = r.open();
+        assert_eq!(load.rebuilt, None, "backup {i}: {load:?}");
+        if segments == 1 && i > 0 {
+            compacted = true;
+            assert_eq!(load.applied_segments, 0, "backup {i}: {load:?}");
+            assert_eq!(r.rebuilt_entries(), entries);
+            assert_lookups_exact(&r, &entries, &[]);
+        }
+    }
+    assert!(compacted, "the segments were compacted");
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for f in std::fs::read_dir(from).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, to.join(f.file_name().unwrap())).unwrap();
+    }
 }
 
 /// Openings at once (threads of one process, each with its own table and
