@@ -185,23 +185,30 @@ pub struct Estimate {
     pub full_entry_bytes: u64,
 }
 
-/// A deleted backup's chunk reference the focused mark holds to judge
-/// after its one pass; judged dead, it also takes a `dead_data` entry.
-type Deferred = (ChunkKind, Fingerprint, CopyNo, u64);
+/// A deleted backup's chunk copy (recipe or data, fingerprint, copy) whose
+/// base is not retained, held with its size to judge after the one pass:
+/// once per copy however many deleted backups name it.
+type DeferredKey = (bool, Fingerprint, CopyNo);
 
-/// Memory a deferred reference costs at most: itself and its dead entry.
-const DEFERRED_BYTES: usize = 2 * std::mem::size_of::<Deferred>();
+/// Memory a held copy costs at most: its table entry (key, size, control
+/// byte) and the dead entry it may become.
+const DEFERRED_BYTES: usize = 2 * (std::mem::size_of::<(DeferredKey, u64)>() + 1);
 
 /// Bytes per entry of the full mark's exact liveness table (a fingerprint
-/// and its copy byte): the full mark's memory is at least this per chunk
-/// reference it expects.
+/// and its copy byte).
 const FULL_ENTRY_BYTES: usize = std::mem::size_of::<Fingerprint>() + 1;
 
-/// The memory the focused mark may use, the full mark's: what its
-/// liveness array would take for every retained backup's references.
+/// The memory the focused mark may use for held copies: about what the
+/// full mark's liveness array takes, one entry per stored data chunk.
 fn full_mark_memory(repo: &Context) -> usize {
-    let expected: u64 = repo.manifest.backups.iter().map(|b| b.chunks).sum();
-    expected as usize * FULL_ENTRY_BYTES
+    let stored: u64 = repo
+        .manifest
+        .containers
+        .iter()
+        .filter(|c| c.kind == ChunkKind::Data)
+        .map(|c| u64::from(c.chunks))
+        .sum();
+    stored as usize * FULL_ENTRY_BYTES
 }
 
 /// A backup to walk (a `share` of its recipe) for the estimate.
@@ -492,7 +499,7 @@ fn focus(
     // A subtree shared by deleted backups is walked once: its chunks'
     // fates do not depend on which deleted backup names them.
     let mut walked = FpSet::default();
-    let mut deferred: Vec<Deferred> = Vec::new();
+    let mut deferred: HashMap<DeferredKey, u64> = HashMap::new();
     let budget = full_mark_memory(repo);
     let mut later: Vec<&BackupEntry> = Vec::new();
     let focus_order = by_root_container(
@@ -509,20 +516,28 @@ fn focus(
             let held = live_data.table_bytes()
                 + (live_recipe.capacity() + walked.capacity()) * 33
                 + graph.edges_bytes();
-            // The list grows by doubling: count the capacity it would take.
-            let refs = deferred.len() + b.chunks as usize;
-            let cap = if refs > deferred.capacity() {
-                refs.max(2 * deferred.capacity())
+            // The table grows by doubling: count the capacity it may take.
+            let copies = deferred.len() + b.chunks as usize;
+            let cap = if copies > deferred.capacity() {
+                copies.max(2 * deferred.capacity())
             } else {
                 deferred.capacity()
             };
-            let list = cap * std::mem::size_of::<Deferred>();
-            if held + list + refs * DEFERRED_BYTES / 2 > budget {
+            if held + cap * DEFERRED_BYTES > budget {
                 later.push(b);
                 continue;
             }
             walk_unseen(&mut reader, b, &mut walked, &mut |kind, fp, copy, size| {
-                deferred.push((kind, *fp, copy, size));
+                // A copy whose base is retained is live by its base alone.
+                if graph
+                    .bases(kind)
+                    .get(&(*fp, copy))
+                    .is_some_and(|v| !gone(v))
+                {
+                    return Ok(());
+                }
+                queries += u64::from(kind == ChunkKind::Data);
+                deferred.insert((kind == ChunkKind::Recipe, *fp, copy), size);
                 Ok(())
             })
             .map_err(|e| e.in_backup(b.id, None))?;
@@ -557,7 +572,7 @@ fn focus(
             },
         )?;
     }
-    let deferred_bytes = deferred.capacity() * std::mem::size_of::<Deferred>();
+    let deferred_bytes = deferred.capacity() * DEFERRED_BYTES / 2;
 
     // A copy a deleted backup names is live if its base is retained or a
     // correlative walk found it; the others are dead.
@@ -565,10 +580,6 @@ fn focus(
     let mut dead_recipe = FpSet::default();
     let mut judge = |kind: ChunkKind, fp: &Fingerprint, copy: CopyNo, size: u64| {
         let key = (*fp, copy);
-        if graph.bases(kind).get(&key).is_some_and(|base| !gone(base)) {
-            return;
-        }
-        queries += u64::from(kind == ChunkKind::Data);
         match kind {
             ChunkKind::Data if !live_data.is_valid(fp, copy) => {
                 dead_data.insert(key, size);
@@ -579,11 +590,24 @@ fn focus(
             _ => {}
         }
     };
-    for (kind, fp, copy, size) in std::mem::take(&mut deferred) {
+    for ((recipe, fp, copy), size) in std::mem::take(&mut deferred) {
+        let kind = if recipe {
+            ChunkKind::Recipe
+        } else {
+            ChunkKind::Data
+        };
         judge(kind, &fp, copy, size);
     }
     for b in later {
         walk_unseen(&mut reader, b, &mut walked, &mut |kind, fp, copy, size| {
+            if graph
+                .bases(kind)
+                .get(&(*fp, copy))
+                .is_some_and(|v| !gone(v))
+            {
+                return Ok(());
+            }
+            queries += u64::from(kind == ChunkKind::Data);
             judge(kind, fp, copy, size);
             Ok(())
         })
