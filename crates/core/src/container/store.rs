@@ -171,19 +171,38 @@ pub fn open_chunks(
     let mut fps = Vec::new();
     for range in frames(meta) {
         let m = &meta[range.start];
-        fps.clear();
-        fps.extend(meta[range.clone()].iter().map(|m| m.fp));
         let out = &mut plain[m.offset as usize..m.offset as usize + m.frame_len as usize];
-        sealer
-            .unseal_frame(m.kind, &fps, m.codec, chunk_stored(object, m), out)
-            .map_err(|why| {
-                Error::corrupt(
-                    format::object_name(id),
-                    format!("chunk {}: {why}", m.fp.to_hex()),
-                )
-            })?;
+        let first = range.start;
+        unseal_frame(id, object, meta, range, first, sealer, &mut fps, out)?;
     }
     Ok(plain)
+}
+
+/// Unseal the frame of entries `range` into `out` (its plain length),
+/// `fps` a scratch list for the frame's fingerprints. A frame that does
+/// not open is a corruption of the container naming chunk `named`.
+#[allow(clippy::too_many_arguments)]
+fn unseal_frame(
+    id: ContainerId,
+    object: &[u8],
+    meta: &[ChunkMeta],
+    range: std::ops::Range<usize>,
+    named: usize,
+    sealer: &Sealer,
+    fps: &mut Vec<Fingerprint>,
+    out: &mut [u8],
+) -> Result<()> {
+    let m = &meta[range.start];
+    fps.clear();
+    fps.extend(meta[range].iter().map(|m| m.fp));
+    sealer
+        .unseal_frame(m.kind, fps, m.codec, chunk_stored(object, m), out)
+        .map_err(|why| {
+            Error::corrupt(
+                format::object_name(id),
+                format!("chunk {}: {why}", meta[named].fp.to_hex()),
+            )
+        })
 }
 
 /// The entries of the frame holding entry `i` (`i` within `meta`).
@@ -210,19 +229,12 @@ pub fn open_frame(
     sealer: &Sealer,
     out: &mut Vec<u8>,
 ) -> Result<()> {
-    let m = &meta[i];
-    let fps: Vec<Fingerprint> = meta[frame_range(meta, i)].iter().map(|m| m.fp).collect();
+    let range = frame_range(meta, i);
+    let len = meta[range.start].frame_len as usize;
     // Only resized, never cleared: unsealing writes every byte or fails.
-    out.resize(m.frame_len as usize, 0);
-    out.truncate(m.frame_len as usize);
-    sealer
-        .unseal_frame(m.kind, &fps, m.codec, chunk_stored(object, m), out)
-        .map_err(|why| {
-            Error::corrupt(
-                format::object_name(id),
-                format!("chunk {}: {why}", m.fp.to_hex()),
-            )
-        })
+    out.resize(len, 0);
+    out.truncate(len);
+    unseal_frame(id, object, meta, range, i, sealer, &mut Vec::new(), out)
 }
 
 /// Stored bytes of a chunk's frame in a raw container object (empty if
