@@ -500,6 +500,14 @@ fn focus(
     // fates do not depend on which deleted backup names them.
     let mut walked = FpSet::default();
     let mut deferred: HashMap<DeferredKey, u64> = HashMap::new();
+    // A deleted backup's copy whose base is retained is live by its base
+    // alone: no query, nothing to hold.
+    let live_by_base = |kind: ChunkKind, fp: &Fingerprint, copy: CopyNo| {
+        graph
+            .bases(kind)
+            .get(&(*fp, copy))
+            .is_some_and(|v| !gone(v))
+    };
     let budget = full_mark_memory(repo);
     let mut later: Vec<&BackupEntry> = Vec::new();
     let focus_order = by_root_container(
@@ -528,12 +536,7 @@ fn focus(
                 continue;
             }
             walk_unseen(&mut reader, b, &mut walked, &mut |kind, fp, copy, size| {
-                // A copy whose base is retained is live by its base alone.
-                if graph
-                    .bases(kind)
-                    .get(&(*fp, copy))
-                    .is_some_and(|v| !gone(v))
-                {
+                if live_by_base(kind, fp, copy) {
                     return Ok(());
                 }
                 queries += u64::from(kind == ChunkKind::Data);
@@ -600,11 +603,7 @@ fn focus(
     }
     for b in later {
         walk_unseen(&mut reader, b, &mut walked, &mut |kind, fp, copy, size| {
-            if graph
-                .bases(kind)
-                .get(&(*fp, copy))
-                .is_some_and(|v| !gone(v))
-            {
+            if live_by_base(kind, fp, copy) {
                 return Ok(());
             }
             queries += u64::from(kind == ChunkKind::Data);
