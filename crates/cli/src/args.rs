@@ -166,7 +166,7 @@ pub enum Command {
         /// Encryption of every stored object under a random master key wrapped by an Argon2id key from the password: xaes-256-gcm (AES-256-GCM with 24-byte nonces; fastest with hardware AES), xchacha20-poly1305 (for CPUs without AES instructions), or none (anyone who can read the repository reads every backup)
         #[arg(long, default_value = "xaes-256-gcm", value_name = "NAME", value_parser = Checked(prefixed::<Encryption>))]
         encryption: Encryption,
-        /// Default compression of chunks and metadata: off, auto (zstd 3, skipping chunks that do not compress), fastest, better, max, or zstd:1..22
+        /// Default compression of chunks and metadata: off, auto (zstd 1 over 256 KiB frames, skipping frames that do not compress), fastest (1), better (9), max (19), or zstd:1..22
         #[arg(long, default_value = "auto", value_name = "LEVEL", value_parser = Checked(prefixed::<Compression>))]
         compression: Compression,
         /// Argon2id cost of the first key slot: m=KiB,t=PASSES,p=LANES
