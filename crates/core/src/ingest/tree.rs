@@ -74,7 +74,7 @@ impl TreeOut for TreeIngest<'_> {
         };
         self.entry(r)?;
         let first = self.ingest.mark();
-        for &(fp, n) in chunks {
+        for (fp, n) in chunks.iter() {
             self.ingest.push_known(fp, n)?;
         }
         if let Some(learnt) = &mut self.learnt {
@@ -152,15 +152,18 @@ pub(crate) fn backup_paths(
         Ok(())
     })?;
     report.files_from_cache = from_cache;
+    // The old cache is done with before the new one is written.
+    drop(old);
     if let (Some(file), Some(learnt), Some(trail)) = (cache_file, learnt, trail) {
-        let mut w = CacheBuilder::new(started);
-        for (path, id, a, z) in learnt {
-            if let Some(chunks) = trail.between(a, z) {
-                w.push(&path, &id, chunks);
-            }
-        }
         // Only speed depends on the cache: failing to write it is no error.
-        let _ = w.write(&file);
+        if let Ok(mut w) = CacheBuilder::create(&file, started) {
+            for (path, id, a, z) in learnt {
+                if let Some(chunks) = trail.between(a, z) {
+                    w.push(&path, &id, chunks.iter().copied());
+                }
+            }
+            let _ = w.finish();
+        }
     }
     Ok((report, stats.unwrap_or_default()))
 }
