@@ -537,10 +537,10 @@ pub enum LabCommand {
         #[command(flatten)]
         json: JsonArg,
     },
-    /// Tessera side by side with restic and borg on one directory: backups, restore, forget + gc
+    /// Tessera side by side with restic and borg on one tree: backups, restore (beside cp -a), forget + gc
     Peers {
-        /// Directory to back up (copied once into the work directory; never modified)
-        #[arg(value_name = "DIR")]
+        /// Tree to back up, best a real system's with binaries and libraries (docs/LAB.md); copied once into the work directory, never modified
+        #[arg(value_name = "TREE")]
         source: PathBuf,
         /// Work directory (source copy, repositories, restore targets); must be new, empty, or an earlier run's
         #[arg(long, default_value = "tessera-peers", value_name = "DIR")]
@@ -551,6 +551,9 @@ pub enum LabCommand {
         /// Every tool uncompressed (the other table); default: every tool at its default compression (tessera auto, restic auto, borg lz4), what users get
         #[arg(long)]
         no_compression: bool,
+        /// Time steps warm (sync, input read right before each step, restores into the work directory) instead of settled (as root: page cache dropped and the step's input read back before each step, every restore and cp -a into a fresh ext4 on a loop image); without root the comparison is warm anyway and says so
+        #[arg(long)]
+        no_settle: bool,
         #[command(flatten)]
         json: JsonArg,
     },

@@ -16,6 +16,7 @@ pub mod reproduce;
 pub mod retention;
 pub mod runner;
 pub mod scale;
+pub mod settle;
 pub mod synth;
 pub mod tar;
 pub mod tracebench;

@@ -1,15 +1,21 @@
-//! `tessera lab peers DIR`: Tessera side by side with restic and borg on the
-//! same directory, the same machine, one run of each step at a time.
+//! `tessera lab peers TREE`: Tessera side by side with restic and borg on the
+//! same tree, the same machine, one run of each step at a time.
 //!
 //! Every tool runs as a child process, so each is measured the same way:
 //! wall time, and peak resident memory from `wait4`'s resource usage. The
 //! steps are what users do: a first backup, an unchanged backup, a backup
 //! after one file changed, a restore of the newest backup, and dropping the
 //! oldest backup with its space (`forget` + `gc`, `forget --prune`,
-//! `prune` + `compact`). `sync` runs between steps so one step's write-back
-//! does not land in the next one's time. Inputs are read right before each
-//! backup step and the repository right before each restore, so figures are
-//! warm-cache (this machine evicts idle pages after about 30 s).
+//! `prune` + `compact`). Beside the restores, `cp -a` of the tree is timed
+//! the same way: the floor a restore is compared with.
+//!
+//! Settled (the default as root, see [`crate::settle`]): before each step
+//! the page cache is written back and dropped and only that step's input is
+//! read back (the tree for a backup and the copy, the repository for a
+//! restore and for forget + gc); every restore and copy writes into a fresh
+//! ext4 on a loop image. Warm (`--no-settle`, or not root): `sync` between
+//! steps, the input read right before each step, restores into the work
+//! directory's file system.
 //!
 //! The source directory is copied once into the work directory (the changed
 //! file step edits the copy, never the caller's tree) and repositories are
@@ -25,10 +31,15 @@
 //! that belong to the deletion. Measured (2026-11-26, a restore of
 //! `/usr/share`, 46 k files, after deleting six such trees): 14.4 s right
 //! after, 9.8 s at +65 s, 8.8 s at +130 s, 8.9 s at +200 s, 7.3 s at +290 s,
-//! 1.35 s at +370 s. Restore targets and finished runs are therefore moved
-//! to `trash/` and removed after the last measurement, and the first
-//! restore waits until [`SETTLE`] after the work directory was cleared.
+//! 1.35 s at +370 s. Finished runs (and, warm, restore targets) are
+//! therefore moved to `trash/` and removed after the last measurement. When
+//! the work directory held an earlier comparison, clearing it freed many
+//! inodes: warm, the first restore waits until [`SETTLE`] after the
+//! clearing; settled, restores and copies go to file systems that never
+//! freed an inode, but the backups still create their repositories' files
+//! on the work directory's, so the first timed step waits instead.
 
+use crate::settle::{self, ImageSize, LoopFs};
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::ffi::OsString;
@@ -73,6 +84,32 @@ pub struct PeersOptions {
     /// Compress where the tool can (restic auto, borg lz4); otherwise every
     /// tool stores uncompressed.
     pub compression: bool,
+    /// Time every step settled (see [`crate::settle`]) when this machine
+    /// allows it; otherwise, or when false, warm.
+    pub settle: bool,
+}
+
+/// How the steps were timed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Method {
+    /// Page cache dropped and the step's input read back before each step;
+    /// restores and the copy into a fresh ext4 on a loop image.
+    Settled,
+    /// `sync` and the step's input read right before each step; restores
+    /// into the work directory's file system.
+    Warm,
+}
+
+/// `cp -a` of the tree, timed as the restores are: what a restore is
+/// compared with.
+#[derive(Debug, Clone, Serialize)]
+pub struct CopyFigures {
+    /// Median over the runs.
+    pub seconds: f64,
+    /// Every run's time, in run order.
+    pub runs: Vec<f64>,
+    pub peak_rss_bytes: u64,
 }
 
 /// One step of one tool: medians over the runs.
@@ -86,6 +123,8 @@ pub struct StepFigures {
     pub peak_rss_bytes: u64,
     /// This step's time over the fastest peer's (restic, borg); absent for peers.
     pub vs_fastest_peer: Option<f64>,
+    /// The restore's time over `cp -a` of the tree; absent for other steps.
+    pub vs_copy: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -108,6 +147,13 @@ pub struct PeersReport {
     pub walk_seconds: f64,
     pub runs: usize,
     pub compression: bool,
+    pub method: Method,
+    /// Why the settled method was asked for and not used.
+    pub method_note: Option<String>,
+    /// The loop file system each restore and copy wrote into (settled).
+    pub image: Option<ImageSize>,
+    /// `cp -a` of the tree into the restores' kind of target.
+    pub copy: Option<CopyFigures>,
     pub tools: Vec<ToolFigures>,
     /// Tools not run, and why (not installed).
     pub skipped: Vec<String>,
@@ -136,11 +182,26 @@ pub fn run(opts: &PeersOptions, note: &mut dyn FnMut(&str)) -> Result<PeersRepor
     if !opts.source.is_dir() {
         bail!("{} is not a directory", opts.source.display());
     }
+    let (method, method_note) = match (opts.settle, settle::unavailable()) {
+        (false, _) => (Method::Warm, None),
+        (true, None) => (Method::Settled, None),
+        (true, Some(why)) => {
+            note(&format!("settled timing not possible: {why}"));
+            (Method::Warm, Some(why))
+        }
+    };
+    // An interrupted settled comparison may have left its loop file system
+    // mounted: clearing must not descend into it.
+    settle::unmount_stale(&opts.work.join("images").join("mnt"))?;
     let cleared = prepare_work(&opts.work)?;
-    let settled = Instant::now() + if cleared { SETTLE } else { Duration::ZERO };
+    let wait_until = Instant::now() + if cleared { SETTLE } else { Duration::ZERO };
     if cleared {
         note(&format!(
-            "the work directory held an earlier comparison: the first restore waits until {} s after clearing it (ext4 shuns freshly freed inodes)",
+            "the work directory held an earlier comparison: the first {} waits until {} s after clearing it (ext4 shuns freshly freed inodes)",
+            match method {
+                Method::Settled => "timed step",
+                Method::Warm => "restore",
+            },
             SETTLE.as_secs()
         ));
     }
@@ -158,6 +219,33 @@ pub fn run(opts: &PeersOptions, note: &mut dyn FnMut(&str)) -> Result<PeersRepor
     tree_size(&src)?;
     let walk_seconds = t.elapsed().as_secs_f64();
 
+    let mut stage = Stage {
+        method,
+        wait_until,
+        image: None,
+    };
+    if method == Method::Settled {
+        let size = settle::image_size(&src)?;
+        note(&format!(
+            "making the loop image for restores ({:.2} GB, a fresh ext4 before each restore)",
+            size.bytes as f64 / 1e9
+        ));
+        let images = opts.work.join("images");
+        fs::create_dir_all(&images)?;
+        stage.image = Some(LoopFs::create(
+            &images.join("restore.img"),
+            &images.join("mnt"),
+            size,
+        )?);
+        // One untimed use first: the loop path is proven before any
+        // backup is spent, and no timed step is the image's first use (in
+        // a check on a loaded machine, a cp -a into a just-filled image
+        // took 24 s, the next 6.6 s).
+        let t = stage.target(&images, "warm-up")?;
+        copy_tree(&src, &t.join("source"))?;
+        stage.done(&opts.work, &t)?;
+    }
+
     let mut tools = Vec::new();
     let mut skipped = Vec::new();
     for tool in [Tool::Tessera, Tool::Restic, Tool::Borg] {
@@ -173,7 +261,7 @@ pub fn run(opts: &PeersOptions, note: &mut dyn FnMut(&str)) -> Result<PeersRepor
         let (mut first_size, mut final_size) = (0, 0);
         for run in 0..opts.runs {
             note(&format!("{} run {}/{}", tool.name(), run + 1, opts.runs));
-            let r = run_tool(tool, opts, &src, changed.as_deref(), settled)?;
+            let r = run_tool(tool, opts, &src, changed.as_deref(), &mut stage)?;
             for (i, (secs, rss)) in r.steps.iter().enumerate() {
                 times[i].push(*secs);
                 peaks[i] = peaks[i].max(*rss);
@@ -191,6 +279,7 @@ pub fn run(opts: &PeersOptions, note: &mut dyn FnMut(&str)) -> Result<PeersRepor
                 runs,
                 peak_rss_bytes: peak,
                 vs_fastest_peer: None,
+                vs_copy: None,
             })
             .collect();
         tools.push(ToolFigures {
@@ -201,7 +290,46 @@ pub fn run(opts: &PeersOptions, note: &mut dyn FnMut(&str)) -> Result<PeersRepor
             stored_final: final_size,
         });
     }
-    // Ratios to the fastest peer, step by step.
+    let mut copy_runs = Vec::new();
+    let mut copy_peak = 0;
+    for run in 0..opts.runs {
+        note(&format!("cp -a run {}/{}", run + 1, opts.runs));
+        let (secs, rss) = copy_step(opts, &src, &mut stage)?;
+        copy_runs.push(secs);
+        copy_peak = copy_peak.max(rss);
+    }
+    let copy = CopyFigures {
+        seconds: median(&copy_runs),
+        runs: copy_runs,
+        peak_rss_bytes: copy_peak,
+    };
+    compare(&mut tools, Some(&copy));
+    note("removing the loop image, the runs' repositories and restores");
+    let image = stage.image.as_ref().map(|i| i.size());
+    drop(stage);
+    let _ = fs::remove_dir_all(opts.work.join("images"));
+    let _ = fs::remove_dir_all(opts.work.join("run"));
+    let _ = fs::remove_dir_all(opts.work.join("trash"));
+    Ok(PeersReport {
+        source: opts.source.clone(),
+        source_bytes: bytes,
+        source_files: files,
+        read_all_seconds,
+        walk_seconds,
+        runs: opts.runs,
+        compression: opts.compression,
+        method,
+        method_note,
+        image,
+        copy: Some(copy),
+        tools,
+        skipped,
+    })
+}
+
+/// Tessera's time over the fastest peer's, step by step, and every tool's
+/// restore over `cp -a` of the tree.
+fn compare(tools: &mut [ToolFigures], copy: Option<&CopyFigures>) {
     for i in 0..STEPS.len() {
         let fastest = tools
             .iter()
@@ -214,20 +342,74 @@ pub fn run(opts: &PeersOptions, note: &mut dyn FnMut(&str)) -> Result<PeersRepor
             }
         }
     }
-    note("removing the runs' repositories and restores");
-    let _ = fs::remove_dir_all(opts.work.join("run"));
-    let _ = fs::remove_dir_all(opts.work.join("trash"));
-    Ok(PeersReport {
-        source: opts.source.clone(),
-        source_bytes: bytes,
-        source_files: files,
-        read_all_seconds,
-        walk_seconds,
-        runs: opts.runs,
-        compression: opts.compression,
-        tools,
-        skipped,
-    })
+    let restore = STEPS.iter().position(|s| *s == "restore");
+    if let (Some(i), Some(c)) = (restore, copy) {
+        if c.seconds > 0.0 {
+            for t in tools.iter_mut() {
+                t.steps[i].vs_copy = Some(t.steps[i].seconds / c.seconds);
+            }
+        }
+    }
+}
+
+/// How each timed step is prepared and where restores and copies write.
+struct Stage {
+    method: Method,
+    /// Before this instant no step that creates many files may start (an
+    /// earlier comparison was cleared; see the module doc).
+    wait_until: Instant,
+    /// Settled: the image made into a fresh ext4 for every restore.
+    image: Option<LoopFs>,
+}
+
+impl Stage {
+    /// Ready a timed step whose input is `input`; `creates_tree` when the
+    /// step writes a whole tree (a restore or the copy).
+    fn before(&mut self, input: &Path, creates_tree: bool) -> Result<()> {
+        if creates_tree || self.method == Method::Settled {
+            if let Some(wait) = self.wait_until.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+        }
+        match self.method {
+            Method::Settled => settle::drop_caches()?,
+            Method::Warm => sync(),
+        }
+        read_all(input)
+    }
+
+    /// An empty directory for a restore or copy: on a fresh ext4 (settled)
+    /// or named `name` in `dir` (warm).
+    fn target(&mut self, dir: &Path, name: &str) -> Result<PathBuf> {
+        let t = match &mut self.image {
+            Some(image) => image.fresh()?.join(name),
+            None => dir.join(name),
+        };
+        fs::create_dir_all(&t)?;
+        Ok(t)
+    }
+
+    /// The restore or copy into `target` is over: unmount its file system
+    /// (settled) or move it aside (warm); nothing is deleted.
+    fn done(&mut self, work: &Path, target: &Path) -> Result<()> {
+        match &mut self.image {
+            Some(image) => image.unmount(),
+            None => trash(work, target),
+        }
+    }
+}
+
+/// One timed `cp -a` of the tree into a restore's kind of target.
+fn copy_step(opts: &PeersOptions, src: &Path, stage: &mut Stage) -> Result<(f64, u64)> {
+    let dir = opts.work.join("run").join("cp");
+    fs::create_dir_all(&dir)?;
+    let target = stage.target(&dir, "copy")?;
+    stage.before(src, true)?;
+    let mut cp = Command::new("cp");
+    cp.arg("-a").arg(src).arg(&target);
+    let r = measure(cp, "cp");
+    stage.done(&opts.work, &target)?;
+    r
 }
 
 /// The work directory must be new, empty, or an earlier comparison's
@@ -517,7 +699,7 @@ fn run_tool(
     opts: &PeersOptions,
     src: &Path,
     changed: Option<&Path>,
-    settled: Instant,
+    stage: &mut Stage,
 ) -> Result<RunFigures> {
     let dir = opts.work.join("run").join(tool.name());
     if dir.exists() {
@@ -530,35 +712,34 @@ fn run_tool(
         repo: dir.join("repo"),
         dir: dir.clone(),
     };
-    measure(c.init(), tool)?;
+    let name = tool.name();
+    measure(c.init(), name)?;
     let mut steps = Vec::new();
-    sync();
-    read_all(src)?;
-    steps.push(measure(c.backup(src, 1), tool)?);
+    stage.before(src, false)?;
+    steps.push(measure(c.backup(src, 1), name)?);
     let stored_after_first = du(&c.repo)?;
-    sync();
-    read_all(src)?;
-    steps.push(measure(c.backup(src, 2), tool)?);
-    sync();
+    stage.before(src, false)?;
+    steps.push(measure(c.backup(src, 2), name)?);
     let old = changed.map(|p| edit_file(p, None)).transpose()?;
-    read_all(src)?;
-    steps.push(measure(c.backup(src, 3), tool)?);
+    stage.before(src, false)?;
+    steps.push(measure(c.backup(src, 3), name)?);
     if let (Some(p), Some(old)) = (changed, old) {
         edit_file(p, Some(&old))?;
     }
-    sync();
-    let target = dir.join("restore");
-    fs::create_dir_all(&target)?;
-    if let Some(wait) = settled.checked_duration_since(Instant::now()) {
-        std::thread::sleep(wait);
+    let target = stage.target(&dir, "restore")?;
+    stage.before(&c.repo, true)?;
+    let restored = measure(c.restore(&target), name);
+    stage.done(&opts.work, &target)?;
+    steps.push(restored?);
+    // Settled, forget + gc starts from the repository read back; warm, it
+    // runs after a `sync` as it always has.
+    match stage.method {
+        Method::Settled => stage.before(&c.repo, false)?,
+        Method::Warm => sync(),
     }
-    read_all(&c.repo)?;
-    steps.push(measure(c.restore(&target), tool)?);
-    trash(&opts.work, &target)?;
-    sync();
     let (mut secs, mut peak) = (0.0, 0);
     for cmd in c.forget_gc() {
-        let (s, p) = measure(cmd, tool)?;
+        let (s, p) = measure(cmd, name)?;
         secs += s;
         peak = peak.max(p);
     }
@@ -574,14 +755,14 @@ fn run_tool(
 
 /// Run `cmd` to completion: wall seconds and peak RSS (bytes). A failing
 /// command is an error carrying its stderr.
-fn measure(mut cmd: Command, tool: Tool) -> Result<(f64, u64)> {
+fn measure(mut cmd: Command, tool: &str) -> Result<(f64, u64)> {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     let started = Instant::now();
     let mut child = cmd
         .spawn()
-        .with_context(|| format!("cannot start {}", tool.name()))?;
+        .with_context(|| format!("cannot start {tool}"))?;
     let mut err = String::new();
     if let Some(mut e) = child.stderr.take() {
         let _ = e.read_to_string(&mut err);
@@ -594,14 +775,13 @@ fn measure(mut cmd: Command, tool: Tool) -> Result<(f64, u64)> {
     let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
     let secs = started.elapsed().as_secs_f64();
     if r != pid {
-        bail!("waiting for {} failed", tool.name());
+        bail!("waiting for {tool} failed");
     }
     let ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
     if !ok {
         let line = err.lines().last().unwrap_or("").to_string();
         bail!(
-            "{} failed ({:?}): {line}",
-            tool.name(),
+            "{tool} failed ({:?}): {line}",
             cmd.get_args().collect::<Vec<_>>()
         );
     }
@@ -640,42 +820,103 @@ fn median(v: &[f64]) -> f64 {
     }
 }
 
+/// How the figures were taken, for the report's first line.
+fn method_words(r: &PeersReport) -> &'static str {
+    match r.method {
+        Method::Settled => {
+            "settled (page cache dropped and the step's input read back before each step; restores and cp -a into a fresh ext4)"
+        }
+        Method::Warm => "warm cache",
+    }
+}
+
+/// Peak resident memory of a tool's backups, restore, and forget + gc.
+fn peaks(t: &ToolFigures) -> [u64; 3] {
+    let of = |names: &[&str]| {
+        t.steps
+            .iter()
+            .filter(|s| names.contains(&s.step.as_str()))
+            .map(|s| s.peak_rss_bytes)
+            .max()
+            .unwrap_or(0)
+    };
+    [
+        of(&["first", "unchanged", "changed"]),
+        of(&["restore"]),
+        of(&["forget+gc"]),
+    ]
+}
+
+fn mb(b: u64) -> String {
+    format!("{:.1} MB", b as f64 / 1e6)
+}
+
 /// The comparison as a Markdown table (the README's figures come from it).
 pub fn markdown(r: &PeersReport) -> String {
-    let mb = |b: u64| format!("{:.1} MB", b as f64 / 1e6);
     let mut out = format!(
-        "{} ({} files, {}); median of {} run(s), warm cache, {}; reading every file: {:.2} s, walking: {:.2} s\n\n",
+        "{} ({} files, {}); median of {} run(s), {}, {}; reading every file: {:.2} s, walking: {:.2} s\n\n",
         r.source.display(),
         r.source_files,
         mb(r.source_bytes),
         r.runs,
+        method_words(r),
         if r.compression { "default compression" } else { "uncompressed" },
         r.read_all_seconds,
         r.walk_seconds,
     );
+    if let Some(why) = &r.method_note {
+        out.push_str(&format!("settled timing not used: {why}\n\n"));
+    }
     out.push_str("| tool | ");
     out.push_str(&STEPS.join(" | "));
-    out.push_str(" | stored (first) | stored (end) | peak memory |\n|---|");
-    out.push_str(&"---|".repeat(STEPS.len() + 3));
+    out.push_str(
+        " | restore / cp -a | stored (first) | stored (end) | peak memory (backup / restore / forget+gc) |\n|---|",
+    );
+    out.push_str(&"---|".repeat(STEPS.len() + 4));
     out.push('\n');
     for t in &r.tools {
         out.push_str(&format!("| {} |", t.tool.name()));
+        let mut vs_copy = None;
         for s in &t.steps {
+            vs_copy = vs_copy.or(s.vs_copy);
             match s.vs_fastest_peer {
                 Some(x) => out.push_str(&format!(" {:.2} s ({:.2}×) |", s.seconds, x)),
                 None => out.push_str(&format!(" {:.2} s |", s.seconds)),
             }
         }
-        let peak = t.steps.iter().map(|s| s.peak_rss_bytes).max().unwrap_or(0);
+        match vs_copy {
+            Some(x) => out.push_str(&format!(" {x:.2}× |")),
+            None => out.push_str(" — |"),
+        }
+        let [b, re, g] = peaks(t);
         out.push_str(&format!(
-            " {} | {} | {} |\n",
+            " {} | {} | {} / {} / {} |\n",
             mb(t.stored_after_first),
             mb(t.stored_final),
-            mb(peak)
+            mb(b),
+            mb(re),
+            mb(g)
+        ));
+    }
+    if let Some(c) = &r.copy {
+        out.push_str("| cp -a |");
+        for step in STEPS {
+            if step == "restore" {
+                out.push_str(&format!(" {:.2} s |", c.seconds));
+            } else {
+                out.push_str(" — |");
+            }
+        }
+        out.push_str(&format!(
+            " 1.00× | — | — | — / {} / — |\n",
+            mb(c.peak_rss_bytes)
         ));
     }
     if r.tools.iter().any(|t| t.tool == Tool::Tessera) && r.tools.len() > 1 {
         out.push_str("\n(×) = Tessera's time / the fastest peer's; below 1 is faster.\n");
+    }
+    if r.copy.is_some() {
+        out.push_str("restore / cp -a = the restore's time / cp -a of the tree into the same kind of target.\n");
     }
     for s in &r.skipped {
         out.push_str(&format!("\nnot run: {s}\n"));
@@ -688,31 +929,54 @@ pub fn html(r: &PeersReport) -> String {
     let mut rows = String::new();
     for t in &r.tools {
         rows.push_str(&format!("<tr><th>{}</th>", t.tool.name()));
+        let mut vs_copy = None;
         for s in &t.steps {
+            vs_copy = vs_copy.or(s.vs_copy);
             rows.push_str(&format!("<td>{:.2} s", s.seconds));
             if let Some(x) = s.vs_fastest_peer {
                 rows.push_str(&format!(" ({x:.2}×)"));
             }
             rows.push_str("</td>");
         }
-        let peak = t.steps.iter().map(|s| s.peak_rss_bytes).max().unwrap_or(0);
+        match vs_copy {
+            Some(x) => rows.push_str(&format!("<td>{x:.2}×</td>")),
+            None => rows.push_str("<td>—</td>"),
+        }
+        let [b, re, g] = peaks(t);
         rows.push_str(&format!(
-            "<td>{:.1} MB</td><td>{:.1} MB</td><td>{:.1} MB</td></tr>\n",
-            t.stored_after_first as f64 / 1e6,
-            t.stored_final as f64 / 1e6,
-            peak as f64 / 1e6
+            "<td>{}</td><td>{}</td><td>{} / {} / {}</td></tr>\n",
+            mb(t.stored_after_first),
+            mb(t.stored_final),
+            mb(b),
+            mb(re),
+            mb(g)
+        ));
+    }
+    if let Some(c) = &r.copy {
+        rows.push_str("<tr><th>cp -a</th>");
+        for step in STEPS {
+            if step == "restore" {
+                rows.push_str(&format!("<td>{:.2} s</td>", c.seconds));
+            } else {
+                rows.push_str("<td>—</td>");
+            }
+        }
+        rows.push_str(&format!(
+            "<td>1.00×</td><td>—</td><td>—</td><td>— / {} / —</td></tr>\n",
+            mb(c.peak_rss_bytes)
         ));
     }
     let heads: String = STEPS.iter().map(|s| format!("<th>{s}</th>")).collect();
     format!(
         "<!doctype html><meta charset=utf-8><title>tessera lab peers</title>\
          <style>body{{font-family:sans-serif}}td,th{{padding:4px 10px;text-align:right}}</style>\
-         <h1>Tessera, restic and borg on {}</h1><p>{} files, {:.1} MB; median of {} run(s); {}.</p>\
-         <table><tr><th>tool</th>{heads}<th>stored (first)</th><th>stored (end)</th><th>peak memory</th></tr>\n{rows}</table>",
+         <h1>Tessera, restic and borg on {}</h1><p>{} files, {:.1} MB; median of {} run(s); {}; {}.</p>\
+         <table><tr><th>tool</th>{heads}<th>restore / cp -a</th><th>stored (first)</th><th>stored (end)</th><th>peak memory (backup / restore / forget+gc)</th></tr>\n{rows}</table>",
         html_escape(&r.source.display().to_string()),
         r.source_files,
         r.source_bytes as f64 / 1e6,
         r.runs,
+        method_words(r),
         if r.compression { "default compression" } else { "uncompressed" },
     )
 }
@@ -764,6 +1028,176 @@ mod tests {
             .collect();
         kept.sort();
         assert_eq!(kept, [0, 1, 2]);
+    }
+
+    /// A tool's figures with the given step times (peak memory: 10 MB per
+    /// second, so every step's differs).
+    fn figures(tool: Tool, secs: [f64; 5]) -> ToolFigures {
+        ToolFigures {
+            tool,
+            version: "0".into(),
+            steps: STEPS
+                .iter()
+                .zip(secs)
+                .map(|(step, s)| StepFigures {
+                    step: step.to_string(),
+                    seconds: s,
+                    runs: vec![s],
+                    peak_rss_bytes: (s * 1e7) as u64,
+                    vs_fastest_peer: None,
+                    vs_copy: None,
+                })
+                .collect(),
+            stored_after_first: 800_000_000,
+            stored_final: 600_000_000,
+        }
+    }
+
+    fn report() -> PeersReport {
+        let copy = CopyFigures {
+            seconds: 2.0,
+            runs: vec![2.0],
+            peak_rss_bytes: 3_000_000,
+        };
+        let mut tools = vec![
+            figures(Tool::Tessera, [7.0, 0.5, 0.45, 3.5, 1.0]),
+            figures(Tool::Restic, [14.0, 2.5, 2.0, 7.0, 4.0]),
+            figures(Tool::Borg, [15.0, 3.8, 3.6, 8.0, 2.0]),
+        ];
+        compare(&mut tools, Some(&copy));
+        PeersReport {
+            source: "/work/usrtree".into(),
+            source_bytes: 2_290_000_000,
+            source_files: 68_505,
+            read_all_seconds: 1.0,
+            walk_seconds: 0.2,
+            runs: 1,
+            compression: true,
+            method: Method::Settled,
+            method_note: None,
+            image: Some(settle::image_size_for(2_350_000_000, 9_000, 68_505)),
+            copy: Some(copy),
+            tools,
+            skipped: vec![],
+        }
+    }
+
+    #[test]
+    fn restores_are_compared_with_the_copy_and_tessera_with_the_fastest_peer() {
+        let r = report();
+        let restore = |t: &ToolFigures| {
+            t.steps
+                .iter()
+                .find(|s| s.step == "restore")
+                .unwrap()
+                .clone()
+        };
+        assert_eq!(restore(&r.tools[0]).vs_copy, Some(1.75));
+        assert_eq!(restore(&r.tools[1]).vs_copy, Some(3.5));
+        assert_eq!(restore(&r.tools[2]).vs_copy, Some(4.0));
+        // Only the restore is compared with the copy.
+        for t in &r.tools {
+            for s in t.steps.iter().filter(|s| s.step != "restore") {
+                assert_eq!(s.vs_copy, None, "{} {}", t.tool.name(), s.step);
+            }
+        }
+        // Tessera over the fastest peer: restic's restore, borg's forget+gc.
+        assert_eq!(restore(&r.tools[0]).vs_fastest_peer, Some(0.5));
+        assert_eq!(r.tools[0].steps[4].vs_fastest_peer, Some(0.5));
+        assert_eq!(r.tools[1].steps[3].vs_fastest_peer, None);
+    }
+
+    #[test]
+    fn no_copy_no_ratio() {
+        let mut tools = vec![figures(Tool::Tessera, [1.0; 5])];
+        compare(&mut tools, None);
+        assert!(tools[0].steps.iter().all(|s| s.vs_copy.is_none()));
+        // A zero copy time (nothing measured) gives no ratio, not infinity.
+        let zero = CopyFigures {
+            seconds: 0.0,
+            runs: vec![],
+            peak_rss_bytes: 0,
+        };
+        compare(&mut tools, Some(&zero));
+        assert!(tools[0].steps.iter().all(|s| s.vs_copy.is_none()));
+    }
+
+    #[test]
+    fn json_carries_the_method_and_the_copy_row() {
+        let v = serde_json::to_value(report()).unwrap();
+        assert_eq!(v["method"], "settled");
+        assert_eq!(v["method_note"], serde_json::Value::Null);
+        assert_eq!(v["copy"]["seconds"], 2.0);
+        assert_eq!(v["copy"]["runs"], serde_json::json!([2.0]));
+        assert_eq!(v["copy"]["peak_rss_bytes"], 3_000_000);
+        assert!(v["image"]["bytes"].as_u64().unwrap() > 2_350_000_000);
+        let tessera = &v["tools"][0];
+        assert_eq!(tessera["tool"], "tessera");
+        assert_eq!(tessera["steps"][3]["step"], "restore");
+        assert_eq!(tessera["steps"][3]["vs_copy"], 1.75);
+        assert_eq!(tessera["steps"][3]["peak_rss_bytes"], 35_000_000);
+        assert_eq!(tessera["steps"][0]["vs_copy"], serde_json::Value::Null);
+        assert_eq!(v["tools"][2]["tool"], "borg");
+    }
+
+    #[test]
+    fn table_has_the_copy_row_and_the_ratio_column() {
+        let md = markdown(&report());
+        assert!(md.contains("settled (page cache dropped"), "{md}");
+        let row = |name: &str| {
+            md.lines()
+                .find(|l| l.starts_with(&format!("| {name} |")))
+                .unwrap_or_else(|| panic!("no {name} row in\n{md}"))
+                .to_string()
+        };
+        let cp_row = row("cp -a");
+        let cp: Vec<&str> = cp_row.split('|').map(str::trim).collect::<Vec<_>>();
+        let cp = cp[1..cp.len() - 1].to_vec();
+        // tool, five steps (only the restore's filled), ratio, stored ×2, memory.
+        assert_eq!(
+            cp,
+            [
+                "cp -a",
+                "—",
+                "—",
+                "—",
+                "2.00 s",
+                "—",
+                "1.00×",
+                "—",
+                "—",
+                "— / 3.0 MB / —"
+            ]
+        );
+        let t = row("tessera");
+        assert!(
+            t.contains("| 3.50 s (0.50×) | 1.00 s (0.50×) | 1.75× |"),
+            "{t}"
+        );
+        // Peak memory: backups (7 s step), restore, forget+gc.
+        assert!(t.ends_with("| 70.0 MB / 35.0 MB / 10.0 MB |"), "{t}");
+        assert!(row("restic").contains("| 7.00 s | 4.00 s | 3.50× |"));
+        let header_cells = md
+            .lines()
+            .find(|l| l.starts_with("| tool |"))
+            .unwrap()
+            .matches('|')
+            .count();
+        assert_eq!(row("cp -a").matches('|').count(), header_cells);
+        assert_eq!(row("borg").matches('|').count(), header_cells);
+    }
+
+    #[test]
+    fn warm_fallback_is_said_in_the_table() {
+        let mut r = report();
+        r.method = Method::Warm;
+        r.method_note = settle::unavailable_for(1000, |_| true);
+        let md = markdown(&r);
+        assert!(md.contains("warm cache"), "{md}");
+        assert!(md.contains("settled timing not used: not root"), "{md}");
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["method"], "warm");
+        assert!(v["method_note"].as_str().unwrap().contains("not root"));
     }
 
     #[test]

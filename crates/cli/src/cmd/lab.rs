@@ -52,8 +52,9 @@ pub fn run(cmd: LabCommand) -> Result<ExitCode> {
             work,
             runs,
             no_compression,
+            no_settle,
             json,
-        } => run_peers(source, work, runs, !no_compression, json.json),
+        } => run_peers(source, work, runs, !no_compression, !no_settle, json.json),
         LabCommand::Gen { command } => gen(command),
         LabCommand::Reproduce {
             quick,
@@ -299,6 +300,7 @@ fn run_peers(
     work: PathBuf,
     runs: u32,
     compression: bool,
+    settle: bool,
     json: bool,
 ) -> Result<ExitCode> {
     use tessera_lab::peers;
@@ -308,6 +310,7 @@ fn run_peers(
         runs: runs as usize,
         tessera: std::env::current_exe().context("cannot find the tessera binary")?,
         compression,
+        settle,
     };
     let report = peers::run(&opts, &mut |s| {
         if !json {

@@ -1,0 +1,333 @@
+//! The settled method of timing a step (issue 33): every step starts from
+//! the same memory state and every restore writes into a file system of its
+//! own that has never freed an inode.
+//!
+//! File creation on a busy machine varies 2–4× with the page cache's state,
+//! and ext4 slows down for minutes after large deletions (see
+//! `peers.rs`). So before each timed step the harness writes back dirty
+//! pages, drops the page cache, and reads back only that step's input; and
+//! each restore (and the `cp -a` it is compared with) goes to a freshly made
+//! ext4 on a loop device. The loop image is one file made once, zero-filled
+//! so every block is already allocated on the host file system, and made
+//! into a new ext4 (`mkfs.ext4 -E nodiscard`) before every use: no block or
+//! inode is freed on the host file system between timed steps, and the disk
+//! holds one image however many restores run.
+
+use anyhow::{bail, Context, Result};
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// ext4's block size: files occupy whole blocks.
+const BLOCK: u64 = 4096;
+/// Room for the journal, inode tables and group descriptors beyond the
+/// tree's blocks.
+const METADATA_ROOM: u64 = 256 << 20;
+/// mkfs.ext4's default bytes-per-inode ratio (`inode_ratio` in mke2fs.conf).
+const DEFAULT_INODE_RATIO: u64 = 16384;
+
+/// Why the settled method cannot run here, or `None` when it can: it needs
+/// root (dropping the page cache, mounting) and mkfs.ext4, mount, umount.
+pub fn unavailable() -> Option<String> {
+    // SAFETY: geteuid(2) takes no arguments and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    unavailable_for(euid, |prog| on_path(prog).is_some())
+}
+
+/// [`unavailable`] for a given effective user and set of programs.
+pub fn unavailable_for(euid: u32, have: impl Fn(&str) -> bool) -> Option<String> {
+    if euid != 0 {
+        return Some(
+            "not root: the settled method drops the page cache and mounts loop file systems; \
+             figures are warm-cache instead (run as root, or pass --no-settle to choose this)"
+                .into(),
+        );
+    }
+    let missing: Vec<&str> = ["mkfs.ext4", "mount", "umount"]
+        .into_iter()
+        .filter(|p| !have(p))
+        .collect();
+    if !missing.is_empty() {
+        return Some(format!(
+            "{} not found (Debian package e2fsprogs / mount): figures are warm-cache instead",
+            missing.join(", ")
+        ));
+    }
+    None
+}
+
+/// `prog` in a directory of `PATH` (or the sbin directories root has).
+fn on_path(prog: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/sbin"].map(PathBuf::from))
+        .map(|d| d.join(prog))
+        .find(|p| p.is_file())
+}
+
+/// Write back dirty pages and drop the page cache, dentries and inodes.
+pub fn drop_caches() -> Result<()> {
+    // SAFETY: sync(2) takes no arguments and cannot fail.
+    unsafe { libc::sync() };
+    fs::write("/proc/sys/vm/drop_caches", b"3\n")
+        .context("cannot drop the page cache (/proc/sys/vm/drop_caches)")
+}
+
+/// The loop file system's size, and an inode count when mkfs.ext4's default
+/// would not hold the tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct ImageSize {
+    pub bytes: u64,
+    pub inodes: Option<u64>,
+}
+
+/// The size rule: the blocks the tree occupies on ext4 (each file rounded
+/// up to whole blocks, a block per directory or symlink), a quarter more for
+/// restic's and borg's layouts and free-space slack, and room for metadata;
+/// whole MiB. Inodes: the entries and a quarter more, passed only when the
+/// default ratio gives fewer.
+pub fn image_size_for(file_bytes_in_blocks: u64, other_entries: u64, files: u64) -> ImageSize {
+    let used = file_bytes_in_blocks + other_entries * BLOCK;
+    let bytes = (used + used / 4 + METADATA_ROOM).div_ceil(1 << 20) << 20;
+    let entries = files + other_entries;
+    let want = entries + entries / 4 + 1024;
+    let inodes = (bytes / DEFAULT_INODE_RATIO < want).then_some(want);
+    ImageSize { bytes, inodes }
+}
+
+/// [`image_size_for`] the tree at `root`.
+pub fn image_size(root: &Path) -> Result<ImageSize> {
+    let (mut in_blocks, mut others, mut files) = (0u64, 0u64, 0u64);
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        others += 1;
+        for e in fs::read_dir(&dir).with_context(|| format!("cannot read {}", dir.display()))? {
+            let e = e?;
+            let m = e.metadata()?;
+            if m.is_dir() {
+                stack.push(e.path());
+            } else if m.is_file() {
+                files += 1;
+                in_blocks += m.len().div_ceil(BLOCK) * BLOCK;
+            } else {
+                others += 1;
+            }
+        }
+    }
+    Ok(image_size_for(in_blocks, others, files))
+}
+
+/// A loop image that is made into a fresh ext4 for each use. Dropping it
+/// unmounts it and deletes the image (the harness does so after the last
+/// timed step).
+pub struct LoopFs {
+    image: PathBuf,
+    mount: PathBuf,
+    size: ImageSize,
+    mounted: bool,
+}
+
+impl LoopFs {
+    /// Make the image at `image`, zero-filled to `size.bytes` (every block
+    /// allocated now, so no timed step allocates on the host file system);
+    /// it is mounted at `mount` by [`LoopFs::fresh`].
+    pub fn create(image: &Path, mount: &Path, size: ImageSize) -> Result<LoopFs> {
+        if image.exists() {
+            bail!("{} exists already", image.display());
+        }
+        let fs = LoopFs {
+            image: image.to_path_buf(),
+            mount: mount.to_path_buf(),
+            size,
+            mounted: false,
+        };
+        let mut f = fs::File::create(image)
+            .with_context(|| format!("cannot create {}", image.display()))?;
+        let zeros = vec![0u8; 1 << 20];
+        let mut left = size.bytes;
+        while left > 0 {
+            let n = left.min(zeros.len() as u64) as usize;
+            f.write_all(&zeros[..n])?;
+            left -= n as u64;
+        }
+        f.sync_all()?;
+        fs::create_dir_all(mount)?;
+        Ok(fs)
+    }
+
+    pub fn size(&self) -> ImageSize {
+        self.size
+    }
+
+    /// A new ext4 on the image, mounted: returns the mount point.
+    pub fn fresh(&mut self) -> Result<&Path> {
+        self.unmount()?;
+        let mut mkfs = Command::new("mkfs.ext4");
+        // nodiscard: discarding would punch holes in the image, freeing
+        // blocks on the host file system. Inode tables and journal are
+        // written now rather than by a kernel thread during the step.
+        mkfs.args([
+            "-q",
+            "-F",
+            "-E",
+            "nodiscard,lazy_itable_init=0,lazy_journal_init=0",
+        ]);
+        if let Some(n) = self.size.inodes {
+            mkfs.arg("-N").arg(n.to_string());
+        }
+        mkfs.arg(&self.image);
+        run(mkfs)?;
+        let mut mount = Command::new("mount");
+        mount.args(["-o", "loop"]).arg(&self.image).arg(&self.mount);
+        run(mount)?;
+        self.mounted = true;
+        Ok(&self.mount)
+    }
+
+    /// Write back and unmount (the step is over); the image stays.
+    pub fn unmount(&mut self) -> Result<()> {
+        if self.mounted {
+            // SAFETY: sync(2) takes no arguments and cannot fail.
+            unsafe { libc::sync() };
+            let mut umount = Command::new("umount");
+            umount.arg(&self.mount);
+            run(umount)?;
+            self.mounted = false;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for LoopFs {
+    fn drop(&mut self) {
+        if self.unmount().is_err() {
+            // Busy (an interrupted tool still inside): detach lazily so the
+            // image can go.
+            let _ = Command::new("umount").arg("-l").arg(&self.mount).status();
+        }
+        let _ = fs::remove_file(&self.image);
+        let _ = fs::remove_dir(&self.mount);
+    }
+}
+
+/// Unmount `mount` if a file system is mounted there (one left by a
+/// comparison that was killed before it could clean up).
+pub fn unmount_stale(mount: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let (Ok(m), Some(parent)) = (fs::metadata(mount), mount.parent()) else {
+        return Ok(());
+    };
+    if m.dev() != fs::metadata(parent)?.dev() {
+        let mut umount = Command::new("umount");
+        umount.arg(mount);
+        run(umount)?;
+    }
+    Ok(())
+}
+
+fn run(mut cmd: Command) -> Result<()> {
+    let out = cmd
+        .output()
+        .with_context(|| format!("cannot run {:?}", cmd.get_program()))?;
+    if !out.status.success() {
+        bail!(
+            "{:?} {:?} failed: {}",
+            cmd.get_program(),
+            cmd.get_args().collect::<Vec<_>>(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn image_holds_the_tree_with_headroom() {
+        // The usr tree: 2.29 GB in 68.5 k files, ~9 k directories.
+        let s = image_size_for(2_350_000_000, 9_000, 68_505);
+        let used = 2_350_000_000 + 9_000 * BLOCK;
+        assert!(s.bytes >= used + used / 4 + METADATA_ROOM);
+        assert!(s.bytes < used + used / 4 + METADATA_ROOM + (1 << 20));
+        assert_eq!(s.bytes % (1 << 20), 0);
+        // The default ratio gives ~180 k inodes: enough, so none is asked.
+        assert_eq!(s.inodes, None);
+    }
+
+    #[test]
+    fn many_small_files_ask_for_inodes() {
+        // 200 k files of one block: the default ratio gives ~68 k inodes.
+        let s = image_size_for(200_000 * BLOCK, 1_000, 200_000);
+        let n = s.inodes.expect("inodes for a tree of tiny files");
+        assert!(n >= 201_000 + 201_000 / 4);
+    }
+
+    #[test]
+    fn an_empty_tree_still_gets_metadata_room() {
+        let s = image_size_for(0, 1, 0);
+        assert!(s.bytes >= METADATA_ROOM);
+    }
+
+    #[test]
+    fn size_of_a_real_tree_rounds_files_to_blocks() {
+        let d = tempfile::tempdir().unwrap();
+        fs::create_dir(d.path().join("sub")).unwrap();
+        fs::write(d.path().join("a"), [1u8; 10]).unwrap();
+        fs::write(d.path().join("sub/b"), vec![2u8; 5000]).unwrap();
+        std::os::unix::fs::symlink("a", d.path().join("l")).unwrap();
+        // 1 + 2 blocks of file data; root, sub and the symlink.
+        assert_eq!(
+            image_size(d.path()).unwrap(),
+            image_size_for(3 * BLOCK, 3, 2)
+        );
+    }
+
+    /// Needs root, mkfs.ext4 and loop devices: `cargo test -p tessera-lab
+    /// -- --ignored fresh_file_system`.
+    #[test]
+    #[ignore = "needs root and loop devices"]
+    fn fresh_file_system_every_time_and_nothing_left() {
+        assert_eq!(unavailable(), None, "run as root with mkfs.ext4 and mount");
+        let d = tempfile::tempdir().unwrap();
+        let (image, mnt) = (d.path().join("t.img"), d.path().join("mnt"));
+        let size = image_size_for(1 << 20, 1, 1);
+        let mut fs = LoopFs::create(&image, &mnt, size).unwrap();
+        assert_eq!(fs::metadata(&image).unwrap().len(), size.bytes);
+        let at = fs.fresh().unwrap().to_path_buf();
+        fs::write(at.join("left-over"), b"x").unwrap();
+        let at = fs.fresh().unwrap().to_path_buf();
+        // A new file system: only mkfs's lost+found.
+        let names: Vec<_> = fs::read_dir(&at)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["lost+found"]);
+        // The image keeps its blocks (nodiscard): nothing freed on the host.
+        let blocks = fs::metadata(&image).unwrap().blocks() * 512;
+        assert!(blocks >= size.bytes, "{blocks} < {}", size.bytes);
+        fs.unmount().unwrap();
+        assert!(fs::read_dir(&mnt).unwrap().next().is_none());
+        fs.fresh().unwrap();
+        drop(fs);
+        assert!(!image.exists() && !mnt.exists());
+    }
+
+    #[test]
+    fn not_root_is_refused_with_the_way_out() {
+        let why = unavailable_for(1000, |_| true).expect("refused");
+        assert!(why.contains("not root"), "{why}");
+        assert!(why.contains("--no-settle"), "{why}");
+        assert!(why.contains("warm-cache"), "{why}");
+    }
+
+    #[test]
+    fn missing_programs_are_named() {
+        let why = unavailable_for(0, |p| p != "mkfs.ext4").expect("refused");
+        assert!(why.starts_with("mkfs.ext4 not found"), "{why}");
+        assert_eq!(unavailable_for(0, |_| true), None);
+    }
+}
