@@ -19,7 +19,7 @@ use crate::catalog::{BackupEntry, Manifest, RepoConfig, Sections};
 use crate::container::{ChunkKind, ContainerId, ContainerStore};
 use crate::error::{Error, ObjectRef, Result};
 use crate::fingerprint::{Fingerprint, Fingerprinter};
-use crate::index::runset::{say_rebuilding, Basis, RunSet};
+use crate::index::runset::{say_rebuilding, Basis, Lag, RunSet};
 use crate::index::{
     decode_segment, encode_segment, sort_entries, CopyNo, DiskLoad, Index, IndexEntry, SegmentView,
 };
@@ -512,13 +512,18 @@ impl Context {
             _ => Index::default(),
         };
         let todo = &segments[report.kept_segments..];
-        self.apply_segments(todo, &listed, &mut index, bad_segments)?;
+        let applied = self.apply_segments(todo, &listed, &mut index, bad_segments)?;
         // On disk: the loaded entries become sorted runs before the first lookup.
         index.flush()?;
         if disk {
             report.applied_segments = todo.len();
             if let (Some(k), Some(basis)) = (&kept, &basis) {
-                if !todo.is_empty() || report.rebuilt.is_some() {
+                let lag = Lag {
+                    segments: todo.len(),
+                    entries: applied,
+                    table: index.len().0,
+                };
+                if report.rebuilt.is_some() || lag.worth_saving() {
                     // The kept set is a cache: failing to save it costs the
                     // next opening a rebuild, not this command.
                     match k.set.save(&mut index, basis) {
@@ -585,16 +590,19 @@ impl Context {
     /// container. Segments are fetched and verified on other threads, in
     /// order, while this one inserts their entries in place (no decoded
     /// copy). An index built from nothing is sized once for the chunks the
-    /// manifest's containers hold (no rehashing on the way). An unreadable
+    /// manifest's containers hold (no rehashing on the way), and its fresh
+    /// memory is faulted in on another thread meanwhile. An unreadable
     /// segment fails, or with `bad_segments` is recorded there and skipped.
+    /// Returns how many entries the segments held.
     fn apply_segments(
         &self,
         segments: &[ObjectKey],
         listed: &HashSet<ContainerId>,
         index: &mut Index,
-        mut bad_segments: Option<&mut Vec<(ObjectKey, Error)>>,
-    ) -> Result<()> {
-        if index.is_empty() {
+        bad_segments: Option<&mut Vec<(ObjectKey, Error)>>,
+    ) -> Result<usize> {
+        let fresh = index.is_empty();
+        if fresh {
             let chunks = |kind: ChunkKind| -> usize {
                 let of = self.manifest.containers.iter().filter(|c| c.kind == kind);
                 of.map(|c| c.chunks as usize).sum()
@@ -602,6 +610,27 @@ impl Context {
             index.reserve_data(chunks(ChunkKind::Data));
             index.reserve_recipe(chunks(ChunkKind::Recipe));
         }
+        // A large table's fresh pages are faulted in on a thread of their
+        // own while this one fills them (joined when it is done).
+        let spare = if fresh { index.spare() } else { Vec::new() };
+        let populating = (spare.iter().map(|r| r.bytes).sum::<usize>() >= POPULATE_MIN)
+            .then(|| std::thread::spawn(move || crate::zerobuf::populate(&spare)));
+        let applied = self.apply_segments_into(segments, listed, index, bad_segments);
+        if let Some(p) = populating {
+            let _ = p.join();
+        }
+        applied
+    }
+
+    /// [`apply_segments`](Self::apply_segments) once the index is sized.
+    fn apply_segments_into(
+        &self,
+        segments: &[ObjectKey],
+        listed: &HashSet<ContainerId>,
+        index: &mut Index,
+        mut bad_segments: Option<&mut Vec<(ObjectKey, Error)>>,
+    ) -> Result<usize> {
+        let mut seen = 0;
         let objects = &self.objects;
         let read = |seg: &ObjectKey| -> Result<crate::backend::ObjectBytes> {
             let name = ObjectRef::Object(seg.clone());
@@ -630,12 +659,16 @@ impl Context {
                     (Err(e), None) => return Err(e),
                 };
                 let entries = SegmentView::verified(&bytes);
+                seen += entries.len();
                 index.reserve_data(entries.len());
                 // Entries come grouped by container: one set lookup per group.
                 let mut last: Option<(ContainerId, bool)> = None;
                 for i in 0..entries.len() {
-                    // The slot of an entry a few ahead starts loading now:
-                    // inserts into a large table are cache misses.
+                    // The bytes of entries further on (a mapped segment is
+                    // read across pages the hardware does not prefetch
+                    // into), and the slot of an entry a few ahead, start
+                    // loading now: inserts into a large table are cache misses.
+                    entries.prefetch(i + 32);
                     if i + 8 < entries.len() {
                         let ahead = entries.get(i + 8);
                         index.prefetch(ahead.kind, &ahead.fp);
@@ -659,7 +692,7 @@ impl Context {
             for seg in segments {
                 apply(seg, read(seg))?;
             }
-            return Ok(());
+            return Ok(seen);
         }
         // Worker w reads segments w, w + workers, ...; each hands them over
         // one at a time, and they are applied round the workers: in order.
@@ -685,7 +718,8 @@ impl Context {
                 apply(seg, got)?;
             }
             Ok(())
-        })
+        })?;
+        Ok(seen)
     }
 
     /// The fingerprint index, loaded now if this handle opened
@@ -1035,6 +1069,9 @@ impl Context {
         Ok(())
     }
 }
+
+/// Fresh table memory worth faulting in on a helper thread while loading.
+const POPULATE_MIN: usize = 64 << 20;
 
 /// A repository's kept run set ([`RunSet`]) and the generation it is to
 /// stand for (owned: [`Basis`] borrows it).

@@ -74,6 +74,15 @@ fn hash(k: &Key) -> u64 {
 /// An empty slot.
 const FREE: u64 = 0;
 
+/// A vector's allocated room past its elements.
+fn room<T>(v: &Vec<T>) -> crate::zerobuf::Spare {
+    let size = std::mem::size_of::<T>();
+    crate::zerobuf::Spare {
+        at: v.as_ptr() as usize + v.len() * size,
+        bytes: (v.capacity() - v.len()) * size,
+    }
+}
+
 /// Fingerprint → u64 (see the module documentation).
 #[derive(Default)]
 pub struct FpTable {
@@ -381,6 +390,20 @@ impl FpTable {
         }
         self.keys.reserve(additional);
         self.vals.reserve(additional);
+    }
+
+    /// The memory the table's next inserts write and has not written yet:
+    /// the slots, and the entry arrays' room past their entries (see
+    /// [`crate::zerobuf::populate`]).
+    pub(crate) fn spare(&self) -> Vec<crate::zerobuf::Spare> {
+        use crate::zerobuf::Spare;
+        let mut out = Vec::new();
+        if let Some(s) = &self.slots {
+            out.push(Spare::of(s.as_slice()));
+        }
+        out.push(room(&self.keys));
+        out.push(room(&self.vals));
+        out
     }
 
     fn grow(&mut self) {

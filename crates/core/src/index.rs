@@ -426,6 +426,15 @@ impl Index {
             t.reserve(additional);
         }
     }
+    /// The memory the in-memory tables' next inserts write (see
+    /// [`crate::zerobuf::populate`]); none on disk.
+    pub(crate) fn spare(&self) -> Vec<crate::zerobuf::Spare> {
+        let mut out = self.recipe.spare();
+        if let DataTable::Mem(t) = &self.data {
+            out.extend(t.spare());
+        }
+        out
+    }
     /// Room for `additional` more recipe chunk entries.
     pub fn reserve_recipe(&mut self, additional: usize) {
         self.recipe.reserve(additional);
@@ -885,6 +894,21 @@ impl<'a> SegmentView<'a> {
 
     pub fn entries(&self) -> impl ExactSizeIterator<Item = IndexEntry> + '_ {
         (0..self.len()).map(|i| self.get(i))
+    }
+
+    /// Hint that entry `i` will be read soon (none past the end).
+    #[inline]
+    pub fn prefetch(&self, i: usize) {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(e) = self.body.get(i * ENTRY_LEN) {
+            // SAFETY: prefetching a valid address never faults.
+            unsafe {
+                use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+                _mm_prefetch::<_MM_HINT_T0>((e as *const u8).cast::<i8>());
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = i;
     }
 }
 

@@ -9,8 +9,10 @@ use crate::object_key::{KeyKind, ObjectKey};
 
 /// A whole object as read for a reader that only looks at it. Opaque: a
 /// store may hand out its bytes in memory or (a local store) a mapping of
-/// the file that holds them.
-pub struct ObjectBytes(Repr);
+/// the file that holds them. It may stand for a tail of what was read
+/// ([`ObjectBytes::skip`]): an unsealed object is its stored bytes past the
+/// frame header, not a copy of them.
+pub struct ObjectBytes(Repr, usize);
 
 enum Repr {
     Owned(Vec<u8>),
@@ -24,29 +26,39 @@ enum Repr {
 impl std::ops::Deref for ObjectBytes {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        match &self.0 {
+        let all: &[u8] = match &self.0 {
             Repr::Owned(v) => v,
             Repr::Mapped(m) => m,
             Repr::Shared(v) => v,
-        }
+        };
+        &all[self.1..]
     }
 }
 
 impl From<Vec<u8>> for ObjectBytes {
     fn from(v: Vec<u8>) -> Self {
-        ObjectBytes(Repr::Owned(v))
+        ObjectBytes(Repr::Owned(v), 0)
     }
 }
 
 impl ObjectBytes {
     /// Bytes of a mapped file (a [`LocalStore`](super::LocalStore) detail).
     pub(crate) fn mapped(map: memmap2::Mmap) -> Self {
-        ObjectBytes(Repr::Mapped(map))
+        ObjectBytes(Repr::Mapped(map), 0)
     }
 
     /// Bytes the memory store keeps (shared, not copied).
     pub(crate) fn shared(v: std::sync::Arc<Vec<u8>>) -> Self {
-        ObjectBytes(Repr::Shared(v))
+        ObjectBytes(Repr::Shared(v), 0)
+    }
+
+    /// The bytes past the first `n` (no copy: a 400 MB index segment read
+    /// whole is not copied again to drop its frame header). `n` is at most
+    /// the length.
+    pub(crate) fn skip(self, n: usize) -> Self {
+        assert!(n <= self.len(), "skipping past the end");
+        let start = self.1 + n;
+        ObjectBytes(self.0, start)
     }
 
     #[cfg(test)]
@@ -57,7 +69,10 @@ impl ObjectBytes {
     /// The buffer, for the next read to reuse (none for a mapping).
     pub fn into_buffer(self) -> Vec<u8> {
         match self.0 {
-            Repr::Owned(v) => v,
+            Repr::Owned(mut v) => {
+                v.drain(..self.1);
+                v
+            }
             Repr::Mapped(_) | Repr::Shared(_) => Vec::new(),
         }
     }

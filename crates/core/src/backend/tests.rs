@@ -267,6 +267,18 @@ fn local_maps_large_objects_and_reads_small_ones() {
     assert!(l.into_buffer().is_empty());
 }
 
+/// A view past the first bytes reads as the tail, and gives back its
+/// buffer without the skipped bytes.
+#[test]
+fn skipped_bytes_are_a_tail_of_the_object() {
+    let b = ObjectBytes::from(b"headerbody".to_vec()).skip(6);
+    assert_eq!(&*b, b"body");
+    let b = b.skip(1);
+    assert_eq!(&*b, b"ody");
+    assert_eq!(b.into_buffer(), b"ody");
+    assert!(ObjectBytes::from(b"x".to_vec()).skip(1).is_empty());
+}
+
 #[test]
 fn local_failed_put_leaves_no_temporary() {
     let (_dir, b) = local();

@@ -76,6 +76,34 @@ struct State {
     len: u64,
 }
 
+/// How far an opening's index is ahead of the run set it took up: the
+/// index segments it applied on top, their entries, and the table's size.
+#[derive(Clone, Copy, Debug)]
+pub struct Lag {
+    pub segments: usize,
+    pub entries: usize,
+    pub table: usize,
+}
+
+impl Lag {
+    /// Segments past which a lagging set is saved anyway (each opening
+    /// reads every segment the set lags by).
+    pub const MAX_SEGMENTS: usize = 16;
+
+    /// Whether saving the set is worth its cost. A save rewrites the
+    /// summary vector and the side tables (~40 MB at 14 M entries): for a
+    /// lag of a few entries (a small backup's segment) that costs several
+    /// times what applying them again at the next opening does. So a set
+    /// is saved once its lag reaches a 64th of the table (the overlay's
+    /// flush size) or [`MAX_SEGMENTS`](Self::MAX_SEGMENTS) segments; until
+    /// then openings apply the lag on top of it, as they apply another
+    /// host's segments.
+    pub fn worth_saving(&self) -> bool {
+        self.segments > 0
+            && (self.segments >= Self::MAX_SEGMENTS || self.entries * 64 >= self.table.max(1))
+    }
+}
+
 /// One repository's run set directory.
 pub struct RunSet {
     dir: PathBuf,
@@ -421,6 +449,22 @@ impl Drop for SaveLock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_small_lag_is_not_worth_a_save() {
+        let lag = |segments, entries, table| Lag {
+            segments,
+            entries,
+            table,
+        };
+        assert!(!lag(0, 0, 0).worth_saving(), "nothing applied");
+        assert!(!lag(1, 2, 14_000_000).worth_saving(), "one small backup");
+        assert!(!lag(15, 200_000, 14_000_000).worth_saving());
+        assert!(lag(16, 16, 14_000_000).worth_saving(), "many segments");
+        assert!(lag(1, 220_000, 14_000_000).worth_saving(), "a 64th");
+        assert!(lag(1, 2, 100).worth_saving(), "a small table");
+        assert!(lag(1, 1, 0).worth_saving(), "an empty table");
+    }
 
     #[test]
     fn container_ranges_and_their_subset_test() {

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tessera_core::backend::{KeyKind, LocalStore, ObjectStore};
 use tessera_core::chunking::ChunkerConfig;
+use tessera_core::index::runset::Lag;
 use tessera_core::index::{sort_entries, DiskLoad, IndexEntry, IndexKind};
 use tessera_core::layout::LayoutKind;
 use tessera_core::{HashAlgo, InitOptions, Repository};
@@ -178,6 +179,59 @@ fn an_older_run_set_takes_only_the_new_segments() {
         "{load:?}"
     );
     assert!(load.saved);
+    assert_eq!(r.open().0.applied_segments, 0);
+    assert_eq!(r.rebuilt_entries(), entries);
+}
+
+/// A lag of a few entries (a one-chunk backup's segment) is applied on top
+/// of the kept set at each opening instead of rewriting the set; once the
+/// lag reaches `Lag::MAX_SEGMENTS` segments the set is saved again. The
+/// answers are a rebuild's either way, and the stored chunk backed up
+/// again stores nothing new.
+#[test]
+fn a_small_lag_is_applied_again_not_saved() {
+    let r = Repo::new();
+    // ~6,000 chunks: 16 small versions stay under a 64th of them.
+    let v1 = bytes(1, 12 << 20);
+    r.backup(&v1);
+    let (first, _) = r.open();
+    assert!(first.saved, "{first:?}");
+    let n = first.kept_segments + first.applied_segments;
+    let state = r.kept.join("state");
+    let kept = std::fs::read(&state).unwrap();
+    // A small version: a new chunk or two.
+    r.backup(&bytes(2, 1000));
+    let lagging = DiskLoad {
+        kept_segments: n,
+        applied_segments: 1,
+        rebuilt: None,
+        saved: false,
+    };
+    for _ in 0..2 {
+        assert_eq!(r.open().0, lagging);
+        assert_eq!(std::fs::read(&state).unwrap(), kept, "set rewritten");
+    }
+    // Data already stored adds no index entry, so no segment: the lag
+    // stays as it was.
+    let segments = r.store.list(KeyKind::IndexSegment).unwrap().len();
+    r.backup(&v1);
+    assert_eq!(r.store.list(KeyKind::IndexSegment).unwrap().len(), segments);
+    assert_eq!(r.open().0, lagging);
+    // Small versions up to the segment bound: then the set is saved.
+    for i in 1..Lag::MAX_SEGMENTS {
+        r.backup(&bytes(10 + i as u64, 1000));
+    }
+    let (load, entries) = r.open();
+    assert_eq!(
+        load,
+        DiskLoad {
+            kept_segments: n,
+            applied_segments: Lag::MAX_SEGMENTS,
+            rebuilt: None,
+            saved: true,
+        }
+    );
+    assert_ne!(std::fs::read(&state).unwrap(), kept);
     assert_eq!(r.open().0.applied_segments, 0);
     assert_eq!(r.rebuilt_entries(), entries);
 }
