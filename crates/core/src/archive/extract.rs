@@ -64,9 +64,18 @@ const COPY_BUF: usize = 256 * 1024;
 /// Files up to this size are read whole and handed to a writer thread;
 /// larger ones are streamed by the parsing thread (bounded memory).
 const POOLED_FILE: u64 = 1 << 20;
-/// Files queued for the writers, per writer: the read-ahead (and memory,
-/// at most this many [`POOLED_FILE`]s each).
+/// Files queued for the writers, per writer: the read-ahead.
 const QUEUED_PER_WRITER: usize = 16;
+/// Files handed to a writer at once (fewer if they reach [`BATCH_BYTES`]).
+/// Why: a writer taking files one at a time from a full queue woke the
+/// parsing thread for each, a system-call round trip per file.
+const BATCH_FILES: usize = 8;
+const BATCH_BYTES: u64 = 256 << 10;
+/// Bytes of file data queued for the writers at most (beyond one file):
+/// the queue's memory. Once the restore ahead of the extraction got
+/// faster, the writers' queue stayed full, and 32 queued files of up to
+/// [`POOLED_FILE`] each could hold 32 MiB.
+const QUEUED_BYTES: u64 = 2 << 20;
 
 /// Extract a tar stream into `target`, which is created if missing.
 ///
@@ -707,10 +716,15 @@ struct FileDone {
 /// to it and the directories' metadata at the end: so every check sees what
 /// a one-writer extraction would see.
 struct FileCreators {
-    jobs: SyncSender<FileJob>,
+    jobs: SyncSender<Vec<FileJob>>,
+    /// Files not yet handed over: sent as one batch.
+    unsent: Vec<FileJob>,
+    unsent_bytes: u64,
     done: Receiver<FileDone>,
     /// Keys of the files queued or being written.
     pending: HashSet<Vec<u8>>,
+    /// Their bytes.
+    queued: u64,
 }
 
 impl FileCreators {
@@ -723,7 +737,8 @@ impl FileCreators {
         if writers <= 1 {
             return None;
         }
-        let (jobs, queue) = sync_channel::<FileJob>(writers * QUEUED_PER_WRITER);
+        let (jobs, queue) =
+            sync_channel::<Vec<FileJob>>((writers * QUEUED_PER_WRITER / BATCH_FILES).max(1));
         let (answer, done) = channel::<FileDone>();
         let queue = Arc::new(Mutex::new(queue));
         let mut started = 0;
@@ -735,32 +750,34 @@ impl FileCreators {
                 .spawn_scoped(scope, move || {
                     let mut buf = Vec::new();
                     loop {
-                        // Hold the lock only to take a job.
-                        let job = match queue.lock() {
+                        // Hold the lock only to take a batch.
+                        let batch = match queue.lock() {
                             Ok(q) => q.recv(),
                             Err(_) => return,
                         };
-                        let Ok(job) = job else { return };
-                        let size = job.data.len() as u64;
-                        let outcome = write_file(
-                            job.dir.as_raw_fd(),
-                            &job.name,
-                            &job.path,
-                            &job.shown,
-                            size,
-                            &mut &job.data[..],
-                            &mut buf,
-                            &job.meta,
-                        );
-                        let reply = FileDone {
-                            seq: job.seq,
-                            key: job.key,
-                            shown: job.shown,
-                            size,
-                            outcome,
-                        };
-                        // The parsing thread stopped (an error): nobody waits.
-                        let _ = answer.send(reply);
+                        let Ok(batch) = batch else { return };
+                        for job in batch {
+                            let size = job.data.len() as u64;
+                            let outcome = write_file(
+                                job.dir.as_raw_fd(),
+                                &job.name,
+                                &job.path,
+                                &job.shown,
+                                size,
+                                &mut &job.data[..],
+                                &mut buf,
+                                &job.meta,
+                            );
+                            let reply = FileDone {
+                                seq: job.seq,
+                                key: job.key,
+                                shown: job.shown,
+                                size,
+                                outcome,
+                            };
+                            // The parsing thread stopped (an error): nobody waits.
+                            let _ = answer.send(reply);
+                        }
                     }
                 });
             if spawned.is_ok() {
@@ -769,8 +786,26 @@ impl FileCreators {
         }
         (started > 0).then(|| FileCreators {
             jobs,
+            unsent: Vec::new(),
+            unsent_bytes: 0,
             done,
             pending: HashSet::new(),
+            queued: 0,
+        })
+    }
+
+    /// Hand the files not yet handed over to the writers.
+    fn send(&mut self) -> Result<()> {
+        if self.unsent.is_empty() {
+            return Ok(());
+        }
+        self.unsent_bytes = 0;
+        let batch = std::mem::replace(&mut self.unsent, Vec::with_capacity(BATCH_FILES));
+        self.jobs.send(batch).map_err(|_| {
+            Error::io(
+                "cannot write the restored files",
+                io::Error::other("the writer threads stopped"),
+            )
         })
     }
 
@@ -838,18 +873,29 @@ impl Extractor {
 
     /// Take the writers' answers: all of them (`wait`), or those ready.
     fn collect(&mut self, wait: bool) -> Result<()> {
+        self.collect_until(wait, u64::MAX)
+    }
+
+    /// Take the writers' answers: all of them (`wait`), or those ready,
+    /// waiting for more while over `queued` bytes are still queued.
+    fn collect_until(&mut self, wait: bool, queued: u64) -> Result<()> {
         let Some(pool) = self.pool.as_mut() else {
             return Ok(());
         };
+        if wait || pool.queued > queued {
+            // Answers are waited for below: what they wait on must be sent.
+            pool.send()?;
+        }
         let mut answers = Vec::new();
         while !pool.pending.is_empty() {
-            let next = if wait {
+            let next = if wait || pool.queued > queued {
                 pool.done.recv().ok()
             } else {
                 pool.done.try_recv().ok()
             };
             let Some(d) = next else { break };
             pool.pending.remove(&d.key);
+            pool.queued -= d.size;
             answers.push(d);
         }
         if wait && !pool.pending.is_empty() {
@@ -1073,6 +1119,8 @@ impl Extractor {
             mtime: e.mtime,
         };
         if self.pool.is_some() && e.size <= POOLED_FILE {
+            // Room for it in the queue first (one file always fits).
+            self.collect_until(false, QUEUED_BYTES.saturating_sub(e.size))?;
             let mut bytes = vec![0; e.size as usize];
             read_file_data(data, &mut bytes, shown)?;
             let job = FileJob {
@@ -1087,14 +1135,18 @@ impl Extractor {
             };
             let pool = self.pool.as_mut().expect("checked above");
             pool.pending.insert(job.key.clone());
-            if pool.jobs.send(job).is_err() {
-                return Err(Error::io(
-                    "cannot write the restored files",
-                    io::Error::other("the writer threads stopped"),
-                ));
+            pool.queued += e.size;
+            pool.unsent_bytes += e.size;
+            pool.unsent.push(job);
+            if pool.unsent.len() >= BATCH_FILES || pool.unsent_bytes >= BATCH_BYTES {
+                pool.send()?;
             }
             self.collect(false)?;
             return Ok(Ok(()));
+        }
+        // This thread writes the file itself: the writers get theirs first.
+        if let Some(pool) = self.pool.as_mut() {
+            pool.send()?;
         }
         let written = write_file(at, &name, &path, shown, e.size, data, &mut self.buf, &meta)?;
         match written {

@@ -1812,6 +1812,46 @@ fn restores_with_many_writers_give_exactly_the_tree_of_one_writer() {
     assert_eq!(group.nlink, 3);
 }
 
+/// Many writers into one directory, with files up to the pooled size whose
+/// bytes add up to many times the writers' queue (its byte bound makes the
+/// parsing thread wait for answers mid-stream): every file is restored byte
+/// for byte, and the report counts each once.
+#[test]
+fn many_writers_in_one_directory_restore_every_byte() {
+    let mut raw = RawTar::default();
+    raw.dir("d/");
+    let mut want = Vec::new();
+    let mut total = 0u64;
+    for i in 0..120u32 {
+        // Sizes from a few bytes to just under 1 MiB, mixed.
+        let len = match i % 4 {
+            0 => (i as usize * 37) % 200,
+            1 => 4096 * (i as usize % 7) + 11,
+            2 => 300_000 + i as usize * 1000,
+            _ => (1 << 20) - i as usize,
+        };
+        let data: Vec<u8> = (0..len).map(|k| (k as u32 * 31 + i) as u8).collect();
+        total += len as u64;
+        let name = format!("d/f{i:03}");
+        raw.file(&name, &data);
+        want.push((name, data));
+    }
+    let tar = raw.finish();
+    assert!(total > 8 * (4 << 20), "{total} bytes");
+    let dir = tempfile::tempdir().unwrap();
+    for writers in [1, 4] {
+        let target = dir.path().join(format!("w{writers}"));
+        let report =
+            super::extract::extract_as(&mut &tar[..], &target, &[], false, writers).unwrap();
+        assert_eq!((report.files, report.bytes), (120, total), "{writers}");
+        assert!(report.refused.is_empty(), "{:?}", report.refused);
+        for (name, data) in &want {
+            let got = fs::read(target.join(name)).unwrap();
+            assert!(got == *data, "{writers} writers: {name} differs");
+        }
+    }
+}
+
 /// A hostile stream names files again, as parents, and as hard link
 /// targets while they are still being written: the writers must leave
 /// the tree, and give the refusals in the order, of one writer.

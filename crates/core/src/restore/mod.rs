@@ -26,15 +26,17 @@ use crate::error::{Error, IoContext, Result};
 use crate::metrics::{mb_per_s, read_amplification, speed_factor};
 use crate::recipe::RecipeEntry;
 use crate::seal::Sealer;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::Write;
 use std::path::Path;
-use std::sync::mpsc::sync_channel;
+use std::sync::mpsc::{sync_channel, Receiver, TryRecvError};
+use std::sync::Arc;
 use std::time::Instant;
 
 mod frames;
 mod hold;
 mod loader;
+mod openers;
 mod options;
 mod pipe;
 pub mod range;
@@ -45,6 +47,7 @@ mod schedule;
 pub use crate::cache::{self, CacheSpec, LruCache};
 use frames::OpenFrames;
 use loader::{receive, Budget, BudgetReturn, Buffers, Loaders, READ_AHEAD};
+use openers::Openers;
 pub use options::{
     MfdedupReads, Pipeline, RestoreOptions, RestoreReport, Restorer, DEFAULT_MEMORY,
 };
@@ -93,8 +96,19 @@ fn unplanned(id: ContainerId, bid: BackupId, offset: u64) -> Error {
     )
 }
 
+/// An op as the assembler queues it: a container read may have arrived
+/// already (taken while looking ahead).
+enum Step {
+    Op(Op),
+    Arrived(ContainerId, Result<Arc<Container>>, u64),
+    /// The scheduler's error, after the ops it planned.
+    Failed(Error),
+}
+
 /// The restore's last stage: carries out the scheduler's ops in recipe order,
-/// copying chunks out of the loaded containers into `out`.
+/// copying chunks out of the loaded containers into `out`. It looks ahead
+/// along the ops it has received to have the frames it will need opened
+/// on the [`Openers`] meanwhile.
 struct Assembler<'a> {
     out: &'a mut dyn Write,
     /// Trace mode: account, write nothing.
@@ -106,9 +120,21 @@ struct Assembler<'a> {
     sealer: &'a Sealer,
     /// The containers the cache holds, as stored, with the budget bytes
     /// each holds.
-    cached: HashMap<ContainerId, (Container, u64)>,
-    /// Frames opened lately.
+    cached: HashMap<ContainerId, (Arc<Container>, u64)>,
+    /// Frames opened lately, and being opened.
     frames: OpenFrames,
+    /// Where frames are opened ahead (none: each is opened when needed).
+    openers: Option<Openers>,
+    /// Plain bytes of frames opened ahead at most.
+    look_ahead: usize,
+    /// Ops received and not yet carried out.
+    queue: VecDeque<Step>,
+    /// How many of `queue`'s first steps were looked at ahead.
+    scanned: usize,
+    /// The cache as it will be after the scanned steps.
+    scan_cached: HashMap<ContainerId, Arc<Container>>,
+    /// The ops have all been received.
+    ended: bool,
     /// The forward assembly area.
     area: Vec<u8>,
     /// Bytes restored so far.
@@ -117,19 +143,140 @@ struct Assembler<'a> {
 }
 
 impl Assembler<'_> {
+    /// Carry out every op the scheduler sends, in order.
+    fn run(
+        &mut self,
+        planned: &Receiver<schedule::Batch>,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<()> {
+        loop {
+            self.look_ahead(planned);
+            let (step, scanned) = match self.queue.pop_front() {
+                Some(step) => {
+                    let scanned = self.scanned > 0;
+                    self.scanned = self.scanned.saturating_sub(1);
+                    (step, scanned)
+                }
+                None if self.ended => return Ok(()),
+                // Nothing to do before the scheduler sends more.
+                None => {
+                    match planned.recv() {
+                        Ok(batch) => self.receive(batch),
+                        Err(_) => self.ended = true,
+                    }
+                    progress(self.offset);
+                    continue;
+                }
+            };
+            match step {
+                // Not looked at ahead (the look-ahead waited on this very
+                // read): what it sees of the cache follows anyway, so the
+                // chunks after it are still opened ahead.
+                Step::Op(Op::Load(id, loaded, n)) if !scanned => {
+                    self.apply(Op::Load(id, loaded, n))?;
+                    if let Some((c, _)) = self.cached.get(&id) {
+                        self.scan_cached.insert(id, Arc::clone(c));
+                    }
+                }
+                Step::Op(op @ (Op::Evict(_) | Op::Release(_))) if !scanned => {
+                    if let Op::Evict(id) | Op::Release(id) = &op {
+                        self.scan_cached.remove(id);
+                    }
+                    self.apply(op)?;
+                }
+                Step::Op(op) => self.apply(op)?,
+                Step::Arrived(id, c, n) => {
+                    self.permit_return.give_back();
+                    let (bid, offset) = (self.bid, self.offset);
+                    let c = c.map_err(|e| e.in_backup(bid, Some(offset)))?;
+                    self.cached.insert(id, (c, n));
+                }
+                Step::Failed(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Queue a batch of ops (an error as the op that reports it).
+    fn receive(&mut self, batch: schedule::Batch) {
+        match batch {
+            Ok(ops) => self.queue.extend(ops.into_iter().map(Step::Op)),
+            Err(e) => self.queue.push_back(Step::Failed(e)),
+        }
+    }
+
+    /// Look at the ops after the ones carried out and have the frames their
+    /// chunks need opened, up to [`Self::look_ahead`] bytes ahead. Never
+    /// waits: a container read not yet done, or no op received yet, stops
+    /// it until the next call (the scheduler may wait for this thread to
+    /// free containers before it plans more).
+    fn look_ahead(&mut self, planned: &Receiver<schedule::Batch>) {
+        let Some(openers) = self.openers.as_ref() else {
+            return;
+        };
+        // At least one frame in flight, however small the budget.
+        while self.frames.ahead() == 0 || self.frames.ahead() < self.look_ahead {
+            if self.scanned == self.queue.len() {
+                if self.ended {
+                    return;
+                }
+                match planned.try_recv() {
+                    Ok(Ok(ops)) => self.queue.extend(ops.into_iter().map(Step::Op)),
+                    Ok(Err(e)) => self.queue.push_back(Step::Failed(e)),
+                    Err(TryRecvError::Empty) => return,
+                    Err(TryRecvError::Disconnected) => {
+                        self.ended = true;
+                        return;
+                    }
+                }
+                continue;
+            }
+            let step = &mut self.queue[self.scanned];
+            match step {
+                Step::Op(Op::Load(id, loaded, n)) => {
+                    let c = match loaded.try_recv() {
+                        Ok(c) => c,
+                        Err(TryRecvError::Empty) => return,
+                        Err(TryRecvError::Disconnected) => receive(loaded),
+                    };
+                    // Its permit goes back when it is applied, as before the
+                    // look-ahead: the read-ahead depth stays the scheduler's.
+                    let c = c.map(Arc::new);
+                    if let Ok(c) = &c {
+                        self.scan_cached.insert(*id, Arc::clone(c));
+                    }
+                    *step = Step::Arrived(*id, c, *n);
+                }
+                Step::Op(Op::Evict(id) | Op::Release(id)) => {
+                    self.scan_cached.remove(id);
+                }
+                Step::Op(Op::Chunk(e, id)) => {
+                    if let Some(c) = self.scan_cached.get(id) {
+                        // A chunk it does not hold is reported when applied.
+                        if let Some(i) = c.position(&e.fp) {
+                            self.frames.request(c, i, openers);
+                        }
+                    }
+                }
+                // Windows open their frames when applied.
+                Step::Op(Op::Window(_)) | Step::Arrived(..) | Step::Failed(_) => {}
+            }
+            self.scanned += 1;
+        }
+    }
+
     fn apply(&mut self, op: Op) -> Result<()> {
         let (bid, offset) = (self.bid, self.offset);
         match op {
             // Released earlier, an evicted container is gone already.
             Op::Evict(id) | Op::Release(id) => {
                 if let Some((c, n)) = self.cached.remove(&id) {
-                    self.free(c, n);
+                    self.free_shared(c, n);
                 }
             }
             Op::Load(id, loaded, n) => {
                 let c = receive(&loaded).map_err(|e| e.in_backup(bid, Some(offset)))?;
                 self.permit_return.give_back();
-                self.cached.insert(id, (c, n));
+                self.cached.insert(id, (Arc::new(c), n));
             }
             Op::Chunk(e, id) => {
                 let (c, _) = self
@@ -152,6 +299,15 @@ impl Assembler<'_> {
             Op::Window(w) => self.window(w)?,
         }
         Ok(())
+    }
+
+    /// [`Self::free`] for a container the look-ahead may still share (a
+    /// frame of it being opened): its buffer is reused only if not.
+    fn free_shared(&self, c: Arc<Container>, n: u64) {
+        match Arc::try_unwrap(c) {
+            Ok(c) => self.free(c, n),
+            Err(_) => self.budget.give(n),
+        }
     }
 
     /// A container the assembler is done with: its buffer for the next
@@ -238,16 +394,20 @@ impl Context {
                 sealer: self.store.sealer(),
                 cached: HashMap::new(),
                 frames: OpenFrames::new(frames),
+                openers: match self.manifest.config.trace {
+                    true => None,
+                    false => Openers::spawn(scope, self.store.sealer(), self.threads(), &buffers),
+                },
+                look_ahead: frames / 2,
+                queue: VecDeque::new(),
+                scanned: 0,
+                scan_cached: HashMap::new(),
+                ended: false,
                 area: Vec::new(),
                 offset: 0,
                 chunks: 0,
             };
-            for batch in planned {
-                for op in batch? {
-                    a.apply(op)?;
-                }
-                progress(a.offset);
-            }
+            a.run(&planned, progress)?;
             // The scheduler ended (its channel closed); a panic there
             // would have failed the restore above.
             let seeks = plan.join().unwrap_or(0);
@@ -493,7 +653,10 @@ fn into_directory_with<R>(
             Ok((Ok(report), Ok(ext)))
         }
         SourceKind::Tree => {
-            let (mut reader, mut w) = pipe::pipe(4);
+            // Two blocks in flight: with the frames opened ahead the
+            // assembler keeps the pipe full, and each block is 1 MiB of
+            // peak memory.
+            let (mut reader, mut w) = pipe::pipe(2);
             let dir = target.to_path_buf();
             let include = include.to_vec();
             let extractor = std::thread::Builder::new()

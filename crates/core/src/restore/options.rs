@@ -40,9 +40,10 @@ impl Default for RestoreOptions {
 
 impl RestoreOptions {
     /// The ceiling split between containers and opened frames: frames get
-    /// an eighth, at most 2 MiB (eight frames of the default 256 KiB).
+    /// an eighth, at most 4 MiB (16 frames of the default 256 KiB), half of
+    /// it for the frames opened ahead on the openers' threads.
     pub(crate) fn split_memory(&self) -> (u64, usize) {
-        let frames = (self.memory / 8).min(2 << 20);
+        let frames = (self.memory / 8).min(4 << 20);
         (self.memory - frames, frames as usize)
     }
 }
