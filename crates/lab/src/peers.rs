@@ -450,39 +450,27 @@ fn copy_tree(from: &Path, to: &Path) -> Result<()> {
 /// Regular files and their bytes, walking without following symlinks.
 fn tree_size(root: &Path) -> Result<(u64, u64)> {
     let (mut files, mut bytes) = (0, 0);
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for e in fs::read_dir(&dir).with_context(|| format!("cannot read {}", dir.display()))? {
-            let e = e?;
-            let m = e.metadata()?;
-            if m.is_dir() {
-                stack.push(e.path());
-            } else if m.is_file() {
-                files += 1;
-                bytes += m.len();
-            }
+    settle::walk(root, |e, ft| {
+        if ft.is_file() {
+            files += 1;
+            bytes += e.metadata()?.len();
         }
-    }
+        Ok(())
+    })?;
     Ok((files, bytes))
 }
 
 /// Read every regular file once (what `find … | xargs cat` does).
 fn read_all(root: &Path) -> Result<()> {
     let mut buf = vec![0u8; 1 << 20];
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for e in fs::read_dir(&dir)? {
-            let e = e?;
-            let ft = e.file_type()?;
-            if ft.is_dir() {
-                stack.push(e.path());
-            } else if ft.is_file() {
-                if let Ok(mut f) = fs::File::open(e.path()) {
-                    while f.read(&mut buf)? > 0 {}
-                }
+    settle::walk(root, |e, ft| {
+        if ft.is_file() {
+            if let Ok(mut f) = fs::File::open(e.path()) {
+                while f.read(&mut buf)? > 0 {}
             }
         }
-    }
+        Ok(())
+    })?;
     Ok(())
 }
 
@@ -490,18 +478,15 @@ fn read_all(root: &Path) -> Result<()> {
 /// least 64 KiB, or the largest if none is that large.
 fn pick_changed_file(root: &Path) -> Result<Option<PathBuf>> {
     let mut all = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for e in fs::read_dir(&dir)? {
-            let e = e?;
+    settle::walk(root, |e, ft| {
+        if ft.is_file() {
             let m = e.metadata()?;
-            if m.is_dir() {
-                stack.push(e.path());
-            } else if m.is_file() && m.len() > 0 && m.mode() & 0o200 != 0 {
+            if m.len() > 0 && m.mode() & 0o200 != 0 {
                 all.push((e.path(), m.len()));
             }
         }
-    }
+        Ok(())
+    })?;
     all.sort();
     Ok(all
         .iter()

@@ -99,23 +99,39 @@ pub fn image_size_for(file_bytes_in_blocks: u64, other_entries: u64, files: u64)
 /// [`image_size_for`] the tree at `root`.
 pub fn image_size(root: &Path) -> Result<ImageSize> {
     let (mut in_blocks, mut others, mut files) = (0u64, 0u64, 0u64);
+    let dirs = walk(root, |e, ft| {
+        if ft.is_file() {
+            files += 1;
+            in_blocks += e.metadata()?.len().div_ceil(BLOCK) * BLOCK;
+        } else if !ft.is_dir() {
+            others += 1;
+        }
+        Ok(())
+    })?;
+    Ok(image_size_for(in_blocks, others + dirs, files))
+}
+
+/// Visit every entry under `root` (directories too, symlinks not
+/// followed), depth first; returns how many directories were read, `root`
+/// included. The harness's one tree walk.
+pub fn walk(
+    root: &Path,
+    mut each: impl FnMut(&fs::DirEntry, fs::FileType) -> Result<()>,
+) -> Result<u64> {
+    let mut dirs = 0;
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
-        others += 1;
+        dirs += 1;
         for e in fs::read_dir(&dir).with_context(|| format!("cannot read {}", dir.display()))? {
             let e = e?;
-            let m = e.metadata()?;
-            if m.is_dir() {
+            let ft = e.file_type()?;
+            if ft.is_dir() {
                 stack.push(e.path());
-            } else if m.is_file() {
-                files += 1;
-                in_blocks += m.len().div_ceil(BLOCK) * BLOCK;
-            } else {
-                others += 1;
             }
+            each(&e, ft)?;
         }
     }
-    Ok(image_size_for(in_blocks, others, files))
+    Ok(dirs)
 }
 
 /// A loop image that is made into a fresh ext4 for each use. Dropping it
