@@ -11,7 +11,11 @@
 //! so every block is already allocated on the host file system, and made
 //! into a new ext4 (`mkfs.ext4 -E nodiscard`) before every use: no block or
 //! inode is freed on the host file system between timed steps, and the disk
-//! holds one image however many restores run.
+//! holds one image however many restores run. The loop device is attached
+//! with direct I/O (`losetup --direct-io=on`): a buffered loop device keeps a
+//! second page cache of the image, which costs every tool's restore about a
+//! CPU-second of kernel time and leaves seconds of write-back to the `sync`
+//! after the step (measured in docs/LAB.md).
 
 use anyhow::{bail, Context, Result};
 use std::fs;
@@ -28,7 +32,8 @@ const METADATA_ROOM: u64 = 256 << 20;
 const DEFAULT_INODE_RATIO: u64 = 16384;
 
 /// Why the settled method cannot run here, or `None` when it can: it needs
-/// root (dropping the page cache, mounting) and mkfs.ext4, mount, umount.
+/// root (dropping the page cache, mounting) and mkfs.ext4, losetup, mount,
+/// umount.
 pub fn unavailable() -> Option<String> {
     // SAFETY: geteuid(2) takes no arguments and cannot fail.
     let euid = unsafe { libc::geteuid() };
@@ -44,7 +49,7 @@ pub fn unavailable_for(euid: u32, have: impl Fn(&str) -> bool) -> Option<String>
                 .into(),
         );
     }
-    let missing: Vec<&str> = ["mkfs.ext4", "mount", "umount"]
+    let missing: Vec<&str> = ["mkfs.ext4", "losetup", "mount", "umount"]
         .into_iter()
         .filter(|p| !have(p))
         .collect();
@@ -141,7 +146,8 @@ pub struct LoopFs {
     image: PathBuf,
     mount: PathBuf,
     size: ImageSize,
-    mounted: bool,
+    /// The loop device the image is attached to while mounted.
+    device: Option<String>,
 }
 
 impl LoopFs {
@@ -156,7 +162,7 @@ impl LoopFs {
             image: image.to_path_buf(),
             mount: mount.to_path_buf(),
             size,
-            mounted: false,
+            device: None,
         };
         let mut f = fs::File::create(image)
             .with_context(|| format!("cannot create {}", image.display()))?;
@@ -176,9 +182,15 @@ impl LoopFs {
         self.size
     }
 
-    /// A new ext4 on the image, mounted: returns the mount point.
+    /// A new ext4 on the image, attached with direct I/O and mounted:
+    /// returns the mount point.
     pub fn fresh(&mut self) -> Result<&Path> {
         self.unmount()?;
+        let mut losetup = Command::new("losetup");
+        losetup
+            .args(["--find", "--show", "--direct-io=on"])
+            .arg(&self.image);
+        let device = output(losetup)?;
         let mut mkfs = Command::new("mkfs.ext4");
         // nodiscard: discarding would punch holes in the image, freeing
         // blocks on the host file system. Inode tables and journal are
@@ -192,24 +204,28 @@ impl LoopFs {
         if let Some(n) = self.size.inodes {
             mkfs.arg("-N").arg(n.to_string());
         }
-        mkfs.arg(&self.image);
-        run(mkfs)?;
+        mkfs.arg(&device);
         let mut mount = Command::new("mount");
-        mount.args(["-o", "loop"]).arg(&self.image).arg(&self.mount);
-        run(mount)?;
-        self.mounted = true;
+        mount.arg(&device).arg(&self.mount);
+        let made = run(mkfs).and_then(|()| run(mount));
+        if let Err(e) = made {
+            let _ = Command::new("losetup").arg("-d").arg(&device).status();
+            return Err(e);
+        }
+        self.device = Some(device);
         Ok(&self.mount)
     }
 
-    /// Write back and unmount (the step is over); the image stays.
+    /// Write back, unmount and detach the loop device (`umount -d`; the
+    /// step is over); the image stays.
     pub fn unmount(&mut self) -> Result<()> {
-        if self.mounted {
+        if self.device.is_some() {
             // SAFETY: sync(2) takes no arguments and cannot fail.
             unsafe { libc::sync() };
             let mut umount = Command::new("umount");
-            umount.arg(&self.mount);
+            umount.arg("-d").arg(&self.mount);
             run(umount)?;
-            self.mounted = false;
+            self.device = None;
         }
         Ok(())
     }
@@ -221,6 +237,9 @@ impl Drop for LoopFs {
             // Busy (an interrupted tool still inside): detach lazily so the
             // image can go.
             let _ = Command::new("umount").arg("-l").arg(&self.mount).status();
+            if let Some(device) = self.device.take() {
+                let _ = Command::new("losetup").arg("-d").arg(device).status();
+            }
         }
         let _ = fs::remove_file(&self.image);
         let _ = fs::remove_dir(&self.mount);
@@ -236,13 +255,14 @@ pub fn unmount_stale(mount: &Path) -> Result<()> {
     };
     if m.dev() != fs::metadata(parent)?.dev() {
         let mut umount = Command::new("umount");
-        umount.arg(mount);
+        umount.arg("-d").arg(mount);
         run(umount)?;
     }
     Ok(())
 }
 
-fn run(mut cmd: Command) -> Result<()> {
+/// Run `cmd` and return its standard output, trimmed.
+fn output(mut cmd: Command) -> Result<String> {
     let out = cmd
         .output()
         .with_context(|| format!("cannot run {:?}", cmd.get_program()))?;
@@ -254,7 +274,11 @@ fn run(mut cmd: Command) -> Result<()> {
             String::from_utf8_lossy(&out.stderr).trim()
         );
     }
-    Ok(())
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn run(cmd: Command) -> Result<()> {
+    output(cmd).map(drop)
 }
 
 #[cfg(test)]
@@ -302,6 +326,19 @@ mod tests {
         );
     }
 
+    /// The loop devices attached to `image` (`losetup -j`).
+    fn loops_of(image: &Path) -> Vec<String> {
+        let mut c = Command::new("losetup");
+        c.arg("-j").arg(image);
+        output(c)
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.split(':').next())
+            .filter(|d| !d.is_empty())
+            .map(str::to_string)
+            .collect()
+    }
+
     /// Needs root, mkfs.ext4 and loop devices: `cargo test -p tessera-lab
     /// -- --ignored fresh_file_system`.
     #[test]
@@ -322,11 +359,21 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, ["lost+found"]);
+        // Attached once, with direct I/O.
+        let attached = loops_of(&image);
+        assert_eq!(attached.len(), 1, "{attached:?}");
+        let dio = format!(
+            "/sys/block/{}/loop/dio",
+            attached[0].trim_start_matches("/dev/")
+        );
+        assert_eq!(fs::read_to_string(dio).unwrap().trim(), "1");
         // The image keeps its blocks (nodiscard): nothing freed on the host.
         let blocks = fs::metadata(&image).unwrap().blocks() * 512;
         assert!(blocks >= size.bytes, "{blocks} < {}", size.bytes);
         fs.unmount().unwrap();
         assert!(fs::read_dir(&mnt).unwrap().next().is_none());
+        // Detached: no loop device is left holding the image.
+        assert_eq!(loops_of(&image), Vec::<String>::new());
         fs.fresh().unwrap();
         drop(fs);
         assert!(!image.exists() && !mnt.exists());
