@@ -522,6 +522,9 @@ pub enum LabCommand {
         /// Restore cache: lru:N, opt:N or faa:N (as for `restore --cache`)
         #[arg(long, value_name = "SPEC", default_value_t = CacheSpec::default(), value_parser = Checked(prefixed::<CacheSpec>))]
         cache: CacheSpec,
+        /// Restore memory ceiling (as for `restore --memory`; the default is restore's). A ceiling below what the cache's containers take frees and re-reads some of them: give a large one (e.g. 1GiB) to measure the cache policy alone
+        #[arg(long, default_value = "48MiB", value_name = "SIZE", value_parser = Checked(memory_size))]
+        memory: u64,
         /// Compression of the benchmark repository (as for `init --compression`)
         #[arg(long, default_value = "off", value_name = "LEVEL", value_parser = Checked(prefixed::<Compression>))]
         compression: Compression,

@@ -54,6 +54,10 @@ pub struct BenchOptions {
     pub runs: usize,
     /// The restore cache.
     pub cache: CacheSpec,
+    /// The restore's memory ceiling (`RestoreOptions::memory`): restore's
+    /// default, so the figure is what a user's restore does; a ceiling
+    /// below the cache's containers re-reads some of them.
+    pub memory: u64,
     /// Compression of the benchmark repository.
     pub compression: tessera_core::Compression,
     /// Encryption of the benchmark repository.
@@ -75,6 +79,7 @@ impl BenchOptions {
             seed: 42,
             runs: 3,
             cache: CacheSpec::default(),
+            memory: tessera_core::restore::DEFAULT_MEMORY,
             compression: tessera_core::Compression::Off,
             encryption: tessera_core::Encryption::None,
             compressible: false,
@@ -95,6 +100,8 @@ pub struct BenchReport {
     pub duplicate_fraction: f64,
     /// The restore cache.
     pub cache: CacheSpec,
+    /// The restore's memory ceiling, bytes.
+    pub restore_memory: u64,
     /// Compression and encryption of the repository, and whether the
     /// stream's fresh bytes were text-like.
     pub compression: tessera_core::Compression,
@@ -339,7 +346,7 @@ fn run_once(
         &mut std::io::sink(),
         &RestoreOptions {
             cache: opts.cache,
-            ..Default::default()
+            memory: opts.memory,
         },
         &mut |_| {},
     )?;
@@ -455,6 +462,7 @@ fn report(opts: &BenchOptions, runs: Vec<RunFigures>, last: LastRun) -> BenchRep
         chunks: chunks as u64,
         duplicate_fraction: backup.duplicate_bytes as f64 / size as f64,
         cache: opts.cache,
+        restore_memory: opts.memory,
         compression: opts.compression,
         encryption: opts.encryption,
         compressible: opts.compressible,
@@ -514,6 +522,24 @@ mod tests {
         // Its own directory is cleared and reused.
         opts.runs = 1;
         run(&opts, &mut |_| {}).unwrap();
+    }
+
+    /// The restore runs under the asked ceiling: one below a container
+    /// re-reads the containers the cache would have kept; a large one
+    /// reads what the cache policy alone reads.
+    #[test]
+    fn restore_ceiling_is_the_one_asked() {
+        let t = tempfile::tempdir().unwrap();
+        let reads = |memory: u64| {
+            let mut opts = BenchOptions::new(t.path().join(memory.to_string()), 24 << 20);
+            opts.runs = 1;
+            opts.memory = memory;
+            let r = run(&opts, &mut |_| {}).unwrap();
+            assert_eq!(r.restore_memory, memory);
+            r.restore_containers_read
+        };
+        let (tight, loose) = (reads(1), reads(1 << 30));
+        assert!(tight > loose, "{tight} <= {loose}");
     }
 
     #[test]

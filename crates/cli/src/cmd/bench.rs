@@ -13,7 +13,7 @@ pub fn run(
     dir: &Path,
     size: ByteSize,
     runs: u32,
-    cache: CacheSpec,
+    (cache, memory): (CacheSpec, u64),
     (compression, encryption, compressible): (
         tessera_core::Compression,
         tessera_core::Encryption,
@@ -25,6 +25,7 @@ pub fn run(
     let mut opts = BenchOptions::new(dir.to_path_buf(), size.bytes());
     opts.runs = runs as usize;
     opts.cache = cache;
+    opts.memory = memory;
     opts.compression = compression;
     opts.encryption = encryption;
     opts.compressible = compressible;
@@ -129,8 +130,11 @@ pub fn run(
         ),
     );
     println!(
-        "  restore cache {}: {} containers read, read amplification {:.2}",
-        r.cache, r.restore_containers_read, r.restore_read_amplification
+        "  restore cache {} under a {} ceiling: {} containers read, read amplification {:.2}",
+        r.cache,
+        ui::bytes(r.restore_memory),
+        r.restore_containers_read,
+        r.restore_read_amplification
     );
     Ok(ExitCode::SUCCESS)
 }
