@@ -34,6 +34,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 mod frames;
+mod future;
 mod hold;
 mod loader;
 mod openers;

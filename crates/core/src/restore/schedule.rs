@@ -11,6 +11,7 @@
 //! containers the policy keeps exceed the memory ceiling, where
 //! [`Holding`] frees some and they are read again if used again.
 
+use super::future::Future;
 use super::hold::Holding;
 use super::loader::{Budget, Loaded, Loaders, Permit, Permits};
 use crate::cache::CacheSpec;
@@ -68,6 +69,10 @@ pub(crate) struct Scheduler {
     budget: Arc<Budget>,
     /// The policy's containers held under the memory ceiling.
     hold: Holding,
+    /// The LRU restore's knowledge of each container's uses, and the
+    /// position of the chunk being planned: what the ceiling spills by.
+    future: Option<Future>,
+    at: u64,
     /// Stored bytes of each data container (the catalog's), what a read
     /// takes of the budget.
     sizes: HashMap<ContainerId, u64>,
@@ -125,6 +130,8 @@ impl Scheduler {
             permits,
             budget,
             hold: Holding::new(memory),
+            future: None,
+            at: 0,
             sizes,
             default_size: repo.manifest.config.container_size as u64,
             seeks: SeekCounter::default(),
@@ -211,7 +218,14 @@ impl Scheduler {
     /// needs it, take a permit and the bytes, request the read.
     fn load(&mut self, id: ContainerId) -> std::result::Result<(), Stopped> {
         let n = self.size(id);
-        for v in self.hold.make_room(n) {
+        let at = self.at;
+        let spill = match self.future.as_mut().filter(|f| f.knows_next()) {
+            Some(f) => self
+                .hold
+                .make_room(n, Some(&mut |v: ContainerId| f.next_after(v, at))),
+            None => self.hold.make_room(n, None),
+        };
+        for v in spill {
             self.push(Op::Evict(v))?;
         }
         self.permit()?;
@@ -258,22 +272,22 @@ impl Scheduler {
         let mut offset = 0u64;
         match opts.cache {
             CacheSpec::Lru(n) => {
-                // Each container's last use, from a first walk of the
-                // recipe (trace mode holds no bytes: nothing to free).
-                let last = match repo.manifest.config.trace {
-                    true => None,
-                    false => Some(last_uses(repo, backup)?),
-                };
+                // Each container's uses, from a first walk of the recipe
+                // (trace mode holds no bytes: nothing to free).
+                if !repo.manifest.config.trace {
+                    self.future = Some(future_uses(repo, backup)?);
+                }
                 let mut lru = Lru::new(n);
-                let mut at = 0u64;
+                self.at = 0;
                 while let Some((e, id)) = next(offset)? {
                     offset += e.size;
                     self.access(lru.access(id), id)?;
                     self.push(Op::Chunk(e, id))?;
-                    if last.as_ref().and_then(|l| l.get(&id)) == Some(&at) && self.hold.remove(id) {
+                    let last = self.future.as_ref().is_some_and(|f| f.is_last(id, self.at));
+                    if last && self.hold.remove(id) {
                         self.push(Op::Release(id))?;
                     }
-                    at += 1;
+                    self.at += 1;
                 }
             }
             CacheSpec::Opt(n) => {
@@ -380,27 +394,26 @@ impl Scheduler {
     }
 }
 
-/// The position (in recipe order) of each data container's last use by
-/// `backup`: after it, the LRU restore releases the container's memory.
+/// Each data container's uses by `backup` ([`Future`]), from a first walk
+/// of its recipe: after its last use the LRU restore releases a container's
+/// memory, and the ceiling spills the container needed furthest ahead.
 /// Why: an LRU cache of 32 containers holds 128 MiB of opened containers
 /// through a restore, most of them never read from again (a restore of a
 /// 2.2 GB tree peaked at 2.4× restic's memory).
-fn last_uses(repo: &Context, backup: &BackupEntry) -> Result<HashMap<ContainerId, u64>> {
+fn future_uses(repo: &Context, backup: &BackupEntry) -> Result<Future> {
     let bid = backup.id;
     let mut recipes = repo.recipe_reader(8)?;
     let mut walker = recipes
         .entries(backup.root_fp()?, backup.root_level)
         .map_err(|e| e.in_backup(bid, None))?;
-    let mut last = HashMap::new();
-    let mut at = 0u64;
-    while let Some(e) = walker.next().map_err(|e| e.in_backup(bid, None))? {
-        // A chunk the index misses is reported by the second walk.
-        if let Some(id) = repo.locate_copy(ChunkKind::Data, &e.fp, e.copy) {
-            last.insert(id, at);
+    // A chunk the index misses is reported by the second walk.
+    Future::from_walk(std::iter::from_fn(|| {
+        match walker.next().map_err(|e| e.in_backup(bid, None)) {
+            Ok(Some(e)) => Some(Ok(repo.locate_copy(ChunkKind::Data, &e.fp, e.copy))),
+            Ok(None) => None,
+            Err(e) => Some(Err(e)),
         }
-        at += 1;
-    }
-    Ok(last)
+    }))
 }
 
 /// Why planning ended early.
