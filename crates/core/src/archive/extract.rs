@@ -29,7 +29,7 @@
 use std::collections::{HashMap, HashSet};
 use std::ffi::{CStr, CString, OsStr};
 use std::fs::{self, File, Permissions};
-use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
+use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
@@ -60,10 +60,17 @@ const MAX_PAX: u64 = 8 * 1024 * 1024;
 /// Runs of zeros this long, at this alignment, are left as holes in the
 /// restored file rather than written.
 const HOLE: usize = 4096;
+/// Bytes written at once, and the size of a large file's pieces.
 const COPY_BUF: usize = 256 * 1024;
 /// Files up to this size are read whole and handed to a writer thread;
-/// larger ones are streamed by the parsing thread (bounded memory).
+/// larger ones are handed to a writer too, their data following in
+/// [`COPY_BUF`] pieces (bounded memory).
 const POOLED_FILE: u64 = 1 << 20;
+/// Pieces of a large file read ahead of its writer at most. Why: the
+/// parsing thread copies the next pieces out of the stream while the
+/// writer's `write` calls (the kernel's half of the work) run on another
+/// core; a short queue is enough to keep both busy.
+const PIECES_AHEAD: usize = 2;
 /// Files queued for the writers, per writer: the read-ahead.
 const QUEUED_PER_WRITER: usize = 16;
 /// Files handed to a writer at once (fewer if they reach [`BATCH_BYTES`]).
@@ -99,14 +106,22 @@ pub fn extract_selected(
     target: &Path,
     include: &[String],
 ) -> Result<ExtractReport> {
-    extract_with(input, target, include, 1)
+    extract_with(
+        &mut BufReader::with_capacity(COPY_BUF, input),
+        target,
+        include,
+        1,
+    )
 }
 
-/// [`extract_selected`] with `writers` threads creating and writing the
-/// regular files (up to [`POOLED_FILE`] bytes) while this thread parses
-/// the stream. The restored tree, and the report, are those of one writer.
+/// [`extract_selected`] from a buffered stream (read from in place: a
+/// small file's bytes are copied once, into what its writer gets), with
+/// `writers` threads creating and writing the regular files while this
+/// thread parses the stream; a large file's writer gets its data piece
+/// by piece as it is read. The restored tree, and the report, are those
+/// of one writer.
 pub fn extract_with(
-    input: &mut dyn Read,
+    input: &mut dyn BufRead,
     target: &Path,
     include: &[String],
     writers: usize,
@@ -117,7 +132,7 @@ pub fn extract_with(
 /// [`extract_with`], restoring owners, setuid/setgid bits and device
 /// nodes only if `as_root` (so that tests run the unprivileged rules as root).
 pub(super) fn extract_as(
-    input: &mut dyn Read,
+    input: &mut dyn BufRead,
     target: &Path,
     include: &[String],
     as_root: bool,
@@ -135,7 +150,7 @@ pub(super) fn extract_as(
     };
     fs::create_dir_all(target).ctx(|| format!("cannot create {}", target.display()))?;
     let mut stream = Stream {
-        inner: BufReader::with_capacity(COPY_BUF, input),
+        inner: input,
         pos: 0,
     };
     // The target itself is the caller's choice: a symlink to it is followed.
@@ -158,7 +173,7 @@ pub(super) fn extract_as(
             files: HashSet::new(),
             refused: HashSet::new(),
             dirs: HashMap::new(),
-            buf: vec![0; COPY_BUF],
+            buf: Vec::new(),
             select,
             pool: FileCreators::spawn(scope, writers),
         };
@@ -191,8 +206,9 @@ pub(crate) fn list_with_offsets(
     input: &mut dyn Read,
     visit: &mut dyn FnMut(Listed, u64) -> Result<()>,
 ) -> Result<()> {
+    let mut buffered = BufReader::with_capacity(COPY_BUF, input);
     let mut stream = Stream {
-        inner: BufReader::with_capacity(COPY_BUF, input),
+        inner: &mut buffered,
         pos: 0,
     };
     while let Some(e) = next_entry(&mut stream)? {
@@ -258,7 +274,7 @@ pub fn include_paths(include: &[String]) -> Result<Vec<Vec<Vec<u8>>>> {
 
 /// The input, counting bytes so that errors can say where the stream broke.
 struct Stream<'a> {
-    inner: BufReader<&'a mut dyn Read>,
+    inner: &'a mut dyn BufRead,
     pos: u64,
 }
 
@@ -301,10 +317,21 @@ impl Stream<'_> {
         Ok(got)
     }
 
-    fn skip(&mut self, n: u64) -> Result<()> {
-        let copied = io::copy(&mut self.take(n), &mut io::sink()).map_err(read_error)?;
-        if copied < n {
-            return Err(truncated(self.pos));
+    /// Pass over `n` bytes in place (nothing copied).
+    fn skip(&mut self, mut n: u64) -> Result<()> {
+        while n > 0 {
+            let got = match self.inner.fill_buf() {
+                Ok(b) => b.len(),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(read_error(e)),
+            };
+            if got == 0 {
+                return Err(truncated(self.pos));
+            }
+            let k = got.min(usize::try_from(n).unwrap_or(usize::MAX));
+            self.inner.consume(k);
+            self.pos += k as u64;
+            n -= k as u64;
         }
         Ok(())
     }
@@ -681,7 +708,7 @@ struct FileMeta {
     mtime: (i64, u32),
 }
 
-/// A regular file for a writer thread, its data read whole.
+/// A regular file for a writer thread.
 struct FileJob {
     seq: u64,
     /// The directory it is created in, opened by the parsing thread.
@@ -690,8 +717,18 @@ struct FileJob {
     key: Vec<u8>,
     shown: String,
     path: PathBuf,
-    data: Vec<u8>,
+    size: u64,
+    data: FileData,
     meta: FileMeta,
+}
+
+/// A file's bytes as its writer gets them.
+enum FileData {
+    /// Read whole (a small file): counted in the writers' queue.
+    Whole(Vec<u8>),
+    /// A large file's, following piece by piece while the parsing thread
+    /// reads them.
+    Pieces(Pieces),
 }
 
 /// A writer's answer: restored (with notes on what it could not give the
@@ -701,7 +738,79 @@ struct FileDone {
     key: Vec<u8>,
     shown: String,
     size: u64,
+    /// Bytes it held in the writers' queue.
+    held: u64,
     outcome: Result<Check<Vec<Refused>>>,
+}
+
+/// Where [`write_file`] takes a file's bytes from, in the pieces it asks
+/// for (each [`COPY_BUF`] long but the last, so that every piece starts at
+/// a multiple of it and every aligned zero block is seen whole: a hole).
+trait Source {
+    /// The next `want` bytes of file `shown`.
+    fn next(&mut self, want: usize, shown: &str) -> Result<&[u8]>;
+}
+
+/// Bytes read from a stream into one buffer (the one-writer extraction).
+struct ReadSource<'a> {
+    data: &'a mut dyn Read,
+    buf: &'a mut Vec<u8>,
+}
+
+impl Source for ReadSource<'_> {
+    fn next(&mut self, want: usize, shown: &str) -> Result<&[u8]> {
+        if self.buf.len() < want {
+            self.buf.resize(want, 0);
+        }
+        read_file_data(self.data, &mut self.buf[..want], shown)?;
+        Ok(&self.buf[..want])
+    }
+}
+
+/// A small file's bytes, read whole: written from where they are.
+impl Source for &[u8] {
+    fn next(&mut self, want: usize, shown: &str) -> Result<&[u8]> {
+        if self.len() < want {
+            return Err(Error::corrupt(
+                STREAM,
+                format!("truncated in the data of {shown}"),
+            ));
+        }
+        let (piece, rest) = self.split_at(want);
+        *self = rest;
+        Ok(piece)
+    }
+}
+
+/// A large file's pieces, sent by the parsing thread as it reads them;
+/// each one written goes back to it for reuse.
+struct Pieces {
+    next: Receiver<Vec<u8>>,
+    spent: Sender<Vec<u8>>,
+    current: Vec<u8>,
+}
+
+impl Source for Pieces {
+    fn next(&mut self, want: usize, shown: &str) -> Result<&[u8]> {
+        let spent = std::mem::take(&mut self.current);
+        if spent.capacity() > 0 {
+            // The parsing thread may be done with pieces: then it is freed.
+            let _ = self.spent.send(spent);
+        }
+        // The parsing thread stopped before the end (a broken stream,
+        // reported there): this file is incomplete.
+        self.current = self
+            .next
+            .recv()
+            .map_err(|_| Error::corrupt(STREAM, format!("truncated in the data of {shown}")))?;
+        if self.current.len() != want {
+            return Err(Error::io(
+                format!("cannot write {shown}"),
+                io::Error::other("a piece of unexpected size (extraction bug)"),
+            ));
+        }
+        Ok(&self.current)
+    }
 }
 
 /// The writer threads and what they have not answered yet.
@@ -723,8 +832,11 @@ struct FileCreators {
     done: Receiver<FileDone>,
     /// Keys of the files queued or being written.
     pending: HashSet<Vec<u8>>,
-    /// Their bytes.
+    /// Their bytes (a large file's pieces apart).
     queued: u64,
+    /// Large files' pieces back from their writers, for the next pieces.
+    spent: Sender<Vec<u8>>,
+    spares: Receiver<Vec<u8>>,
 }
 
 impl FileCreators {
@@ -748,7 +860,6 @@ impl FileCreators {
             let spawned = std::thread::Builder::new()
                 .name("tessera-write".into())
                 .spawn_scoped(scope, move || {
-                    let mut buf = Vec::new();
                     loop {
                         // Hold the lock only to take a batch.
                         let batch = match queue.lock() {
@@ -757,22 +868,28 @@ impl FileCreators {
                         };
                         let Ok(batch) = batch else { return };
                         for job in batch {
-                            let size = job.data.len() as u64;
+                            let (held, mut source): (u64, Box<dyn Source + '_>) = match job.data {
+                                FileData::Whole(ref bytes) => (job.size, Box::new(&bytes[..])),
+                                FileData::Pieces(p) => (0, Box::new(p)),
+                            };
                             let outcome = write_file(
                                 job.dir.as_raw_fd(),
                                 &job.name,
                                 &job.path,
                                 &job.shown,
-                                size,
-                                &mut &job.data[..],
-                                &mut buf,
+                                job.size,
+                                &mut *source,
                                 &job.meta,
                             );
+                            // A large file's remaining pieces are not
+                            // waited for: the parsing thread stops sending.
+                            drop(source);
                             let reply = FileDone {
                                 seq: job.seq,
                                 key: job.key,
                                 shown: job.shown,
-                                size,
+                                size: job.size,
+                                held,
                                 outcome,
                             };
                             // The parsing thread stopped (an error): nobody waits.
@@ -784,6 +901,7 @@ impl FileCreators {
                 started += 1;
             }
         }
+        let (spent, spares) = channel();
         (started > 0).then(|| FileCreators {
             jobs,
             unsent: Vec::new(),
@@ -791,6 +909,8 @@ impl FileCreators {
             done,
             pending: HashSet::new(),
             queued: 0,
+            spent,
+            spares,
         })
     }
 
@@ -895,7 +1015,7 @@ impl Extractor {
             };
             let Some(d) = next else { break };
             pool.pending.remove(&d.key);
-            pool.queued -= d.size;
+            pool.queued -= d.held;
             answers.push(d);
         }
         if wait && !pool.pending.is_empty() {
@@ -1130,7 +1250,8 @@ impl Extractor {
                 key: key.to_vec(),
                 shown: shown.to_string(),
                 path,
-                data: bytes,
+                size: e.size,
+                data: FileData::Whole(bytes),
                 meta,
             };
             let pool = self.pool.as_mut().expect("checked above");
@@ -1144,11 +1265,53 @@ impl Extractor {
             self.collect(false)?;
             return Ok(Ok(()));
         }
-        // This thread writes the file itself: the writers get theirs first.
-        if let Some(pool) = self.pool.as_mut() {
+        if self.pool.is_some() {
+            let dir = self.current_shared();
+            let seq = self.seq;
+            let pool = self.pool.as_mut().expect("checked above");
+            let (send, next) = sync_channel(PIECES_AHEAD);
+            let job = FileJob {
+                seq,
+                dir,
+                name,
+                key: key.to_vec(),
+                shown: shown.to_string(),
+                path,
+                size: e.size,
+                data: FileData::Pieces(Pieces {
+                    next,
+                    spent: pool.spent.clone(),
+                    current: Vec::new(),
+                }),
+                meta,
+            };
+            pool.pending.insert(job.key.clone());
+            // Handed over at once (after the small files before it): its
+            // writer starts on the first piece.
+            pool.unsent.push(job);
             pool.send()?;
+            let mut left = e.size;
+            while left > 0 {
+                let want = COPY_BUF.min(usize::try_from(left).unwrap_or(usize::MAX));
+                let mut piece = pool.spares.try_recv().unwrap_or_default();
+                piece.resize(want, 0);
+                read_file_data(data, &mut piece, shown)?;
+                // Its writer stopped (refused, or failed): the rest of its
+                // data is passed over, and the answer says why.
+                if send.send(piece).is_err() {
+                    break;
+                }
+                left -= want as u64;
+            }
+            drop(send);
+            self.collect(false)?;
+            return Ok(Ok(()));
         }
-        let written = write_file(at, &name, &path, shown, e.size, data, &mut self.buf, &meta)?;
+        let mut source = ReadSource {
+            data,
+            buf: &mut self.buf,
+        };
+        let written = write_file(at, &name, &path, shown, e.size, &mut source, &meta)?;
         match written {
             Ok(notes) => {
                 self.notes.extend(notes.into_iter().map(|n| (self.seq, n)));
@@ -1373,15 +1536,13 @@ impl Extractor {
 /// `data`, zero blocks left as holes, then its owner, extended attributes,
 /// mode and mtime. Refused if the name exists; what the file could not be
 /// given (owner, attributes) comes back as notes.
-#[allow(clippy::too_many_arguments)]
 fn write_file(
     at: RawFd,
     name: &CStr,
     path: &Path,
     shown: &str,
     size: u64,
-    data: &mut dyn Read,
-    buf: &mut Vec<u8>,
+    data: &mut dyn Source,
     meta: &FileMeta,
 ) -> Result<Check<Vec<Refused>>> {
     // O_EXCL never follows or replaces whatever is already there.
@@ -1393,19 +1554,12 @@ fn write_file(
         }
         Err(err) => return Err(Error::io(format!("cannot create {}", path.display()), err)),
     };
-    if buf.is_empty() {
-        buf.resize(COPY_BUF, 0);
-    }
     let mut written = 0u64;
     let mut holes = false;
     while written < size {
-        let want = buf
-            .len()
-            .min(usize::try_from(size - written).unwrap_or(usize::MAX));
-        // Whole pieces, so that every piece starts at a multiple of the
-        // buffer and every aligned zero block is seen whole (a hole).
-        read_file_data(data, &mut buf[..want], shown)?;
-        holes |= write_sparse(&mut file, &buf[..want], written)
+        let want = COPY_BUF.min(usize::try_from(size - written).unwrap_or(usize::MAX));
+        let piece = data.next(want, shown)?;
+        holes |= write_sparse(&mut file, piece, written)
             .ctx(|| format!("cannot write {}", path.display()))?;
         written += want as u64;
     }

@@ -1852,6 +1852,150 @@ fn many_writers_in_one_directory_restore_every_byte() {
     }
 }
 
+/// Several files over the pooled size (written by the writers piece by
+/// piece while the parsing thread reads on), with zero runs that become
+/// holes, between empty and small files, each with its own mode and
+/// mtime: one writer and several restore the same tree as the source,
+/// holes included.
+fn add_large_files(root: &Path) {
+    let big = |len: usize, seed: u32| -> Vec<u8> {
+        (0..len as u32)
+            .map(|i| (i.wrapping_add(seed).wrapping_mul(2_654_435_761) >> 11) as u8)
+            .collect()
+    };
+    fs::create_dir(root.join("large")).unwrap();
+    for i in 0..6u32 {
+        // Sizes around the pieces' and the threshold's multiples.
+        let len = [
+            (1 << 20) + 1,
+            3 << 20,
+            (5 << 20) - 7,
+            (2 << 20) + (256 << 10),
+            4 << 20,
+            (1 << 20) + 4096,
+        ][i as usize];
+        let mut data = big(len, i);
+        if i % 2 == 1 {
+            // A zero run across piece boundaries, to the end in the
+            // shortest: aligned blocks become holes.
+            data[(1 << 20) - 8192..((2 << 20) + 8192).min(len)].fill(0);
+        }
+        let p = root.join(format!("large/l{i}"));
+        fs::write(&p, &data).unwrap();
+        chmod(&p, 0o600 | (i % 8) << 3);
+        fs::write(root.join(format!("large/s{i}")), big(i as usize * 1000, 7)).unwrap();
+        fs::write(root.join(format!("large/e{i}")), b"").unwrap();
+    }
+    // Mostly a hole, and a hole at the end.
+    let sparse = fs::File::create(root.join("large/sparse")).unwrap();
+    sparse.set_len(9 << 20).unwrap();
+    std::os::unix::fs::FileExt::write_at(&sparse, b"x", 3 << 20).unwrap();
+    drop(sparse);
+    fs::hard_link(root.join("large/l2"), root.join("large/l2.link")).unwrap();
+}
+
+/// Files over the pooled size restore byte for byte, with their metadata
+/// and holes, whatever the writers and the memory ceiling (below one
+/// container too).
+#[test]
+fn large_files_restore_exactly_with_one_or_many_writers_and_any_ceiling() {
+    let as_root = is_root();
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    fs::create_dir(&src).unwrap();
+    add_large_files(&src);
+    stamp_mtimes(&src, 1_200_000_000);
+    let want = lstat_tree(&src, as_root);
+    // Each inode's bytes once (the hard link adds none).
+    let mut inodes = HashMap::new();
+    for p in all_paths(&src) {
+        let m = fs::symlink_metadata(&p).unwrap();
+        if m.is_file() {
+            inodes.insert(m.ino(), m.len());
+        }
+    }
+    let want_bytes: u64 = inodes.values().sum();
+
+    let location = dir.path().join("repo");
+    let backend = crate::backend::create(
+        location.to_str().unwrap(),
+        crate::container::format::is_recipe_container,
+    )
+    .unwrap();
+    crate::Repository::init(backend.clone(), &crate::InitOptions::default()).unwrap();
+    let mut w = crate::Repository::open_writer(backend.clone(), "large").unwrap();
+    let opts = crate::BackupOptions::new("src", crate::catalog::SourceKind::Tree);
+    let (backup, _) = w.backup_tree(&opts, &src, &mut |_| {}).unwrap();
+    w.close().unwrap();
+    let mut r = crate::Repository::open(backend).unwrap();
+    let entry = r.resolve(&backup.backup.id.to_string()).unwrap().clone();
+    let allocated = |root: &Path, name: &str| fs::metadata(root.join(name)).unwrap().blocks() * 512;
+    for writers in [1, 2, 4] {
+        for memory in [1, 100_000, crate::restore::DEFAULT_MEMORY] {
+            r.set_threads(writers);
+            let out = dir.path().join(format!("out{writers}-{memory}"));
+            let ropts = crate::RestoreOptions {
+                memory,
+                ..Default::default()
+            };
+            let (report, ext) = r.restore_into(&entry, &out, &ropts, &mut |_| {}).unwrap();
+            assert!(ext.refused.is_empty(), "{:#?}", ext.refused);
+            assert_eq!(ext.bytes, want_bytes);
+            assert!(report.restored_bytes > want_bytes, "contents and metadata");
+            assert_eq!((ext.files, ext.hardlinks), (19, 1), "{writers} {memory}");
+            let got = lstat_tree(&out, as_root);
+            assert_eq!(got.len(), want.len());
+            for ((path, a), (path_b, b)) in want.iter().zip(&got) {
+                assert_eq!(path, path_b);
+                assert_eq!(
+                    a,
+                    b,
+                    "{writers} writers, memory {memory}: {}",
+                    String::from_utf8_lossy(path)
+                );
+            }
+            // Holes stay holes in files written piece by piece.
+            assert!(allocated(&out, "large/sparse") < 64 << 10);
+            assert!(allocated(&out, "large/l1") <= allocated(&src, "large/l1"));
+            assert!(allocated(&out, "large/l1") < 3 << 20);
+        }
+    }
+}
+
+/// A large file the writers refuse (its name taken) or a stream that
+/// breaks inside one: the parsing thread passes over, or fails on, the
+/// rest of its data without waiting on a writer that stopped, and one
+/// writer and several refuse and fail alike.
+#[test]
+fn a_refused_or_truncated_large_file_ends_as_with_one_writer() {
+    let first: Vec<u8> = (0..(3u32 << 20) + 5).map(|i| (i % 249) as u8).collect();
+    let second = vec![9u8; (2 << 20) + 3];
+    let tar = RawTar::default()
+        .file("a", &first)
+        .file("a", &second)
+        .file("b", b"after")
+        .finish();
+    let dir = tempfile::tempdir().unwrap();
+    for writers in [1, 2, 4] {
+        let target = dir.path().join(format!("t{writers}"));
+        let report =
+            super::extract::extract_as(&mut &tar[..], &target, &[], false, writers).unwrap();
+        assert_eq!(refused_reason(&report, "a"), "already exists");
+        assert_eq!((report.files, report.bytes), (2, first.len() as u64 + 5));
+        assert!(fs::read(target.join("a")).unwrap() == first, "{writers}");
+        assert_eq!(fs::read(target.join("b")).unwrap(), b"after");
+    }
+    // Cut inside the first large file's data, past a few pieces.
+    let cut = &tar[..512 + (1 << 20) + 1000];
+    for writers in [1, 2, 4] {
+        let target = dir.path().join(format!("cut{writers}"));
+        let err = super::extract::extract_as(&mut &cut[..], &target, &[], false, writers)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("truncated"), "{writers}: {err}");
+    }
+}
+
 /// A hostile stream names files again, as parents, and as hard link
 /// targets while they are still being written: the writers must leave
 /// the tree, and give the refusals in the order, of one writer.

@@ -5,7 +5,7 @@
 //! over a channel costs one copy and a wake-up per block. Blocks go back
 //! to the writer once read, so a restore allocates only `depth + 2` of them.
 
-use std::io::{self, Read, Write};
+use std::io::{self, BufRead, Read, Write};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
 /// Bytes per block handed over.
@@ -87,19 +87,32 @@ impl Drop for PipeWriter {
 
 impl Read for PipeReader {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        let block = self.fill_buf()?;
+        let n = out.len().min(block.len());
+        out[..n].copy_from_slice(&block[..n]);
+        self.consume(n);
+        Ok(n)
+    }
+}
+
+/// Read in place: the extractor copies a file's bytes straight out of the
+/// block (a buffered reader over the pipe would copy them twice).
+impl BufRead for PipeReader {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
         if self.at == self.block.len() {
             let Ok(next) = self.full.recv() else {
-                return Ok(0);
+                return Ok(&[]);
             };
             let used = std::mem::replace(&mut self.block, next);
             self.at = 0;
             // The writer may be gone or have spares enough.
             let _ = self.empty.try_send(used);
         }
-        let n = out.len().min(self.block.len() - self.at);
-        out[..n].copy_from_slice(&self.block[self.at..self.at + n]);
-        self.at += n;
-        Ok(n)
+        Ok(&self.block[self.at..])
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.at = (self.at + n).min(self.block.len());
     }
 }
 
@@ -127,6 +140,20 @@ mod tests {
             reader.join().unwrap()
         });
         assert_eq!(got, data);
+    }
+
+    #[test]
+    fn read_in_place_gives_whole_blocks_then_ends() {
+        let data: Vec<u8> = (0..BLOCK + 10).map(|i| (i % 253) as u8).collect();
+        let (mut r, mut w) = pipe(2);
+        w.write_all(&data).unwrap();
+        drop(w);
+        assert_eq!(r.fill_buf().unwrap(), &data[..BLOCK]);
+        r.consume(BLOCK - 3);
+        let mut got = Vec::new();
+        r.read_to_end(&mut got).unwrap();
+        assert_eq!(got, &data[BLOCK - 3..]);
+        assert!(r.fill_buf().unwrap().is_empty());
     }
 
     #[test]
