@@ -1049,12 +1049,44 @@ impl Context {
         if others {
             return Ok(());
         }
-        for key in self.objects.list(KeyKind::Manifest)? {
+        let listed = self.objects.list(KeyKind::Manifest)?;
+        self.check_base_listed(published, &listed)?;
+        for key in listed {
             if key.generation().is_some_and(|g| g < published) {
                 self.objects.delete(&key)?;
             }
         }
         Ok(())
+    }
+
+    /// The generation `published` was built on is still in the store.
+    ///
+    /// Why: only this function deletes manifests, and only older ones than
+    /// a generation just published; `published` went out by
+    /// compare-and-swap on top of its base, so no writer had a reason to
+    /// delete the base. Its absence means something outside Tessera
+    /// removed the repository's objects while this writer had it open (a
+    /// script's `rm -rf`): said here, at the publish that finds it, rather
+    /// than by the next reader of a lost container. A listing that misses
+    /// it is confirmed by a direct request before anything is said.
+    fn check_base_listed(&self, published: Generation, listed: &[ObjectKey]) -> Result<()> {
+        let Some(base) = published.0.checked_sub(1).map(Generation) else {
+            return Ok(());
+        };
+        if base.0 == 0 || listed.iter().any(|k| k.generation() == Some(base)) {
+            return Ok(());
+        }
+        let key = ObjectKey::Manifest(base);
+        match self.objects.store().size(&key) {
+            Err(Error::MissingObject(_)) => Err(Error::corrupt(
+                format!("repository at {}", self.objects.location()),
+                format!(
+                    "manifest generation {} (the one generation {} was published on) vanished from the store: something outside Tessera removed this repository's objects while it was open; objects written before may be gone (run `tessera check`)",
+                    base.0, published.0
+                ),
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// Rebuild an on-disk index with other tuning (flush size, cache

@@ -21,3 +21,4 @@ pub mod synth;
 pub mod tar;
 pub mod tracebench;
 pub mod tracefile;
+pub mod workdir;

@@ -544,8 +544,8 @@ impl RunOptions {
 /// fails stops there; its summary says why and the others still run.
 pub fn run(exp: &Experiment, opts: &RunOptions) -> Result<Results> {
     let stamp = Stamp::now();
-    std::fs::create_dir_all(&opts.work)
-        .with_context(|| format!("cannot create {}", opts.work.display()))?;
+    // Held to the end: a second run on this work directory is refused.
+    let _work = crate::workdir::WorkDirLock::acquire(&opts.work)?;
     let mut versions = prepare(exp, &opts.work)?;
     if let Some(n) = opts.max_versions {
         versions.truncate(n.max(1));

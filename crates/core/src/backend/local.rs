@@ -253,6 +253,19 @@ impl LocalStore {
     /// entries changed, which must be fsynced for the new directories to be
     /// durable.
     fn make_dirs(&self, dir: &Path) -> Result<Vec<PathBuf>> {
+        // The root is made once, by `create`. Gone now, it was removed
+        // while open (an `rm -rf` of the repository): making it again would
+        // let this writer publish on top of objects that no longer exist,
+        // and the loss would surface only when something reads them.
+        if !self.root.is_dir() {
+            return Err(Error::io(
+                format!(
+                    "the repository directory {} was removed while open; not making it again (objects written before are gone)",
+                    self.root.display()
+                ),
+                std::io::Error::from(ErrorKind::NotFound),
+            ));
+        }
         let missing = missing_ancestors(dir, Some(&self.root));
         fs::create_dir_all(dir).ctx(|| format!("cannot create directory {}", dir.display()))?;
         Ok(missing.iter().map(|m| Self::parent_of(m)).collect())

@@ -294,6 +294,30 @@ fn local_failed_put_leaves_no_temporary() {
     assert_eq!(names(&b), ["containers/0001"]);
 }
 
+/// A repository directory removed while open (`rm -rf` by a script) is
+/// not made again by the next put: the writer would go on publishing over
+/// objects that are gone, and the loss would show only when they are read
+/// (a lab GC failed so, "missing object container …", 74 s later).
+#[test]
+fn local_put_refuses_a_removed_repository_directory() {
+    let (_dir, b) = local();
+    b.put(&nk("containers/0001"), b"first").unwrap();
+    b.barrier().unwrap();
+    std::fs::remove_dir_all(b.root()).unwrap();
+    for key in ["containers/0002", "manifests/0002", "config"] {
+        let err = b.put(&nk(key), b"next").unwrap_err();
+        assert!(
+            err.to_string().contains("was removed while open"),
+            "{key}: {err}"
+        );
+    }
+    assert!(!b.root().exists(), "the root is not made again");
+    // A new subdirectory of a root that is still there is made as before.
+    std::fs::create_dir(b.root()).unwrap();
+    b.put(&nk("containers/0003"), b"again").unwrap();
+    assert_eq!(names(&b), ["containers/0003"]);
+}
+
 #[test]
 fn local_create_new_is_exclusive_and_complete() {
     let (_dir, b) = local();

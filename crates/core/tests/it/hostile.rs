@@ -289,3 +289,54 @@ fn repository_of_the_previous_sealed_version_is_named() {
     assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
     assert_eq!(report.problems[0].problem, expect);
 }
+
+/// Two backups' worth of different bytes.
+fn stream(seed: u32) -> Vec<u8> {
+    (0..300_000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761).wrapping_add(seed) >> 9) as u8)
+        .collect()
+}
+
+/// A writer that keeps a local repository open while a script removes the
+/// repository's objects (`rm -rf`, as a lab stream's cleanup could):
+/// before, the next backup made the directories again, published on top
+/// of the lost generation and reported success, and the loss surfaced
+/// only at the next read of an old container (a GC's mark: "missing
+/// object container … (needed by backup 1)"). Now that backup fails and
+/// says what happened.
+#[test]
+fn objects_removed_under_an_open_writer_fail_the_next_publish() {
+    for whole_root in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("r");
+        let backend: Arc<dyn ObjectStore> = Arc::new(LocalStore::create(&root).unwrap());
+        Repository::init(backend.clone(), &InitOptions::default()).unwrap();
+        let mut w = Repository::open_writer(backend.clone(), "t").unwrap();
+        let opts = BackupOptions::new("s", SourceKind::Stream);
+        w.backup_reader(&opts, &mut &stream(1)[..], &mut |_| {})
+            .unwrap();
+        if whole_root {
+            std::fs::remove_dir_all(&root).unwrap();
+        } else {
+            for e in std::fs::read_dir(&root).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    std::fs::remove_dir_all(&p).unwrap();
+                } else {
+                    std::fs::remove_file(&p).unwrap();
+                }
+            }
+        }
+        let err = w
+            .backup_reader(&opts, &mut &stream(2)[..], &mut |_| {})
+            .unwrap_err()
+            .to_string();
+        let said = if whole_root {
+            "was removed while open"
+        } else {
+            "vanished from the store: something outside Tessera removed"
+        };
+        assert!(err.contains(said), "whole root {whole_root}: {err}");
+        assert_eq!(root.exists(), !whole_root, "the root is not made again");
+    }
+}
