@@ -311,6 +311,57 @@ impl CacheBuilder {
     }
 }
 
+/// The next files cache, learnt while the backup runs: the ingest's worker
+/// hands it every data chunk in stream order, its marks (`Ingest::mark`)
+/// and each file whose
+/// chunks since a mark are to be recorded, and each file goes straight to
+/// the [`CacheBuilder`]. Only the chunks since the last mark are held (one
+/// file's): holding the whole backup's chunks and the list of its files
+/// until it ended took 20 MB on a 68,000-file tree (issue 33).
+pub(crate) struct CacheLearner {
+    out: CacheBuilder,
+    /// Data chunks since the last mark.
+    chunks: Vec<(Fingerprint, u32)>,
+    /// Marks seen so far.
+    marks: u64,
+}
+
+impl CacheLearner {
+    pub(crate) fn new(out: CacheBuilder) -> Self {
+        CacheLearner {
+            out,
+            chunks: Vec::new(),
+            marks: 0,
+        }
+    }
+
+    /// The next data chunk of the stream.
+    pub(crate) fn chunk(&mut self, fp: Fingerprint, len: u32) {
+        self.chunks.push((fp, len));
+    }
+
+    /// The next mark: chunks from here on belong to what follows it.
+    pub(crate) fn mark(&mut self) {
+        self.marks += 1;
+        self.chunks.clear();
+    }
+
+    /// Record `path` as the chunks since mark `from` (numbered from 0), if
+    /// no other mark came since (otherwise the file is left out: it is
+    /// only read again next time).
+    pub(crate) fn file(&mut self, path: &[u8], id: &FileId, from: u64) {
+        if self.marks == from + 1 {
+            self.out.push(path, id, self.chunks.iter().copied());
+        }
+    }
+
+    /// The cache written so far, to [`CacheBuilder::finish`] once the
+    /// backup is committed.
+    pub(crate) fn into_builder(self) -> CacheBuilder {
+        self.out
+    }
+}
+
 impl Drop for CacheBuilder {
     fn drop(&mut self) {
         // Unfinished (an error, or `finish` failed before its rename).
@@ -426,5 +477,37 @@ mod tests {
             1,
             "no temporary file"
         );
+    }
+
+    /// The learner records each file as the chunks after the mark placed
+    /// before it, and leaves out a file whose mark is not the last one.
+    #[test]
+    fn a_learnt_file_is_the_chunks_since_its_mark() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("c");
+        let mut l = CacheLearner::new(CacheBuilder::create(&path, 10_000).unwrap());
+        // Chunks before the first mark (another file's) are not file 0's.
+        l.chunk(chunks(9)[0].0, 5);
+        l.mark(); // mark 0
+        for c in chunks(0) {
+            l.chunk(c.0, c.1);
+        }
+        l.file(b"a", &id(0), 0);
+        l.mark(); // mark 1
+        for c in chunks(1) {
+            l.chunk(c.0, c.1);
+        }
+        l.mark(); // mark 2: file 1 claims mark 1, so it is left out
+        l.file(b"b", &id(1), 1);
+        l.mark(); // mark 3: an empty file
+        l.file(b"e", &id(2), 3);
+        l.into_builder().finish().unwrap();
+        let c = FilesCache::load(&path);
+        assert_eq!(c.len(), 2);
+        assert_eq!(c.started, 10_000);
+        let got: Vec<_> = c.lookup(b"a", &id(0)).unwrap().iter().collect();
+        assert_eq!(got, chunks(0));
+        assert!(c.lookup(b"b", &id(1)).is_none());
+        assert_eq!(c.lookup(b"e", &id(2)).unwrap().iter().count(), 0);
     }
 }
