@@ -27,7 +27,7 @@ const MAX_DEVICE_NUMBER: u32 = 0o7_777_777;
 
 /// What identifies a regular file's contents without reading them (the
 /// files cache's key, as git's index and borg's files cache use).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct FileId {
     pub dev: u64,
     pub ino: u64,

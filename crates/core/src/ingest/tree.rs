@@ -23,7 +23,7 @@ struct TreeIngest<'a> {
     ingest: &'a mut Ingest,
     meta: MetaEncoder,
     /// The previous backup's files cache (files it may skip reading).
-    cache: Option<&'a FilesCache>,
+    cache: Option<&'a mut FilesCache>,
     /// Whether the next files cache learns each regular file.
     learning: bool,
     /// The identity of the file being read, and the mark before its chunks.
@@ -65,11 +65,19 @@ impl TreeOut for TreeIngest<'_> {
 
     fn reuse(&mut self, r: &Record, id: &FileId) -> io::Result<bool> {
         self.current = None;
-        let Some(chunks) = self.cache.and_then(|c| c.lookup(&r.path, id)) else {
+        let Some(chunks) = self
+            .cache
+            .as_deref_mut()
+            .and_then(|c| c.lookup(&r.path, id))
+        else {
             self.current = Some((*id, self.ingest.mark()));
             return Ok(false);
         };
-        self.entry(r)?;
+        // `entry`, with the cache still borrowed.
+        self.meta.push(r);
+        if r.kind == Kind::File {
+            self.ingest.boundary()?;
+        }
         let first = self.ingest.mark();
         for (fp, n) in chunks.iter() {
             self.ingest.push_known(fp, n)?;
@@ -109,7 +117,7 @@ pub(crate) fn backup_paths(
     let cache_file = cache_opts
         .as_ref()
         .map(|c| cache_path(&c.dir, &repo.manifest.config.repo_id, &paths));
-    let old = match (&cache_opts, &cache_file) {
+    let mut old = match (&cache_opts, &cache_file) {
         (Some(c), Some(f)) if !c.force_read => {
             let mut old = FilesCache::load(f);
             old.retain_indexed(repo.need_index()?);
@@ -130,7 +138,7 @@ pub(crate) fn backup_paths(
         let mut out = TreeIngest {
             ingest,
             meta: MetaEncoder::default(),
-            cache: old.as_ref(),
+            cache: old.as_mut(),
             learning,
             current: None,
             from_cache: 0,
