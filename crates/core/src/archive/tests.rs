@@ -2125,3 +2125,41 @@ fn dropped_scan_stops_and_missing_path_fails_in_the_store() {
     let err = super::walk::store(scan, &mut tar, &mut |_| {}).unwrap_err();
     assert!(err.to_string().contains("not-there"), "{err}");
 }
+
+/// A scan held to a byte bound far below one batch (so it waits for the
+/// store after every batch) stores the same stream as an unbounded one:
+/// every entry, in order.
+#[test]
+fn a_scan_bounded_by_bytes_stores_every_entry() {
+    let src = tempfile::tempdir().unwrap();
+    for d in 0..12 {
+        let dir = src.path().join(format!("d{d:02}"));
+        fs::create_dir(&dir).unwrap();
+        for f in 0..90 {
+            fs::write(dir.join(format!("f{f:03}")), format!("{d} {f}")).unwrap();
+        }
+    }
+    let tar_of = |scan: Scan| {
+        let mut out = Vec::new();
+        let mut tar = super::serialize::TarOut::new(&mut out);
+        super::walk::store(scan, &mut tar, &mut |_| {}).unwrap();
+        drop(tar);
+        out
+    };
+    let paths = vec![src.path().to_path_buf()];
+    let whole = tar_of(Scan::start_bounded(
+        paths.clone(),
+        Selection::default(),
+        usize::MAX,
+    ));
+    let bounded = tar_of(Scan::start_bounded(paths, Selection::default(), 1));
+    assert_eq!(bounded, whole);
+    // 12 directories of 90 files, each with its (distinct) contents.
+    for d in [0, 11] {
+        for f in [0, 89] {
+            let needle = format!("d{d:02}/f{f:03}");
+            let found = whole.windows(needle.len()).any(|w| w == needle.as_bytes());
+            assert!(found, "{needle} not stored");
+        }
+    }
+}

@@ -27,7 +27,7 @@ const MAX_DEVICE_NUMBER: u32 = 0o7_777_777;
 
 /// What identifies a regular file's contents without reading them (the
 /// files cache's key, as git's index and borg's files cache use).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct FileId {
     pub dev: u64,
     pub ino: u64,
@@ -92,10 +92,70 @@ pub(crate) fn walk(
 
 /// Entries a scan hands over at once (one channel message).
 const SCAN_BATCH: usize = 128;
-/// Batches a scan may run ahead of the store (~64 k entries): deep enough
-/// to cover the key derivation of an encrypted repository opened while
-/// the scan starts, bounded so a huge tree does not pile up in memory.
+/// Batches a scan may run ahead of the store (~64 k entries), at most.
 const SCAN_AHEAD: usize = 512;
+/// Bytes of entries a scan may hold ahead of the store (about 18 k
+/// entries of a system tree at ~450 bytes each): deep enough to cover
+/// much of the key derivation of an encrypted repository opened while the
+/// scan starts, small beside the derivation's own memory (Argon2id,
+/// 64 MiB by default), which it coincides with. Counted in batches of
+/// [`SCAN_BATCH`] entries.
+const SCAN_AHEAD_BYTES: usize = 8 << 20;
+
+/// The bytes of scanned entries handed to the store and not yet stored.
+/// The scan waits while the next batch would take them past the bound
+/// (unless none are held); a closed budget (the scan was dropped) stops it.
+struct Budget {
+    /// (bytes held, closed).
+    held: std::sync::Mutex<(usize, bool)>,
+    freed: std::sync::Condvar,
+    limit: usize,
+}
+
+impl Budget {
+    /// Take `n` bytes, waiting for room; false once closed.
+    fn take(&self, n: usize) -> bool {
+        let mut g = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        while !g.1 && g.0 > 0 && g.0 + n > self.limit {
+            g = self.freed.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+        g.0 += n;
+        !g.1
+    }
+
+    fn give(&self, n: usize) {
+        let mut g = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        g.0 = g.0.saturating_sub(n);
+        self.freed.notify_all();
+    }
+
+    fn close(&self) {
+        self.held.lock().unwrap_or_else(|p| p.into_inner()).1 = true;
+        self.freed.notify_all();
+    }
+}
+
+/// What a step held in the channel costs in memory, about.
+fn footprint(step: &Scanned) -> usize {
+    std::mem::size_of::<Scanned>()
+        + match step {
+            Scanned::Entry(f) => {
+                let xattrs = f.xattrs.as_ref().map_or(0, |x| {
+                    x.iter()
+                        .map(|(n, v)| std::mem::size_of::<super::meta::Xattr>() + n.len() + v.len())
+                        .sum()
+                });
+                std::mem::size_of::<Found>()
+                    + f.rel.capacity()
+                    + f.abs.capacity()
+                    + f.link.capacity()
+                    + xattrs
+            }
+            Scanned::Unreadable(rel, _) => rel.capacity() + 64,
+            Scanned::Skip(rel, why) => rel.capacity() + why.capacity(),
+            Scanned::Failed(_) | Scanned::Done => 64,
+        }
+}
 
 /// The directory walk of a backup, running on a thread of its own ahead of
 /// the store (which reads files and feeds the ingest): listing, `lstat`,
@@ -104,7 +164,8 @@ const SCAN_AHEAD: usize = 512;
 /// repository is open (its key derived). Dropping a scan stops it.
 pub struct Scan {
     paths: Vec<PathBuf>,
-    rx: Option<Receiver<Vec<Scanned>>>,
+    rx: Option<Receiver<(Vec<Scanned>, usize)>>,
+    budget: std::sync::Arc<Budget>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -138,8 +199,20 @@ impl Scan {
     /// Start walking `paths` on a new thread, leaving out what `selection`
     /// excludes. Errors (a path that is not there) come out of the store.
     pub fn start(paths: Vec<PathBuf>, selection: Selection) -> Scan {
+        Self::start_bounded(paths, selection, SCAN_AHEAD_BYTES)
+    }
+
+    /// [`start`](Self::start), holding at most about `ahead` bytes of
+    /// entries (and at least one batch) ahead of the store.
+    pub(crate) fn start_bounded(paths: Vec<PathBuf>, selection: Selection, ahead: usize) -> Scan {
         let (tx, rx) = sync_channel(SCAN_AHEAD);
+        let budget = std::sync::Arc::new(Budget {
+            held: std::sync::Mutex::new((0, false)),
+            freed: std::sync::Condvar::new(),
+            limit: ahead,
+        });
         let for_thread = paths.clone();
+        let for_scanner = budget.clone();
         let thread = std::thread::Builder::new()
             .name("tessera-scan".into())
             .spawn(move || {
@@ -147,6 +220,8 @@ impl Scan {
                     roots: Roots::One(PathBuf::new()),
                     selection,
                     batch: Vec::with_capacity(SCAN_BATCH),
+                    batch_bytes: 0,
+                    budget: for_scanner,
                     tx,
                 };
                 match s.scan(&for_thread) {
@@ -154,24 +229,29 @@ impl Scan {
                     Err(e) => s.batch.push(Scanned::Failed(e)),
                 }
                 let batch = std::mem::take(&mut s.batch);
-                let _ = s.tx.send(batch);
+                let _ = s.tx.send((batch, 0));
             });
         match thread {
             Ok(t) => Scan {
                 paths,
                 rx: Some(rx),
+                budget,
                 thread: Some(t),
             },
             Err(e) => {
                 // No thread: the store sees the failure at once.
                 let (tx, rx) = sync_channel(1);
-                let _ = tx.send(vec![Scanned::Failed(Error::io(
-                    "cannot start the directory walk",
-                    e,
-                ))]);
+                let _ = tx.send((
+                    vec![Scanned::Failed(Error::io(
+                        "cannot start the directory walk",
+                        e,
+                    ))],
+                    0,
+                ));
                 Scan {
                     paths,
                     rx: Some(rx),
+                    budget,
                     thread: None,
                 }
             }
@@ -186,8 +266,10 @@ impl Scan {
 
 impl Drop for Scan {
     fn drop(&mut self) {
-        // A closed channel stops the scanner at its next send.
+        // A closed channel stops the scanner at its next send, a closed
+        // budget while it waits for room.
         self.rx = None;
+        self.budget.close();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -199,7 +281,10 @@ struct Scanner {
     roots: Roots,
     selection: Selection,
     batch: Vec<Scanned>,
-    tx: SyncSender<Vec<Scanned>>,
+    /// The batch's [`footprint`].
+    batch_bytes: usize,
+    budget: std::sync::Arc<Budget>,
+    tx: SyncSender<(Vec<Scanned>, usize)>,
 }
 
 /// The store's side: records, file contents, statistics.
@@ -229,7 +314,16 @@ pub(crate) fn store(
     let Some(rx) = scan.rx.take() else {
         return Err(Error::invalid("this directory walk was already used"));
     };
-    for batch in rx.iter() {
+    let budget = scan.budget.clone();
+    for (batch, bytes) in rx.iter() {
+        // Stored (or failed) once this batch is done: room for the next.
+        struct Give<'a>(&'a Budget, usize);
+        impl Drop for Give<'_> {
+            fn drop(&mut self) {
+                self.0.give(self.1);
+            }
+        }
+        let _given = Give(&budget, bytes);
         for step in batch {
             match step {
                 Scanned::Entry(found) => st.entry(*found)?,
@@ -245,13 +339,17 @@ pub(crate) fn store(
 
 impl Scanner {
     fn push(&mut self, step: Scanned) -> Result<()> {
+        self.batch_bytes += footprint(&step);
         self.batch.push(step);
         if self.batch.len() >= SCAN_BATCH {
             let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(SCAN_BATCH));
+            let bytes = std::mem::take(&mut self.batch_bytes);
+            let stopped = || Error::invalid("the directory walk was stopped");
             // The store went away (it failed, or was dropped): stop.
-            self.tx
-                .send(batch)
-                .map_err(|_| Error::invalid("the directory walk was stopped"))?;
+            if !self.budget.take(bytes) {
+                return Err(stopped());
+            }
+            self.tx.send((batch, bytes)).map_err(|_| stopped())?;
         }
         Ok(())
     }

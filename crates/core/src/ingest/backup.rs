@@ -2,9 +2,10 @@
 //! hooks around it, the ingest pipeline, then sealing, the index segment,
 //! the FGC graph's segment and the manifest generation.
 
+use super::files_cache::{CacheBuilder, CacheLearner};
 use super::options::{report, BackupHooks, BackupOptions, BackupReport, Member};
 use super::pipeline::Ingest;
-use super::sink::{self, Sink, Trail};
+use super::sink::{self, Sink};
 use crate::catalog::BackupEntry;
 use crate::container::ChunkKind;
 use crate::context::Context;
@@ -26,20 +27,20 @@ impl Context {
         opts: &BackupOptions,
         feed: impl FnOnce(&mut Ingest) -> Result<()>,
     ) -> Result<BackupReport> {
-        self.backup_in_tree(hooks, opts, false, feed)
-            .map(|(r, _)| r)
+        self.backup_in_tree(hooks, opts, None, feed).map(|(r, _)| r)
     }
 
-    /// [`backup_in`](Self::backup_in), also returning its data chunks in
-    /// stream order if `trail` (directory backups: the files cache learns
-    /// each file's chunks from them).
+    /// [`backup_in`](Self::backup_in), writing the files `feed` names
+    /// (`Ingest::learn`) with their chunks into `files_cache` as they come
+    /// (directory backups), which is returned, unfinished, once the backup
+    /// is committed.
     pub(crate) fn backup_in_tree(
         &mut self,
         hooks: &dyn BackupHooks,
         opts: &BackupOptions,
-        trail: bool,
+        files_cache: Option<CacheBuilder>,
         feed: impl FnOnce(&mut Ingest) -> Result<()>,
-    ) -> Result<(BackupReport, Option<Trail>)> {
+    ) -> Result<(BackupReport, Option<CacheBuilder>)> {
         let started = Instant::now();
         let cfg = self.manifest.config.clone();
         let before = self.metrics.snapshot();
@@ -68,9 +69,7 @@ impl Context {
         if recording {
             sink.corr = crate::fgc::CorrRecorder::start(self);
         }
-        if trail {
-            sink.trail = Some(Trail::default());
-        }
+        sink.learn = files_cache.map(CacheLearner::new);
         let fingerprinter = self.fingerprinter().clone();
         let threads = self.threads;
         let mut ingest = Ingest::start(
@@ -97,7 +96,7 @@ impl Context {
             }])
         });
         let counts = sink.counts;
-        let trail = sink.trail.take();
+        let learnt = sink.learn.take().map(CacheLearner::into_builder);
         let entries = self.commit(hooks, sink, member);
         let ndf_memory = hooks.end(self, entries.is_ok());
         let entries = entries?;
@@ -116,7 +115,7 @@ impl Context {
         let mut r = report(entry, counts, sparse, &io, started);
         r.ndf_memory_bytes = ndf_memory;
         r.arranged = arranged;
-        Ok((r, trail))
+        Ok((r, learnt))
     }
 
     /// Seal the open containers, write the index segment and publish one

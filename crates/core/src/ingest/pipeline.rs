@@ -8,6 +8,7 @@
 
 use super::parallel::{Piece, Workers};
 use super::sink::Sink;
+use crate::archive::FileId;
 use crate::chunking::Chunker;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, Fingerprinter};
@@ -70,9 +71,19 @@ pub(super) enum Cut {
     Known(Fingerprint, u32),
     /// The directory stream's metadata starts at this stream offset.
     MetaStart(u64),
-    /// A position in the chunk sequence ([`Ingest::mark`]): the trail
-    /// records how many data chunks came before it.
+    /// A position in the chunk sequence ([`Ingest::mark`]).
     Mark,
+    /// A file whose contents are the data chunks since mark `from`, for
+    /// the next files cache ([`Ingest::learn`]).
+    File(Box<LearntFile>),
+}
+
+/// A file the files cache is to record: (path, identity, mark before its
+/// chunks).
+pub(super) struct LearntFile {
+    pub path: Vec<u8>,
+    pub id: FileId,
+    pub from: u64,
 }
 
 enum Batch {
@@ -129,15 +140,15 @@ fn worker(
                                 while let Some(&(s, n, fp)) = chunks.next_if(|c| c.0 < end) {
                                     let bytes = &buf[s..s + n];
                                     sink.data_chunk(&mut recipe, fp, n as u32, bytes)?;
-                                    if let Some(t) = &mut sink.trail {
-                                        t.chunks.push((fp, n as u32));
+                                    if let Some(l) = &mut sink.learn {
+                                        l.chunk(fp, n as u32);
                                     }
                                 }
                             }
                             Cut::Known(fp, n) => {
                                 sink.known_chunk(&mut recipe, fp, n)?;
-                                if let Some(t) = &mut sink.trail {
-                                    t.chunks.push((fp, n));
+                                if let Some(l) = &mut sink.learn {
+                                    l.chunk(fp, n);
                                 }
                             }
                             Cut::MetaStart(at) => {
@@ -146,8 +157,13 @@ fn worker(
                                 sink.writer.break_frame(ChunkKind::Data);
                             }
                             Cut::Mark => {
-                                if let Some(t) = &mut sink.trail {
-                                    t.marks.push(t.chunks.len());
+                                if let Some(l) = &mut sink.learn {
+                                    l.mark();
+                                }
+                            }
+                            Cut::File(ref f) => {
+                                if let Some(l) = &mut sink.learn {
+                                    l.file(&f.path, &f.id, f.from);
                                 }
                             }
                         }
@@ -364,14 +380,26 @@ impl Ingest {
         }
     }
 
-    /// Place a mark here, at a section boundary; returns its number. The
-    /// trail's `marks[k]` is how many data chunks came before mark `k`, so
-    /// a file's chunks are those between the marks around it.
+    /// Place a mark here, at a section boundary; returns its number. A
+    /// file's chunks are those after the mark placed before them.
     pub(crate) fn mark(&mut self) -> u64 {
         self.end_section();
         self.cuts.push(Cut::Mark);
         self.marks += 1;
         self.marks - 1
+    }
+
+    /// The data chunks since mark `from` (up to here, a section boundary)
+    /// are `path`'s contents, with identity `id`: the next files cache
+    /// records them (if the backup learns one).
+    pub(crate) fn learn(&mut self, path: &[u8], id: FileId, from: u64) -> io::Result<()> {
+        self.end_section();
+        self.cuts.push(Cut::File(Box::new(LearntFile {
+            path: path.to_vec(),
+            id,
+            from,
+        })));
+        self.maybe_send()
     }
 
     /// Add a chunk the repository's index holds without its bytes (the

@@ -3,6 +3,7 @@
 //! new containers, logged for undo.
 
 use super::containers::BackupContainers;
+use super::files_cache::CacheLearner;
 use super::options::Counts;
 use crate::catalog::ContainerEntry;
 use crate::container::{ChunkKind, ContainerId};
@@ -37,9 +38,9 @@ pub(crate) struct Sink {
     /// MFDedup only: every data fingerprint of the backup, in order (its
     /// NDF table, which arranging classifies the active categories by).
     pub(super) refs: Option<Vec<Fingerprint>>,
-    /// Every data chunk in stream order, when asked for (the files cache
-    /// learns each file's chunks from it).
-    pub(super) trail: Option<Trail>,
+    /// The next files cache, learnt from the data chunks as they come
+    /// (directory backups).
+    pub(super) learn: Option<CacheLearner>,
     /// Online GC: the chunks deduplicated against existing containers,
     /// recorded and confirmed (see [`crate::gc::online`]); `None` on the
     /// MFDedup layout (one writer at a time, no GC).
@@ -77,7 +78,7 @@ impl Sink {
             cursor: Default::default(),
             corr: None,
             refs: hooks.collects_refs().then(Vec::new),
-            trail: None,
+            learn: None,
             online: repo.writer_token.clone().map(|token| {
                 Resurrector::new(
                     repo.objects.clone(),
@@ -290,22 +291,5 @@ impl Sink {
 impl RecipeSink for Sink {
     fn recipe_chunk(&mut self, fp: Fingerprint, _level: u8, bytes: &[u8]) -> Result<()> {
         self.recipe_bytes(fp, bytes)
-    }
-}
-
-/// The trail of a backup: its data chunks in stream order, and where the
-/// ingest's marks ([`Ingest::mark`]) fell among them.
-#[derive(Default)]
-pub(crate) struct Trail {
-    pub chunks: Vec<(Fingerprint, u32)>,
-    /// Data chunks before each mark.
-    pub marks: Vec<usize>,
-}
-
-impl Trail {
-    /// The chunks between marks `a` and `z`.
-    pub(super) fn between(&self, a: u64, z: u64) -> Option<&[(Fingerprint, u32)]> {
-        let at = |m: u64| self.marks.get(usize::try_from(m).ok()?).copied();
-        self.chunks.get(at(a)?..at(z)?)
     }
 }

@@ -18,17 +18,14 @@ use crate::error::{Error, Result};
 use crate::ingest::options::{BackupOptions, BackupReport};
 use crate::rewrite::RewriteSpec;
 
-/// (path, identity, mark before its chunks, mark after) of a regular file stored.
-type Learnt = (Vec<u8>, FileId, u64, u64);
-
 /// The walk's output into a running backup.
 struct TreeIngest<'a> {
     ingest: &'a mut Ingest,
     meta: MetaEncoder,
     /// The previous backup's files cache (files it may skip reading).
-    cache: Option<&'a FilesCache>,
-    /// Each regular file, for the next files cache.
-    learnt: Option<Vec<Learnt>>,
+    cache: Option<&'a mut FilesCache>,
+    /// Whether the next files cache learns each regular file.
+    learning: bool,
     /// The identity of the file being read, and the mark before its chunks.
     current: Option<(FileId, u64)>,
     from_cache: u64,
@@ -57,10 +54,10 @@ impl TreeOut for TreeIngest<'_> {
 
     fn file_end(&mut self, r: &Record) -> io::Result<()> {
         self.ingest.boundary()?;
-        if let (Some(learnt), Some((id, first))) = (&mut self.learnt, self.current.take()) {
+        if let (true, Some((id, first))) = (self.learning, self.current.take()) {
             // Only a file read whole at the size its identity gives.
             if id.size == r.size {
-                learnt.push((r.path.clone(), id, first, self.ingest.mark()));
+                self.ingest.learn(&r.path, id, first)?;
             }
         }
         Ok(())
@@ -68,17 +65,25 @@ impl TreeOut for TreeIngest<'_> {
 
     fn reuse(&mut self, r: &Record, id: &FileId) -> io::Result<bool> {
         self.current = None;
-        let Some(chunks) = self.cache.and_then(|c| c.lookup(&r.path, id)) else {
+        let Some(chunks) = self
+            .cache
+            .as_deref_mut()
+            .and_then(|c| c.lookup(&r.path, id))
+        else {
             self.current = Some((*id, self.ingest.mark()));
             return Ok(false);
         };
-        self.entry(r)?;
+        // `entry`, with the cache still borrowed.
+        self.meta.push(r);
+        if r.kind == Kind::File {
+            self.ingest.boundary()?;
+        }
         let first = self.ingest.mark();
         for (fp, n) in chunks.iter() {
             self.ingest.push_known(fp, n)?;
         }
-        if let Some(learnt) = &mut self.learnt {
-            learnt.push((r.path.clone(), *id, first, self.ingest.mark()));
+        if self.learning {
+            self.ingest.learn(&r.path, *id, first)?;
         }
         self.from_cache += 1;
         Ok(true)
@@ -112,7 +117,7 @@ pub(crate) fn backup_paths(
     let cache_file = cache_opts
         .as_ref()
         .map(|c| cache_path(&c.dir, &repo.manifest.config.repo_id, &paths));
-    let old = match (&cache_opts, &cache_file) {
+    let mut old = match (&cache_opts, &cache_file) {
         (Some(c), Some(f)) if !c.force_read => {
             let mut old = FilesCache::load(f);
             old.retain_indexed(repo.need_index()?);
@@ -120,15 +125,21 @@ pub(crate) fn backup_paths(
         }
         _ => None,
     };
+    // The next cache is written as the backup goes (straight to its
+    // temporary file), and put in place once the backup is committed.
+    // Only speed depends on the cache: failing to write it is no error.
+    let next_cache = cache_file
+        .as_ref()
+        .and_then(|f| CacheBuilder::create(f, started).ok());
+    let learning = next_cache.is_some();
     let mut stats = None;
-    let mut learnt = None;
     let mut from_cache = 0;
-    let (mut report, trail) = repo.backup_in_tree(hooks, opts, cache_file.is_some(), |ingest| {
+    let (mut report, next_cache) = repo.backup_in_tree(hooks, opts, next_cache, |ingest| {
         let mut out = TreeIngest {
             ingest,
             meta: MetaEncoder::default(),
-            cache: old.as_ref(),
-            learnt: cache_file.is_some().then(Vec::new),
+            cache: old.as_mut(),
+            learning,
             current: None,
             from_cache: 0,
         };
@@ -143,7 +154,6 @@ pub(crate) fn backup_paths(
         stats = Some(store(scan, &mut out, &mut on_bytes)?);
         let io_err = |e| Error::io("backup", e);
         let (names, times) = std::mem::take(&mut out.meta).finish();
-        learnt = out.learnt.take();
         from_cache = out.from_cache;
         ingest.metadata_starts().map_err(io_err)?;
         ingest.write_all(&names).map_err(io_err)?;
@@ -152,18 +162,9 @@ pub(crate) fn backup_paths(
         Ok(())
     })?;
     report.files_from_cache = from_cache;
-    // The old cache is done with before the new one is written.
     drop(old);
-    if let (Some(file), Some(learnt), Some(trail)) = (cache_file, learnt, trail) {
-        // Only speed depends on the cache: failing to write it is no error.
-        if let Ok(mut w) = CacheBuilder::create(&file, started) {
-            for (path, id, a, z) in learnt {
-                if let Some(chunks) = trail.between(a, z) {
-                    w.push(&path, &id, chunks.iter().copied());
-                }
-            }
-            let _ = w.finish();
-        }
+    if let Some(w) = next_cache {
+        let _ = w.finish();
     }
     Ok((report, stats.unwrap_or_default()))
 }
