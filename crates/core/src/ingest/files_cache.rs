@@ -354,6 +354,39 @@ impl FilesCache {
         n
     }
 }
+/// Remove the temporary files that backups of `path` killed while writing
+/// it left beside it (`<name>.tmp<PID>` of a process that is gone): a
+/// crash needs no manual step. A live process's file is its own.
+fn remove_stale_temporaries(path: &Path) {
+    let (Some(dir), Some(stem)) = (path.parent(), path.file_stem()) else {
+        return;
+    };
+    let prefix = format!("{}.tmp", stem.to_string_lossy());
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(&prefix))
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if pid > 0 && !process_alive(pid) {
+            let _ = fs::remove_file(e.path());
+        }
+    }
+}
+
+/// Whether process `pid` exists (signal 0 checks without sending).
+fn process_alive(pid: i32) -> bool {
+    // SAFETY: kill(2) with signal 0 sends nothing; it only checks.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
 /// Writes the cache a backup leaves for the next one, straight to a
 /// temporary file beside its place (so it takes no memory), renamed into
 /// place by [`CacheBuilder::finish`]; dropped unfinished, it removes the
@@ -373,6 +406,7 @@ impl CacheBuilder {
     pub(crate) fn create(path: &Path, started: u64) -> std::io::Result<Self> {
         let dir = path.parent().unwrap_or(Path::new("."));
         fs::create_dir_all(dir)?;
+        remove_stale_temporaries(path);
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));
         let file = fs::File::create(&tmp)?;
         let mut w = CacheBuilder {
@@ -635,6 +669,30 @@ mod tests {
             1,
             "no temporary file"
         );
+    }
+
+    /// A backup killed while writing the next cache leaves its temporary
+    /// file; the next backup of the same paths removes it, but not the
+    /// one of a live process (or another cache's).
+    #[test]
+    fn a_killed_backups_temporary_file_is_removed_by_the_next() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("c.cache");
+        // A process that has exited: its pid is free (until reused).
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let stale = d.path().join(format!("c.tmp{dead}"));
+        let live = d.path().join("c.tmp1"); // init: always alive
+        let other = d.path().join(format!("other.tmp{dead}"));
+        for f in [&stale, &live, &other] {
+            fs::write(f, b"partial").unwrap();
+        }
+        let w = CacheBuilder::create(&path, 1).unwrap();
+        w.finish().unwrap();
+        assert!(!stale.exists(), "the dead backup's file is removed");
+        assert!(live.exists() && other.exists());
+        assert!(path.exists());
     }
 
     /// The learner records each file as the chunks after the mark placed
