@@ -136,7 +136,10 @@ impl<T: Copy> GrowBuf<T> {
         debug_assert!(cap >= self.len);
         if cap == 0 {
             self.free();
-            *self = Self::default();
+            // Not `*self = default()`: that would drop (free) it again.
+            self.ptr = NonNull::dangling();
+            self.cap = 0;
+            self.mapped = 0;
             return;
         }
         let layout = Self::layout(cap);
