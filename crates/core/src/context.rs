@@ -19,6 +19,7 @@ use crate::catalog::{BackupEntry, Manifest, RepoConfig, Sections};
 use crate::container::{ChunkKind, ContainerId, ContainerStore};
 use crate::error::{Error, ObjectRef, Result};
 use crate::fingerprint::{Fingerprint, Fingerprinter};
+use crate::index::kept_table::KeptTable;
 use crate::index::runset::{say_rebuilding, Basis, Lag, RunSet};
 use crate::index::{
     decode_segment, encode_segment, sort_entries, CopyNo, DiskLoad, Index, IndexEntry, SegmentView,
@@ -480,9 +481,10 @@ impl Context {
     /// entries of every index segment the manifest lists, in order.
     /// Entries naming a container the manifest does not list are ignored:
     /// a segment merged from a concurrent writer may hold entries of
-    /// containers a GC reclaimed (docs/FORMAT.md). An on-disk index starts
-    /// from the run set an earlier opening kept ([`RunSet`]) and applies
-    /// only the segments listed since; it keeps what it built for the next.
+    /// containers a GC reclaimed (docs/FORMAT.md). An index starts from
+    /// what an earlier opening kept (on disk its run set, [`RunSet`]; in
+    /// memory its table, [`KeptTable`]) and applies only the segments
+    /// listed since; it keeps what it built for the next.
     fn build_index(&self, bad_segments: Option<&mut Vec<(ObjectKey, Error)>>) -> Result<Index> {
         if let Some(own) = self.locator.own_index(self) {
             return own;
@@ -497,15 +499,18 @@ impl Context {
         let mut report = DiskLoad::default();
         let cfg = crate::index::disk::DiskConfig::default();
         let mut index = match (&kept, &basis) {
-            (Some(k), Some(basis)) => match k.set.load(basis, &k.base, cfg) {
+            (Some(k), Some(basis)) => match k.load(basis, cfg) {
                 Ok((index, held)) => {
                     report.kept_segments = held;
                     index
                 }
                 Err(reason) => {
-                    say_rebuilding(&reason);
+                    k.say_rebuilding(&reason);
                     report.rebuilt = Some(reason);
-                    disk_index(cfg)?
+                    match disk {
+                        true => disk_index(cfg)?,
+                        false => Index::default(),
+                    }
                 }
             },
             _ if disk => disk_index(cfg)?,
@@ -515,42 +520,48 @@ impl Context {
         let applied = self.apply_segments(todo, &listed, &mut index, bad_segments)?;
         // On disk: the loaded entries become sorted runs before the first lookup.
         index.flush()?;
-        if disk {
-            report.applied_segments = todo.len();
-            if let (Some(k), Some(basis)) = (&kept, &basis) {
-                let lag = Lag {
-                    segments: todo.len(),
-                    entries: applied,
-                    table: index.len().0,
-                };
-                if report.rebuilt.is_some() || lag.worth_saving() {
-                    // The kept set is a cache: failing to save it costs the
-                    // next opening a rebuild, not this command.
-                    match k.set.save(&mut index, basis) {
-                        Ok(saved) => report.saved = saved,
-                        Err(e) => say_rebuilding(&format!("could not keep it: {e}")),
-                    }
+        report.applied_segments = todo.len();
+        if let (Some(k), Some(basis)) = (&kept, &basis) {
+            let lag = Lag {
+                segments: todo.len(),
+                entries: applied,
+                table: index.len().0,
+            };
+            if report.rebuilt.is_some() || k.worth_saving(&lag) {
+                // What is kept is a cache: failing to save it costs the
+                // next opening a rebuild, not this command.
+                match k.save(&mut index, basis) {
+                    Ok(saved) => report.saved = saved,
+                    Err(e) => k.say_rebuilding(&format!("could not keep it: {e}")),
                 }
             }
+            index.set_disk_load(report);
+        } else if disk {
             index.set_disk_load(report);
         }
         Ok(index)
     }
 
-    /// The kept run set of this handle's repository and what it must
-    /// stand for as of this handle's generation; `None` for a memory
-    /// index or a repository in memory (gone with the process).
+    /// What this handle's repository keeps of its index across openings
+    /// (a run set on disk, a table in memory) and what it must stand for
+    /// as of this handle's generation; `None` for a repository in memory
+    /// (gone with the process) or a layout with an index of its own.
     fn kept_basis(&self) -> Option<KeptBasis> {
         let manifest = &self.manifest;
         let location = self.objects.location();
-        if manifest.config.index != crate::index::IndexKind::Disk || location == "memory" {
+        if location == "memory" || manifest.config.layout != crate::catalog::LayoutKind::Containers
+        {
             return None;
         }
         let mut containers: Vec<u64> = manifest.containers.iter().map(|c| c.id.0).collect();
         containers.sort_unstable();
         let base = index_dir();
+        let (repo_id, at) = (&manifest.config.repo_id, &location);
         Some(KeptBasis {
-            set: RunSet::of(&base, &manifest.config.repo_id, &location),
+            keeper: match manifest.config.index {
+                crate::index::IndexKind::Disk => Keeper::Runs(RunSet::of(&base, repo_id, at)),
+                crate::index::IndexKind::Memory => Keeper::Table(KeptTable::of(&base, repo_id, at)),
+            },
             base,
             repo_id: manifest.config.repo_id.clone(),
             location,
@@ -564,13 +575,14 @@ impl Context {
         })
     }
 
-    /// Keep this handle's on-disk index as the run set of the generation
-    /// it holds, for a mutation that replaced every index segment (a GC, a
-    /// compaction) and published it without merging: its index is then
-    /// exactly what the one new segment holds, and the next opening reuses
-    /// it instead of rebuilding the runs from that segment. (A publish
-    /// that merged reloaded, and so kept, the merged generation's index.)
-    /// A cache: failing to keep it costs the next opening a rebuild.
+    /// Keep this handle's index (the run set on disk, the table in
+    /// memory) as of the generation it holds, for a mutation that replaced
+    /// every index segment (a GC, a compaction) and published it without
+    /// merging: its index is then exactly what the one new segment holds,
+    /// and the next opening reuses it instead of rebuilding from that
+    /// segment. (A publish that merged reloaded, and so kept, the merged
+    /// generation's index.) A cache: failing to keep it costs the next
+    /// opening a rebuild.
     pub(crate) fn keep_index(&mut self) {
         let Some(k) = self.kept_basis() else {
             return;
@@ -578,11 +590,11 @@ impl Context {
         let Some(index) = self.index.cell.get_mut() else {
             return;
         };
-        if index.kind() != crate::index::IndexKind::Disk {
+        if index.kind() != self.manifest.config.index {
             return;
         }
-        if let Err(e) = k.set.save(index, &k.basis()) {
-            say_rebuilding(&format!("could not keep it: {e}"));
+        if let Err(e) = k.save(index, &k.basis()) {
+            k.say_rebuilding(&format!("could not keep it: {e}"));
         }
     }
 
@@ -943,16 +955,11 @@ impl Context {
     pub fn index(&self) -> Result<&Index> {
         self.need_index()
     }
-    /// Where an on-disk index of this repository is kept across openings
-    /// ([`RunSet`]); `None` for a memory index or a repository in memory.
+    /// Where this repository's index is kept across openings (the run
+    /// set of an on-disk index, [`RunSet`]; the table of an in-memory one,
+    /// [`KeptTable`]); `None` for a repository in memory.
     pub fn kept_index_dir(&self) -> Option<std::path::PathBuf> {
-        let location = self.objects.location();
-        let disk = self.manifest.config.index == crate::index::IndexKind::Disk;
-        (disk && location != "memory").then(|| {
-            RunSet::of(&index_dir(), &self.manifest.config.repo_id, &location)
-                .dir()
-                .to_path_buf()
-        })
+        self.kept_basis().map(|k| k.dir().to_path_buf())
     }
     /// Whether this handle has loaded its fingerprint index (commands that
     /// need only the manifest never do).
@@ -1105,12 +1112,21 @@ impl Context {
 /// Fresh table memory worth faulting in on a helper thread while loading.
 const POPULATE_MIN: usize = 64 << 20;
 
-/// A repository's kept run set ([`RunSet`]) and the generation it is to
+/// What a repository keeps of its index across openings.
+enum Keeper {
+    /// An on-disk index's run set.
+    Runs(RunSet),
+    /// An in-memory index's tables.
+    Table(KeptTable),
+}
+
+/// A repository's kept index ([`Keeper`]) and the generation it is to
 /// stand for (owned: [`Basis`] borrows it).
 struct KeptBasis {
-    /// The index directory the set and the table's private files live in.
+    /// The index directory the kept index and a table's private files
+    /// live in.
     base: std::path::PathBuf,
-    set: RunSet,
+    keeper: Keeper,
     repo_id: String,
     location: String,
     generation: u64,
@@ -1120,6 +1136,41 @@ struct KeptBasis {
 }
 
 impl KeptBasis {
+    fn dir(&self) -> &std::path::Path {
+        match &self.keeper {
+            Keeper::Runs(s) => s.dir(),
+            Keeper::Table(t) => t.dir(),
+        }
+    }
+    /// The kept index and how many segments it holds, or why not.
+    fn load(
+        &self,
+        basis: &Basis,
+        cfg: crate::index::disk::DiskConfig,
+    ) -> std::result::Result<(Index, usize), String> {
+        match &self.keeper {
+            Keeper::Runs(s) => s.load(basis, &self.base, cfg),
+            Keeper::Table(t) => t.load(basis),
+        }
+    }
+    fn save(&self, index: &mut Index, basis: &Basis) -> Result<bool> {
+        match &self.keeper {
+            Keeper::Runs(s) => s.save(index, basis),
+            Keeper::Table(t) => t.save(index, basis),
+        }
+    }
+    fn worth_saving(&self, lag: &Lag) -> bool {
+        match &self.keeper {
+            Keeper::Runs(_) => lag.worth_saving(),
+            Keeper::Table(_) => crate::index::kept_table::worth_saving(lag),
+        }
+    }
+    fn say_rebuilding(&self, reason: &str) {
+        match &self.keeper {
+            Keeper::Runs(_) => say_rebuilding(reason),
+            Keeper::Table(_) => crate::index::kept_table::say_rebuilding(reason),
+        }
+    }
     fn basis(&self) -> Basis<'_> {
         Basis {
             repo_id: &self.repo_id,

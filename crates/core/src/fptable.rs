@@ -26,6 +26,7 @@
 //! costs 40 bytes plus 8 / load factor (at most 3/4): 51–61 bytes.
 
 use crate::fingerprint::Fingerprint;
+use crate::growbuf::GrowBuf;
 use crate::zerobuf::ZeroBuf;
 
 type Key = [u64; 4];
@@ -74,21 +75,12 @@ fn hash(k: &Key) -> u64 {
 /// An empty slot.
 const FREE: u64 = 0;
 
-/// A vector's allocated room past its elements.
-fn room<T>(v: &Vec<T>) -> crate::zerobuf::Spare {
-    let size = std::mem::size_of::<T>();
-    crate::zerobuf::Spare {
-        at: v.as_ptr() as usize + v.len() * size,
-        bytes: (v.capacity() - v.len()) * size,
-    }
-}
-
 /// Fingerprint → u64 (see the module documentation).
 #[derive(Default)]
 pub struct FpTable {
     /// Keys in insertion order; removed ones zeroed.
-    keys: Vec<Key>,
-    vals: Vec<u64>,
+    keys: GrowBuf<Key>,
+    vals: GrowBuf<u64>,
     /// tag << 32 | (position + 1); `None` until the first insertion.
     slots: Option<ZeroBuf<u64>>,
     /// 64 − log2(slot count).
@@ -388,8 +380,8 @@ impl FpTable {
             let cap = (need * 4).div_ceil(3).next_power_of_two().max(MIN_CAPACITY);
             self.rebuild(cap);
         }
-        self.keys.reserve(additional);
-        self.vals.reserve(additional);
+        self.keys.reserve_exact(additional);
+        self.vals.reserve_exact(additional);
     }
 
     /// The memory the table's next inserts write and has not written yet:
@@ -401,8 +393,8 @@ impl FpTable {
         if let Some(s) = &self.slots {
             out.push(Spare::of(s.as_slice()));
         }
-        out.push(room(&self.keys));
-        out.push(room(&self.vals));
+        out.push(self.keys.spare());
+        out.push(self.vals.spare());
         out
     }
 
@@ -437,10 +429,138 @@ impl FpTable {
         let live = self
             .keys
             .iter()
-            .zip(&self.vals)
+            .zip(self.vals.iter())
             .filter(|(k, _)| !vacant(k))
             .map(|(k, &v)| (fp_of(k), v));
         zero.into_iter().chain(live)
+    }
+}
+
+/// A table kept in a file (issue 36, `index/kept_table.rs`): its arrays
+/// exactly as in memory, each at a page boundary, so an opening maps them
+/// instead of building the table. The file: the keys (32 bytes each, in
+/// insertion order, zero for a removed entry), zeros to a page boundary,
+/// the values (u64), zeros to a page boundary, the slots (u64: the key
+/// hash's low 32 bits << 32 | position + 1; 0 empty), all in this
+/// machine's byte order. The shape says how many of each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TableShape {
+    /// Entries in the arrays (removed ones included).
+    pub entries: u64,
+    /// Live entries among them.
+    pub live: u64,
+    /// Slots (a power of two, or 0 before the first insertion).
+    pub slots: u64,
+    /// The all-zero fingerprint's value.
+    pub zero: Option<u64>,
+}
+
+/// What a kept table's bytes depend on besides its shape: the slot hash
+/// and encoding, and the byte order. A change to [`hash`] or the slots
+/// must change it, so older kept tables are rebuilt, never misread.
+#[cfg(target_endian = "little")]
+pub const KEPT_FORMAT: &str = "fptable-1-le";
+#[cfg(target_endian = "big")]
+pub const KEPT_FORMAT: &str = "fptable-1-be";
+
+const PAGE: u64 = 4096;
+
+impl TableShape {
+    fn vals_at(&self) -> u64 {
+        (self.entries * 32).next_multiple_of(PAGE)
+    }
+    fn slots_at(&self) -> u64 {
+        (self.vals_at() + self.entries * 8).next_multiple_of(PAGE)
+    }
+    /// The file's length.
+    pub fn file_len(&self) -> u64 {
+        self.slots_at() + self.slots * 8
+    }
+    /// Why a shape cannot be a table's (a foreign or damaged description).
+    fn check(&self) -> std::result::Result<(), String> {
+        let ok = self.live <= self.entries
+            && self.entries < u32::MAX as u64
+            && if self.slots == 0 {
+                self.entries == 0
+            } else {
+                self.slots.is_power_of_two()
+                    && self.slots >= MIN_CAPACITY as u64
+                    && self.live * 4 <= self.slots * 3
+            };
+        match ok {
+            true => Ok(()),
+            false => Err(format!("not a table's shape: {self:?}")),
+        }
+    }
+}
+
+impl FpTable {
+    /// The shape [`write_kept`](Self::write_kept) writes.
+    pub(crate) fn shape(&self) -> TableShape {
+        TableShape {
+            entries: self.keys.len() as u64,
+            live: self.len as u64,
+            slots: self.capacity() as u64,
+            zero: self.zero,
+        }
+    }
+
+    /// Write the table as a kept file (see [`TableShape`]).
+    pub(crate) fn write_kept(&self, w: &mut impl std::io::Write) -> std::io::Result<TableShape> {
+        let shape = self.shape();
+        let pad = |w: &mut dyn std::io::Write, from: u64, to: u64| {
+            w.write_all(&vec![0u8; (to - from) as usize])
+        };
+        w.write_all(self.keys.as_bytes())?;
+        pad(w, shape.entries * 32, shape.vals_at())?;
+        w.write_all(self.vals.as_bytes())?;
+        pad(w, shape.vals_at() + shape.entries * 8, shape.slots_at())?;
+        if let Some(s) = &self.slots {
+            // SAFETY: initialized u64s viewed as bytes.
+            let b = unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<u8>(), s.len() * 8) };
+            w.write_all(b)?;
+        }
+        Ok(shape)
+    }
+
+    /// The table a kept file holds, mapped privately (see
+    /// [`crate::growbuf`]): its pages are read as lookups touch them, and
+    /// changes stay in this process. The caller verified the file's
+    /// checksums; the shape is checked against the file here.
+    #[cfg(unix)]
+    pub(crate) fn map_kept(
+        file: &std::fs::File,
+        shape: &TableShape,
+    ) -> std::result::Result<FpTable, String> {
+        shape.check()?;
+        let len = file.metadata().map_err(|e| e.to_string())?.len();
+        if len != shape.file_len() {
+            return Err(format!(
+                "{len} bytes where its shape needs {}",
+                shape.file_len()
+            ));
+        }
+        let entries = shape.entries as usize;
+        // Appends before the arrays move to the heap: virtual room only.
+        let room = entries / 8 + 1024;
+        let io = |e: std::io::Error| format!("cannot map it: {e}");
+        let keys = GrowBuf::map_file(file, 0, entries, room).map_err(io)?;
+        let vals = GrowBuf::map_file(file, shape.vals_at(), entries, room).map_err(io)?;
+        let (slots, shift) = match shape.slots {
+            0 => (None, 0),
+            n => (
+                Some(ZeroBuf::map_file(file, shape.slots_at(), n as usize).map_err(io)?),
+                64 - n.trailing_zeros(),
+            ),
+        };
+        Ok(FpTable {
+            keys,
+            vals,
+            slots,
+            shift,
+            len: shape.live as usize,
+            zero: shape.zero,
+        })
     }
 }
 

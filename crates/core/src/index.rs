@@ -46,12 +46,14 @@ use std::collections::HashSet;
 
 pub mod bloom;
 pub mod disk;
+pub mod kept_table;
 pub mod runset;
 
 use disk::{DiskConfig, DiskCursor, DiskTable};
 
-/// How an opening came by its on-disk index (for tests and benchmarks):
-/// the kept run set of [`runset`] reused, segments applied, or rebuilt.
+/// How an opening came by its index (for tests and benchmarks): the kept
+/// run set of [`runset`] (on disk) or the kept table of [`kept_table`] (in
+/// memory) reused, segments applied, or rebuilt.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DiskLoad {
     /// Segments the kept run set already held.
@@ -360,6 +362,50 @@ impl Index {
         }
         index
     }
+    /// An in-memory index over kept tables (the data and recipe tables a
+    /// kept table file maps, see [`kept_table`]) and the copy lists that
+    /// [`copy_entries`](Self::copy_entries) gave.
+    pub(crate) fn from_tables(data: FpTable, recipe: FpTable, copies: Vec<IndexEntry>) -> Self {
+        let mut index = Index {
+            data: DataTable::Mem(data),
+            recipe,
+            ..Index::default()
+        };
+        for e in copies.into_iter().filter(|e| e.kind == ChunkKind::Data) {
+            let c = index.copies.entry(e.fp).or_default();
+            let i = c.nos.partition_point(|&n| n < e.copy);
+            c.nos.insert(i, e.copy);
+            c.at.insert(i, e.container);
+        }
+        index
+    }
+    /// The in-memory tables (data, recipe) to keep (`None` on disk).
+    pub(crate) fn tables(&self) -> Option<(&FpTable, &FpTable)> {
+        match &self.data {
+            DataTable::Mem(t) => Some((t, &self.recipe)),
+            DataTable::Disk(_) => None,
+        }
+    }
+    /// Every copy of each chunk with a copy list (few: rewritten chunks).
+    pub fn copy_entries(&self) -> Vec<IndexEntry> {
+        let mut out: Vec<IndexEntry> = self
+            .copies
+            .iter()
+            .flat_map(|(fp, c)| {
+                c.nos
+                    .iter()
+                    .zip(&c.at)
+                    .map(|(&copy, &container)| IndexEntry {
+                        fp: *fp,
+                        container,
+                        kind: ChunkKind::Data,
+                        copy,
+                    })
+            })
+            .collect();
+        sort_entries(&mut out);
+        out
+    }
     /// What an on-disk table does not hold: every copy of each chunk with
     /// a copy list, and the recipe chunks (few: rewritten chunks, recipes).
     pub fn side_entries(&self) -> Vec<IndexEntry> {
@@ -394,6 +440,13 @@ impl Index {
     /// How the opening came by this on-disk index: a kept run set reused,
     /// segments applied, rebuilt and why (`None` in memory).
     pub fn disk_load(&self) -> Option<&DiskLoad> {
+        self.disk_load
+            .as_ref()
+            .filter(|_| self.kind() == IndexKind::Disk)
+    }
+    /// How the opening came by this index when it was kept across
+    /// openings (a run set on disk, a table in memory); `None` otherwise.
+    pub fn kept_load(&self) -> Option<&DiskLoad> {
         self.disk_load.as_ref()
     }
     pub(crate) fn set_disk_load(&mut self, load: DiskLoad) {

@@ -20,6 +20,7 @@ pub mod fingerprint;
 mod fptable;
 mod framing;
 pub mod gc;
+mod growbuf;
 pub mod ids;
 pub mod index;
 pub mod ingest;

@@ -75,6 +75,37 @@ impl<T: Copy> ZeroBuf<T> {
         }
     }
 
+    /// `len` elements read from `file` at `offset` (page-aligned),
+    /// privately: writes copy the pages they touch, the file is never
+    /// written (the kept in-memory table's slots, see [`crate::growbuf`]).
+    #[cfg(unix)]
+    pub(crate) fn map_file(file: &std::fs::File, offset: u64, len: usize) -> std::io::Result<Self> {
+        use std::os::unix::io::AsRawFd;
+        if len == 0 {
+            return Ok(Self::zeroed(0));
+        }
+        assert!(offset.is_multiple_of(4096), "page-aligned offset");
+        // SAFETY: a new private file mapping, checked for failure.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len * std::mem::size_of::<T>(),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE,
+                file.as_raw_fd(),
+                offset as libc::off_t,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(ZeroBuf {
+            ptr: NonNull::new(p.cast()).expect("mmap returned null"),
+            len,
+            mapped: true,
+        })
+    }
+
     /// A copy of `v` (large ones on huge pages, as [`zeroed`](Self::zeroed)).
     pub(crate) fn from_slice(v: &[T]) -> Self {
         let mut b = Self::zeroed(v.len());

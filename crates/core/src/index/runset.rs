@@ -37,8 +37,8 @@ use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 8] = b"TSRARUNS";
 const VERSION: u32 = 1;
-const STATE: &str = "state";
-const LOCK: &str = "save.lock";
+pub(super) const STATE: &str = "state";
+pub(super) const LOCK: &str = "save.lock";
 /// A save lock older than this was left by a process that died.
 const LOCK_STALE: std::time::Duration = std::time::Duration::from_secs(600);
 /// Run sets of other repositories unused this long are removed by a save.
@@ -116,12 +116,12 @@ pub fn say_rebuilding(reason: &str) {
     }
 }
 
-fn io_error(path: &Path, e: std::io::Error) -> Error {
+pub(super) fn io_error(path: &Path, e: std::io::Error) -> Error {
     Error::io(format!("kept index {}", path.display()), e)
 }
 
 /// `ids` (ascending) as half-open ranges.
-fn ranges(ids: &[u64]) -> Vec<(u64, u64)> {
+pub(super) fn ranges(ids: &[u64]) -> Vec<(u64, u64)> {
     let mut out: Vec<(u64, u64)> = Vec::new();
     for &i in ids {
         match out.last_mut() {
@@ -133,7 +133,7 @@ fn ranges(ids: &[u64]) -> Vec<(u64, u64)> {
 }
 
 /// Whether every id of `ranges` is in `ids` (ascending).
-fn all_listed(ranges: &[(u64, u64)], ids: &[u64]) -> bool {
+pub(super) fn all_listed(ranges: &[(u64, u64)], ids: &[u64]) -> bool {
     ranges.iter().all(|&(a, b)| {
         let from = ids.partition_point(|&i| i < a);
         // Ids are distinct: the range is all there iff it spans that many.
@@ -345,7 +345,7 @@ impl RunSet {
             t.kept_as(&names);
         }
         self.remove_unnamed(&state);
-        remove_unused_sets(self.dir.parent(), &self.dir);
+        remove_unused_sets(self.dir.parent(), &self.dir, "runs-");
         Ok(true)
     }
 
@@ -380,9 +380,10 @@ impl RunSet {
     }
 }
 
-/// Remove other repositories' run sets nobody saved for [`UNUSED`] (a
+/// Remove other repositories' run sets (or kept tables: directories named
+/// `prefix`…) nobody saved for [`UNUSED`] (a
 /// repository deleted or moved leaves its set behind).
-fn remove_unused_sets(base: Option<&Path>, mine: &Path) {
+pub(super) fn remove_unused_sets(base: Option<&Path>, mine: &Path, prefix: &str) {
     let Some(Ok(entries)) = base.map(std::fs::read_dir) else {
         return;
     };
@@ -391,7 +392,7 @@ fn remove_unused_sets(base: Option<&Path>, mine: &Path) {
         let is_set = e
             .file_name()
             .to_str()
-            .is_some_and(|n| n.starts_with("runs-"));
+            .is_some_and(|n| n.starts_with(prefix));
         let unused = std::fs::metadata(path.join(STATE))
             .and_then(|m| m.modified())
             .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > UNUSED));
@@ -402,7 +403,7 @@ fn remove_unused_sets(base: Option<&Path>, mine: &Path) {
 }
 
 /// A name no other file of any process takes: what, process, time, count.
-fn unique(what: &str) -> String {
+pub(super) fn unique(what: &str) -> String {
     static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let t = std::time::SystemTime::now()
@@ -412,11 +413,11 @@ fn unique(what: &str) -> String {
 }
 
 /// The exclusive save lock, removed when dropped.
-struct SaveLock(PathBuf);
+pub(super) struct SaveLock(PathBuf);
 
 impl SaveLock {
     /// Take it, or `None` if another live save holds it.
-    fn take(path: &Path) -> Result<Option<SaveLock>> {
+    pub(super) fn take(path: &Path) -> Result<Option<SaveLock>> {
         for _ in 0..2 {
             match std::fs::OpenOptions::new()
                 .write(true)

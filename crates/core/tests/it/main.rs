@@ -14,6 +14,7 @@ mod gcs;
 mod hostile;
 mod interleave;
 mod kept_index;
+mod kept_table;
 mod lazy;
 mod mfdedup;
 mod model;
