@@ -388,28 +388,13 @@ impl Index {
     }
     /// Every copy of each chunk with a copy list (few: rewritten chunks).
     pub fn copy_entries(&self) -> Vec<IndexEntry> {
-        let mut out: Vec<IndexEntry> = self
-            .copies
-            .iter()
-            .flat_map(|(fp, c)| {
-                c.nos
-                    .iter()
-                    .zip(&c.at)
-                    .map(|(&copy, &container)| IndexEntry {
-                        fp: *fp,
-                        container,
-                        kind: ChunkKind::Data,
-                        copy,
-                    })
-            })
-            .collect();
+        let mut out: Vec<IndexEntry> = self.listed_copies().collect();
         sort_entries(&mut out);
         out
     }
-    /// What an on-disk table does not hold: every copy of each chunk with
-    /// a copy list, and the recipe chunks (few: rewritten chunks, recipes).
-    pub fn side_entries(&self) -> Vec<IndexEntry> {
-        let copies = self.copies.iter().flat_map(|(fp, c)| {
+    /// Every copy of each chunk with a copy list, unsorted.
+    fn listed_copies(&self) -> impl Iterator<Item = IndexEntry> + '_ {
+        self.copies.iter().flat_map(|(fp, c)| {
             c.nos
                 .iter()
                 .zip(&c.at)
@@ -419,7 +404,12 @@ impl Index {
                     kind: ChunkKind::Data,
                     copy,
                 })
-        });
+        })
+    }
+    /// What an on-disk table does not hold: every copy of each chunk with
+    /// a copy list, and the recipe chunks (few: rewritten chunks, recipes).
+    pub fn side_entries(&self) -> Vec<IndexEntry> {
+        let copies = self.listed_copies();
         let recipe = self.recipe.iter().map(|(fp, c)| IndexEntry {
             fp,
             container: ContainerId(c),

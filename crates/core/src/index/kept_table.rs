@@ -24,7 +24,8 @@
 
 use super::disk::KeptFile;
 use super::runset::{
-    all_listed, io_error, ranges, remove_unused_sets, unique, Basis, Lag, SaveLock, LOCK, STATE,
+    all_listed, io_error, kept_dir, ranges, read_kept_state, remove_unused_sets, unique, Basis,
+    Lag, SaveLock, LOCK, STATE,
 };
 use super::{decode_segment, encode_segment, Index};
 use crate::error::{Error, Result};
@@ -138,10 +139,8 @@ impl<W: Write> Write for Pieces<W> {
 impl KeptTable {
     /// The kept table of a repository under `base` (the index directory).
     pub fn of(base: &Path, repo_id: &str, location: &str) -> KeptTable {
-        let key = checksum(format!("{repo_id}\0{location}").as_bytes());
-        let hex: String = key[..8].iter().map(|b| format!("{b:02x}")).collect();
         KeptTable {
-            dir: base.join(format!("table-{hex}")),
+            dir: kept_dir(base, "table-", repo_id, location),
         }
     }
 
@@ -151,22 +150,7 @@ impl KeptTable {
     }
 
     fn read_state(&self) -> std::result::Result<State, String> {
-        let path = self.dir.join(STATE);
-        let bytes = match std::fs::read(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err("no table kept yet".into())
-            }
-            Err(e) => return Err(format!("{}: {e}", path.display())),
-        };
-        let name = path.display().to_string();
-        let (version, json) =
-            crate::framing::decode(&bytes, MAGIC, "kept table state", &name.into())
-                .map_err(|e| format!("damaged: {e}"))?;
-        if version != VERSION {
-            return Err(format!("kept by another version ({version})"));
-        }
-        serde_json::from_slice(json).map_err(|e| format!("damaged: {}: {e}", path.display()))
+        read_kept_state(&self.dir, (MAGIC, VERSION), "kept table")
     }
 
     /// The kept index if it can stand for `basis`, and how many of its

@@ -116,6 +116,40 @@ pub fn say_rebuilding(reason: &str) {
     }
 }
 
+/// The directory of a repository's kept state under `base`: `prefix`
+/// and 16 hex digits of XXH3(repo id, location).
+pub(super) fn kept_dir(base: &Path, prefix: &str, repo_id: &str, location: &str) -> PathBuf {
+    let key = checksum(format!("{repo_id}\0{location}").as_bytes());
+    let hex: String = key[..8].iter().map(|b| format!("{b:02x}")).collect();
+    base.join(format!("{prefix}{hex}"))
+}
+
+/// The framed JSON `state` file of kept state in `dir` (`what`: "run
+/// set", "kept table"), or why it cannot be used: missing, damaged, or
+/// written by another format version.
+pub(super) fn read_kept_state<T: serde::de::DeserializeOwned>(
+    dir: &Path,
+    (magic, version): (&[u8; 8], u32),
+    what: &str,
+) -> std::result::Result<T, String> {
+    let path = dir.join(STATE);
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(format!("no {what} kept yet"))
+        }
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    let name = path.display().to_string();
+    let (found, json) =
+        crate::framing::decode(&bytes, magic, &format!("{what} state"), &name.into())
+            .map_err(|e| format!("damaged: {e}"))?;
+    if found != version {
+        return Err(format!("kept by another version ({found})"));
+    }
+    serde_json::from_slice(json).map_err(|e| format!("damaged: {}: {e}", path.display()))
+}
+
 pub(super) fn io_error(path: &Path, e: std::io::Error) -> Error {
     Error::io(format!("kept index {}", path.display()), e)
 }
@@ -145,10 +179,8 @@ pub(super) fn all_listed(ranges: &[(u64, u64)], ids: &[u64]) -> bool {
 impl RunSet {
     /// The run set of a repository under `base` (the index directory).
     pub fn of(base: &Path, repo_id: &str, location: &str) -> RunSet {
-        let key = checksum(format!("{repo_id}\0{location}").as_bytes());
-        let hex: String = key[..8].iter().map(|b| format!("{b:02x}")).collect();
         RunSet {
-            dir: base.join(format!("runs-{hex}")),
+            dir: kept_dir(base, "runs-", repo_id, location),
         }
     }
 
@@ -158,21 +190,7 @@ impl RunSet {
     }
 
     fn read_state(&self) -> std::result::Result<State, String> {
-        let path = self.dir.join(STATE);
-        let bytes = match std::fs::read(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err("no run set kept yet".into())
-            }
-            Err(e) => return Err(format!("{}: {e}", path.display())),
-        };
-        let name = path.display().to_string();
-        let (version, json) = crate::framing::decode(&bytes, MAGIC, "run set state", &name.into())
-            .map_err(|e| format!("damaged: {e}"))?;
-        if version != VERSION {
-            return Err(format!("kept by another version ({version})"));
-        }
-        serde_json::from_slice(json).map_err(|e| format!("damaged: {}: {e}", path.display()))
+        read_kept_state(&self.dir, (MAGIC, VERSION), "run set")
     }
 
     /// A kept file's bytes, checked against its length and checksum.
