@@ -23,10 +23,11 @@ use crate::catalog::{BackupEntry, BackupId, SourceKind};
 use crate::container::{format::object_name, Container, ContainerId};
 use crate::context::Context;
 use crate::error::{Error, IoContext, Result};
+use crate::fingerprint::Fingerprint;
 use crate::metrics::{mb_per_s, read_amplification, speed_factor};
 use crate::recipe::RecipeEntry;
 use crate::seal::Sealer;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::Write;
 use std::path::Path;
 use std::sync::mpsc::{sync_channel, Receiver, TryRecvError};
@@ -122,6 +123,9 @@ struct Assembler<'a> {
     /// The containers the cache holds, as stored, with the budget bytes
     /// each holds.
     cached: HashMap<ContainerId, (Arc<Container>, u64)>,
+    /// Containers trimmed to the chunks they still supply (plain bytes by
+    /// fingerprint), with the budget bytes each holds.
+    trimmed: HashMap<ContainerId, (HashMap<Fingerprint, Vec<u8>>, u64)>,
     /// Frames opened lately, and being opened.
     frames: OpenFrames,
     /// Where frames are opened ahead (none: each is opened when needed).
@@ -179,8 +183,8 @@ impl Assembler<'_> {
                         self.scan_cached.insert(id, Arc::clone(c));
                     }
                 }
-                Step::Op(op @ (Op::Evict(_) | Op::Release(_))) if !scanned => {
-                    if let Op::Evict(id) | Op::Release(id) = &op {
+                Step::Op(op @ (Op::Evict(_) | Op::Release(_) | Op::Trim(..))) if !scanned => {
+                    if let Op::Evict(id) | Op::Release(id) | Op::Trim(id, ..) = &op {
                         self.scan_cached.remove(id);
                     }
                     self.apply(op)?;
@@ -247,7 +251,8 @@ impl Assembler<'_> {
                     }
                     *step = Step::Arrived(*id, c, *n);
                 }
-                Step::Op(Op::Evict(id) | Op::Release(id)) => {
+                // A trimmed container's chunks need no opening.
+                Step::Op(Op::Evict(id) | Op::Release(id) | Op::Trim(id, ..)) => {
                     self.scan_cached.remove(id);
                 }
                 Step::Op(Op::Chunk(e, id)) => {
@@ -259,7 +264,7 @@ impl Assembler<'_> {
                     }
                 }
                 // Windows open their frames when applied.
-                Step::Op(Op::Window(_)) | Step::Arrived(..) | Step::Failed(_) => {}
+                Step::Op(Op::Window(_) | Op::Drop(..)) | Step::Arrived(..) | Step::Failed(_) => {}
             }
             self.scanned += 1;
         }
@@ -273,32 +278,120 @@ impl Assembler<'_> {
                 if let Some((c, n)) = self.cached.remove(&id) {
                     self.free_shared(c, n);
                 }
+                if let Some((_, n)) = self.trimmed.remove(&id) {
+                    self.budget.give(n);
+                }
+            }
+            Op::Trim(id, prefixes, kept) => self.trim(id, &prefixes, kept)?,
+            Op::Drop(id, fp, n) => {
+                if let Some((chunks, held)) = self.trimmed.get_mut(&id) {
+                    if chunks.remove(&fp).is_some() {
+                        let n = n.min(*held);
+                        *held -= n;
+                        self.budget.give(n);
+                    }
+                }
             }
             Op::Load(id, loaded, n) => {
                 let c = receive(&loaded).map_err(|e| e.in_backup(bid, Some(offset)))?;
                 self.permit_return.give_back();
                 self.cached.insert(id, (Arc::new(c), n));
+                // Read again whole (the scheduler spilled it after a trim).
+                if let Some((_, n)) = self.trimmed.remove(&id) {
+                    self.budget.give(n);
+                }
             }
             Op::Chunk(e, id) => {
-                let (c, _) = self
-                    .cached
-                    .get(&id)
-                    .ok_or_else(|| unplanned(id, bid, offset))?;
-                let i = chunk_at(c, &e, bid, offset)?;
-                if !self.trace {
-                    let bytes = self
-                        .frames
-                        .chunk(c, i, self.sealer)
-                        .map_err(|e| e.in_backup(bid, Some(offset)))?;
-                    self.out
-                        .write_all(bytes)
-                        .ctx(|| "cannot write restored data".into())?;
+                if let Some((chunks, _)) = self.trimmed.get(&id) {
+                    let bytes = chunks
+                        .get(&e.fp)
+                        .ok_or_else(|| unplanned(id, bid, offset))?;
+                    if !self.trace {
+                        if bytes.len() as u64 != e.size {
+                            return Err(Error::corrupt(
+                                format!("backup {bid}"),
+                                format!(
+                                    "chunk at offset {offset} has size {} in its container, {} in the recipe",
+                                    bytes.len(),
+                                    e.size
+                                ),
+                            ));
+                        }
+                        self.out
+                            .write_all(bytes)
+                            .ctx(|| "cannot write restored data".into())?;
+                    }
+                } else {
+                    let (c, _) = self
+                        .cached
+                        .get(&id)
+                        .ok_or_else(|| unplanned(id, bid, offset))?;
+                    let i = chunk_at(c, &e, bid, offset)?;
+                    if !self.trace {
+                        let bytes = self
+                            .frames
+                            .chunk(c, i, self.sealer)
+                            .map_err(|e| e.in_backup(bid, Some(offset)))?;
+                        self.out
+                            .write_all(bytes)
+                            .ctx(|| "cannot write restored data".into())?;
+                    }
                 }
                 self.offset += e.size;
                 self.chunks += 1;
             }
             Op::Window(w) => self.window(w)?,
         }
+        Ok(())
+    }
+
+    /// Cut container `id` to its chunks whose fingerprints start with one of
+    /// `prefixes`, copied out (frames opened here, authenticated as any
+    /// other), holding `kept` bytes of the budget from now on. The chunks
+    /// are checked against the recipe when they are used.
+    fn trim(&mut self, id: ContainerId, prefixes: &[u64], kept: u64) -> Result<()> {
+        let (bid, offset) = (self.bid, self.offset);
+        let Some((c, n)) = self.cached.remove(&id) else {
+            return Err(unplanned(id, bid, offset));
+        };
+        let wanted: HashSet<u64> = prefixes.iter().copied().collect();
+        let mut chunks = HashMap::new();
+        let mut frame: Option<(u32, Vec<u8>)> = None;
+        for (i, m) in c.meta.iter().enumerate() {
+            if !wanted.contains(&future::prefix(&m.fp)) || chunks.contains_key(&m.fp) {
+                continue;
+            }
+            let bytes = if self.trace {
+                Vec::new()
+            } else if !c.needs_opening(m) {
+                c.bytes(m).to_vec()
+            } else {
+                if frame.as_ref().is_none_or(|f| f.0 != m.stored_offset) {
+                    let mut buf = frame.take().map(|f| f.1).unwrap_or_default();
+                    c.open_frame(i, self.sealer, &mut buf)
+                        .map_err(|e| e.in_backup(bid, Some(offset)))?;
+                    frame = Some((m.stored_offset, buf));
+                }
+                let plain = &frame.as_ref().expect("opened").1;
+                let start = m.frame_offset as usize;
+                plain
+                    .get(start..start + m.len as usize)
+                    .ok_or_else(|| {
+                        Error::corrupt(
+                            object_name(id),
+                            format!("chunk {} lies outside its frame", m.fp.to_hex()),
+                        )
+                    })?
+                    .to_vec()
+            };
+            chunks.insert(m.fp, bytes);
+        }
+        self.trimmed.insert(id, (chunks, kept));
+        // Shared with the look-ahead: its buffer is not reused.
+        if let Ok(c) = Arc::try_unwrap(c) {
+            self.buffers.give(c);
+        }
+        self.budget.give(n.saturating_sub(kept));
         Ok(())
     }
 
@@ -394,6 +487,7 @@ impl Context {
                 budget: &budget.0,
                 sealer: self.store.sealer(),
                 cached: HashMap::new(),
+                trimmed: HashMap::new(),
                 frames: OpenFrames::new(frames),
                 openers: match self.manifest.config.trace {
                     true => None,

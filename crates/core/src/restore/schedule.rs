@@ -11,8 +11,8 @@
 //! containers the policy keeps exceed the memory ceiling, where
 //! [`Holding`] frees some and they are read again if used again.
 
-use super::future::Future;
-use super::hold::Holding;
+use super::future::{Future, Needed};
+use super::hold::{Ahead, Holding, Room};
 use super::loader::{Budget, Loaded, Loaders, Permit, Permits};
 use crate::cache::CacheSpec;
 use crate::cache::{faa, Access, Lru, Opt, OPT_WINDOW};
@@ -37,6 +37,13 @@ pub(crate) enum Op {
     /// the cache policy still counts it as cached (so the reads, and every
     /// metric, are those of the policy).
     Release(ContainerId),
+    /// Container `0` is cut to the chunks named in `1` (fingerprint
+    /// prefixes, `restore/future.rs`), which hold `2` bytes of the budget
+    /// from now on; the rest of its bytes go back.
+    Trim(ContainerId, Vec<u64>, u64),
+    /// Trimmed container `0` lets chunk `1` (`2` bytes) go: used for the
+    /// last time.
+    Drop(ContainerId, crate::fingerprint::Fingerprint, u64),
     /// Container `0` enters the cache; it arrives on `1` and holds `2`
     /// bytes of the memory budget until it is freed.
     Load(ContainerId, Loaded, u64),
@@ -219,14 +226,15 @@ impl Scheduler {
     fn load(&mut self, id: ContainerId) -> std::result::Result<(), Stopped> {
         let n = self.size(id);
         let at = self.at;
-        let spill = match self.future.as_mut().filter(|f| f.knows_next()) {
-            Some(f) => self
-                .hold
-                .make_room(n, Some(&mut |v: ContainerId| f.next_after(v, at))),
+        let room = match self.future.as_mut().filter(|f| f.knows_next()) {
+            Some(future) => self.hold.make_room(n, Some(&mut At { future, at })),
             None => self.hold.make_room(n, None),
         };
-        for v in spill {
-            self.push(Op::Evict(v))?;
+        for r in room {
+            self.push(match r {
+                Room::Trim(v, Needed { prefixes, bytes }) => Op::Trim(v, prefixes, bytes),
+                Room::Spill(v) => Op::Evict(v),
+            })?;
         }
         self.permit()?;
         self.take_bytes(n)?;
@@ -282,10 +290,19 @@ impl Scheduler {
                 while let Some((e, id)) = next(offset)? {
                     offset += e.size;
                     self.access(lru.access(id), id)?;
+                    let (fp, size) = (e.fp, e.size);
                     self.push(Op::Chunk(e, id))?;
                     let last = self.future.as_ref().is_some_and(|f| f.is_last(id, self.at));
                     if last && self.hold.remove(id) {
                         self.push(Op::Release(id))?;
+                    } else if self.hold.is_trimmed(id)
+                        && self
+                            .future
+                            .as_mut()
+                            .is_some_and(|f| f.chunk_done(id, self.at))
+                    {
+                        self.hold.shrink(id, size);
+                        self.push(Op::Drop(id, fp, size))?;
                     }
                     self.at += 1;
                 }
@@ -409,11 +426,28 @@ fn future_uses(repo: &Context, backup: &BackupEntry) -> Result<Future> {
     // A chunk the index misses is reported by the second walk.
     Future::from_walk(std::iter::from_fn(|| {
         match walker.next().map_err(|e| e.in_backup(bid, None)) {
-            Ok(Some(e)) => Some(Ok(repo.locate_copy(ChunkKind::Data, &e.fp, e.copy))),
+            Ok(Some(e)) => Some(Ok(repo
+                .locate_copy(ChunkKind::Data, &e.fp, e.copy)
+                .map(|id| (id, e.fp, u32::try_from(e.size).unwrap_or(u32::MAX))))),
             Ok(None) => None,
             Err(e) => Some(Err(e)),
         }
     }))
+}
+
+/// The restore's future as seen from position `at`.
+struct At<'a> {
+    future: &'a mut Future,
+    at: u64,
+}
+
+impl Ahead for At<'_> {
+    fn next_use(&mut self, id: ContainerId) -> u64 {
+        self.future.next_after(id, self.at)
+    }
+    fn still_needed(&mut self, id: ContainerId) -> Option<Needed> {
+        self.future.needed_after(id, self.at)
+    }
 }
 
 /// Why planning ended early.
