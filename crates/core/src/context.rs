@@ -22,7 +22,8 @@ use crate::fingerprint::{Fingerprint, Fingerprinter};
 use crate::index::kept_table::KeptTable;
 use crate::index::runset::{say_rebuilding, Basis, Lag, RunSet};
 use crate::index::{
-    decode_segment, encode_segment, sort_entries, CopyNo, DiskLoad, Index, IndexEntry, SegmentView,
+    decode_segment, encode_segment, encode_segment_sorted, CopyNo, DiskLoad, Index, IndexEntry,
+    SegmentView,
 };
 use crate::metrics::Metrics;
 use crate::seal::keys::{KeySlot, MasterKey, Password};
@@ -849,13 +850,22 @@ impl Context {
         if entries.is_empty() {
             return Ok(());
         }
+        self.write_encoded_segment(next, encode_segment(entries))
+    }
+
+    /// Write an encoded segment (of at least one entry) as the next one.
+    pub(crate) fn write_encoded_segment(
+        &self,
+        next: &mut Manifest,
+        segment: Vec<u8>,
+    ) -> Result<()> {
         let id = match &self.reserved {
             Some(r) => r.segment.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             None => next.next_segment_id,
         };
         next.next_segment_id = next.next_segment_id.max(id + 1);
         let key = ObjectKey::IndexSegment(id);
-        self.objects.put(&key, encode_segment(entries))?;
+        self.objects.put(&key, segment)?;
         next.index_segments.push(key);
         Ok(())
     }
@@ -863,7 +873,10 @@ impl Context {
     /// When the manifest lists more than [`MAX_SEGMENTS`] index segments,
     /// replace them with one segment holding the whole in-memory index (which
     /// must already include the mutation's entries). Returns the keys the new
-    /// manifest supersedes, to delete after publishing.
+    /// manifest supersedes, to delete after publishing. The segment is
+    /// encoded straight from the index and sorted in place, and sealed
+    /// without a copy when uncompressed: its bytes are the only copy of
+    /// the index made (at the end of a long run it is the memory peak).
     pub(crate) fn compact_segments(&self, next: &mut Manifest) -> Result<Vec<ObjectKey>> {
         if next.index_segments.len() <= MAX_SEGMENTS {
             return Ok(Vec::new());
@@ -872,11 +885,12 @@ impl Context {
         // a handle that had not needed its index loads it now.
         self.need_index()?;
         let (d, r) = self.index.len();
-        let mut entries: Vec<IndexEntry> = Vec::with_capacity(d + r + self.index.extra_copies());
-        entries.extend(self.index.entries());
-        sort_entries(&mut entries);
+        let count = d + r + self.index.extra_copies();
         let superseded = std::mem::take(&mut next.index_segments);
-        self.write_segment(next, &entries)?;
+        if count > 0 {
+            let segment = encode_segment_sorted(count, self.index.entries());
+            self.write_encoded_segment(next, segment)?;
+        }
         Ok(superseded)
     }
 

@@ -815,29 +815,87 @@ pub fn sort_entries(entries: &mut [IndexEntry]) {
     });
 }
 
+/// One entry's bytes in a segment.
+fn encode_entry(e: &IndexEntry, b: &mut [u8]) {
+    b[..FP_LEN].copy_from_slice(&e.fp.0);
+    b[32..40].copy_from_slice(&e.container.0.to_le_bytes());
+    b[40] = match e.kind {
+        ChunkKind::Data => 0,
+        ChunkKind::Recipe => 1,
+    };
+    b[42..44].copy_from_slice(&e.copy.to_le_bytes());
+}
+
+/// The segment header for `count` entries.
+fn segment_header(count: usize) -> [u8; 20] {
+    let mut h = [0u8; 20];
+    h[..8].copy_from_slice(&MAGIC);
+    h[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    h[12..20].copy_from_slice(&(count as u64).to_le_bytes());
+    h
+}
+
 pub fn encode_segment(entries: &[IndexEntry]) -> Vec<u8> {
     // Zeroed up front (reserved bytes stay zero), then filled in place: a
     // compaction encodes millions of entries.
     let body = 20 + entries.len() * ENTRY_LEN;
     let mut out = vec![0u8; body + 16];
-    out[..8].copy_from_slice(&MAGIC);
-    out[8..12].copy_from_slice(&VERSION.to_le_bytes());
-    out[12..20].copy_from_slice(&(entries.len() as u64).to_le_bytes());
+    out[..20].copy_from_slice(&segment_header(entries.len()));
     for (e, b) in entries
         .iter()
         .zip(out[20..body].chunks_exact_mut(ENTRY_LEN))
     {
-        b[..FP_LEN].copy_from_slice(&e.fp.0);
-        b[32..40].copy_from_slice(&e.container.0.to_le_bytes());
-        b[40] = match e.kind {
-            ChunkKind::Data => 0,
-            ChunkKind::Recipe => 1,
-        };
-        b[42..44].copy_from_slice(&e.copy.to_le_bytes());
+        encode_entry(e, b);
     }
     let sum = checksum(&out[..body]);
     out[body..].copy_from_slice(&sum);
     out
+}
+
+/// The segment [`encode_segment`] makes of `entries` sorted by
+/// [`sort_entries`], sorting the encoded entries in place. A compaction's
+/// segment holds the whole index (millions of entries): a sorted copy of the
+/// entries beside their encoding doubled the memory it needs. `expected` is
+/// how many entries there will be (the room allocated up front; a wrong
+/// guess only costs a reallocation).
+pub fn encode_segment_sorted(
+    expected: usize,
+    entries: impl IntoIterator<Item = IndexEntry>,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(20 + expected * ENTRY_LEN + 16);
+    out.extend_from_slice(&segment_header(0));
+    let mut rec = [0u8; ENTRY_LEN];
+    let mut count = 0usize;
+    for e in entries {
+        encode_entry(&e, &mut rec);
+        out.extend_from_slice(&rec);
+        count += 1;
+    }
+    out[..20].copy_from_slice(&segment_header(count));
+    sort_records(&mut out[20..]);
+    let sum = checksum(&out);
+    out.extend_from_slice(&sum);
+    out
+}
+
+/// Sort encoded entries as [`sort_entries`] sorts entries: kind (byte 40,
+/// data first), fingerprint (bytes 0..32, lexicographic), copy (bytes
+/// 42..44, little-endian).
+fn sort_records(body: &mut [u8]) {
+    assert!(body.len().is_multiple_of(ENTRY_LEN), "whole entries");
+    // SAFETY: the same bytes seen as whole entries ([u8; N] has alignment
+    // 1 and no invalid values); `body` is borrowed mutably throughout.
+    let records: &mut [[u8; ENTRY_LEN]] =
+        unsafe { std::slice::from_raw_parts_mut(body.as_mut_ptr().cast(), body.len() / ENTRY_LEN) };
+    let prefix = |r: &[u8; ENTRY_LEN]| u64::from_be_bytes(r[..8].try_into().unwrap());
+    let copy = |r: &[u8; ENTRY_LEN]| u16::from_le_bytes([r[42], r[43]]);
+    records.sort_unstable_by(|a, b| {
+        a[40]
+            .cmp(&b[40])
+            .then_with(|| prefix(a).cmp(&prefix(b)))
+            .then_with(|| a[..FP_LEN].cmp(&b[..FP_LEN]))
+            .then_with(|| copy(a).cmp(&copy(b)))
+    });
 }
 
 /// Decode and verify a segment; `name` identifies it in errors.
@@ -995,6 +1053,57 @@ mod tests {
             assert!(decode_segment(&bad, "s").is_err(), "flip at {i}");
         }
         assert!(decode_segment(&seg[..seg.len() - 1], "s").is_err());
+    }
+
+    /// Sorting the encoded entries gives the bytes of encoding sorted
+    /// entries: fingerprints alike in their first 8 bytes (or all 32),
+    /// copy numbers whose little-endian bytes sort the other way round
+    /// (1 and 256), both kinds, and a wrong guess of the count.
+    #[test]
+    fn a_segment_sorted_in_place_is_the_sorted_segment() {
+        let mut entries = Vec::new();
+        let mut x = 5u64;
+        for i in 0..3000u32 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let mut fp = HashAlgo::Blake3.hash(&i.to_le_bytes());
+            if i % 5 == 0 {
+                // A shared prefix: the order is decided past byte 8.
+                fp.0[..8].copy_from_slice(&[7; 8]);
+            }
+            let kind = if i % 7 == 0 {
+                ChunkKind::Recipe
+            } else {
+                ChunkKind::Data
+            };
+            let copies: &[CopyNo] = match (kind, i % 3) {
+                (ChunkKind::Recipe, _) | (_, 0) => &[0],
+                (_, 1) => &[256, 1, 0],
+                _ => &[2, 513],
+            };
+            for &copy in copies {
+                entries.push(IndexEntry {
+                    fp,
+                    container: ContainerId(x % 1000),
+                    kind,
+                    copy,
+                });
+            }
+        }
+        let mut sorted = entries.clone();
+        sort_entries(&mut sorted);
+        assert_ne!(sorted, entries, "the input is not already sorted");
+        let want = encode_segment(&sorted);
+        for guess in [entries.len(), 0, 10 * entries.len()] {
+            let got = encode_segment_sorted(guess, entries.iter().copied());
+            assert!(got == want, "guess {guess}");
+        }
+        assert_eq!(decode_segment(&want, "s").unwrap(), sorted);
+        assert_eq!(
+            encode_segment_sorted(7, std::iter::empty()),
+            encode_segment(&[])
+        );
     }
 
     /// Copies in distinct containers are redundancy among containers;

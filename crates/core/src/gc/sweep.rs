@@ -26,7 +26,7 @@ use crate::context::Context;
 use crate::error::Result;
 use crate::fingerprint::{Fingerprint, FpMap, FpSet};
 use crate::gc::options::{GcOptions, GcStrategy};
-use crate::index::{sort_entries, CopyNo, CopySet, IndexEntry};
+use crate::index::{encode_segment_sorted, CopyNo, CopySet, IndexEntry};
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
@@ -545,18 +545,28 @@ pub fn commit(
     let to: HashMap<_, ContainerId> = moved.iter().map(|e| (key(e), e.container)).collect();
     let mut dropped = Vec::new();
     let (d, r) = repo.index.len();
-    let mut entries: Vec<IndexEntry> = Vec::with_capacity(d + r + repo.index.extra_copies());
-    for e in repo.index.entries() {
-        match to.get(&key(&e)) {
-            Some(&c) => entries.push(IndexEntry { container: c, ..e }),
-            None if reclaimed.contains(&e.container) => dropped.push(e),
-            None if e.kind == ChunkKind::Data && aliases.contains(&(e.fp, e.copy)) => {
-                dropped.push(e)
-            }
-            None => entries.push(e),
-        }
-    }
-    sort_entries(&mut entries);
+    // The segment that replaces all others, encoded as the index is walked
+    // (no sorted copy of the whole index beside it).
+    let mut kept = 0usize;
+    let segment = encode_segment_sorted(
+        d + r + repo.index.extra_copies(),
+        repo.index.entries().filter_map(|e| {
+            let e = match to.get(&key(&e)) {
+                Some(&c) => IndexEntry { container: c, ..e },
+                None if reclaimed.contains(&e.container) => {
+                    dropped.push(e);
+                    return None;
+                }
+                None if e.kind == ChunkKind::Data && aliases.contains(&(e.fp, e.copy)) => {
+                    dropped.push(e);
+                    return None;
+                }
+                None => e,
+            };
+            kept += 1;
+            Some(e)
+        }),
+    );
     let mut next = repo.manifest.clone();
     next.containers.retain(|c| !reclaimed.contains(&c.id));
     next.containers.extend_from_slice(produced);
@@ -566,7 +576,9 @@ pub fn commit(
     repo.containers_allocated(next_id);
     next.forgotten.clear();
     let superseded = std::mem::take(&mut next.index_segments);
-    repo.write_segment(&mut next, &entries)?;
+    if kept > 0 {
+        repo.write_encoded_segment(&mut next, segment)?;
+    }
     let mut gone: Vec<ContainerId> = reclaimed.iter().copied().collect();
     gone.sort_unstable();
     let generation = repo.manifest.generation;
