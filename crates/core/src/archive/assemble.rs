@@ -102,7 +102,7 @@ impl<W: Write> Write for TarAssembler<W> {
             data = &data[k..];
             if left == k as u64 {
                 let r = &self.records[self.next];
-                self.tar.file_end(r)?;
+                self.tar.file_end(r, true)?;
                 self.in_file = None;
                 self.next += 1;
             } else {

@@ -51,6 +51,7 @@
 //! never panics.
 
 pub(crate) mod assemble;
+mod dirfd;
 mod extract;
 pub mod meta;
 mod report;

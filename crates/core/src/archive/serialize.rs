@@ -112,7 +112,7 @@ impl<W: Write> TreeOut for TarOut<W> {
         encode_record(&mut self.header, r);
         self.out.write_all(&self.header)
     }
-    fn file_end(&mut self, r: &Record) -> io::Result<()> {
+    fn file_end(&mut self, r: &Record, _complete: bool) -> io::Result<()> {
         self.out.write_all(&[0; BLOCK][..padding(r.size)])
     }
 }

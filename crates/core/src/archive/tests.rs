@@ -6,7 +6,7 @@ use std::ffi::{CString, OsStr};
 use std::fs;
 use std::io::{self, Read};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{symlink, FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use filetime::FileTime;
@@ -1668,7 +1668,7 @@ fn extended_attributes_that_cannot_be_set_are_reported() {
         let mut out = super::serialize::TarOut::new(&mut tar);
         out.entry(&f).unwrap();
         out.write_all(b"data").unwrap();
-        out.file_end(&f).unwrap();
+        out.file_end(&f, true).unwrap();
         out.entry(&l).unwrap();
         out.finish().unwrap();
     }
@@ -2161,5 +2161,204 @@ fn a_scan_bounded_by_bytes_stores_every_entry() {
             let found = whole.windows(needle.len()).any(|w| w == needle.as_bytes());
             assert!(found, "{needle} not stored");
         }
+    }
+}
+
+// ------------------------------------------------------ the walk's records
+
+/// What a walk hands its output, in order (contents are not kept).
+#[derive(Default)]
+struct Recorded(Vec<meta::Record>);
+
+impl io::Write for Recorded {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl super::walk::TreeOut for Recorded {
+    fn entry(&mut self, r: &meta::Record) -> io::Result<()> {
+        self.0.push(r.clone());
+        Ok(())
+    }
+    fn file_end(&mut self, r: &meta::Record, complete: bool) -> io::Result<()> {
+        assert!(complete, "{}", String::from_utf8_lossy(&r.path));
+        Ok(())
+    }
+}
+
+fn walked(paths: &[PathBuf]) -> (Vec<meta::Record>, TreeStats) {
+    let mut out = Recorded::default();
+    let stats = super::walk::walk(paths, &Selection::default(), &mut out, &mut |_| {}).unwrap();
+    (out.0, stats)
+}
+
+/// The records of every entry below `root`, each read by its whole path
+/// (`lstat`, `llistxattr`, `readlink`), as the walk read them before it
+/// read entries under their open directory: the reference the walk is
+/// held to. Paths get `prefix` in front.
+fn records_by_path(root: &Path, prefix: &[u8]) -> Vec<meta::Record> {
+    let mut found = Vec::new();
+    for p in all_paths(root) {
+        let m = fs::symlink_metadata(&p).unwrap();
+        let mut path = prefix.to_vec();
+        path.extend_from_slice(p.strip_prefix(root).unwrap().as_os_str().as_bytes());
+        let ft = m.file_type();
+        let kind = if ft.is_dir() {
+            path.push(b'/');
+            meta::Kind::Dir
+        } else if ft.is_symlink() {
+            meta::Kind::Symlink
+        } else if ft.is_file() {
+            meta::Kind::File
+        } else if ft.is_fifo() {
+            meta::Kind::Fifo
+        } else if ft.is_char_device() {
+            meta::Kind::CharDevice
+        } else {
+            meta::Kind::BlockDevice
+        };
+        let device = match kind {
+            meta::Kind::CharDevice | meta::Kind::BlockDevice => {
+                (libc::major(m.rdev()), libc::minor(m.rdev()))
+            }
+            _ => (0, 0),
+        };
+        let r = meta::Record {
+            kind,
+            path,
+            mode: m.mode() & 0o7777,
+            uid: m.uid().into(),
+            gid: m.gid().into(),
+            mtime: m.mtime(),
+            mtime_nsec: m.mtime_nsec() as u32,
+            size: if ft.is_file() { m.len() } else { 0 },
+            link: if ft.is_symlink() {
+                fs::read_link(&p).unwrap().into_os_string().into_vec()
+            } else {
+                Vec::new()
+            },
+            device,
+            xattrs: super::xattr::read(&p).unwrap(),
+        };
+        found.push((r, (m.dev(), m.ino(), m.nlink())));
+    }
+    found.sort_by(|a, b| a.0.path.cmp(&b.0.path));
+    // Later paths of a multiply linked file are hard links to the first.
+    let mut first: HashMap<(u64, u64), Vec<u8>> = HashMap::new();
+    let mut out = Vec::new();
+    for (mut r, (dev, ino, nlink)) in found {
+        if r.kind == meta::Kind::File && nlink > 1 {
+            if let Some(f) = first.get(&(dev, ino)) {
+                r.kind = meta::Kind::Hardlink;
+                r.link = f.clone();
+                r.size = 0;
+                r.xattrs.clear();
+            } else {
+                first.insert((dev, ino), r.path.clone());
+            }
+        }
+        out.push(r);
+    }
+    out
+}
+
+/// A directory chain deeper than the walk keeps open (read by whole path
+/// below it), holding a file with an attribute, a symlink and a hard link.
+fn build_deep(root: &Path) {
+    let mut d = root.join("deep");
+    for i in 0..super::walk::HELD_DIRS + 4 {
+        d.push(format!("{}", i % 10));
+    }
+    fs::create_dir_all(&d).unwrap();
+    fs::write(d.join("bottom"), b"far down").unwrap();
+    let _ = set_xattr(&d.join("bottom"), b"user.deep", b"yes");
+    symlink("../bottom", d.join("up")).unwrap();
+    fs::hard_link(d.join("bottom"), root.join("deep/top-link")).unwrap();
+    mkfifo(&d.join("fifo"), 0o600);
+}
+
+/// Issue 33: the walk reads entries by name under their open directory;
+/// every record it makes (kind, mode, owner, mtime to the nanosecond,
+/// size, symlink target, device numbers, extended attributes, hard links)
+/// is what reading each entry by its whole path gives, for every entry
+/// kind, below the depth the walk keeps open and above it, from one
+/// backup path and from several.
+#[test]
+fn the_walk_records_what_each_entry_read_by_path_gives() {
+    let as_root = is_root();
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    fs::create_dir(&src).unwrap();
+    build_every_kind(&src, as_root);
+    build_deep(&src);
+
+    let (records, stats) = walked(std::slice::from_ref(&src));
+    let want = records_by_path(&src, b"");
+    assert_eq!(records.len(), want.len());
+    for (got, want) in records.iter().zip(&want) {
+        assert_eq!(got, want, "{}", String::from_utf8_lossy(&want.path));
+    }
+    // The cases compared were there.
+    let has = |k: meta::Kind| records.iter().filter(|r| r.kind == k).count();
+    assert_eq!(has(meta::Kind::Hardlink), 3);
+    assert_eq!(has(meta::Kind::Fifo), 2);
+    assert!(has(meta::Kind::Symlink) >= 8);
+    assert!(records.iter().any(|r| r.mtime_nsec != 0));
+    assert!(records.iter().any(|r| r.path.ends_with(b"/bottom")));
+    if as_root {
+        assert_eq!(has(meta::Kind::CharDevice), 1);
+        assert_eq!(has(meta::Kind::BlockDevice), 1);
+    }
+    if user_xattrs_supported(dir.path()).is_ok() {
+        let with = |kind: meta::Kind| {
+            records
+                .iter()
+                .any(|r| r.kind == kind && !r.xattrs.is_empty())
+        };
+        assert!(with(meta::Kind::File) && with(meta::Kind::Dir));
+        if as_root {
+            assert!(with(meta::Kind::Symlink) && with(meta::Kind::Fifo));
+        }
+    }
+    assert!(stats.unreadable.is_empty() && stats.skipped.is_empty());
+
+    // Several backup paths: each under its absolute path, read by it.
+    let (many, _) = walked(&[src.join("deep"), src.join("private")]);
+    let mut prefix = src.as_os_str().as_bytes()[1..].to_vec();
+    prefix.push(b'/');
+    let ours: Vec<_> = many
+        .into_iter()
+        .filter(|r| r.path.starts_with(&prefix) && r.path != prefix)
+        .collect();
+    let mut want = Vec::new();
+    for sub in ["deep", "private"] {
+        let mut top = prefix.clone();
+        top.extend_from_slice(sub.as_bytes());
+        top.push(b'/');
+        let mut records = records_by_path(&src.join(sub), &top);
+        let m = fs::symlink_metadata(src.join(sub)).unwrap();
+        records.push(meta::Record {
+            kind: meta::Kind::Dir,
+            path: top,
+            mode: m.mode() & 0o7777,
+            uid: m.uid().into(),
+            gid: m.gid().into(),
+            mtime: m.mtime(),
+            mtime_nsec: m.mtime_nsec() as u32,
+            size: 0,
+            link: Vec::new(),
+            device: (0, 0),
+            xattrs: super::xattr::read(&src.join(sub)).unwrap(),
+        });
+        want.extend(records);
+    }
+    want.sort_by(|a, b| a.path.cmp(&b.path));
+    assert_eq!(ours.len(), want.len());
+    for (got, want) in ours.iter().zip(&want) {
+        assert_eq!(got, want, "{}", String::from_utf8_lossy(&want.path));
     }
 }

@@ -6,14 +6,19 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ffi::OsStr;
-use std::fs::{self, Metadata, OpenOptions};
+use std::fs::{self, OpenOptions};
 use std::io::{self, Read, Write};
+use std::os::fd::AsFd;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
+use std::rc::Rc;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::thread::JoinHandle;
 
+use rustix::fs::FileType;
+
+use super::dirfd::{Dir, Stat};
 use super::meta::{Kind, Record};
 use super::report::TreeStats;
 use super::select::Selection;
@@ -37,13 +42,13 @@ pub struct FileId {
 }
 
 impl FileId {
-    pub(crate) fn of(m: &Metadata) -> FileId {
+    pub(crate) fn of(m: &Stat) -> FileId {
         FileId {
-            dev: m.dev(),
-            ino: m.ino(),
-            size: m.len(),
-            mtime: (m.mtime(), m.mtime_nsec()),
-            ctime: (m.ctime(), m.ctime_nsec()),
+            dev: m.dev,
+            ino: m.ino,
+            size: m.size,
+            mtime: m.mtime,
+            ctime: m.ctime,
         }
     }
 }
@@ -53,11 +58,14 @@ impl FileId {
 /// then `file_end`.
 pub(crate) trait TreeOut: Write {
     fn entry(&mut self, r: &Record) -> io::Result<()>;
-    fn file_end(&mut self, r: &Record) -> io::Result<()>;
-    /// A regular file about to be read: return true if this output supplied
-    /// its `entry`, contents and `file_end` itself (the files cache), so the
-    /// walk does not read it.
-    fn reuse(&mut self, _r: &Record, _id: &FileId) -> io::Result<bool> {
+    /// The end of a regular file's contents; `complete` is false when its
+    /// record lacks what could not be read (its extended attributes).
+    fn file_end(&mut self, r: &Record, complete: bool) -> io::Result<()>;
+    /// A regular file about to be read, `r` without its extended
+    /// attributes: return true if this output supplied its `entry` (with
+    /// the attributes put into `r`), contents and `file_end` itself (the
+    /// files cache), so the walk does not read it.
+    fn reuse(&mut self, _r: &mut Record, _id: &FileId) -> io::Result<bool> {
         Ok(false)
     }
 }
@@ -140,11 +148,17 @@ fn footprint(step: &Scanned) -> usize {
     std::mem::size_of::<Scanned>()
         + match step {
             Scanned::Entry(f) => {
-                let xattrs = f.xattrs.as_ref().map_or(0, |x| {
-                    x.iter()
-                        .map(|(n, v)| std::mem::size_of::<super::meta::Xattr>() + n.len() + v.len())
-                        .sum()
-                });
+                let xattrs = f
+                    .xattrs
+                    .as_ref()
+                    .and_then(|x| x.as_ref().ok())
+                    .map_or(0, |x| {
+                        x.iter()
+                            .map(|(n, v)| {
+                                std::mem::size_of::<super::meta::Xattr>() + n.len() + v.len()
+                            })
+                            .sum()
+                    });
                 std::mem::size_of::<Found>()
                     + f.rel.capacity()
                     + f.abs.capacity()
@@ -188,8 +202,10 @@ pub(crate) enum Scanned {
 pub(crate) struct Found {
     rel: Vec<u8>,
     abs: PathBuf,
-    meta: Metadata,
-    xattrs: io::Result<Vec<super::meta::Xattr>>,
+    meta: Stat,
+    /// None for a regular file: the store takes them from the files cache
+    /// or reads them from the file it opens.
+    xattrs: Option<io::Result<Vec<super::meta::Xattr>>>,
     /// A symlink's target; a device's (major, minor).
     link: Vec<u8>,
     device: (u32, u32),
@@ -371,21 +387,45 @@ impl Scanner {
         };
         // Paths still to visit, last one first, so that `pop` walks the tree
         // in order without recursion (deep trees must not overflow a
-        // thread's stack). Each carries the device of its backup path (for
-        // `--one-file-system`), or None above the backup paths.
-        let root_dev = match &self.roots {
-            Roots::One(p) => Some(fs::metadata(p).map(|m| m.dev()).unwrap_or(0)),
-            Roots::Many { .. } => None,
+        // thread's stack).
+        let (root_dev, root_dir) = match &self.roots {
+            Roots::One(p) => {
+                let dir = Dir::open_path(p).ctx(|| format!("cannot read {}", p.display()))?;
+                (
+                    Some(fs::metadata(p).map(|m| m.dev()).unwrap_or(0)),
+                    Some(dir),
+                )
+            }
+            Roots::Many { .. } => (None, None),
         };
-        let mut pending = self.children(&[], root_dev, None)?;
-        while let Some((rel, dev)) = pending.pop() {
-            if let Some(children) = self.entry(rel, dev)? {
+        let mut pending = self.children(&[], root_dev, root_dir)?;
+        while let Some(next) = pending.pop() {
+            if let Some(children) = self.entry(next)? {
                 pending.extend(children);
             }
         }
         Ok(())
     }
 }
+
+/// A path still to visit.
+struct Pending {
+    /// The stream path (relative, no trailing `/`).
+    rel: Vec<u8>,
+    /// Where its last component starts in `rel`.
+    name_at: usize,
+    /// The device of its backup path (for `--one-file-system`), or None
+    /// above the backup paths.
+    dev: Option<u64>,
+    /// Its directory, open (None: it is read by its whole path).
+    parent: Option<Rc<Dir>>,
+}
+
+/// Directories nested deeper than this give their children no open
+/// parent (they are read by whole path): the walk holds a directory open
+/// until its last child is visited, one per level of the path it is in,
+/// and a tree of any depth must stay within the process's descriptors.
+pub(super) const HELD_DIRS: usize = 128;
 
 /// Several backup paths: made absolute (parents resolved, the last
 /// component kept as it is, so a symlink is stored as one), nested ones
@@ -478,18 +518,13 @@ impl Scanner {
         }
     }
 
-    /// The children of directory `rel`, as (relative path, device of their
-    /// backup path) in reverse stream order. Siblings sort by their stream
-    /// name (a directory's with its trailing `/`), which makes the whole
-    /// stream sorted by path bytes. Excluded children are left out.
-    /// `listing` is the directory, already opened (a virtual directory has
-    /// none).
-    fn children(
-        &self,
-        rel: &[u8],
-        dev: Option<u64>,
-        listing: Option<fs::ReadDir>,
-    ) -> Result<Vec<(Vec<u8>, Option<u64>)>> {
+    /// The children of directory `rel`, in reverse stream order, each with
+    /// the device of its backup path (`dev`, except below the virtual
+    /// directories above several backup paths). Siblings sort by their
+    /// stream name (a directory's with its trailing `/`), which makes the
+    /// whole stream sorted by path bytes. Excluded children are left out.
+    /// `dir` is the directory, open (a virtual directory has none).
+    fn children(&self, rel: &[u8], dev: Option<u64>, dir: Option<Dir>) -> Result<Vec<Pending>> {
         let join = |name: &[u8]| {
             let mut path = Vec::with_capacity(rel.len() + name.len() + 1);
             if !rel.is_empty() {
@@ -500,6 +535,7 @@ impl Scanner {
             path
         };
         let mut kids = Vec::new();
+        let mut parent = None;
         if let Some(names) = self.virtual_children(rel) {
             for name in names {
                 let path = join(name);
@@ -517,116 +553,139 @@ impl Scanner {
                 if meta.is_dir() {
                     key.push(b'/');
                 }
-                kids.push((key, path, child_dev));
+                let name_at = path.len() - name.len();
+                kids.push((key, path, name_at, child_dev));
             }
         } else {
-            let dir = self.abs(rel);
-            let cannot = |e| Error::io(format!("cannot read {}", dir.display()), e);
-            let listing = match listing {
-                Some(l) => l,
-                None => fs::read_dir(&dir).map_err(cannot)?,
-            };
-            for entry in listing {
-                let entry = entry.map_err(cannot)?;
-                let name = entry.file_name();
-                let is_dir = entry
-                    .file_type()
-                    .ctx(|| format!("cannot read {}", entry.path().display()))?
-                    .is_dir();
-                let path = join(name.as_bytes());
+            let dir_path = || self.abs(rel);
+            let dir = dir.ok_or_else(|| {
+                Error::invalid(format!("cannot read {}: not open", dir_path().display()))
+            })?;
+            let listing = dir
+                .children()
+                .map_err(|e| Error::io(format!("cannot read {}", dir_path().display()), e))?;
+            for (name, is_dir) in listing {
+                let path = join(&name);
                 if self.selection.excludes(&path, is_dir) {
                     continue;
                 }
-                let mut key = name.into_vec();
+                let name_at = path.len() - name.len();
+                let mut key = name;
                 if is_dir {
                     key.push(b'/');
                 }
-                kids.push((key, path, dev));
+                kids.push((key, path, name_at, dev));
             }
+            let depth = rel.iter().filter(|b| **b == b'/').count() + 1;
+            parent = (depth <= HELD_DIRS).then(|| Rc::new(dir));
         }
         kids.sort_unstable_by(|a, b| b.0.cmp(&a.0));
-        Ok(kids.into_iter().map(|(_, path, d)| (path, d)).collect())
+        Ok(kids
+            .into_iter()
+            .map(|(_, rel, name_at, dev)| Pending {
+                rel,
+                name_at,
+                dev,
+                parent: parent.clone(),
+            })
+            .collect())
     }
 
-    /// Hand one path over; for a directory, return its children.
-    #[allow(clippy::type_complexity)]
-    fn entry(
-        &mut self,
-        rel: Vec<u8>,
-        dev: Option<u64>,
-    ) -> Result<Option<Vec<(Vec<u8>, Option<u64>)>>> {
-        let abs = self.abs(&rel);
-        let meta = match fs::symlink_metadata(&abs) {
+    /// Hand one path over; for a directory, return its children. It is
+    /// read by name under its open parent where it has one.
+    fn entry(&mut self, p: Pending) -> Result<Option<Vec<Pending>>> {
+        let abs = self.abs(&p.rel);
+        let parent = p.parent.as_deref();
+        // The name under the parent, or the whole path.
+        let name: &[u8] = match parent {
+            Some(_) => &p.rel[p.name_at..],
+            None => abs.as_os_str().as_bytes(),
+        };
+        let meta = match Stat::at(parent, name) {
             Ok(m) => m,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                self.push(Scanned::Skip(rel, "vanished during the backup".into()))?;
+                self.push(Scanned::Skip(p.rel, "vanished during the backup".into()))?;
                 return Ok(None);
             }
             Err(e) => return Err(Error::io(format!("cannot read {}", abs.display()), e)),
         };
         let ft = meta.file_type();
-        let below_root = dev.is_some() && !self.is_root(&rel);
-        let mut found = Found {
-            rel,
-            abs,
-            meta,
-            xattrs: Ok(Vec::new()),
-            link: Vec::new(),
-            device: (0, 0),
-        };
-        if ft.is_dir() {
-            if below_root && self.selection.skips_dir(&found.abs) {
+        let below_root = p.dev.is_some() && !self.is_root(&p.rel);
+        if ft == FileType::Directory {
+            if below_root && self.selection.skips_dir(&abs) {
                 return Ok(None);
             }
-            found.xattrs = read_xattrs(&found.abs);
             let crosses = below_root
                 && self.selection.one_file_system
-                && dev.is_some_and(|d| d != found.meta.dev());
-            let rel = found.rel.clone();
-            let abs = found.abs.clone();
-            self.push(Scanned::Entry(Box::new(found)))?;
-            if crosses {
-                return Ok(Some(Vec::new()));
-            }
-            // A directory that cannot be listed is stored empty and
-            // reported: the backup is then incomplete, not failed.
-            let listing = match fs::read_dir(&abs) {
-                Ok(l) => Some(l),
-                Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
-                    self.push(Scanned::Unreadable(rel, e))?;
-                    return Ok(Some(Vec::new()));
-                }
-                Err(_) => None,
+                && p.dev.is_some_and(|d| d != meta.dev);
+            // A mount point left out is not opened (which could mount it).
+            let opened = (!crosses).then(|| Dir::open(parent, name, false));
+            let xattrs = match &opened {
+                Some(Ok(dir)) => super::xattr::read_fd(dir.fd()),
+                _ => read_xattrs(&abs),
             };
-            return self.children(&rel, dev, listing).map(Some);
+            let rel = p.rel.clone();
+            self.push(Scanned::Entry(Box::new(Found {
+                rel: p.rel,
+                abs: abs.clone(),
+                meta,
+                xattrs: Some(xattrs),
+                link: Vec::new(),
+                device: (0, 0),
+            })))?;
+            return match opened {
+                None => Ok(Some(Vec::new())),
+                Some(Ok(dir)) => self.children(&rel, p.dev, Some(dir)).map(Some),
+                // A directory that cannot be listed is stored empty and
+                // reported: the backup is then incomplete, not failed.
+                Some(Err(e)) if e.kind() == io::ErrorKind::PermissionDenied => {
+                    self.push(Scanned::Unreadable(rel, e))?;
+                    Ok(Some(Vec::new()))
+                }
+                Some(Err(e)) => Err(Error::io(format!("cannot read {}", abs.display()), e)),
+            };
         }
-        if ft.is_symlink() {
-            let target =
-                fs::read_link(&found.abs).ctx(|| format!("cannot read {}", found.abs.display()))?;
-            found.link = target.into_os_string().into_vec();
-        } else if ft.is_char_device() || ft.is_block_device() {
-            let rdev = found.meta.rdev();
-            found.device = (libc::major(rdev), libc::minor(rdev));
-            if found.device.0 > MAX_DEVICE_NUMBER || found.device.1 > MAX_DEVICE_NUMBER {
-                let rel = found.rel;
-                self.push(Scanned::Skip(
-                    rel,
-                    "device number too large for the tar header (not stored)".into(),
-                ))?;
+        let mut link = Vec::new();
+        let mut device = (0, 0);
+        match ft {
+            FileType::Symlink => {
+                link = match parent {
+                    Some(dir) => dir.read_link(name),
+                    None => fs::read_link(&abs).map(|t| t.into_os_string().into_vec()),
+                }
+                .ctx(|| format!("cannot read {}", abs.display()))?;
+            }
+            FileType::CharacterDevice | FileType::BlockDevice => {
+                device = (libc::major(meta.rdev), libc::minor(meta.rdev));
+                if device.0 > MAX_DEVICE_NUMBER || device.1 > MAX_DEVICE_NUMBER {
+                    self.push(Scanned::Skip(
+                        p.rel,
+                        "device number too large for the tar header (not stored)".into(),
+                    ))?;
+                    return Ok(None);
+                }
+            }
+            FileType::RegularFile | FileType::Fifo => {}
+            _ => {
+                let what = if ft == FileType::Socket {
+                    "socket"
+                } else {
+                    "unknown file type"
+                };
+                self.push(Scanned::Skip(p.rel, format!("{what} (not stored)")))?;
                 return Ok(None);
             }
-        } else if !ft.is_file() && !ft.is_fifo() {
-            let what = if ft.is_socket() {
-                "socket"
-            } else {
-                "unknown file type"
-            };
-            let rel = found.rel;
-            self.push(Scanned::Skip(rel, format!("{what} (not stored)")))?;
-            return Ok(None);
         }
-        found.xattrs = read_xattrs(&found.abs);
-        self.push(Scanned::Entry(Box::new(found)))?;
+        // A regular file's are read by the store, if it reads the file.
+        let xattrs = (ft != FileType::RegularFile).then(|| read_xattrs(&abs));
+        self.push(Scanned::Entry(Box::new(Found {
+            rel: p.rel,
+            abs,
+            meta,
+            xattrs,
+            link,
+            device,
+        })))?;
         Ok(None)
     }
 }
@@ -641,15 +700,15 @@ fn read_xattrs(abs: &Path) -> io::Result<Vec<super::meta::Xattr>> {
 }
 
 impl Store<'_> {
-    fn record(kind: Kind, path: Vec<u8>, meta: &Metadata) -> Record {
+    fn record(kind: Kind, path: Vec<u8>, meta: &Stat) -> Record {
         Record {
             kind,
             path,
-            mode: meta.mode() & 0o7777,
-            uid: u64::from(meta.uid()),
-            gid: u64::from(meta.gid()),
-            mtime: meta.mtime(),
-            mtime_nsec: u32::try_from(meta.mtime_nsec()).unwrap_or(0),
+            mode: meta.mode & 0o7777,
+            uid: u64::from(meta.uid),
+            gid: u64::from(meta.gid),
+            mtime: meta.mtime.0,
+            mtime_nsec: u32::try_from(meta.mtime.1).unwrap_or(0),
             size: 0,
             link: Vec::new(),
             device: (0, 0),
@@ -657,17 +716,22 @@ impl Store<'_> {
         }
     }
 
-    /// The extended attributes the scan read; one that could not be read
-    /// makes the backup incomplete (reported, as an unreadable file).
-    fn xattrs(&mut self, f: &mut Found) -> Vec<super::meta::Xattr> {
-        match std::mem::replace(&mut f.xattrs, Ok(Vec::new())) {
-            Ok(x) => x,
+    /// Extended attributes as read (`None`: not read, none stored); ones
+    /// that could not be read make the backup incomplete (reported, as an
+    /// unreadable file) and are given as none.
+    fn xattrs(
+        &mut self,
+        rel: &[u8],
+        read: Option<io::Result<Vec<super::meta::Xattr>>>,
+    ) -> Option<Vec<super::meta::Xattr>> {
+        match read.unwrap_or_else(|| Ok(Vec::new())) {
+            Ok(x) => Some(x),
             Err(e) => {
                 self.stats.unreadable.push(format!(
                     "{}: extended attributes not stored: {e}",
-                    String::from_utf8_lossy(&f.rel)
+                    String::from_utf8_lossy(rel)
                 ));
-                Vec::new()
+                None
             }
         }
     }
@@ -675,24 +739,22 @@ impl Store<'_> {
     /// Store one entry the scan found.
     fn entry(&mut self, mut f: Found) -> Result<()> {
         let ft = f.meta.file_type();
-        if ft.is_file() {
+        if ft == FileType::RegularFile {
             return self.file(f);
         }
-        let (kind, rel) = if ft.is_dir() {
-            let mut name = f.rel.clone();
-            name.push(b'/');
-            (Kind::Dir, name)
-        } else if ft.is_symlink() {
-            (Kind::Symlink, f.rel.clone())
-        } else if ft.is_fifo() {
-            (Kind::Fifo, f.rel.clone())
-        } else if ft.is_char_device() {
-            (Kind::CharDevice, f.rel.clone())
-        } else {
-            (Kind::BlockDevice, f.rel.clone())
+        let kind = match ft {
+            FileType::Directory => Kind::Dir,
+            FileType::Symlink => Kind::Symlink,
+            FileType::Fifo => Kind::Fifo,
+            FileType::CharacterDevice => Kind::CharDevice,
+            _ => Kind::BlockDevice,
         };
+        let mut rel = f.rel.clone();
+        if kind == Kind::Dir {
+            rel.push(b'/');
+        }
         let mut r = Self::record(kind, rel, &f.meta);
-        r.xattrs = self.xattrs(&mut f);
+        r.xattrs = self.xattrs(&f.rel, f.xattrs.take()).unwrap_or_default();
         r.link = std::mem::take(&mut f.link);
         r.device = f.device;
         self.out.entry(&r).map_err(|e| write_error(&f.abs, e))?;
@@ -704,10 +766,10 @@ impl Store<'_> {
         Ok(())
     }
 
-    fn file(&mut self, mut f: Found) -> Result<()> {
+    fn file(&mut self, f: Found) -> Result<()> {
         let (rel, abs, meta) = (&f.rel, &f.abs, &f.meta);
-        let inode = (meta.dev(), meta.ino());
-        if meta.nlink() > 1 {
+        let inode = (meta.dev, meta.ino);
+        if meta.nlink > 1 {
             if let Some(first) = self.first_path.get(&inode) {
                 let mut r = Self::record(Kind::Hardlink, rel.clone(), meta);
                 r.link = first.clone();
@@ -716,14 +778,11 @@ impl Store<'_> {
                 return Ok(());
             }
         }
-        let xattrs = self.xattrs(&mut f);
-        let (rel, abs, meta) = (&f.rel, &f.abs, &f.meta);
         let mut r = Self::record(Kind::File, rel.clone(), meta);
-        r.size = meta.len();
-        r.xattrs.clone_from(&xattrs);
+        r.size = meta.size;
         if self
             .out
-            .reuse(&r, &FileId::of(meta))
+            .reuse(&mut r, &FileId::of(meta))
             .map_err(|e| write_error(abs, e))?
         {
             (self.on_bytes)(r.size);
@@ -748,9 +807,11 @@ impl Store<'_> {
             }
             Err(e) => return Err(Error::io(format!("cannot read {}", abs.display()), e)),
         };
-        let fmeta = file
-            .metadata()
-            .ctx(|| format!("cannot read {}", abs.display()))?;
+        let fmeta = Stat::from(
+            &file
+                .metadata()
+                .ctx(|| format!("cannot read {}", abs.display()))?,
+        );
         if !fmeta.is_file() {
             self.skip(rel, "changed type during the backup");
             return Ok(());
@@ -758,8 +819,11 @@ impl Store<'_> {
         // The size seen now is the size stored, whatever happens to the file
         // while it is copied: the entry is already recorded by then.
         let mut r = Self::record(Kind::File, rel.clone(), &fmeta);
-        r.size = fmeta.len();
-        r.xattrs = xattrs;
+        r.size = fmeta.size;
+        // From the open file: its path is not resolved again.
+        let xattrs = self.xattrs(rel, Some(super::xattr::read_fd(file.as_fd())));
+        let complete = xattrs.is_some();
+        r.xattrs = xattrs.unwrap_or_default();
         self.out.entry(&r).map_err(|e| write_error(abs, e))?;
         match copy_exactly(&mut file, self.out, r.size, &mut self.buf, self.on_bytes) {
             Ok(()) => {}
@@ -768,17 +832,18 @@ impl Store<'_> {
             }
             Err(CopyError::Write(e)) => return Err(write_error(abs, e)),
         }
-        self.out.file_end(&r).map_err(|e| write_error(abs, e))?;
+        self.out
+            .file_end(&r, complete)
+            .map_err(|e| write_error(abs, e))?;
         self.stored(rel, meta, r.size);
         Ok(())
     }
 
-    fn stored(&mut self, rel: &[u8], meta: &Metadata, size: u64) {
+    fn stored(&mut self, rel: &[u8], meta: &Stat, size: u64) {
         self.stats.files += 1;
         self.stats.bytes += size;
-        if meta.nlink() > 1 {
-            self.first_path
-                .insert((meta.dev(), meta.ino()), rel.to_vec());
+        if meta.nlink > 1 {
+            self.first_path.insert((meta.dev, meta.ino), rel.to_vec());
         }
     }
 

@@ -9,7 +9,7 @@
 
 use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -20,11 +20,42 @@ use super::meta::Xattr;
 /// attribute removed between listing and reading is left out.
 pub(crate) fn read(path: &Path) -> io::Result<Vec<Xattr>> {
     let c = CString::new(path.as_os_str().as_bytes())?;
-    let names = fill(|buf| {
+    read_with(
         // SAFETY: `c` is NUL-terminated and `buf` is valid for its length.
-        unsafe { libc::llistxattr(c.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) }
-    });
-    let names = match names {
+        |buf| unsafe { libc::llistxattr(c.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) },
+        |name, buf| {
+            // SAFETY: both strings are NUL-terminated, `buf` is valid.
+            unsafe {
+                libc::lgetxattr(
+                    c.as_ptr(),
+                    name.as_ptr(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                )
+            }
+        },
+    )
+}
+
+/// [`read`] of the file open as `fd`: no path to resolve again.
+pub(crate) fn read_fd(fd: BorrowedFd<'_>) -> io::Result<Vec<Xattr>> {
+    let fd = fd.as_raw_fd();
+    read_with(
+        // SAFETY: `buf` is valid for its length; a bad descriptor is EBADF.
+        |buf| unsafe { libc::flistxattr(fd, buf.as_mut_ptr().cast(), buf.len()) },
+        |name, buf| {
+            // SAFETY: `name` is NUL-terminated, `buf` is valid.
+            unsafe { libc::fgetxattr(fd, name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) }
+        },
+    )
+}
+
+/// The attributes `list` names, each read by `get`, sorted by name.
+fn read_with(
+    mut list: impl FnMut(&mut [u8]) -> isize,
+    mut get: impl FnMut(&CStr, &mut [u8]) -> isize,
+) -> io::Result<Vec<Xattr>> {
+    let names = match fill(&mut list) {
         Ok(n) => n,
         Err(e) if unsupported(&e) => return Ok(Vec::new()),
         Err(e) => return Err(e),
@@ -32,18 +63,7 @@ pub(crate) fn read(path: &Path) -> io::Result<Vec<Xattr>> {
     let mut out = Vec::new();
     for name in names.split(|b| *b == 0).filter(|n| !n.is_empty()) {
         let cname = CString::new(name)?;
-        let value = fill(|buf| {
-            // SAFETY: both strings are NUL-terminated, `buf` is valid.
-            unsafe {
-                libc::lgetxattr(
-                    c.as_ptr(),
-                    cname.as_ptr(),
-                    buf.as_mut_ptr().cast(),
-                    buf.len(),
-                )
-            }
-        });
-        match value {
+        match fill(|buf| get(&cname, buf)) {
             Ok(v) => out.push((name.to_vec(), v)),
             Err(e) if e.raw_os_error() == Some(libc::ENODATA) => {}
             Err(e) => {

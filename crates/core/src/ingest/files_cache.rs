@@ -9,20 +9,29 @@
 //! local file checked by a BLAKE3 sum: a lost, stale or corrupt cache only
 //! costs reading the files again.
 //!
-//! File: `TSFILES1` | started (u64 LE) | entries | BLAKE3 of all before.
+//! It also holds each file's extended attributes, so an unchanged file
+//! costs the walk one `lstat` and no `listxattr` (issue 33): setting or
+//! removing an attribute changes the ctime, so a file whose identity
+//! matches has the attributes recorded.
+//!
+//! File: `TSFILES2` | started (u64 LE) | entries | BLAKE3 of all before.
 //! Entry: path-len (u32 LE) path | dev ino size mtime-s mtime-ns ctime-s
-//! ctime-ns (u64/i64 LE) | chunk count (u32 LE) | (fingerprint, len u32 LE)*.
+//! ctime-ns (u64/i64 LE) | attribute count (u32 LE) | (name-len u32 LE,
+//! name, value-len u32 LE, value)* | chunk count (u32 LE) | (fingerprint,
+//! len u32 LE)*. (`TSFILES1`, without the attributes, is not read: the
+//! first backup after it reads the files again.)
 
 use std::fs;
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
+use crate::archive::meta::Xattr;
 use crate::archive::FileId;
 use crate::container::ChunkKind;
 use crate::fingerprint::{Fingerprint, FP_LEN};
 use crate::index::Index;
 
-const MAGIC: &[u8; 8] = b"TSFILES1";
+const MAGIC: &[u8; 8] = b"TSFILES2";
 
 /// Where and how a backup uses the files cache.
 #[derive(Clone, Debug)]
@@ -71,6 +80,7 @@ pub(crate) struct FilesCache {
 struct OwnedEntry {
     path: Vec<u8>,
     id: FileId,
+    xattrs: Vec<Xattr>,
     /// `count` × (fingerprint, length u32 LE).
     chunks: Vec<u8>,
 }
@@ -109,6 +119,9 @@ pub(crate) fn cache_path(dir: &Path, repo_id: &str, paths: &[PathBuf]) -> PathBu
 /// Longest path an entry may hold: far above any usable path, small enough
 /// that a damaged length cannot exhaust memory.
 const MAX_PATH: usize = 64 * 1024;
+/// Largest attribute name and value (Linux's limits).
+const MAX_XATTR_NAME: usize = 255;
+const MAX_XATTR_VALUE: usize = 64 * 1024;
 
 /// The entries of a checked cache file, read in order.
 #[derive(Debug)]
@@ -152,6 +165,21 @@ impl EntryStream {
             mtime: (w[3] as i64, w[4] as i64),
             ctime: (w[5] as i64, w[6] as i64),
         };
+        let attrs = self.u32()? as usize;
+        e.xattrs.truncate(attrs);
+        e.xattrs.resize_with(attrs, Default::default);
+        for (name, value) in &mut e.xattrs {
+            let n = self.u32()? as usize;
+            if n > MAX_XATTR_NAME {
+                return None;
+            }
+            self.take_into(n, name)?;
+            let n = self.u32()? as usize;
+            if n > MAX_XATTR_VALUE {
+                return None;
+            }
+            self.take_into(n, value)?;
+        }
         let k = self.u32()? as u64;
         let len = k.checked_mul((FP_LEN + 4) as u64)?;
         if len > self.left {
@@ -301,11 +329,15 @@ impl FilesCache {
         kept
     }
 
-    /// The cached chunks of `path` if `id` shows the file unchanged since
-    /// the cache was written (and not racily so). Paths are to be asked in
-    /// the order the walk stores them: the cursor moves past every entry
-    /// before `path`, and past `path`'s.
-    pub(crate) fn lookup(&mut self, path: &[u8], id: &FileId) -> Option<CachedChunks<'_>> {
+    /// The cached chunks and extended attributes of `path` if `id` shows
+    /// the file unchanged since the cache was written (and not racily so).
+    /// Paths are to be asked in the order the walk stores them: the cursor
+    /// moves past every entry before `path`, and past `path`'s.
+    pub(crate) fn lookup(
+        &mut self,
+        path: &[u8],
+        id: &FileId,
+    ) -> Option<(CachedChunks<'_>, &[Xattr])> {
         loop {
             let (e, _) = self.cur.as_ref()?;
             match e.path.as_slice().cmp(path) {
@@ -323,7 +355,7 @@ impl FilesCache {
             .as_ref()
             .is_none_or(|u| u.get(*n) == Some(&true));
         (usable && e.id == *id && !racy(id.mtime) && !racy(id.ctime))
-            .then_some(CachedChunks(&e.chunks))
+            .then_some((CachedChunks(&e.chunks), e.xattrs.as_slice()))
     }
 
     /// Leave out the files some of whose chunks the index no longer holds
@@ -427,6 +459,7 @@ impl CacheBuilder {
         &mut self,
         path: &[u8],
         id: &FileId,
+        xattrs: &[Xattr],
         chunks: impl ExactSizeIterator<Item = (Fingerprint, u32)>,
     ) {
         let b = &mut self.entry;
@@ -442,6 +475,13 @@ impl CacheBuilder {
             id.ctime.1 as u64,
         ] {
             b.extend_from_slice(&v.to_le_bytes());
+        }
+        b.extend_from_slice(&(xattrs.len() as u32).to_le_bytes());
+        for (name, value) in xattrs {
+            b.extend_from_slice(&(name.len() as u32).to_le_bytes());
+            b.extend_from_slice(name);
+            b.extend_from_slice(&(value.len() as u32).to_le_bytes());
+            b.extend_from_slice(value);
         }
         b.extend_from_slice(&(chunks.len() as u32).to_le_bytes());
         for (fp, n) in chunks {
@@ -512,9 +552,9 @@ impl CacheLearner {
     /// Record `path` as the chunks since mark `from` (numbered from 0), if
     /// no other mark came since (otherwise the file is left out: it is
     /// only read again next time).
-    pub(crate) fn file(&mut self, path: &[u8], id: &FileId, from: u64) {
+    pub(crate) fn file(&mut self, path: &[u8], id: &FileId, xattrs: &[Xattr], from: u64) {
         if self.marks == from + 1 {
-            self.out.push(path, id, self.chunks.iter().copied());
+            self.out.push(path, id, xattrs, self.chunks.iter().copied());
         }
     }
 
@@ -559,10 +599,27 @@ mod tests {
             .collect()
     }
 
+    /// File `n`'s extended attributes: none for most, one or two for some.
+    fn xattrs(n: u64) -> Vec<Xattr> {
+        match n % 5 {
+            0 => vec![(b"user.a".to_vec(), n.to_le_bytes().to_vec())],
+            1 => vec![
+                (b"security.selinux".to_vec(), b"x".to_vec()),
+                (b"user.empty".to_vec(), Vec::new()),
+            ],
+            _ => Vec::new(),
+        }
+    }
+
     fn write(path: &Path, started: u64, files: u64) {
         let mut w = CacheBuilder::create(path, started).unwrap();
         for n in 0..files {
-            w.push(name(n).as_bytes(), &id(n), chunks(n).into_iter());
+            w.push(
+                name(n).as_bytes(),
+                &id(n),
+                &xattrs(n),
+                chunks(n).into_iter(),
+            );
         }
         w.finish().unwrap();
     }
@@ -581,12 +638,9 @@ mod tests {
         assert_eq!(c.len(), 500);
         assert_eq!(c.started, 10_000);
         for n in 0..500 {
-            let got: Vec<_> = c
-                .lookup(name(n).as_bytes(), &id(n))
-                .expect("cached")
-                .iter()
-                .collect();
-            assert_eq!(got, chunks(n), "file {n}");
+            let (got, attrs) = c.lookup(name(n).as_bytes(), &id(n)).expect("cached");
+            assert_eq!(attrs, xattrs(n), "file {n}");
+            assert_eq!(got.iter().collect::<Vec<_>>(), chunks(n), "file {n}");
         }
         assert!(c.lookup(name(500).as_bytes(), &id(500)).is_none());
         // Another identity (a changed file) is not taken.
@@ -654,6 +708,41 @@ mod tests {
         assert_eq!(FilesCache::load(&path).len(), 0);
     }
 
+    /// A cache of the format before attributes were recorded (checksum
+    /// intact) is not used: its files would come back without theirs.
+    #[test]
+    fn a_cache_without_attributes_is_not_used() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("c");
+        let mut b = b"TSFILES1".to_vec();
+        b.extend_from_slice(&10_000u64.to_le_bytes());
+        b.extend_from_slice(&(name(0).len() as u32).to_le_bytes());
+        b.extend_from_slice(name(0).as_bytes());
+        let i = id(0);
+        for v in [i.dev, i.ino, i.size, 100, 7, 50, 9] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        b.extend_from_slice(&0u32.to_le_bytes());
+        let sum = *blake3::hash(&b).as_bytes();
+        b.extend_from_slice(&sum);
+        fs::write(&path, &b).unwrap();
+        let mut c = FilesCache::load(&path);
+        assert_eq!(c.len(), 0);
+        assert!(c.lookup(name(0).as_bytes(), &id(0)).is_none());
+        // The same entry in this format, with no attributes, is used.
+        b.truncate(b.len() - 32 - 4);
+        b[..8].copy_from_slice(MAGIC);
+        b.extend_from_slice(&0u32.to_le_bytes());
+        b.extend_from_slice(&0u32.to_le_bytes());
+        let sum = *blake3::hash(&b).as_bytes();
+        b.extend_from_slice(&sum);
+        fs::write(&path, &b).unwrap();
+        let mut c = FilesCache::load(&path);
+        assert_eq!(c.len(), 1);
+        let (_, attrs) = c.lookup(name(0).as_bytes(), &id(0)).expect("cached");
+        assert!(attrs.is_empty());
+    }
+
     #[test]
     fn an_unfinished_cache_leaves_nothing_behind() {
         let d = tempfile::tempdir().unwrap();
@@ -661,7 +750,7 @@ mod tests {
         write(&path, 1, 3);
         let before = fs::read(&path).unwrap();
         let mut w = CacheBuilder::create(&path, 2).unwrap();
-        w.push(b"x", &id(9), chunks(9).into_iter());
+        w.push(b"x", &id(9), &[], chunks(9).into_iter());
         drop(w);
         assert_eq!(fs::read(&path).unwrap(), before, "the old cache stays");
         assert_eq!(
@@ -708,22 +797,23 @@ mod tests {
         for c in chunks(0) {
             l.chunk(c.0, c.1);
         }
-        l.file(b"a", &id(0), 0);
+        l.file(b"a", &id(0), &xattrs(0), 0);
         l.mark(); // mark 1
         for c in chunks(1) {
             l.chunk(c.0, c.1);
         }
         l.mark(); // mark 2: file 1 claims mark 1, so it is left out
-        l.file(b"b", &id(1), 1);
+        l.file(b"b", &id(1), &xattrs(1), 1);
         l.mark(); // mark 3: an empty file
-        l.file(b"e", &id(2), 3);
+        l.file(b"e", &id(2), &[], 3);
         l.into_builder().finish().unwrap();
         let mut c = FilesCache::load(&path);
         assert_eq!(c.len(), 2);
         assert_eq!(c.started, 10_000);
-        let got: Vec<_> = c.lookup(b"a", &id(0)).unwrap().iter().collect();
-        assert_eq!(got, chunks(0));
+        let (got, attrs) = c.lookup(b"a", &id(0)).unwrap();
+        assert_eq!(got.iter().collect::<Vec<_>>(), chunks(0));
+        assert_eq!(attrs, xattrs(0));
         assert!(c.lookup(b"b", &id(1)).is_none());
-        assert_eq!(c.lookup(b"e", &id(2)).unwrap().iter().count(), 0);
+        assert_eq!(c.lookup(b"e", &id(2)).unwrap().0.iter().count(), 0);
     }
 }

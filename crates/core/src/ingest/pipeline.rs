@@ -8,6 +8,7 @@
 
 use super::parallel::{Piece, Workers};
 use super::sink::Sink;
+use crate::archive::meta::Xattr;
 use crate::archive::FileId;
 use crate::chunking::Chunker;
 use crate::error::{Error, Result};
@@ -78,11 +79,12 @@ pub(super) enum Cut {
     File(Box<LearntFile>),
 }
 
-/// A file the files cache is to record: (path, identity, mark before its
-/// chunks).
+/// A file the files cache is to record: (path, identity, extended
+/// attributes, mark before its chunks).
 pub(super) struct LearntFile {
     pub path: Vec<u8>,
     pub id: FileId,
+    pub xattrs: Vec<Xattr>,
     pub from: u64,
 }
 
@@ -163,7 +165,7 @@ fn worker(
                             }
                             Cut::File(ref f) => {
                                 if let Some(l) = &mut sink.learn {
-                                    l.file(&f.path, &f.id, f.from);
+                                    l.file(&f.path, &f.id, &f.xattrs, f.from);
                                 }
                             }
                         }
@@ -390,13 +392,21 @@ impl Ingest {
     }
 
     /// The data chunks since mark `from` (up to here, a section boundary)
-    /// are `path`'s contents, with identity `id`: the next files cache
-    /// records them (if the backup learns one).
-    pub(crate) fn learn(&mut self, path: &[u8], id: FileId, from: u64) -> io::Result<()> {
+    /// are `path`'s contents, with identity `id` and extended attributes
+    /// `xattrs`: the next files cache records them (if the backup learns
+    /// one).
+    pub(crate) fn learn(
+        &mut self,
+        path: &[u8],
+        id: FileId,
+        xattrs: &[Xattr],
+        from: u64,
+    ) -> io::Result<()> {
         self.end_section();
         self.cuts.push(Cut::File(Box::new(LearntFile {
             path: path.to_vec(),
             id,
+            xattrs: xattrs.to_vec(),
             from,
         })));
         self.maybe_send()

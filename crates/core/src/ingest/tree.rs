@@ -52,20 +52,22 @@ impl TreeOut for TreeIngest<'_> {
         Ok(())
     }
 
-    fn file_end(&mut self, r: &Record) -> io::Result<()> {
+    fn file_end(&mut self, r: &Record, complete: bool) -> io::Result<()> {
         self.ingest.boundary()?;
         if let (true, Some((id, first))) = (self.learning, self.current.take()) {
-            // Only a file read whole at the size its identity gives.
-            if id.size == r.size {
-                self.ingest.learn(&r.path, id, first)?;
+            // Only a file read whole at the size its identity gives, with
+            // every attribute (one that could not be read is reported by
+            // every backup, not taken as none from the cache).
+            if id.size == r.size && complete {
+                self.ingest.learn(&r.path, id, &r.xattrs, first)?;
             }
         }
         Ok(())
     }
 
-    fn reuse(&mut self, r: &Record, id: &FileId) -> io::Result<bool> {
+    fn reuse(&mut self, r: &mut Record, id: &FileId) -> io::Result<bool> {
         self.current = None;
-        let Some(chunks) = self
+        let Some((chunks, xattrs)) = self
             .cache
             .as_deref_mut()
             .and_then(|c| c.lookup(&r.path, id))
@@ -73,6 +75,9 @@ impl TreeOut for TreeIngest<'_> {
             self.current = Some((*id, self.ingest.mark()));
             return Ok(false);
         };
+        // Unchanged since recorded: a change of attributes changes the
+        // ctime, which is part of `id`.
+        r.xattrs = xattrs.to_vec();
         // `entry`, with the cache still borrowed.
         self.meta.push(r);
         if r.kind == Kind::File {
@@ -83,7 +88,7 @@ impl TreeOut for TreeIngest<'_> {
             self.ingest.push_known(fp, n)?;
         }
         if self.learning {
-            self.ingest.learn(&r.path, *id, first)?;
+            self.ingest.learn(&r.path, *id, &r.xattrs, first)?;
         }
         self.from_cache += 1;
         Ok(true)
