@@ -210,6 +210,11 @@ pub struct Context {
     /// The objects the manifest's sections list (layout and FGC state),
     /// installed by the face with the layout.
     pub(crate) section_keys: fn(&Manifest) -> Vec<ObjectKey>,
+    /// The index this handle loads is about to be replaced whole (a GC
+    /// publishes one segment superseding all others, and keeps the table
+    /// of that generation then): loading it keeps no in-memory table, so a
+    /// GC writes the ~0.8 GB table (at 14 M entries) once, not twice.
+    pub(crate) index_replaced: bool,
 }
 
 /// Id ranges a joining writer reserved: the next id of each to hand out.
@@ -470,6 +475,7 @@ impl Context {
             staged: Sections::default(),
             memo: Memo::default(),
             section_keys: |_| Vec::new(),
+            index_replaced: false,
         };
         if load == IndexLoad::Now {
             let index = cx.build_index(bad_segments)?;
@@ -528,7 +534,10 @@ impl Context {
                 entries: applied,
                 table: index.len().0,
             };
-            if report.rebuilt.is_some() || k.worth_saving(&lag) {
+            // A table about to be replaced is kept after the publish
+            // instead (see `keep_index`).
+            let replaced = self.index_replaced && k.is_table();
+            if !replaced && (report.rebuilt.is_some() || k.worth_saving(&lag)) {
                 // What is kept is a cache: failing to save it costs the
                 // next opening a rebuild, not this command.
                 match k.save(&mut index, basis) {
@@ -584,10 +593,20 @@ impl Context {
     /// segment. (A publish that merged reloaded, and so kept, the merged
     /// generation's index.) A cache: failing to keep it costs the next
     /// opening a rebuild.
+    ///
+    /// An in-memory table is kept only where one is already (a state file
+    /// in its directory, of any generation): every opening that builds a
+    /// table keeps it, so a directory without one means no opening here
+    /// keeps tables (the first command at this location, or a cleared
+    /// cache), and writing ~0.8 GB at the end of a GC for no reader would
+    /// only slow the GC; the next opening builds and keeps it.
     pub(crate) fn keep_index(&mut self) {
         let Some(k) = self.kept_basis() else {
             return;
         };
+        if k.is_table() && !k.kept_here() {
+            return;
+        }
         let Some(index) = self.index.cell.get_mut() else {
             return;
         };
@@ -1171,6 +1190,17 @@ impl KeptBasis {
         match &self.keeper {
             Keeper::Runs(s) => s.save(index, basis),
             Keeper::Table(t) => t.save(index, basis),
+        }
+    }
+    fn is_table(&self) -> bool {
+        matches!(self.keeper, Keeper::Table(_))
+    }
+    /// Whether a table is kept in its directory (of any generation; a
+    /// run set always counts).
+    fn kept_here(&self) -> bool {
+        match &self.keeper {
+            Keeper::Runs(_) => true,
+            Keeper::Table(t) => t.is_kept(),
         }
     }
     fn worth_saving(&self, lag: &Lag) -> bool {

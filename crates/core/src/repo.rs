@@ -761,6 +761,15 @@ impl Writer {
         Ok(&mut self.repo.cx)
     }
 
+    /// [`cx_indexed`](Self::cx_indexed) for a GC, which replaces the whole
+    /// index when it publishes and keeps the table of that generation
+    /// then: an index loaded here keeps no table of its own (see
+    /// `Context::index_replaced`).
+    fn cx_replacing(&mut self) -> Result<&mut Context> {
+        self.repo.cx.index_replaced = true;
+        self.cx_indexed()
+    }
+
     /// Run a backup: `feed` writes the backup's bytes (or trace entries) into
     /// the [`Ingest`]; then the recipe is closed, the containers and index
     /// segment written, and a new manifest generation published. On any error
@@ -895,7 +904,11 @@ impl Writer {
     /// a new generation before deleting the old containers.
     pub fn gc(&mut self, opts: &GcOptions) -> Result<GcReport> {
         self.layout.mark_sweep()?;
-        crate::gc::gc(self.cx_indexed()?, opts)
+        let cx = match opts.dry_run {
+            true => self.cx_indexed()?,
+            false => self.cx_replacing()?,
+        };
+        crate::gc::gc(cx, opts)
     }
 
     /// Carry out a plan: sweep, publish a new generation, then delete the
@@ -909,7 +922,7 @@ impl Writer {
     /// mark and select on the newest generation (see [`crate::gc::online`]).
     pub fn gc_begin(&mut self, opts: &GcOptions) -> Result<OnlineGc> {
         self.layout.mark_sweep()?;
-        crate::gc::online::begin_run(self.cx_indexed()?, opts)
+        crate::gc::online::begin_run(self.cx_replacing()?, opts)
     }
 
     /// Step 2, the cutoff: announce the containers to reclaim, then

@@ -149,6 +149,12 @@ impl KeptTable {
         &self.dir
     }
 
+    /// Whether a table of any generation is kept here (its state file
+    /// exists; whether it can be used is for [`load`](Self::load)).
+    pub fn is_kept(&self) -> bool {
+        self.dir.join(STATE).exists()
+    }
+
     fn read_state(&self) -> std::result::Result<State, String> {
         read_kept_state(&self.dir, (MAGIC, VERSION), "kept table")
     }

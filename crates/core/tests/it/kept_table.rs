@@ -15,6 +15,7 @@ use tessera_core::chunking::ChunkerConfig;
 use tessera_core::container::ChunkKind;
 use tessera_core::index::{sort_entries, DiskLoad, IndexEntry, IndexKind};
 use tessera_core::layout::LayoutKind;
+use tessera_core::repo::IndexLoad;
 use tessera_core::rewrite::RewriteSpec;
 use tessera_core::{BackupOptions, HashAlgo, InitOptions, Repository};
 
@@ -385,6 +386,91 @@ fn a_gc_leaves_the_table_of_the_generation_it_publishes() {
     let repo = Repository::open(r.store.clone()).unwrap();
     assert_eq!(restore(&repo, repo.backups()[0].id).unwrap(), v2);
     assert_eq!(restore(&repo, repo.backups()[1].id).unwrap(), v3);
+}
+
+/// A GC opened lazily, as `tessera gc` is: it loads the index knowing it
+/// replaces it, collects garbage and closes. Returns how the GC's handle
+/// came by its index.
+fn lazy_forget_oldest_and_gc(r: &Repo) -> DiskLoad {
+    let mut w = Repository::open_writer_loading(
+        r.store.clone(),
+        "test",
+        &|| unreachable!("not encrypted"),
+        IndexLoad::Lazy,
+    )
+    .unwrap();
+    let first = w.backups()[0].id;
+    w.forget(&[first]).unwrap();
+    assert!(!w.index_loaded(), "forget needs no index");
+    let gc = tessera_core::gc::GcOptions {
+        liveness_threshold: 1.0,
+        ..Default::default()
+    };
+    let report = w.gc(&gc).unwrap();
+    assert!(report.reclaimed_containers > 0, "{report:?}");
+    let load = w.index().unwrap().kept_load().expect("kept").clone();
+    w.close().unwrap();
+    load
+}
+
+/// A GC replaces the whole index: loading it, it keeps no table even when
+/// it had to build one (the table of the generation it publishes is kept
+/// after the publish, once), and the next opening maps that table.
+#[test]
+fn a_gc_keeps_its_table_after_the_publish_not_at_its_opening() {
+    let r = Repo::new(false);
+    let (_, v2) = two_versions(&r);
+    r.open();
+    // The table is there but cannot be used: a GC's opening rebuilds.
+    for f in r.files("data") {
+        std::fs::remove_file(f).unwrap();
+    }
+    let load = lazy_forget_oldest_and_gc(&r);
+    assert!(load.rebuilt.is_some(), "{load:?}");
+    assert!(!load.saved, "the GC's opening kept a table: {load:?}");
+    // Exactly one table, the GC's generation's: nothing half-written.
+    for prefix in ["data", "recipe", "side"] {
+        assert_eq!(r.files(prefix).len(), 1, "{prefix}");
+    }
+    let segments = r.store.list(KeyKind::IndexSegment).unwrap().len();
+    let (load, entries) = r.open();
+    assert_eq!(
+        load,
+        DiskLoad {
+            kept_segments: segments,
+            applied_segments: 0,
+            rebuilt: None,
+            saved: false,
+        }
+    );
+    assert_eq!(r.rebuilt_entries(), entries);
+    assert_lookups_exact(&r, &entries, &[]);
+    let repo = Repository::open(r.store.clone()).unwrap();
+    assert_eq!(restore(&repo, repo.backups()[0].id).unwrap(), v2);
+}
+
+/// Where no table is kept (the first command here, or a cleared cache), a
+/// GC keeps none either: no table files at all, and the next opening
+/// builds and keeps one, then the one after maps it.
+#[test]
+fn a_gc_where_no_table_is_kept_leaves_none() {
+    let r = Repo::new(false);
+    let (_, v2) = two_versions(&r);
+    let _ = std::fs::remove_dir_all(&r.kept);
+    let load = lazy_forget_oldest_and_gc(&r);
+    assert!(load.rebuilt.is_some() && !load.saved, "{load:?}");
+    let left: Vec<PathBuf> = std::fs::read_dir(&r.kept)
+        .map(|d| d.map(|e| e.unwrap().path()).collect())
+        .unwrap_or_default();
+    assert!(left.iter().all(|p| file_name(p) == "save.lock"), "{left:?}");
+    let (first, entries) = r.open();
+    assert!(first.rebuilt.is_some() && first.saved, "{first:?}");
+    let (again, same) = r.open();
+    assert_eq!(again.rebuilt, None, "{again:?}");
+    assert_eq!(same, entries);
+    assert_eq!(r.rebuilt_entries(), entries);
+    let repo = Repository::open(r.store.clone()).unwrap();
+    assert_eq!(restore(&repo, repo.backups()[0].id).unwrap(), v2);
 }
 
 /// A table older than a GC (run where it was not kept) names removed
