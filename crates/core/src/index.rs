@@ -44,6 +44,7 @@ use crate::framing::checksum;
 use crate::ids::{ChunkKind, ContainerId};
 use std::collections::HashSet;
 
+pub mod blocksum;
 pub mod bloom;
 pub mod disk;
 pub mod kept_table;

@@ -55,11 +55,11 @@
 //! is reopened) instead of going on with an index it cannot persist.
 //! Lookups read memory and mapped runs only: they cannot fail.
 
+use super::blocksum::{BlockSums, Damage};
 use super::bloom::Bloom;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FP_LEN};
 use crate::fptable::FpTable;
-use crate::framing::checksum;
 use crate::zerobuf::ZeroBuf;
 use memmap2::Mmap;
 use std::fs::File;
@@ -203,9 +203,11 @@ struct Run {
     map: Option<Mmap>,
     len: usize,
     level: u32,
-    /// Its name in the kept run set and its checksum, once known (see
-    /// [`Kept`]).
+    /// Its name in the kept run set, once it has one (see [`Kept`]).
     kept: Kept,
+    /// Block checksums of a run taken up from a kept set, verified as
+    /// probes touch its blocks (`None`: written by this table).
+    sums: Option<BlockSums>,
     /// [`head`] of the first key of every [`FENCE_EVERY`] records.
     fences: ZeroBuf<u64>,
     /// Where the fences of each value of a head's top [`Run::bits`] bits
@@ -295,6 +297,13 @@ impl Run {
         let first = (lo + bucket[..last - lo].partition_point(|&f| f < h)).max(1);
         let lo = (first - 1) * FENCE_EVERY;
         let hi = (last * FENCE_EVERY).min(self.len);
+        if let (Some(s), Some(m)) = (&self.sums, &self.map) {
+            // A kept run's block is read only once verified: a damaged one
+            // must not answer "absent".
+            if let Err(d) = s.check(m, lo * REC, hi * REC) {
+                d.fail();
+            }
+        }
         let (mut a, mut b) = (lo, hi);
         while a < b {
             let m = (a + b) / 2;
@@ -341,93 +350,107 @@ impl Run {
             len,
             level,
             kept: Kept::default(),
+            sums: None,
             fences,
             dir,
             bits,
         })
     }
 
-    /// Map a run file of a kept run set (already linked at `path`),
-    /// checking its length and checksum; its fences are read from it.
-    fn open(path: PathBuf, f: &KeptFile, level: u32) -> Result<Run> {
-        let map = map_checked(&path, f)?;
-        let bytes = map.as_deref().unwrap_or(&[]);
-        if bytes.len() % REC != 0 {
+    /// Verify every block of a run taken up from a kept set (before a
+    /// merge or a scan reads it whole).
+    fn verify(&self) -> std::result::Result<(), Damage> {
+        match (&self.sums, &self.map) {
+            (Some(s), Some(m)) => s.check_all(m),
+            _ => Ok(()),
+        }
+    }
+
+    /// Map a run file of a kept run set (already linked at `path`) with
+    /// its fences and block sums (from its checked meta file): nothing of
+    /// the run is read here; its blocks are verified as probes touch them.
+    fn open(path: PathBuf, f: AdoptedFile, level: u32, state: &Arc<PathBuf>) -> Result<Run> {
+        let len = (f.kept.len as usize) / REC;
+        if !(f.kept.len as usize).is_multiple_of(REC)
+            || f.fences.len() != len.div_ceil(FENCE_EVERY)
+            || f.sums.len() as u64 != super::blocksum::blocks_in(f.kept.len)
+        {
             return Err(Error::corrupt(
                 path.display().to_string(),
-                "not a whole number of records",
+                "its meta file does not describe it",
             ));
         }
-        let len = bytes.len() / REC;
-        let fences: Vec<u64> = (0..len)
-            .step_by(FENCE_EVERY)
-            .map(|i| head(&bytes[i * REC..]))
-            .collect();
-        let (dir, bits) = Self::directory(&fences);
+        let map = map_kept(&path, f.kept.len)?;
+        let (dir, bits) = Self::directory(&f.fences);
+        let sums = BlockSums::new(f.sums, &path, Arc::clone(state));
         Ok(Run {
             path,
             map,
             len,
             level,
-            kept: Kept::known(f),
-            fences: ZeroBuf::from_slice(&fences),
+            kept: Kept::known(f.kept),
+            sums: Some(sums),
+            fences: ZeroBuf::from_slice(&f.fences),
             dir: ZeroBuf::from_slice(&dir),
             bits,
         })
     }
 }
 
-/// A file's name in the kept run set (`super::runset`) and its checksum,
-/// filled once known: set when adopted from the set, computed at the first
-/// save for a file this table wrote. Files are immutable once written, so
-/// both stay true.
+/// A file's description in the kept run set (`super::runset`), once it
+/// has one: set when adopted from the set, or by the save that first kept
+/// it. Files are immutable once written, so it stays true.
 #[derive(Default)]
-struct Kept {
-    name: Mutex<Option<String>>,
-    sum: std::sync::OnceLock<[u8; 16]>,
-}
+struct Kept(Mutex<Option<KeptData>>);
 
 impl Kept {
-    fn known(f: &KeptFile) -> Kept {
-        Kept {
-            name: Mutex::new(Some(f.name.clone())),
-            sum: std::sync::OnceLock::from(f.sum),
-        }
+    fn known(f: KeptData) -> Kept {
+        Kept(Mutex::new(Some(f)))
     }
 
-    /// The file as a kept run set lists it; `bytes` is its content.
-    fn describe(&self, path: &Path, bytes: &[u8]) -> TableFile {
-        let sum = *self.sum.get_or_init(|| checksum(bytes));
+    /// The file as a kept run set lists it: its description if kept, else
+    /// what a save needs to keep it (`bytes`: its content; `fences`: a
+    /// run's).
+    fn describe(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        fences: &[u64],
+        still_kept: &impl Fn(&KeptData) -> bool,
+    ) -> TableFile {
+        let kept = self.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let kept = kept.filter(still_kept);
+        let fresh = kept.is_none();
         TableFile {
             path: path.to_path_buf(),
-            kept_as: self.name.lock().unwrap_or_else(|e| e.into_inner()).clone(),
             len: bytes.len() as u64,
-            sum,
+            sums: if fresh {
+                super::blocksum::sums_of(bytes)
+            } else {
+                Vec::new()
+            },
+            fences: if fresh { fences.to_vec() } else { Vec::new() },
+            kept,
         }
     }
 }
 
-/// Map a kept file checking it against its description (length, then
-/// checksum): a damaged file is an error naming it, never trusted.
-fn map_checked(path: &Path, f: &KeptFile) -> Result<Option<Mmap>> {
+/// Map a kept file of `len` bytes (its length checked; its content is
+/// verified block by block as it is read).
+fn map_kept(path: &Path, len: u64) -> Result<Option<Mmap>> {
     let file = File::open(path).map_err(|e| io_error(path, e))?;
-    let len = file.metadata().map_err(|e| io_error(path, e))?.len();
-    let name = || path.display().to_string();
-    if len != f.len {
+    let found = file.metadata().map_err(|e| io_error(path, e))?.len();
+    if found != len {
         return Err(Error::corrupt(
-            name(),
-            format!("{len} bytes, the run set says {}", f.len),
+            path.display().to_string(),
+            format!("{found} bytes, the run set says {len}"),
         ));
     }
     // SAFETY: kept files are never written again once named in a run set.
-    let map = (len > 0)
+    (len > 0)
         .then(|| unsafe { Mmap::map(&file) })
         .transpose()
-        .map_err(|e| io_error(path, e))?;
-    if checksum(map.as_deref().unwrap_or(&[])) != f.sum {
-        return Err(Error::corrupt(name(), "checksum mismatch"));
-    }
-    Ok(map)
+        .map_err(|e| io_error(path, e))
 }
 
 /// One flush's container lists: fingerprints grouped by container.
@@ -435,13 +458,21 @@ struct ListFile {
     path: PathBuf,
     map: Option<Mmap>,
     kept: Kept,
+    /// As [`Run::sums`].
+    sums: Option<BlockSums>,
 }
 
 impl ListFile {
     /// `count` fingerprints from the `first`.
     fn fps(&self, first: usize, count: usize) -> &[Fingerprint] {
         let m = self.map.as_ref().expect("listed");
-        let b = &m[first * FP_LEN..(first + count) * FP_LEN];
+        let (from, to) = (first * FP_LEN, (first + count) * FP_LEN);
+        if let Some(s) = &self.sums {
+            if let Err(d) = s.check(m, from, to) {
+                d.fail();
+            }
+        }
+        let b = &m[from..to];
         // SAFETY: a Fingerprint is 32 bytes of alignment 1
         // (`repr(transparent)` over `[u8; 32]`): any 32 bytes are one.
         unsafe { std::slice::from_raw_parts(b.as_ptr().cast::<Fingerprint>(), count) }
@@ -449,13 +480,15 @@ impl ListFile {
 }
 
 /// One of a table's files as [`DiskTable::state`] gives it: where it is,
-/// its name in the kept run set if it has one, its length and checksum.
+/// its description in the kept run set if it has one, else its block
+/// sums and (a run's) fences for the save that keeps it.
 #[derive(Clone, Debug)]
 pub struct TableFile {
     pub path: PathBuf,
-    pub kept_as: Option<String>,
+    pub kept: Option<KeptData>,
     pub len: u64,
-    pub sum: [u8; 16],
+    pub sums: Vec<u64>,
+    pub fences: Vec<u64>,
 }
 
 /// A file of a kept run set: its name in the set's directory, its length
@@ -467,50 +500,46 @@ pub struct KeptFile {
     pub sum: [u8; 16],
 }
 
-/// A whole table without its pending changes: runs (oldest first, with
-/// their levels), container list files, the extents of each container's
-/// list in them, the summary vector, the live count and the keys changed
-/// since inserted (`None`: too many were, every search goes newest first).
-pub struct TableState<F> {
-    pub runs: Vec<(F, u32)>,
-    pub lists: Vec<F>,
+/// A run or container-list file of a kept run set: its name and length,
+/// and its meta file (its fences and block sums, checked whole).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct KeptData {
+    pub name: String,
+    pub len: u64,
+    pub meta: KeptFile,
+}
+
+/// A kept run or list file as an opening takes it up: its description
+/// and its meta file's fences (a run's) and block sums.
+pub struct AdoptedFile {
+    pub kept: KeptData,
+    pub fences: Vec<u64>,
+    pub sums: Vec<u64>,
+}
+
+/// A whole table without its pending changes and its summary vector
+/// ([`DiskTable::bloom_mut`]): runs (oldest first, with their levels),
+/// container list files, the extents of each container's list in them,
+/// the live count and the keys changed since inserted (`None`: too many
+/// were, every search goes newest first).
+pub struct TableState {
+    pub runs: Vec<(TableFile, u32)>,
+    pub lists: Vec<TableFile>,
     pub extents: Vec<(u64, Vec<Extent>)>,
-    pub bloom_capacity: usize,
-    pub bloom_words: Vec<u64>,
     pub len: u64,
     pub shadowed: Option<Vec<Fingerprint>>,
 }
 
-/// `f` over `items` on every core, results in order.
-fn par_map<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync) -> Vec<R> {
-    let n = items.len();
-    let workers = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(n);
-    if workers <= 1 {
-        return items.into_iter().map(f).collect();
-    }
-    let items: Vec<Mutex<Option<T>>> = items.into_iter().map(|t| Mutex::new(Some(t))).collect();
-    let out: Vec<Mutex<Option<R>>> = (0..n).map(|_| Mutex::new(None)).collect();
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    std::thread::scope(|s| {
-        for _ in 0..workers {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(item) = items.get(i) else { break };
-                let item = item.lock().unwrap_or_else(|e| e.into_inner()).take();
-                let r = f(item.expect("each item is taken once"));
-                *out[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
-            });
-        }
-    });
-    out.into_iter()
-        .map(|r| {
-            r.into_inner()
-                .unwrap_or_else(|e| e.into_inner())
-                .expect("every item ran")
-        })
-        .collect()
+/// What an opening takes up from a kept run set (see [`DiskTable::adopt`]).
+pub struct Adopted {
+    pub runs: Vec<(AdoptedFile, u32)>,
+    pub lists: Vec<AdoptedFile>,
+    pub extents: Vec<(u64, Vec<Extent>)>,
+    pub bloom: Bloom,
+    pub len: u64,
+    pub shadowed: Option<Vec<Fingerprint>>,
+    /// The set's `state`, removed when a damaged block is found.
+    pub state: Arc<PathBuf>,
 }
 
 /// Where a container's list lies: (list file, first fingerprint, count).
@@ -1094,7 +1123,9 @@ impl DiskTable {
     /// `super::runset`): pending changes are flushed first, so the runs,
     /// container lists, summary vector and changed-key set are the whole
     /// table. A merge still running is left out: its inputs are the runs.
-    pub fn state(&mut self) -> Result<TableState<TableFile>> {
+    /// A file kept before counts as kept if `still_kept` says it is still
+    /// there (else a save keeps it anew).
+    pub fn state(&mut self, still_kept: impl Fn(&KeptData) -> bool) -> Result<TableState> {
         self.flush()?;
         let t = &mut self.t;
         if t.rebuilding.is_some() {
@@ -1104,10 +1135,11 @@ impl DiskTable {
             .runs
             .iter()
             .map(|r| {
-                (
-                    r.kept.describe(&r.path, r.map.as_deref().unwrap_or(&[])),
-                    r.level,
-                )
+                let bytes = r.map.as_deref().unwrap_or(&[]);
+                let f = r
+                    .kept
+                    .describe(&r.path, bytes, r.fences.as_slice(), &still_kept);
+                (f, r.level)
             })
             .collect();
         // Only list files an extent still names, numbered anew.
@@ -1120,7 +1152,8 @@ impl DiskTable {
                 .map(|&(f, first, count)| {
                     let n = *renumber[f as usize].get_or_insert_with(|| {
                         let l = &t.lists[f as usize];
-                        lists.push(l.kept.describe(&l.path, l.map.as_deref().unwrap_or(&[])));
+                        let bytes = l.map.as_deref().unwrap_or(&[]);
+                        lists.push(l.kept.describe(&l.path, bytes, &[], &still_kept));
                         lists.len() as u32 - 1
                     });
                     (n, first, count)
@@ -1133,19 +1166,24 @@ impl DiskTable {
             runs,
             lists,
             extents,
-            bloom_capacity: t.bloom.capacity(),
-            bloom_words: t.bloom.words().to_vec(),
             len: t.len as u64,
             shadowed: (!t.shadow_full).then(|| t.shadowed.iter().map(|(k, _)| k).collect()),
         })
     }
 
-    /// Note the names a save gave this table's files in the kept run set
-    /// (by their [`TableFile::path`]), so a later save links none again.
-    pub fn kept_as(&self, names: &std::collections::HashMap<PathBuf, String>) {
+    /// The summary vector, for a save (after [`state`](Self::state): no
+    /// rebuild pending).
+    pub fn bloom_mut(&mut self) -> &mut Bloom {
+        &mut self.t.bloom
+    }
+
+    /// Note the descriptions a save gave this table's files in the kept
+    /// run set (by their [`TableFile::path`]), so a later save keeps none
+    /// again.
+    pub fn kept_as(&self, names: &std::collections::HashMap<PathBuf, KeptData>) {
         let set = |k: &Kept, path: &Path| {
             if let Some(n) = names.get(path) {
-                *k.name.lock().unwrap_or_else(|e| e.into_inner()) = Some(n.clone());
+                *k.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(n.clone());
             }
         };
         for r in &self.t.runs {
@@ -1158,46 +1196,41 @@ impl DiskTable {
 
     /// A table taking up a kept run set: each file in `from` is linked
     /// into a new private directory under `base` (so it outlives the set's
-    /// later changes while mapped here) and checked against its length and
-    /// checksum. Any file missing or damaged is an error naming it.
-    pub fn adopt(
-        base: &Path,
-        cfg: DiskConfig,
-        from: &Path,
-        state: TableState<KeptFile>,
-    ) -> Result<DiskTable> {
-        let bloom = Bloom::from_words(state.bloom_capacity, &state.bloom_words)
-            .ok_or_else(|| Error::corrupt(from.display().to_string(), "summary vector size"))?;
+    /// later changes while mapped here) and mapped; its length is checked
+    /// now, its blocks as they are read ([`BlockSums`]). A file missing or
+    /// of another length is an error naming it.
+    pub fn adopt(base: &Path, cfg: DiskConfig, from: &Path, state: Adopted) -> Result<DiskTable> {
         let mut table = DiskTable::create(base, cfg).map_err(|e| io_error(base, e))?;
         let t = &mut table.t;
-        let link = |t: &mut Tables, what: &str, f: &KeptFile| -> Result<PathBuf> {
+        let link = |t: &mut Tables, what: &str, f: &KeptData| -> Result<PathBuf> {
             let path = t.file(what);
             let kept = from.join(&f.name);
             std::fs::hard_link(&kept, &path).map_err(|e| io_error(&kept, e))?;
             Ok(path)
         };
-        let mut runs = Vec::new();
-        for (f, level) in &state.runs {
-            runs.push((link(t, "run", f)?, f, *level));
+        for (f, level) in state.runs {
+            let path = link(t, "run", &f.kept)?;
+            t.runs
+                .push(Arc::new(Run::open(path, f, level, &state.state)?));
         }
-        let mut lists = Vec::new();
-        for f in &state.lists {
-            lists.push((link(t, "lists", f)?, f));
-        }
-        // Checked on every core: reading them is most of an opening.
-        let runs = par_map(runs, |(path, f, level)| Run::open(path, f, level));
-        let lists = par_map(lists, |(path, f)| {
-            map_checked(&path, f).map(|map| ListFile {
+        for f in state.lists {
+            let path = link(t, "lists", &f.kept)?;
+            if !f.kept.len.is_multiple_of(FP_LEN as u64)
+                || f.sums.len() as u64 != super::blocksum::blocks_in(f.kept.len)
+            {
+                return Err(Error::corrupt(
+                    path.display().to_string(),
+                    "its meta file does not describe it",
+                ));
+            }
+            let map = map_kept(&path, f.kept.len)?;
+            let sums = BlockSums::new(f.sums, &path, Arc::clone(&state.state));
+            t.lists.push(Arc::new(ListFile {
                 path,
                 map,
-                kept: Kept::known(f),
-            })
-        });
-        for r in runs {
-            t.runs.push(Arc::new(r?));
-        }
-        for l in lists {
-            t.lists.push(Arc::new(l?));
+                kept: Kept::known(f.kept),
+                sums: Some(sums),
+            }));
         }
         let list_len = |f: u32| {
             t.lists
@@ -1215,7 +1248,7 @@ impl DiskTable {
             }
             t.extents.insert(c, ext);
         }
-        t.bloom = bloom;
+        t.bloom = state.bloom;
         t.len = state.len as usize;
         match state.shadowed {
             Some(keys) => {
@@ -1607,6 +1640,9 @@ impl Tables {
         let build = move || {
             let mut b = Bloom::new(capacity);
             for r in &runs {
+                if let Err(d) = r.verify() {
+                    d.fail();
+                }
                 b.insert_all((0..r.len).filter_map(|i| {
                     let (k, v) = r.rec(i);
                     (v != TOMB).then(|| Fingerprint(k.try_into().unwrap()))
@@ -1645,6 +1681,11 @@ impl Tables {
             over.extend(f.iter().filter(|(k, _)| self.overlay.get(k).is_none()));
         }
         over.sort_unstable_by(|a, b| key_cmp(&a.0 .0, &b.0 .0));
+        for r in &self.runs {
+            if let Err(d) = r.verify() {
+                d.fail();
+            }
+        }
         // Sources newest first: overlays, then runs newest to oldest.
         let n = self.runs.len();
         let mut heads = vec![0usize; n + 1];
@@ -1731,6 +1772,7 @@ fn write_flush(
             path: lists_path,
             map,
             kept: Kept::default(),
+            sums: None,
         },
         extents,
         run,
@@ -1758,6 +1800,11 @@ struct Merging {
 /// the newest record of a key wins; removal marks are dropped with
 /// `drop_tombs`.
 fn merge(runs: &[Arc<Run>], path: PathBuf, level: u32, drop_tombs: bool) -> Result<Run> {
+    // Runs taken up from a kept set are read whole: verified first, so a
+    // damaged block is never merged into a run trusted from then on.
+    for r in runs {
+        r.verify().map_err(Damage::error)?;
+    }
     let mut at: Vec<usize> = vec![0; runs.len()];
     // At most FANOUT runs: the smallest head is found by a scan of integer
     // heads (cheaper than a heap of 32-byte keys), the newest run winning a

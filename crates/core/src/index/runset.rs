@@ -7,14 +7,22 @@
 //!
 //! Layout: `<index dir>/runs-<16 hex digits of XXH3(repo id, location)>/`
 //! holds immutable data files under unique names and `state`, the framed,
-//! checksummed description naming them (each with its length and XXH3-128).
-//! A set is used only if its `state` decodes, names this repository and
-//! location, lists index segments the manifest still lists first, in order
-//! (a compaction replaces them all), and containers the manifest still
-//! lists (a GC that removed one may have left entries naming it); and only
-//! if every file it names is there, of its length and checksum. Anything
-//! else is rebuilt from the segments, never trusted: it is private,
-//! disposable state.
+//! checksummed description naming them. A set is used only if its `state`
+//! decodes, names this repository and location, lists index segments the
+//! manifest still lists first, in order (a compaction replaces them all),
+//! and containers the manifest still lists (a GC that removed one may have
+//! left entries naming it); and only if every file it names is there, of
+//! its length. Anything else is rebuilt from the segments, never trusted:
+//! it is private, disposable state.
+//!
+//! What an opening reads does not grow with the index (version 2 of the
+//! set): each run and container-list file has a small meta file (its
+//! fences, the XXH3-64 of each 64 KiB block) checked whole, and its blocks
+//! are verified as lookups first touch them (`super::blocksum`); the
+//! summary vector is kept in pieces loaded, and verified, as they are
+//! first touched (`super::bloom`). The small files (side tables, changed
+//! keys) are checked whole. A damaged block found later fails loudly and
+//! removes `state`, so the next opening rebuilds.
 //!
 //! Concurrency: files are never rewritten; a save writes its new files
 //! under new names (hard links of the table's own files), then the state
@@ -26,7 +34,11 @@
 //! them missing and rebuilds; once linked into its private directory they
 //! live as long as it maps them.
 
-use super::disk::{DiskConfig, DiskTable, Extent, KeptFile, TableFile, TableState};
+use super::blocksum::Damage;
+use super::bloom::{Bloom, KeptBloom, PieceFile, PieceLoader, PIECE_WORDS};
+use super::disk::{
+    Adopted, AdoptedFile, DiskConfig, DiskTable, Extent, KeptData, KeptFile, TableFile,
+};
 use super::{decode_segment, encode_segment, Index};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FP_LEN};
@@ -36,7 +48,16 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 8] = b"TSRARUNS";
-const VERSION: u32 = 1;
+/// 2: meta files and block sums, the summary vector in pieces (1: every
+/// file checked whole at each opening).
+const VERSION: u32 = 2;
+/// A run's or list's meta file: magic, version, the file's length and
+/// name, its fences, its block sums.
+const META_MAGIC: &[u8; 8] = b"TSRAMETA";
+const META_VERSION: u32 = 1;
+/// Piece files past which a save writes the whole summary vector anew
+/// (each opening opens every piece file).
+const MAX_PIECE_FILES: usize = 8;
 pub(super) const STATE: &str = "state";
 pub(super) const LOCK: &str = "save.lock";
 /// A save lock older than this was left by a process that died.
@@ -64,11 +85,10 @@ struct State {
     segments: Vec<String>,
     /// Listed containers as half-open id ranges.
     containers: Vec<(u64, u64)>,
-    runs: Vec<(KeptFile, u32)>,
-    lists: Vec<KeptFile>,
+    runs: Vec<(KeptData, u32)>,
+    lists: Vec<KeptData>,
     extents: Vec<(u64, Vec<Extent>)>,
-    bloom: KeptFile,
-    bloom_capacity: usize,
+    bloom: KeptBloom,
     /// Recipe chunks and copy lists, as an index segment.
     side: KeptFile,
     /// Keys changed since inserted; `None`: too many to track.
@@ -249,22 +269,50 @@ impl RunSet {
                 )
             }
         };
-        let bloom = self.read_checked(&s.bloom).map_err(damaged)?;
-        let bloom_words = bloom
-            .chunks_exact(8)
-            .map(|w| u64::from_le_bytes(w.try_into().expect("a whole word")))
-            .collect();
-        let state = TableState {
-            runs: s.runs,
-            lists: s.lists,
+        let state = std::sync::Arc::new(self.dir.join(STATE));
+        let runs = s
+            .runs
+            .into_iter()
+            .map(|(k, level)| Ok((self.adopted(k)?, level)))
+            .collect::<Result<Vec<_>>>()
+            .map_err(damaged)?;
+        let lists = s
+            .lists
+            .into_iter()
+            .map(|k| self.adopted(k))
+            .collect::<Result<Vec<_>>>()
+            .map_err(damaged)?;
+        let loader = PieceFiles::open(&self.dir, &s.bloom, &state).map_err(damaged)?;
+        let adopted = Adopted {
+            runs,
+            lists,
             extents: s.extents,
-            bloom_capacity: s.bloom_capacity,
-            bloom_words,
+            bloom: Bloom::adopt(s.bloom, std::sync::Arc::new(loader)),
             len: s.len,
             shadowed,
+            state,
         };
-        let table = DiskTable::adopt(base, cfg, &self.dir, state).map_err(damaged)?;
+        let table = DiskTable::adopt(base, cfg, &self.dir, adopted).map_err(damaged)?;
         Ok((Index::from_disk(table, side), n))
+    }
+
+    /// A kept run or list file with its meta file's fences and sums (the
+    /// meta file checked whole and naming the file).
+    fn adopted(&self, kept: KeptData) -> Result<AdoptedFile> {
+        let meta = self.read_checked(&kept.meta)?;
+        let (name, len, fences, sums) = decode_meta(&meta).ok_or_else(|| {
+            Error::corrupt(
+                self.dir.join(&kept.meta.name).display().to_string(),
+                "not a meta file",
+            )
+        })?;
+        if name != kept.name || len != kept.len {
+            return Err(Error::corrupt(
+                self.dir.join(&kept.meta.name).display().to_string(),
+                format!("describes {name} of {len} bytes, not {}", kept.name),
+            ));
+        }
+        Ok(AdoptedFile { kept, fences, sums })
     }
 
     /// Keep `index` (an on-disk one, standing for `basis`) for later
@@ -292,24 +340,31 @@ impl RunSet {
         let Some(table) = index.disk_table_mut() else {
             return Err(Error::invalid("only an on-disk index is kept"));
         };
-        let st = table.state()?;
-        let mut names: HashMap<PathBuf, String> = HashMap::new();
-        let mut keep = |f: &TableFile, what: &str| -> Result<KeptFile> {
-            let name = match &f.kept_as {
-                Some(n) if self.dir.join(n).metadata().is_ok_and(|m| m.len() == f.len) => n.clone(),
+        // A file kept before is named again (not rewritten) if it is still
+        // there: only a saver holding the lock removes files.
+        let there =
+            |name: &str, len: u64| self.dir.join(name).metadata().is_ok_and(|m| m.len() == len);
+        let still = |k: &KeptData| there(&k.name, k.len) && there(&k.meta.name, k.meta.len);
+        let st = table.state(still)?;
+        let mut names: HashMap<PathBuf, KeptData> = HashMap::new();
+        let mut keep = |f: &TableFile, what: &str| -> Result<KeptData> {
+            let kept = match &f.kept {
+                Some(k) if still(k) => k.clone(),
                 _ => {
-                    let n = unique(what);
-                    let to = self.dir.join(&n);
+                    let name = unique(what);
+                    let to = self.dir.join(&name);
                     std::fs::hard_link(&f.path, &to).map_err(|e| io_error(&to, e))?;
-                    n
+                    let meta = encode_meta(&name, f.len, &f.fences, &f.sums);
+                    let meta = self.write_new(&format!("meta-{what}"), &meta)?;
+                    KeptData {
+                        name,
+                        len: f.len,
+                        meta,
+                    }
                 }
             };
-            names.insert(f.path.clone(), name.clone());
-            Ok(KeptFile {
-                name,
-                len: f.len,
-                sum: f.sum,
-            })
+            names.insert(f.path.clone(), kept.clone());
+            Ok(kept)
         };
         let runs = st
             .runs
@@ -321,18 +376,16 @@ impl RunSet {
             .iter()
             .map(|f| keep(f, "lists"))
             .collect::<Result<Vec<_>>>()?;
-        let words: Vec<u8> = st
-            .bloom_words
-            .iter()
-            .flat_map(|w| w.to_le_bytes())
-            .collect();
-        let bloom = self.write_new("bloom", &words)?;
-        let side = self.write_new("side", &side)?;
+        let bloom = self.keep_bloom(table.bloom_mut())?;
+        // The side tables and changed keys as kept before, if unchanged.
+        let before = self.read_state().ok();
+        let side = self.write_unless(before.as_ref().map(|s| &s.side), "side", &side)?;
         let shadow = match &st.shadowed {
             None => None,
             Some(keys) => {
                 let b: Vec<u8> = keys.iter().flat_map(|k| k.0).collect();
-                Some(self.write_new("shadow", &b)?)
+                let was = before.as_ref().and_then(|s| s.shadow.as_ref());
+                Some(self.write_unless(was, "shadow", &b)?)
             }
         };
         let state = State {
@@ -345,7 +398,6 @@ impl RunSet {
             lists,
             extents: st.extents,
             bloom,
-            bloom_capacity: st.bloom_capacity,
             side,
             shadow,
             len: st.len,
@@ -361,10 +413,115 @@ impl RunSet {
         })?;
         if let Some(t) = index.disk_table_mut() {
             t.kept_as(&names);
+            t.bloom_mut().saved(state.bloom.clone());
         }
         self.remove_unnamed(&state);
         remove_unused_sets(self.dir.parent(), &self.dir, "runs-");
         Ok(true)
+    }
+
+    /// Keep the summary vector: the pieces changed since it was loaded or
+    /// saved go to a new piece file, the others stay where they are; the
+    /// whole filter is written when it was never kept (new, or grown),
+    /// when a file holding its pieces is gone, or past
+    /// [`MAX_PIECE_FILES`]. Nothing is marked saved here (the caller does,
+    /// once the state naming the files is in place).
+    fn keep_bloom(&self, b: &Bloom) -> Result<KeptBloom> {
+        let pieces = b.pieces();
+        let there = |f: &PieceFile| {
+            self.dir
+                .join(&f.name)
+                .metadata()
+                .is_ok_and(|m| m.len() == f.len)
+        };
+        let prev = b.kept().filter(|k| {
+            k.capacity == b.capacity()
+                && k.files.len() < MAX_PIECE_FILES
+                && k.files.iter().all(there)
+                && k.places(pieces).is_some()
+        });
+        let (mut files, write): (Vec<PieceFile>, Vec<usize>) = match prev {
+            Some(k) => (
+                k.files.clone(),
+                (0..pieces).filter(|&p| b.is_dirty(p)).collect(),
+            ),
+            None => (Vec::new(), (0..pieces).collect()),
+        };
+        if !write.is_empty() {
+            files.push(self.write_pieces(b, &write)?);
+        }
+        // Files all of whose pieces a later file holds are dropped.
+        let kept = KeptBloom {
+            capacity: b.capacity(),
+            files,
+        };
+        let places = kept.places(pieces).expect("every piece is kept");
+        let mut used = vec![false; kept.files.len()];
+        for &(f, _) in &places {
+            used[f as usize] = true;
+        }
+        let mut i = 0;
+        let files = kept
+            .files
+            .into_iter()
+            .filter(|_| {
+                i += 1;
+                used[i - 1]
+            })
+            .collect();
+        Ok(KeptBloom {
+            capacity: b.capacity(),
+            files,
+        })
+    }
+
+    /// A new piece file of `pieces` (ascending) of `b`: their words (u64
+    /// LE), then the XXH3-64 of each piece (u64 LE).
+    fn write_pieces(&self, b: &Bloom, pieces: &[usize]) -> Result<PieceFile> {
+        use std::io::Write;
+        let name = unique("bloom");
+        let path = self.dir.join(&name);
+        let f = std::fs::File::create(&path).map_err(|e| io_error(&path, e))?;
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
+        let mut sums = Vec::with_capacity(pieces.len() * 8);
+        let mut len = 0u64;
+        let mut ranges: Vec<(u32, u32)> = Vec::new();
+        let mut bytes = Vec::with_capacity(PIECE_WORDS * 8);
+        for &p in pieces {
+            bytes.clear();
+            bytes.extend(b.piece(p).iter().flat_map(|w| w.to_le_bytes()));
+            sums.extend(super::blocksum::sum(&bytes).to_le_bytes());
+            w.write_all(&bytes).map_err(|e| io_error(&path, e))?;
+            len += bytes.len() as u64;
+            match ranges.last_mut() {
+                Some(r) if r.1 == p as u32 => r.1 += 1,
+                _ => ranges.push((p as u32, p as u32 + 1)),
+            }
+        }
+        w.write_all(&sums).map_err(|e| io_error(&path, e))?;
+        w.flush().map_err(|e| io_error(&path, e))?;
+        Ok(PieceFile {
+            name,
+            len: len + sums.len() as u64,
+            sums: checksum(&sums),
+            ranges,
+        })
+    }
+
+    /// `bytes` as the file `was` if it holds them (and is there), else as
+    /// a new file.
+    fn write_unless(&self, was: Option<&KeptFile>, what: &str, bytes: &[u8]) -> Result<KeptFile> {
+        if let Some(k) = was {
+            let there = self
+                .dir
+                .join(&k.name)
+                .metadata()
+                .is_ok_and(|m| m.len() == k.len);
+            if there && k.len == bytes.len() as u64 && k.sum == checksum(bytes) {
+                return Ok(k.clone());
+            }
+        }
+        self.write_new(what, bytes)
     }
 
     /// A new file of `bytes` under a new name.
@@ -383,9 +540,11 @@ impl RunSet {
     /// of saves that died). Only a saver holding the lock does.
     fn remove_unnamed(&self, state: &State) {
         let mut named: std::collections::HashSet<&str> = [STATE, LOCK].into();
-        named.extend(state.runs.iter().map(|(f, _)| f.name.as_str()));
-        named.extend(state.lists.iter().map(|f| f.name.as_str()));
-        named.extend([state.bloom.name.as_str(), state.side.name.as_str()]);
+        for f in state.runs.iter().map(|(f, _)| f).chain(&state.lists) {
+            named.extend([f.name.as_str(), f.meta.name.as_str()]);
+        }
+        named.extend(state.bloom.files.iter().map(|f| f.name.as_str()));
+        named.insert(state.side.name.as_str());
         named.extend(state.shadow.iter().map(|f| f.name.as_str()));
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return;
@@ -396,6 +555,137 @@ impl RunSet {
             }
         }
     }
+}
+
+/// A run's or list's meta file (see [`META_MAGIC`]).
+fn encode_meta(name: &str, len: u64, fences: &[u64], sums: &[u64]) -> Vec<u8> {
+    let mut b = Vec::with_capacity(40 + name.len() + 8 * (fences.len() + sums.len()));
+    b.extend_from_slice(META_MAGIC);
+    b.extend_from_slice(&META_VERSION.to_le_bytes());
+    b.extend_from_slice(&len.to_le_bytes());
+    b.extend_from_slice(&(name.len() as u32).to_le_bytes());
+    b.extend_from_slice(name.as_bytes());
+    for part in [fences, sums] {
+        b.extend_from_slice(&(part.len() as u64).to_le_bytes());
+        b.extend(part.iter().flat_map(|w| w.to_le_bytes()));
+    }
+    b
+}
+
+/// The name, length, fences and block sums a meta file gives, or `None`
+/// if it is not one.
+fn decode_meta(b: &[u8]) -> Option<(String, u64, Vec<u64>, Vec<u64>)> {
+    let mut at = 0usize;
+    let mut take = |n: usize| -> Option<&[u8]> {
+        let s = b.get(at..at.checked_add(n)?)?;
+        at += n;
+        Some(s)
+    };
+    if take(8)? != META_MAGIC || take(4)? != META_VERSION.to_le_bytes() {
+        return None;
+    }
+    let len = u64::from_le_bytes(take(8)?.try_into().ok()?);
+    let n = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
+    let name = String::from_utf8(take(n)?.to_vec()).ok()?;
+    let mut words = || -> Option<Vec<u64>> {
+        let n = usize::try_from(u64::from_le_bytes(take(8)?.try_into().ok()?)).ok()?;
+        let raw = take(n.checked_mul(8)?)?;
+        Some(
+            raw.chunks_exact(8)
+                .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
+                .collect(),
+        )
+    };
+    let fences = words()?;
+    let sums = words()?;
+    (at == b.len()).then_some((name, len, fences, sums))
+}
+
+/// The piece files of a kept summary vector, open (a file removed by a
+/// later save stays readable), each piece verified as it is loaded.
+struct PieceFiles {
+    /// Each file, its path, and the XXH3-64 of each piece it holds.
+    files: Vec<(std::fs::File, PathBuf, Vec<u64>)>,
+    /// Each piece's file and position in it.
+    at: Vec<(u32, u32)>,
+    state: std::sync::Arc<PathBuf>,
+}
+
+impl PieceFiles {
+    /// Open the files of `kept` in `dir`, checking each one's length and
+    /// its trailer of piece sums (nothing else is read).
+    fn open(dir: &Path, kept: &KeptBloom, state: &std::sync::Arc<PathBuf>) -> Result<PieceFiles> {
+        let words = Bloom::bytes_for(kept.capacity) / 8;
+        let pieces = words.div_ceil(PIECE_WORDS);
+        let corrupt =
+            |p: &Path, why: &str| Error::corrupt(p.display().to_string(), why.to_string());
+        let at = kept
+            .places(pieces)
+            .ok_or_else(|| corrupt(dir, "the summary vector's pieces are not all kept"))?;
+        let piece_bytes = |p: u32| ((words - p as usize * PIECE_WORDS).min(PIECE_WORDS) * 8) as u64;
+        let mut files = Vec::with_capacity(kept.files.len());
+        for f in &kept.files {
+            let path = dir.join(&f.name);
+            let file = std::fs::File::open(&path).map_err(|e| io_error(&path, e))?;
+            let found = file.metadata().map_err(|e| io_error(&path, e))?.len();
+            let held: u64 = f.ranges.iter().map(|&(a, b)| u64::from(b - a)).sum();
+            let data: u64 = f
+                .ranges
+                .iter()
+                .flat_map(|&(a, b)| a..b)
+                .map(piece_bytes)
+                .sum();
+            if found != f.len || f.len != data + held * 8 {
+                return Err(corrupt(
+                    &path,
+                    &format!("{found} bytes, the run set says {}", f.len),
+                ));
+            }
+            let mut trailer = vec![0u8; held as usize * 8];
+            read_at(&file, &mut trailer, data).map_err(|e| io_error(&path, e))?;
+            if checksum(&trailer) != f.sums {
+                return Err(corrupt(&path, "checksum mismatch (piece sums)"));
+            }
+            let sums = trailer
+                .chunks_exact(8)
+                .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
+                .collect();
+            files.push((file, path, sums));
+        }
+        Ok(PieceFiles {
+            files,
+            at,
+            state: std::sync::Arc::clone(state),
+        })
+    }
+}
+
+impl PieceLoader for PieceFiles {
+    fn load(&self, piece: usize, into: &mut [u64]) -> std::result::Result<(), Damage> {
+        let (f, slot) = self.at[piece];
+        let (file, path, sums) = &self.files[f as usize];
+        let damage = |what: String| Damage {
+            file: path.clone(),
+            what,
+            state: Some(std::sync::Arc::clone(&self.state)),
+        };
+        let mut bytes = vec![0u8; into.len() * 8];
+        let offset = slot as u64 * (PIECE_WORDS * 8) as u64;
+        read_at(file, &mut bytes, offset).map_err(|e| damage(e.to_string()))?;
+        if super::blocksum::sum(&bytes) != sums[slot as usize] {
+            return Err(damage(format!("piece {piece} checksum mismatch")));
+        }
+        for (w, b) in into.iter_mut().zip(bytes.chunks_exact(8)) {
+            *w = u64::from_le_bytes(b.try_into().expect("8 bytes"));
+        }
+        Ok(())
+    }
+}
+
+/// Read exactly `buf.len()` bytes of `file` at `offset`.
+fn read_at(file: &std::fs::File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    file.read_exact_at(buf, offset)
 }
 
 /// Remove other repositories' run sets (or kept tables: directories named
@@ -483,6 +773,92 @@ mod tests {
         assert!(lag(1, 220_000, 14_000_000).worth_saving(), "a 64th");
         assert!(lag(1, 2, 100).worth_saving(), "a small table");
         assert!(lag(1, 1, 0).worth_saving(), "an empty table");
+    }
+
+    /// A save writes only the summary vector's pieces changed since the
+    /// last one (a new piece file beside the old), the filter taken up
+    /// from the files holds every key, and the whole filter is written
+    /// again past MAX_PIECE_FILES files or when a file is gone.
+    #[test]
+    fn a_save_writes_only_the_changed_pieces_of_the_filter() {
+        let tmp = tempfile::tempdir().unwrap();
+        let set = RunSet {
+            dir: tmp.path().join("runs-x"),
+        };
+        std::fs::create_dir_all(&set.dir).unwrap();
+        let key = |i: u32| crate::HashAlgo::Blake3.hash(&i.to_le_bytes());
+        let mut b = Bloom::new(1_000_000);
+        let pieces = b.pieces() as u32;
+        assert!(pieces > 8, "{pieces}");
+        b.insert_all((0..100_000).map(key));
+        let first = set.keep_bloom(&b).unwrap();
+        assert_eq!(first.files.len(), 1);
+        assert_eq!(first.files[0].ranges, vec![(0, pieces)]);
+        b.saved(first.clone());
+        b.insert(&key(1_000_000));
+        let second = set.keep_bloom(&b).unwrap();
+        assert_eq!(second.files.len(), 2, "{second:?}");
+        assert_eq!(second.files[0], first.files[0], "the old file stays");
+        let new = &second.files[1];
+        assert_eq!(new.ranges.len(), 1);
+        assert_eq!(new.ranges[0].1 - new.ranges[0].0, 1, "one piece written");
+        assert_eq!(new.len, (PIECE_WORDS * 8 + 8) as u64);
+        b.saved(second.clone());
+        let state = std::sync::Arc::new(set.dir.join(STATE));
+        let files = PieceFiles::open(&set.dir, &second, &state).unwrap();
+        let again = Bloom::adopt(second.clone(), std::sync::Arc::new(files));
+        assert!((0..100_000).all(|i| again.may_contain(&key(i))));
+        assert!(again.may_contain(&key(1_000_000)));
+        let stranger = (2_000_000..2_010_000).filter(|&i| again.may_contain(&key(i)));
+        assert_eq!(
+            stranger.count(),
+            (2_000_000..2_010_000)
+                .filter(|&i| b.may_contain(&key(i)))
+                .count()
+        );
+        // More saves: at the bound, one file of the whole filter again.
+        let (mut most, mut whole) = (0, false);
+        for j in 0..200 {
+            b.insert(&key(3_000_000 + j));
+            let k = set.keep_bloom(&b).unwrap();
+            most = most.max(k.files.len());
+            whole = k.files.len() == 1 && k.files[0].ranges == vec![(0, pieces)];
+            b.saved(k);
+            if whole {
+                break;
+            }
+        }
+        assert_eq!(most, MAX_PIECE_FILES);
+        assert!(whole, "rewritten whole at the bound");
+        // A file gone: the whole filter is written anew.
+        let last = b.kept().unwrap().files.last().unwrap().name.clone();
+        std::fs::remove_file(set.dir.join(last)).unwrap();
+        b.insert(&key(4_000_000));
+        let k = set.keep_bloom(&b).unwrap();
+        assert_eq!(k.files.len(), 1);
+        assert_eq!(k.files[0].ranges, vec![(0, pieces)]);
+        // A piece file whose trailer does not match the state: refused.
+        let path = set.dir.join(&k.files[0].name);
+        let mut bytes = std::fs::read(&path).unwrap();
+        let n = bytes.len();
+        bytes[n - 2] ^= 1;
+        std::fs::write(&path, bytes).unwrap();
+        assert!(PieceFiles::open(&set.dir, &k, &state).is_err());
+    }
+
+    /// A meta file says what it describes; anything else is no meta file.
+    #[test]
+    fn meta_files_round_trip_and_refuse_garbage() {
+        let m = encode_meta("run-1", 80, &[1, 2], &[7]);
+        assert_eq!(
+            decode_meta(&m),
+            Some(("run-1".to_string(), 80, vec![1, 2], vec![7]))
+        );
+        assert_eq!(decode_meta(&m[..m.len() - 1]), None);
+        let mut longer = m.clone();
+        longer.push(0);
+        assert_eq!(decode_meta(&longer), None);
+        assert_eq!(decode_meta(b"TSRARUNS"), None);
     }
 
     #[test]

@@ -246,20 +246,43 @@ fn a_damaged_or_foreign_run_set_is_rebuilt_never_trusted() {
     type Spoil = Box<dyn Fn(&Repo)>;
     let damage: Vec<(&str, Spoil)> = vec![
         (
+            // A run's meta file (its fences and block sums): checked whole.
             "checksum",
             Box::new(|r: &Repo| {
-                let run = &r.files("run")[0];
-                let mut b = std::fs::read(run).unwrap();
-                b[17] ^= 0x40;
-                std::fs::write(run, b).unwrap();
+                let meta = &r.files("meta-run-")[0];
+                let mut b = std::fs::read(meta).unwrap();
+                let n = b.len();
+                b[n - 3] ^= 0x40;
+                std::fs::write(meta, b).unwrap();
             }),
         ),
         (
+            // A truncated run: its length is checked at every opening.
             "bytes",
             Box::new(|r: &Repo| {
-                let run = &r.files("run")[0];
+                let run = &r.files("run-")[0];
                 let b = std::fs::read(run).unwrap();
                 std::fs::write(run, &b[..b.len() - 40]).unwrap();
+            }),
+        ),
+        (
+            // A truncated container-list file.
+            "bytes",
+            Box::new(|r: &Repo| {
+                let lists = &r.files("lists-")[0];
+                let b = std::fs::read(lists).unwrap();
+                std::fs::write(lists, &b[..b.len() - 32]).unwrap();
+            }),
+        ),
+        (
+            // The summary vector's piece sums.
+            "piece sums",
+            Box::new(|r: &Repo| {
+                let bloom = &r.files("bloom-")[0];
+                let mut b = std::fs::read(bloom).unwrap();
+                let n = b.len();
+                b[n - 1] ^= 1;
+                std::fs::write(bloom, b).unwrap();
             }),
         ),
         (
@@ -267,8 +290,8 @@ fn a_damaged_or_foreign_run_set_is_rebuilt_never_trusted() {
             Box::new(|r: &Repo| std::fs::remove_file(&r.files("lists")[0]).unwrap()),
         ),
         (
-            "bloom",
-            Box::new(|r: &Repo| std::fs::write(&r.files("bloom")[0], b"zero").unwrap()),
+            "bloom-",
+            Box::new(|r: &Repo| std::fs::write(&r.files("bloom-")[0], b"zero").unwrap()),
         ),
         (
             "damaged",
@@ -315,6 +338,94 @@ fn a_damaged_or_foreign_run_set_is_rebuilt_never_trusted() {
         "{load:?}"
     );
     assert_eq!(entries, expected);
+}
+
+/// A run record's container flipped on disk after the set was kept: the
+/// opening does not read it (its cost must not grow with the index), but
+/// the first lookup touching its block verifies the block and fails
+/// loudly instead of answering; the set's state is removed, so the next
+/// opening rebuilds and answers exactly. Blocks of other files answer.
+#[test]
+fn a_flipped_byte_a_lookup_touches_fails_loudly_never_answers() {
+    use tessera_core::container::ChunkKind;
+    use tessera_core::Fingerprint;
+    let r = Repo::new();
+    two_versions(&r);
+    let expected = r.rebuilt_entries();
+    let largest = r
+        .files("run-")
+        .into_iter()
+        .max_by_key(|p| std::fs::metadata(p).unwrap().len())
+        .unwrap();
+    let mut b = std::fs::read(&largest).unwrap();
+    let i = b.len() / 40 / 2;
+    let fp = Fingerprint(b[i * 40..i * 40 + 32].try_into().unwrap());
+    let right = expected
+        .iter()
+        .find(|e| e.kind == ChunkKind::Data && e.fp == fp && e.copy == 0)
+        .expect("a live data entry")
+        .container;
+    b[i * 40 + 32] ^= 1;
+    std::fs::write(&largest, &b).unwrap();
+
+    let repo = Repository::open(r.store.clone()).unwrap();
+    let ix = repo.index().unwrap();
+    assert_eq!(ix.disk_load().unwrap().rebuilt, None, "not read at opening");
+    let answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        ix.get_copy(ChunkKind::Data, &fp, 0)
+    }));
+    let Err(e) = answer else {
+        panic!("answered {answer:?} from a damaged block (right: {right:?})");
+    };
+    let msg = e.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(
+        msg.contains("damaged") && msg.contains("checksum mismatch"),
+        "{msg}"
+    );
+    assert!(!r.kept.join("state").exists(), "the state is removed");
+    drop(repo);
+    let (load, entries) = r.open();
+    assert!(load.rebuilt.is_some(), "{load:?}");
+    assert_eq!(entries, expected);
+    assert_lookups_exact(&r, &expected, &[]);
+}
+
+/// A summary vector from an earlier save put in place of the current one
+/// (stale: it lacks the keys added since) is found at the opening and
+/// rebuilt, never used; and filters kept piece by piece over several saves
+/// hold every key (a fresh opening answers as a rebuild).
+#[test]
+fn a_stale_summary_vector_is_rebuilt_and_saves_keep_every_key() {
+    let r = Repo::new();
+    let (_, v2) = two_versions(&r);
+    let (_, _) = r.open();
+    let old: Vec<Vec<u8>> = r
+        .files("bloom-")
+        .iter()
+        .map(|p| std::fs::read(p).unwrap())
+        .collect();
+    let mut data = v2;
+    for i in 0..3 {
+        data = mutate(&data, 20 + i, 6000);
+        r.backup(&data);
+        let (load, entries) = r.open();
+        assert!(load.saved && load.rebuilt.is_none(), "{load:?}");
+        let rebuilt = r.rebuilt_entries();
+        assert_eq!(entries, rebuilt);
+        assert_lookups_exact(&r, &rebuilt, &[]);
+    }
+    let expected = r.rebuilt_entries();
+    let current = r.files("bloom-");
+    let target = current
+        .iter()
+        .find(|p| !old.contains(&std::fs::read(p).unwrap()))
+        .expect("a piece file written since");
+    std::fs::write(target, &old[0]).unwrap();
+    let (load, entries) = r.open();
+    let reason = load.rebuilt.clone().unwrap_or_default();
+    assert!(reason.contains("bloom-"), "{load:?}");
+    assert_eq!(entries, expected);
+    assert_lookups_exact(&r, &expected, &[]);
 }
 
 /// Forget the oldest backup and collect everything dead (containers
