@@ -53,7 +53,10 @@
 //! returns the first error from every later change or flush (its overlay
 //! only grows): the caller gives up on it (a backup fails, the repository
 //! is reopened) instead of going on with an index it cannot persist.
-//! Lookups read memory and mapped runs only: they cannot fail.
+//! Lookups read memory and mapped runs only: they return no error. A run
+//! or list taken up from a kept run set is verified block by block as
+//! lookups first read it (`super::blocksum`): a damaged block panics
+//! (naming the file, the set's state removed) rather than answer.
 
 use super::blocksum::{BlockSums, Damage};
 use super::bloom::Bloom;

@@ -110,8 +110,9 @@ impl Lag {
     /// reads every segment the set lags by).
     pub const MAX_SEGMENTS: usize = 16;
 
-    /// Whether saving the set is worth its cost. A save rewrites the
-    /// summary vector and the side tables (~40 MB at 14 M entries): for a
+    /// Whether saving the set is worth its cost. A save rewrites the side
+    /// tables (~14 MB at 14 M entries) and the filter pieces the lag
+    /// touched (all of them past a few thousand keys): for a
     /// lag of a few entries (a small backup's segment) that costs several
     /// times what applying them again at the next opening does. So a set
     /// is saved once its lag reaches a 64th of the table (the overlay's
