@@ -126,6 +126,11 @@ pub enum IndexLoad {
     /// On first use: the first recipe read, restore, check, GC plan or
     /// backup loads it (from the generation the handle opened).
     Lazy,
+    /// While opening, for a GC, which replaces the whole index when it
+    /// publishes: the opening keeps no table of what it loads (see
+    /// `Context::index_replaced`). Loaded under the opening's lock, as
+    /// [`Now`](IndexLoad::Now) is.
+    Replaced,
 }
 
 /// The context's fingerprint index: loaded while opening, or on first use
@@ -475,9 +480,9 @@ impl Context {
             staged: Sections::default(),
             memo: Memo::default(),
             section_keys: |_| Vec::new(),
-            index_replaced: false,
+            index_replaced: load == IndexLoad::Replaced,
         };
-        if load == IndexLoad::Now {
+        if load != IndexLoad::Lazy {
             let index = cx.build_index(bad_segments)?;
             cx.index.set(index);
         }

@@ -217,9 +217,7 @@ pub fn gc(repo: &RepoArg, a: &GcArgs, json: bool) -> Result<ExitCode> {
     let opts = a.options();
     opts.validate().map_err(anyhow::Error::msg)?;
     let backend = open_backend(repo)?;
-    // Lazy: the GC loads the index itself, knowing it will replace it
-    // (it keeps no table of the generation it is about to supersede).
-    let mut r = super::open::open_writer_lazy(repo, backend.clone(), "tessera gc")?;
+    let mut r = super::open::open_writer_replacing(repo, backend.clone(), "tessera gc")?;
     if !r.config().layout.is_containers() {
         // MFDedup: forget already deleted whole categories; gc only looks
         // for categories no retained version needs, and never copies.

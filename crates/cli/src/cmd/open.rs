@@ -34,6 +34,17 @@ pub fn open_writer_lazy(
     open_writer_loading(repo, backend, command, IndexLoad::Lazy)
 }
 
+/// [`open_writer`] for a GC: the index is loaded while opening (under the
+/// opening's lock, before other writers publish) but kept by the GC's
+/// publish, not by the opening (it is about to be replaced).
+pub fn open_writer_replacing(
+    repo: &RepoArg,
+    backend: Arc<dyn ObjectStore>,
+    command: &str,
+) -> Result<tessera_core::repo::Writer> {
+    open_writer_loading(repo, backend, command, IndexLoad::Replaced)
+}
+
 fn open_writer_loading(
     repo: &RepoArg,
     backend: Arc<dyn ObjectStore>,

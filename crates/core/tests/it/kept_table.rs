@@ -388,20 +388,16 @@ fn a_gc_leaves_the_table_of_the_generation_it_publishes() {
     assert_eq!(restore(&repo, repo.backups()[1].id).unwrap(), v3);
 }
 
-/// A GC opened lazily, as `tessera gc` is: it loads the index knowing it
-/// replaces it, collects garbage and closes. Returns how the GC's handle
-/// came by its index.
-fn lazy_forget_oldest_and_gc(r: &Repo) -> DiskLoad {
-    let mut w = Repository::open_writer_loading(
-        r.store.clone(),
-        "test",
-        &|| unreachable!("not encrypted"),
-        IndexLoad::Lazy,
-    )
-    .unwrap();
+/// A GC that loads the index knowing it replaces it: opened with
+/// `IndexLoad::Replaced` (as `tessera gc` is) or lazily (`Writer::gc`
+/// loads it so); it collects garbage and closes. Returns how the GC's
+/// handle came by its index.
+fn replacing_forget_oldest_and_gc(r: &Repo, load: IndexLoad) -> DiskLoad {
+    let mut w =
+        Repository::open_writer_loading(r.store.clone(), "test", &|| unreachable!(), load).unwrap();
     let first = w.backups()[0].id;
     w.forget(&[first]).unwrap();
-    assert!(!w.index_loaded(), "forget needs no index");
+    assert_eq!(w.index_loaded(), load != IndexLoad::Lazy);
     let gc = tessera_core::gc::GcOptions {
         liveness_threshold: 1.0,
         ..Default::default()
@@ -425,7 +421,7 @@ fn a_gc_keeps_its_table_after_the_publish_not_at_its_opening() {
     for f in r.files("data") {
         std::fs::remove_file(f).unwrap();
     }
-    let load = lazy_forget_oldest_and_gc(&r);
+    let load = replacing_forget_oldest_and_gc(&r, IndexLoad::Lazy);
     assert!(load.rebuilt.is_some(), "{load:?}");
     assert!(!load.saved, "the GC's opening kept a table: {load:?}");
     // Exactly one table, the GC's generation's: nothing half-written.
@@ -457,7 +453,7 @@ fn a_gc_where_no_table_is_kept_leaves_none() {
     let r = Repo::new(false);
     let (_, v2) = two_versions(&r);
     let _ = std::fs::remove_dir_all(&r.kept);
-    let load = lazy_forget_oldest_and_gc(&r);
+    let load = replacing_forget_oldest_and_gc(&r, IndexLoad::Replaced);
     assert!(load.rebuilt.is_some() && !load.saved, "{load:?}");
     let left: Vec<PathBuf> = std::fs::read_dir(&r.kept)
         .map(|d| d.map(|e| e.unwrap().path()).collect())
