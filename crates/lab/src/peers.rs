@@ -179,6 +179,13 @@ fn trash(work: &Path, path: &Path) -> Result<()> {
 
 /// Run the comparison; `note` hears progress.
 pub fn run(opts: &PeersOptions, note: &mut dyn FnMut(&str)) -> Result<PeersReport> {
+    // Restores run in their target directory (borg extracts there), so a
+    // relative work directory would name another place to them.
+    let opts = &PeersOptions {
+        source: std::path::absolute(&opts.source)?,
+        work: std::path::absolute(&opts.work)?,
+        ..opts.clone()
+    };
     if !opts.source.is_dir() {
         bail!("{} is not a directory", opts.source.display());
     }
