@@ -24,8 +24,8 @@
 
 use super::disk::KeptFile;
 use super::runset::{
-    all_listed, io_error, kept_dir, ranges, read_kept_state, remove_unused_sets, unique, Basis,
-    Lag, SaveLock, LOCK, STATE,
+    all_listed, begin_save, io_error, kept_dir, ranges, read_kept_state, remove_unused_sets,
+    unique, Basis, Lag, LOCK, STATE,
 };
 use super::{decode_segment, encode_segment, Index};
 use crate::error::{Error, Result};
@@ -252,23 +252,10 @@ impl KeptTable {
         let Some((data, recipe)) = index.tables() else {
             return Err(Error::invalid("only an in-memory index is kept as a table"));
         };
-        std::fs::create_dir_all(&self.dir).map_err(|e| io_error(&self.dir, e))?;
-        // The table lists the repository's fingerprints: the owner's only.
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            let private = std::fs::Permissions::from_mode(0o700);
-            std::fs::set_permissions(&self.dir, private).map_err(|e| io_error(&self.dir, e))?;
-        }
-        let Some(_lock) = SaveLock::take(&self.dir.join(LOCK))? else {
+        let kept = || self.read_state().ok().map(|s| s.generation);
+        let Some(_lock) = begin_save(&self.dir, basis.generation, kept)? else {
             return Ok(false);
         };
-        if self
-            .read_state()
-            .is_ok_and(|s| s.generation > basis.generation)
-        {
-            return Ok(false);
-        }
         let data = self.write_table("data", data)?;
         let recipe = self.write_table("recipe", recipe)?;
         let side = encode_segment(&index.copy_entries());

@@ -320,23 +320,10 @@ impl RunSet {
     /// openings. Returns whether it saved: not when another process is
     /// saving, nor over a set kept at a newer generation.
     pub fn save(&self, index: &mut Index, basis: &Basis) -> Result<bool> {
-        std::fs::create_dir_all(&self.dir).map_err(|e| io_error(&self.dir, e))?;
-        // The set lists the repository's fingerprints: the owner's only.
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            let private = std::fs::Permissions::from_mode(0o700);
-            std::fs::set_permissions(&self.dir, private).map_err(|e| io_error(&self.dir, e))?;
-        }
-        let Some(_lock) = SaveLock::take(&self.dir.join(LOCK))? else {
+        let kept = || self.read_state().ok().map(|s| s.generation);
+        let Some(_lock) = begin_save(&self.dir, basis.generation, kept)? else {
             return Ok(false);
         };
-        if self
-            .read_state()
-            .is_ok_and(|s| s.generation > basis.generation)
-        {
-            return Ok(false);
-        }
         let side = encode_segment(&index.side_entries());
         let Some(table) = index.disk_table_mut() else {
             return Err(Error::invalid("only an on-disk index is kept"));
@@ -709,6 +696,31 @@ pub(super) fn remove_unused_sets(base: Option<&Path>, mine: &Path, prefix: &str)
             let _ = std::fs::remove_dir_all(&path);
         }
     }
+}
+
+/// Start a save into the kept directory `dir` (a run set or a kept table):
+/// made private, as it lists the repository's fingerprints, and the save
+/// lock taken. `None`: another process is saving, or what is kept there
+/// (`kept`: its generation) is newer than `generation`.
+pub(super) fn begin_save(
+    dir: &Path,
+    generation: u64,
+    kept: impl FnOnce() -> Option<u64>,
+) -> Result<Option<SaveLock>> {
+    std::fs::create_dir_all(dir).map_err(|e| io_error(dir, e))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let private = std::fs::Permissions::from_mode(0o700);
+        std::fs::set_permissions(dir, private).map_err(|e| io_error(dir, e))?;
+    }
+    let Some(lock) = SaveLock::take(&dir.join(LOCK))? else {
+        return Ok(None);
+    };
+    if kept().is_some_and(|g| g > generation) {
+        return Ok(None);
+    }
+    Ok(Some(lock))
 }
 
 /// A name no other file of any process takes: what, process, time, count.
