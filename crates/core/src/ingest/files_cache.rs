@@ -27,7 +27,6 @@ use std::path::{Path, PathBuf};
 
 use crate::archive::meta::Xattr;
 use crate::archive::FileId;
-use crate::container::ChunkKind;
 use crate::fingerprint::{Fingerprint, FP_LEN};
 use crate::index::Index;
 
@@ -361,13 +360,16 @@ impl FilesCache {
     /// Leave out the files some of whose chunks the index no longer holds
     /// (a GC removed them) or whose chunks do not add up to their size: a
     /// pass over the cache before the walk (one flag per file is kept).
+    /// The chunks are looked up in cache order, which mostly follows the
+    /// index's insertion log ([`Index::contains_data_near`]).
     pub(crate) fn retain_indexed(&mut self, index: &Index) {
+        let mut log = 0;
         let usable = self.each_entry(|e| {
             let chunks = CachedChunks(&e.chunks);
             chunks.iter().map(|(_, n)| u64::from(n)).sum::<u64>() == e.id.size
                 && chunks
                     .iter()
-                    .all(|(fp, _)| index.contains(ChunkKind::Data, &fp))
+                    .all(|(fp, _)| index.contains_data_near(&mut log, &fp))
         });
         self.usable = Some(usable);
     }
@@ -782,6 +784,65 @@ mod tests {
         assert!(!stale.exists(), "the dead backup's file is removed");
         assert!(live.exists() && other.exists());
         assert!(path.exists());
+    }
+
+    /// The sequential check before a backup keeps exactly the files whose
+    /// chunks a probe of each finds: with the index's log in cache order,
+    /// out of order, with chunks removed (a GC), repeated across files,
+    /// and never indexed.
+    #[test]
+    fn retained_files_are_those_whose_chunks_the_index_holds() {
+        use crate::container::{ChunkKind, ContainerId};
+        use crate::index::IndexEntry;
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("c");
+        let files = 300;
+        write(&path, 10_000, files);
+        let mut index = Index::default();
+        let add = |index: &mut Index, fp: Fingerprint| {
+            index
+                .insert(IndexEntry {
+                    fp,
+                    container: ContainerId(1),
+                    kind: ChunkKind::Data,
+                    copy: 0,
+                })
+                .unwrap();
+        };
+        // Most files in cache order; every 5th one's chunks reversed and
+        // indexed later; every 11th never indexed.
+        let mut later = Vec::new();
+        for n in 0..files {
+            let mut c: Vec<Fingerprint> = chunks(n).into_iter().map(|(fp, _)| fp).collect();
+            match n {
+                n if n % 11 == 4 => continue,
+                n if n % 5 == 2 => {
+                    c.reverse();
+                    later.extend(c);
+                }
+                _ => c.into_iter().for_each(|fp| add(&mut index, fp)),
+            }
+        }
+        later.into_iter().for_each(|fp| add(&mut index, fp));
+        // A GC took one chunk of every 7th file.
+        for n in (3..files).step_by(7).filter(|n| n % 11 != 4) {
+            index.remove(ChunkKind::Data, &chunks(n)[1].0).unwrap();
+        }
+        let mut c = FilesCache::load(&path);
+        c.retain_indexed(&index);
+        let mut kept = 0;
+        for n in 0..files {
+            let held = chunks(n)
+                .iter()
+                .all(|(fp, _)| index.contains(ChunkKind::Data, fp));
+            assert_eq!(
+                c.lookup(name(n).as_bytes(), &id(n)).is_some(),
+                held,
+                "file {n}"
+            );
+            kept += held as u64;
+        }
+        assert!(kept > files / 2 && kept < files, "{kept} of {files} kept");
     }
 
     /// The learner records each file as the chunks after the mark placed

@@ -261,13 +261,16 @@ impl Sink {
 
     /// A data chunk given by fingerprint only (the files cache checked that
     /// the index holds it when the backup started; no rewriting then).
+    /// Checked again here: where the stream follows the insertion log (an
+    /// unchanged tree's does), by one comparison at the cursor the
+    /// deduplication then finds it at, not a second random probe.
     pub(super) fn known_chunk(
         &mut self,
         recipe: &mut RecipeBuilder,
         fp: Fingerprint,
         len: u32,
     ) -> Result<()> {
-        if self.rw.is_some() || !self.index.contains(ChunkKind::Data, &fp) {
+        if self.rw.is_some() || !self.index.contains_data_at(&self.cursor, &fp) {
             return Err(crate::error::Error::invalid(format!(
                 "the files cache named chunk {} that the index does not hold (a bug)",
                 fp.to_hex()
