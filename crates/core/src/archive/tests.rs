@@ -2362,3 +2362,71 @@ fn the_walk_records_what_each_entry_read_by_path_gives() {
         assert_eq!(got, want, "{}", String::from_utf8_lossy(&want.path));
     }
 }
+
+/// Files are created with their permission bits and given an owner or a
+/// mode only when creation did not give them (an fstat tells): so a target
+/// whose creation rules differ must still get exactly the stored ones. Its
+/// default ACL takes the group and other bits off whatever is created in
+/// it (as a umask would), and as root its setgid bit and group give new
+/// files a group that is not the running user's.
+#[test]
+fn owners_and_modes_are_exact_whatever_creation_gives() {
+    let as_root = is_root();
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    fs::create_dir(&src).unwrap();
+    let mut modes = vec![0o644, 0o755, 0o640, 0o600, 0o444, 0o000, 0o1644];
+    if as_root {
+        modes.extend([0o4755, 0o2755, 0o6711]);
+    }
+    let owners = [(0, 0), (1234, 5678), (0, 5678), (1234, 0)];
+    for (i, mode) in modes.iter().enumerate() {
+        for (k, &(uid, gid)) in owners.iter().enumerate() {
+            // Small files, and large ones that go to a writer in pieces.
+            for (size, tag) in [(100 + i * 7 + k, "s"), ((3 << 20) + i + k, "l")] {
+                let p = src.join(format!("f{i}-{k}.{tag}"));
+                let data: Vec<u8> = (0..size).map(|j| (j * 31 + i) as u8).collect();
+                fs::write(&p, &data).unwrap();
+                if as_root {
+                    std::os::unix::fs::chown(&p, Some(uid), Some(gid)).unwrap();
+                }
+                chmod(&p, *mode);
+            }
+        }
+    }
+    stamp_mtimes(&src, 1_300_000_000);
+    let (tar, _) = tar_of(&src);
+    let want: BTreeMap<_, _> = lstat_tree(&src, as_root)
+        .into_iter()
+        .map(|(k, s)| (k, (s.mode, s.owner, s.content, s.mtime)))
+        .collect();
+    for writers in [1, 4] {
+        let target = dir.path().join(format!("out{writers}"));
+        fs::create_dir(&target).unwrap();
+        // USER_OBJ rwx, GROUP_OBJ none, OTHER none.
+        let default_acl = acl(&[
+            (0x01, 7, u32::MAX),
+            (0x04, 0, u32::MAX),
+            (0x20, 0, u32::MAX),
+        ]);
+        let acl_set = set_xattr(&target, b"system.posix_acl_default", &default_acl);
+        if let Err(e) = &acl_set {
+            eprintln!(
+                "default ACL not tested: {} does not take it ({e})",
+                target.display()
+            );
+        }
+        if as_root {
+            std::os::unix::fs::chown(&target, None, Some(4321)).unwrap();
+            chmod(&target, 0o2755);
+        }
+        let report =
+            super::extract::extract_as(&mut &tar[..], &target, &[], as_root, writers).unwrap();
+        assert!(report.refused.is_empty(), "{:?}", report.refused);
+        let got: BTreeMap<_, _> = lstat_tree(&target, as_root)
+            .into_iter()
+            .map(|(k, s)| (k, (s.mode, s.owner, s.content, s.mtime)))
+            .collect();
+        assert_eq!(got, want, "{writers} writers");
+    }
+}

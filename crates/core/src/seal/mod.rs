@@ -385,7 +385,8 @@ impl Sealer {
                     .len()
                     .checked_sub(aead::OVERHEAD)
                     .ok_or(UNAUTHENTIC)?;
-                s.clear();
+                // Only resized: every byte is overwritten by the copy of
+                // the sealed bytes that opening starts with.
                 s.resize(n, 0);
                 c.open_into(&frame_ad(kind, codec, fps), stored, &mut s)
                     .map_err(|_| UNAUTHENTIC)?;
