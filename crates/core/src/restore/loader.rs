@@ -174,6 +174,13 @@ pub(crate) struct Budget {
 
 struct Held {
     bytes: u64,
+    /// The most held at once.
+    #[cfg_attr(not(test), allow(dead_code))]
+    peak: u64,
+    /// Bytes given back that were not held (a bug: the ceiling would then
+    /// count less than is held).
+    #[cfg_attr(not(test), allow(dead_code))]
+    over: u64,
     /// The assembler stopped: nothing will be freed.
     closed: bool,
 }
@@ -183,6 +190,8 @@ impl Budget {
         Arc::new(Budget {
             state: Mutex::new(Held {
                 bytes: 0,
+                peak: 0,
+                over: 0,
                 closed: false,
             }),
             freed: Condvar::new(),
@@ -201,7 +210,7 @@ impl Budget {
         };
         let fits = self.fits(&held, n);
         if fits {
-            held.bytes += n;
+            held.add(n);
         }
         fits
     }
@@ -221,13 +230,14 @@ impl Budget {
         if held.closed {
             return false;
         }
-        held.bytes += n;
+        held.add(n);
         true
     }
 
     /// The assembler freed a container of `n` bytes.
     pub(crate) fn give(&self, n: u64) {
         if let Ok(mut held) = self.state.lock() {
+            held.over += n.saturating_sub(held.bytes);
             held.bytes = held.bytes.saturating_sub(n);
         }
         self.freed.notify_all();
@@ -237,6 +247,24 @@ impl Budget {
     #[cfg(test)]
     pub(crate) fn held(&self) -> u64 {
         self.state.lock().map_or(0, |h| h.bytes)
+    }
+
+    /// The ceiling, the most held at once, and bytes given back beyond
+    /// those held.
+    #[cfg(test)]
+    pub(crate) fn accounts(&self) -> (u64, u64, u64) {
+        self.state
+            .lock()
+            .map_or((self.limit, u64::MAX, u64::MAX), |h| {
+                (self.limit, h.peak, h.over)
+            })
+    }
+}
+
+impl Held {
+    fn add(&mut self, n: u64) {
+        self.bytes += n;
+        self.peak = self.peak.max(self.bytes);
     }
 }
 

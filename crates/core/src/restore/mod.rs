@@ -34,6 +34,7 @@ use std::sync::mpsc::{sync_channel, Receiver, TryRecvError};
 use std::sync::Arc;
 use std::time::Instant;
 
+mod early;
 mod frames;
 mod future;
 mod hold;
@@ -43,10 +44,13 @@ mod options;
 mod pipe;
 pub mod range;
 mod schedule;
+#[cfg(test)]
+mod tests;
 
 /// The caches live in [`crate::cache`] (GC and check use them too); these
 /// paths stay for callers that name them through restore.
 pub use crate::cache::{self, CacheSpec, LruCache};
+use early::{Ahead, EarlyFrees};
 use frames::OpenFrames;
 use loader::{receive, Budget, BudgetReturn, Buffers, Loaders, READ_AHEAD};
 use openers::Openers;
@@ -62,6 +66,18 @@ use schedule::{Op, Scheduler};
 /// mostly wait on the disk or copy out of the page cache, so a few more
 /// than the cores keep the disk's queue full.
 const EXTRA_LOADERS: usize = 2;
+
+/// The last restore on this thread, for tests: its budget's ceiling, the
+/// most it held and bytes given back beyond those held, and the containers
+/// freed and trimmed ahead of their op.
+#[cfg(test)]
+thread_local! {
+    static LAST: std::cell::Cell<[u64; 5]> = const { std::cell::Cell::new([0; 5]) };
+}
+
+/// Ops the assembler takes from the scheduler ahead of the one it carries
+/// out, without waiting (beyond them, it takes more as it needs them).
+const QUEUED: usize = 8 * 1024;
 
 /// Where `e` is in container `c` (its position in `c.meta`), checked
 /// against the recipe.
@@ -134,6 +150,11 @@ struct Assembler<'a> {
     look_ahead: usize,
     /// Ops received and not yet carried out.
     queue: VecDeque<Step>,
+    /// What the queued ops still need of each container, to free one
+    /// ahead of its eviction.
+    early: EarlyFrees,
+    /// Trims done ahead that failed, reported at their op.
+    trim_failed: HashMap<ContainerId, Error>,
     /// How many of `queue`'s first steps were looked at ahead.
     scanned: usize,
     /// The cache as it will be after the scanned steps.
@@ -155,6 +176,7 @@ impl Assembler<'_> {
         progress: &mut dyn FnMut(u64),
     ) -> Result<()> {
         loop {
+            self.drain(planned);
             self.look_ahead(planned);
             let (step, scanned) = match self.queue.pop_front() {
                 Some(step) => {
@@ -204,8 +226,59 @@ impl Assembler<'_> {
     /// Queue a batch of ops (an error as the op that reports it).
     fn receive(&mut self, batch: schedule::Batch) {
         match batch {
-            Ok(ops) => self.queue.extend(ops.into_iter().map(Step::Op)),
+            Ok(ops) => {
+                for op in ops {
+                    if let Some(a) = self.early.received(&op) {
+                        self.ahead(a);
+                    }
+                    self.queue.push_back(Step::Op(op));
+                }
+            }
             Err(e) => self.queue.push_back(Step::Failed(e)),
+        }
+    }
+
+    /// Queue the batches the scheduler has sent, without waiting, while
+    /// fewer than [`QUEUED`] ops wait: an eviction among them frees its
+    /// container early ([`EarlyFrees`]), and the scheduler may be waiting
+    /// for those bytes.
+    fn drain(&mut self, planned: &Receiver<schedule::Batch>) {
+        while !self.ended && self.queue.len() < QUEUED {
+            match planned.try_recv() {
+                Ok(batch) => self.receive(batch),
+                Err(TryRecvError::Empty) => return,
+                Err(TryRecvError::Disconnected) => self.ended = true,
+            }
+        }
+    }
+
+    /// Free or trim a container ahead of the op that asks it: no queued
+    /// chunk needs it whole any more ([`EarlyFrees`]). A trim that fails
+    /// (a damaged frame) is reported when its op is reached.
+    fn ahead(&mut self, a: Ahead) {
+        let id = match &a {
+            Ahead::Free(id) | Ahead::Trim(id, ..) => *id,
+        };
+        // The look-ahead, not yet past the op, holds the same container.
+        if let (Some((c, _)), Some(s)) = (self.cached.get(&id), self.scan_cached.get(&id)) {
+            if Arc::ptr_eq(c, s) {
+                self.scan_cached.remove(&id);
+            }
+        }
+        match a {
+            Ahead::Free(id) => {
+                if let Some((c, n)) = self.cached.remove(&id) {
+                    self.free_shared(c, n);
+                }
+                if let Some((_, n)) = self.trimmed.remove(&id) {
+                    self.budget.give(n);
+                }
+            }
+            Ahead::Trim(id, prefixes, kept) => {
+                if let Err(e) = self.trim(id, &prefixes, kept) {
+                    self.trim_failed.insert(id, e);
+                }
+            }
         }
     }
 
@@ -215,9 +288,9 @@ impl Assembler<'_> {
     /// it until the next call (the scheduler may wait for this thread to
     /// free containers before it plans more).
     fn look_ahead(&mut self, planned: &Receiver<schedule::Batch>) {
-        let Some(openers) = self.openers.as_ref() else {
+        if self.openers.is_none() {
             return;
-        };
+        }
         // At least one frame in flight, however small the budget.
         while self.frames.ahead() == 0 || self.frames.ahead() < self.look_ahead {
             if self.scanned == self.queue.len() {
@@ -225,8 +298,7 @@ impl Assembler<'_> {
                     return;
                 }
                 match planned.try_recv() {
-                    Ok(Ok(ops)) => self.queue.extend(ops.into_iter().map(Step::Op)),
-                    Ok(Err(e)) => self.queue.push_back(Step::Failed(e)),
+                    Ok(batch) => self.receive(batch),
                     Err(TryRecvError::Empty) => return,
                     Err(TryRecvError::Disconnected) => {
                         self.ended = true;
@@ -256,7 +328,7 @@ impl Assembler<'_> {
                     self.scan_cached.remove(id);
                 }
                 Step::Op(Op::Chunk(e, id)) => {
-                    if let Some(c) = self.scan_cached.get(id) {
+                    if let (Some(c), Some(openers)) = (self.scan_cached.get(id), &self.openers) {
                         // A chunk it does not hold is reported when applied.
                         if let Some(i) = c.position(&e.fp) {
                             self.frames.request(c, i, openers);
@@ -275,6 +347,9 @@ impl Assembler<'_> {
         match op {
             // Released earlier, an evicted container is gone already.
             Op::Evict(id) | Op::Release(id) => {
+                if self.early.evicted(id) {
+                    return Ok(());
+                }
                 if let Some((c, n)) = self.cached.remove(&id) {
                     self.free_shared(c, n);
                 }
@@ -282,6 +357,14 @@ impl Assembler<'_> {
                     self.budget.give(n);
                 }
             }
+            // Trimmed ahead (or it failed then), or freed ahead: spilled
+            // next, nothing to trim.
+            Op::Trim(id, ..) if self.early.trim_reached(id) => {
+                if let Some(e) = self.trim_failed.remove(&id) {
+                    return Err(e);
+                }
+            }
+            Op::Trim(id, ..) if self.early.is_gone(id) => {}
             Op::Trim(id, prefixes, kept) => self.trim(id, &prefixes, kept)?,
             Op::Drop(id, fp, n) => {
                 if let Some((chunks, held)) = self.trimmed.get_mut(&id) {
@@ -339,6 +422,9 @@ impl Assembler<'_> {
                 }
                 self.offset += e.size;
                 self.chunks += 1;
+                if let Some(a) = self.early.chunk_done(id) {
+                    self.ahead(a);
+                }
             }
             Op::Window(w) => self.window(w)?,
         }
@@ -495,6 +581,8 @@ impl Context {
                 },
                 look_ahead: frames / 2,
                 queue: VecDeque::new(),
+                early: EarlyFrees::default(),
+                trim_failed: HashMap::new(),
                 scanned: 0,
                 scan_cached: HashMap::new(),
                 ended: false,
@@ -502,7 +590,14 @@ impl Context {
                 offset: 0,
                 chunks: 0,
             };
-            a.run(&planned, progress)?;
+            let ran = a.run(&planned, progress);
+            #[cfg(test)]
+            {
+                let (limit, peak, over) = budget.0.accounts();
+                let (freed, trimmed) = a.early.done_ahead();
+                LAST.with(|l| l.set([limit, peak, over, freed, trimmed]));
+            }
+            ran?;
             // The scheduler ended (its channel closed); a panic there
             // would have failed the restore above.
             let seeks = plan.join().unwrap_or(0);

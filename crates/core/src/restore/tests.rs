@@ -1,0 +1,135 @@
+//! Restores under memory ceilings, end to end: byte for byte, the budget
+//! never above its ceiling (one container alone excepted) and never given
+//! back more than it held, with containers freed and trimmed ahead of
+//! their op (`restore/early.rs`).
+
+use super::LAST;
+use crate::backend::{MemoryStore, ObjectStore};
+use crate::catalog::SourceKind;
+use crate::chunking::ChunkerConfig;
+use crate::restore::{CacheSpec, RestoreOptions};
+use crate::{
+    BackupOptions, CipherKind, Compression, InitOptions, KdfParams, Password, Repository,
+    SealOptions,
+};
+use std::sync::Arc;
+
+const PIECE: usize = 4096;
+
+/// Piece `n`: random bytes, or text-like (so compression has frames).
+fn piece(n: u64, text: bool) -> Vec<u8> {
+    if text {
+        return format!("piece {n} of a fragmented stream; ")
+            .repeat(PIECE)
+            .into_bytes()[..PIECE]
+            .to_vec();
+    }
+    let mut x = n.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..PIECE)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// 400 fresh pieces, and after every 20 of them 8 earlier pieces again,
+/// taken from all over what came before: the restore comes back to old
+/// containers for a chunk or two, as a fragmented backup does.
+fn fragmented(text: bool) -> Vec<u8> {
+    let mut data = Vec::new();
+    let mut x = 7u64;
+    for n in 0..400u64 {
+        data.extend(piece(n, text));
+        if n % 20 == 19 {
+            for _ in 0..8 {
+                x = x
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                data.extend(piece((x >> 33) % (n + 1), text));
+            }
+        }
+    }
+    data
+}
+
+#[test]
+fn restores_under_small_ceilings_are_exact_and_stay_under_them() {
+    for sealed in [false, true] {
+        let data = fragmented(sealed);
+        let backend: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+        let opts = InitOptions {
+            hash: crate::HashAlgo::Blake3,
+            chunker: ChunkerConfig::Fixed { size: PIECE as u32 },
+            container_size: 8 * PIECE as u32,
+            trace: false,
+            ..Default::default()
+        };
+        let pw = || Password::new("ceiling");
+        let seal = SealOptions {
+            compression: if sealed {
+                Compression::Auto
+            } else {
+                Compression::Off
+            },
+            encryption: sealed.then(|| (pw(), KdfParams::INSECURE_FAST)),
+            cipher: CipherKind::default(),
+        };
+        Repository::init_sealed(backend.clone(), &opts, &seal).unwrap();
+        let mut repo = Repository::open_writer_with(backend, "test", &|| Ok(pw())).unwrap();
+        let mut r = &data[..];
+        let b = repo
+            .backup_reader(
+                &BackupOptions::new("s", SourceKind::Stream),
+                &mut r,
+                &mut |_| {},
+            )
+            .unwrap()
+            .backup;
+        let one = repo
+            .manifest()
+            .containers
+            .iter()
+            .map(|c| c.object_bytes)
+            .max()
+            .unwrap();
+        let mut ahead = [0u64; 2];
+        for cache in ["lru:16", "opt:16", "faa:8"] {
+            let unbounded = RestoreOptions {
+                cache: CacheSpec::parse(cache).unwrap(),
+                memory: u64::MAX / 2,
+            };
+            let mut out = Vec::new();
+            let free = repo
+                .restore_to(&b, &mut out, &unbounded, &mut |_| {})
+                .unwrap();
+            assert!(out == data, "sealed {sealed} {cache}: unbounded");
+            for memory in [1, one, 3 * one, 6 * one, 12 * one] {
+                let ropts = RestoreOptions {
+                    memory,
+                    ..unbounded.clone()
+                };
+                let mut out = Vec::new();
+                let r = repo.restore_to(&b, &mut out, &ropts, &mut |_| {}).unwrap();
+                let what = format!("sealed {sealed} {cache} memory {memory}");
+                assert!(out == data, "{what}: restored bytes differ");
+                assert!(
+                    r.data_containers_read >= free.data_containers_read,
+                    "{what}"
+                );
+                let [limit, peak, over, freed, trimmed] = LAST.with(|l| l.get());
+                assert_eq!(over, 0, "{what}: gave back bytes it did not hold");
+                assert!(
+                    peak <= limit || peak <= one,
+                    "{what}: held {peak} under a ceiling of {limit}"
+                );
+                ahead[0] += freed;
+                ahead[1] += trimmed;
+            }
+        }
+        // The small ceilings spilled and trimmed, and did it ahead.
+        assert!(ahead[0] > 0 && ahead[1] > 0, "sealed {sealed}: {ahead:?}");
+    }
+}
