@@ -67,11 +67,11 @@ use schedule::{Op, Scheduler};
 /// than the cores keep the disk's queue full.
 const EXTRA_LOADERS: usize = 2;
 
-/// The last restore on this thread, for tests: its budget's ceiling, the
-/// most it held and bytes given back beyond those held, and the containers
-/// freed and trimmed ahead of their op.
 #[cfg(test)]
 thread_local! {
+    /// The last restore on this thread, for tests: its budget's ceiling, the
+    /// most it held and bytes given back beyond those held, and the containers
+    /// freed and trimmed ahead of their op.
     static LAST: std::cell::Cell<[u64; 5]> = const { std::cell::Cell::new([0; 5]) };
 }
 
