@@ -179,8 +179,12 @@ mod tests {
         ))
     }
 
-    /// A compressed, sealed container of 8 frames of 4 chunks of 1 KiB each.
-    fn container(sealer: &Arc<Sealer>) -> (Container, Vec<Vec<u8>>) {
+    /// A compressed, sealed container `id` of `chunks`, in 4 KiB frames.
+    fn sealed_of(
+        sealer: &Arc<Sealer>,
+        id: u64,
+        chunks: impl Iterator<Item = Vec<u8>>,
+    ) -> (Container, Vec<Vec<u8>>) {
         let mut b = crate::container::ContainerBuilder::sealing(
             ChunkKind::Data,
             1 << 20,
@@ -189,16 +193,12 @@ mod tests {
             Compression::Auto,
             4096,
         );
-        let mut chunks = Vec::new();
-        for n in 0..32u32 {
-            let bytes: Vec<u8> = (0..1024)
-                .map(|i| ((i / 7) as u32 * n % 251) as u8)
-                .collect();
-            b.push(HashAlgo::Blake3.hash(&bytes), 1024, &bytes);
-            chunks.push(bytes);
+        let chunks: Vec<Vec<u8>> = chunks.collect();
+        for bytes in &chunks {
+            b.push(HashAlgo::Blake3.hash(bytes), bytes.len() as u32, bytes);
         }
         let (entries, framed) = b.take();
-        let id = ContainerId(5);
+        let id = ContainerId(id);
         let object = crate::container::format::encode_framed(
             id,
             ChunkKind::Data,
@@ -210,6 +210,19 @@ mod tests {
         );
         let (header, meta) = crate::container::format::decode(id, &object, sealer).unwrap();
         (Container::unopened(header, meta, object), chunks)
+    }
+
+    /// A compressed, sealed container of 8 frames of 4 chunks of 1 KiB each.
+    fn container(sealer: &Arc<Sealer>) -> (Container, Vec<Vec<u8>>) {
+        sealed_of(
+            sealer,
+            5,
+            (0..32u32).map(|n| {
+                (0..1024)
+                    .map(|i| ((i / 7) as u32 * n % 251) as u8)
+                    .collect()
+            }),
+        )
     }
 
     #[test]
@@ -281,41 +294,22 @@ mod tests {
     #[test]
     fn reused_frame_buffers_never_show_earlier_bytes() {
         let sealer = sealer();
-        let mut b = crate::container::ContainerBuilder::sealing(
-            ChunkKind::Data,
-            1 << 20,
-            false,
-            sealer.clone(),
-            Compression::Auto,
-            4096,
-        );
-        let mut chunks = Vec::new();
-        for n in 0..48u32 {
-            // 200 to 3,000 bytes: frames of unequal lengths; every other
-            // chunk random-looking (stored raw), the others compressible.
-            let len = 200 + (n as usize * 1_237) % 2_800;
-            let bytes: Vec<u8> = (0..len as u32)
-                .map(|i| match n % 2 {
-                    0 => (i.wrapping_mul(2_654_435_761) >> 13 ^ n) as u8,
-                    _ => (i / 5 + n) as u8,
-                })
-                .collect();
-            b.push(HashAlgo::Blake3.hash(&bytes), len as u32, &bytes);
-            chunks.push(bytes);
-        }
-        let (entries, framed) = b.take();
-        let id = ContainerId(6);
-        let object = crate::container::format::encode_framed(
-            id,
-            ChunkKind::Data,
-            HashAlgo::Blake3,
-            false,
-            &entries,
-            framed,
+        // 200 to 3,000 bytes: frames of unequal lengths; every other chunk
+        // random-looking (stored raw), the others compressible.
+        let (c, chunks) = sealed_of(
             &sealer,
+            6,
+            (0..48u32).map(|n| {
+                let len = 200 + (n as usize * 1_237) % 2_800;
+                (0..len as u32)
+                    .map(|i| match n % 2 {
+                        0 => (i.wrapping_mul(2_654_435_761) >> 13 ^ n) as u8,
+                        _ => (i / 5 + n) as u8,
+                    })
+                    .collect()
+            }),
         );
-        let (header, meta) = crate::container::format::decode(id, &object, &sealer).unwrap();
-        let c = Arc::new(Container::unopened(header, meta, object));
+        let c = Arc::new(c);
         let lens: std::collections::BTreeSet<u32> = c.meta.iter().map(|m| m.frame_len).collect();
         assert!(lens.len() > 2, "frames of several lengths: {lens:?}");
         std::thread::scope(|scope| {
