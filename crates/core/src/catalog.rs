@@ -285,13 +285,28 @@ impl Manifest {
     /// Internal consistency: ids below their allocators, no duplicates.
     fn validate(&self, name: &Subject) -> Result<()> {
         let bad = |why: String| Err(Error::corrupt(name.clone(), why));
-        let mut ids = std::collections::HashSet::new();
-        for c in &self.containers {
-            if c.id >= self.next_container_id || !ids.insert(c.id) {
-                return bad(format!(
-                    "container id {:016x} is out of range or listed twice",
-                    c.id
-                ));
+        // Containers are appended in id order (GCs remove, merges append a
+        // reserved range above), so a strictly increasing list is the rule
+        // and needs no set: at 600 k containers the set was a fifth of every
+        // command's opening. Any other order is checked by sorting a copy.
+        let listed_twice = |c: ContainerId| {
+            bad(format!(
+                "container id {c:016x} is out of range or listed twice"
+            ))
+        };
+        let increasing = self.containers.windows(2).all(|w| w[0].id < w[1].id);
+        if let Some(c) = self
+            .containers
+            .iter()
+            .find(|c| c.id >= self.next_container_id)
+        {
+            return listed_twice(c.id);
+        }
+        if !increasing {
+            let mut ids: Vec<ContainerId> = self.containers.iter().map(|c| c.id).collect();
+            ids.sort_unstable();
+            if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
+                return listed_twice(w[0]);
             }
         }
         let mut bids = std::collections::HashSet::new();
@@ -313,6 +328,50 @@ impl Manifest {
     pub fn backup(&self, id: BackupId) -> Option<&BackupEntry> {
         self.backups.iter().find(|b| b.id == id)
     }
+}
+
+/// The containers `next` lists and `base` does not (in `next`'s order),
+/// and the ids `base` lists and `next` does not (in `base`'s order). Both
+/// lists are strictly increasing by id as a rule (see `validate`): then
+/// one merge pass answers, where two hash sets of every id took a seventh
+/// of a one-chunk backup at 600 k containers.
+fn container_diff(
+    base: &[ContainerEntry],
+    next: &[ContainerEntry],
+) -> (Vec<ContainerEntry>, Vec<ContainerId>) {
+    let increasing = |v: &[ContainerEntry]| v.windows(2).all(|w| w[0].id < w[1].id);
+    let (mut added, mut removed) = (Vec::new(), Vec::new());
+    if increasing(base) && increasing(next) {
+        let (mut b, mut n) = (base.iter().peekable(), next.iter().peekable());
+        loop {
+            match (b.peek(), n.peek()) {
+                (Some(x), Some(y)) if x.id == y.id => {
+                    b.next();
+                    n.next();
+                }
+                (Some(x), Some(y)) if x.id < y.id => {
+                    removed.push(x.id);
+                    b.next();
+                }
+                (_, Some(y)) => {
+                    added.push(**y);
+                    n.next();
+                }
+                (Some(x), None) => {
+                    removed.push(x.id);
+                    b.next();
+                }
+                (None, None) => break,
+            }
+        }
+        return (added, removed);
+    }
+    use std::collections::HashSet;
+    let bc: HashSet<_> = base.iter().map(|c| c.id).collect();
+    let nc: HashSet<_> = next.iter().map(|c| c.id).collect();
+    added.extend(next.iter().filter(|c| !bc.contains(&c.id)));
+    removed.extend(base.iter().filter(|c| !nc.contains(&c.id)).map(|c| c.id));
+    (added, removed)
 }
 
 /// One writer's change to the catalog, as the difference between the
@@ -360,8 +419,8 @@ impl Change {
         let ids = |v: &[BackupEntry]| v.iter().map(|b| b.id).collect::<HashSet<_>>();
         let (bb, nb) = (ids(&base.backups), ids(&next.backups));
         let (bf, nf) = (ids(&base.forgotten), ids(&next.forgotten));
-        let bc: HashSet<_> = base.containers.iter().map(|c| c.id).collect();
-        let nc: HashSet<_> = next.containers.iter().map(|c| c.id).collect();
+        let (added_containers, removed_containers) =
+            container_diff(&base.containers, &next.containers);
         let bs: HashSet<_> = base.index_segments.iter().collect();
         let ns: HashSet<_> = next.index_segments.iter().collect();
         Change {
@@ -390,18 +449,8 @@ impl Change {
                 .filter(|b| !nf.contains(&b.id))
                 .map(|b| b.id)
                 .collect(),
-            added_containers: next
-                .containers
-                .iter()
-                .filter(|c| !bc.contains(&c.id))
-                .copied()
-                .collect(),
-            removed_containers: base
-                .containers
-                .iter()
-                .filter(|c| !nc.contains(&c.id))
-                .map(|c| c.id)
-                .collect(),
+            added_containers,
+            removed_containers,
             added_segments: next
                 .index_segments
                 .iter()
@@ -540,6 +589,67 @@ mod tests {
             object_bytes: 186,
         });
         m
+    }
+
+    proptest::proptest! {
+        /// The merge pass answers as the set difference does, in the
+        /// lists' orders, sorted or not.
+        #[test]
+        fn container_diff_is_the_set_difference(
+            base in proptest::collection::btree_set(0u64..64, 0..40),
+            next in proptest::collection::btree_set(0u64..64, 0..40),
+            shuffle in proptest::bool::ANY,
+        ) {
+            let entries = |ids: &std::collections::BTreeSet<u64>| -> Vec<ContainerEntry> {
+                let mut v: Vec<ContainerEntry> = ids
+                    .iter()
+                    .map(|&i| ContainerEntry::new(ContainerId(i), ChunkKind::Data, 1, i, i))
+                    .collect();
+                if shuffle {
+                    v.reverse();
+                }
+                v
+            };
+            let (b, n) = (entries(&base), entries(&next));
+            let (added, removed) = container_diff(&b, &n);
+            let want_added: Vec<ContainerEntry> =
+                n.iter().filter(|c| !base.contains(&c.id.0)).copied().collect();
+            let want_removed: Vec<ContainerId> =
+                b.iter().filter(|c| !next.contains(&c.id.0)).map(|c| c.id).collect();
+            proptest::prop_assert_eq!(added, want_added);
+            proptest::prop_assert_eq!(removed, want_removed);
+        }
+    }
+
+    /// Container ids: strictly increasing (the rule) or in any order,
+    /// each below the allocator and listed once.
+    #[test]
+    fn container_ids_are_listed_once_below_the_allocator() {
+        let with = |ids: &[u64]| {
+            let mut m = sample();
+            m.next_container_id = ContainerId(10);
+            m.containers = ids
+                .iter()
+                .map(|&i| ContainerEntry {
+                    id: ContainerId(i),
+                    ..m.containers[0]
+                })
+                .collect();
+            Manifest::decode(&m.encode(), "m")
+        };
+        for ok in [&[][..], &[1], &[1, 2, 9], &[3, 1, 2], &[9, 0]] {
+            assert!(with(ok).is_ok(), "{ok:?}");
+        }
+        for (bad, id) in [
+            (&[1, 2, 2][..], "0000000000000002"),
+            (&[2, 1, 2], "0000000000000002"),
+            (&[5, 5], "0000000000000005"),
+            (&[1, 10], "000000000000000a"),
+            (&[12, 1], "000000000000000c"),
+        ] {
+            let e = with(bad).unwrap_err().to_string();
+            assert!(e.contains(&format!("container id {id}")), "{bad:?}: {e}");
+        }
     }
 
     #[test]

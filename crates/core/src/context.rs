@@ -208,6 +208,10 @@ pub struct Context {
     pub(crate) writer_token: Option<String>,
     /// The token of the lock this writer holds, whatever its kind.
     pub(crate) lock_token: Option<String>,
+    /// A writer's: whether it may leave objects no manifest lists (see
+    /// [`crate::sweep`]); every object it writes goes through the store
+    /// that feeds it.
+    pub(crate) unsettled: Option<Arc<crate::sweep::Unsettled>>,
     /// Manifest sections a mutation staged for its publish (and only its
     /// publish: cleared when that ends, published or not).
     pub(crate) staged: Sections,
@@ -477,6 +481,7 @@ impl Context {
             reserved: None,
             writer_token: None,
             lock_token: None,
+            unsettled: None,
             staged: Sections::default(),
             memo: Memo::default(),
             section_keys: |_| Vec::new(),
@@ -827,13 +832,10 @@ impl Context {
             .chain((self.section_keys)(&self.manifest))
             .collect();
         let mut out = Vec::new();
-        for kind in [
-            KeyKind::Container,
-            KeyKind::IndexSegment,
-            KeyKind::Volume,
-            KeyKind::NdfTable,
-            KeyKind::RefGraph,
-        ] {
+        for kind in crate::sweep::SWEPT
+            .into_iter()
+            .filter(|k| *k != KeyKind::Manifest)
+        {
             out.extend(
                 self.objects
                     .list(kind)?
@@ -849,6 +851,37 @@ impl Context {
                 .filter(|k| k.generation().is_some_and(|g| g < current)),
         );
         Ok(out)
+    }
+
+    /// A writer alone: leave for the next writer alone what cannot be
+    /// removed now (see [`crate::sweep`]).
+    pub(crate) fn leave_leftovers(&self) {
+        if let Some(u) = &self.unsettled {
+            u.leave();
+        }
+    }
+
+    /// Remove the manifest generations older than the current one (only a
+    /// writer alone may): what writers beside others could not remove.
+    /// Listing manifests is cheap, unlike the full sweep.
+    pub(crate) fn remove_old_manifests(&self) -> Result<Leftovers> {
+        let current = self.manifest.generation;
+        let old: Vec<ObjectKey> = self
+            .objects
+            .list(KeyKind::Manifest)?
+            .into_iter()
+            .filter(|k| k.generation().is_some_and(|g| g < current))
+            .collect();
+        for key in &old {
+            self.objects.delete(key)?;
+        }
+        if !old.is_empty() {
+            self.objects.barrier()?;
+        }
+        Ok(Leftovers {
+            objects: old.iter().map(ObjectKey::name).collect(),
+            temporaries: 0,
+        })
     }
 
     /// Remove what [`leftover_keys`](Self::leftover_keys) finds and the
@@ -1054,6 +1087,11 @@ impl Context {
         let published = next.generation;
         let merged = base.is_some();
         self.manifest = next;
+        // Everything put so far is listed now, unless a merge may have
+        // dropped some of it: then the next writer alone sweeps.
+        if let (false, Some(u)) = (merged, &self.unsettled) {
+            u.published();
+        }
         if merged {
             self.reload()?;
         }

@@ -48,6 +48,7 @@ impl fmt::Display for ObjectRef {
                 | ObjectKey::SharedLock(_)
                 | ObjectKey::Gc(_)
                 | ObjectKey::Config
+                | ObjectKey::Sweep
                 | ObjectKey::KeySlot(_)
                 | ObjectKey::Stray(_) => key.fmt(f),
             },

@@ -36,6 +36,7 @@ pub mod retention;
 pub mod rewrite;
 pub mod salvage;
 pub mod seal;
+pub mod sweep;
 pub mod trace;
 pub mod units;
 pub mod version;

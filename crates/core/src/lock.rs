@@ -437,6 +437,14 @@ impl RepoLock {
         self.remove()
     }
 
+    /// Stop holding the lock without removing it: a writer that could not
+    /// put the sweep marker (see [`crate::sweep`]) lets its lock go stale,
+    /// so that whoever breaks it puts the marker.
+    pub fn abandon(mut self) {
+        self.released = true;
+        self.stop_refreshing();
+    }
+
     fn stop_refreshing(&mut self) {
         if let Some((stop, thread)) = self.refresher.take() {
             let _ = stop.send(());
@@ -528,10 +536,15 @@ struct Holder {
 }
 
 impl Holder {
-    /// Remove the lock object `key` if it still is exactly the one judged
-    /// (if it changed meanwhile, its new holder is judged afresh).
+    /// Remove the stale lock object `key` if it still is exactly the one
+    /// judged (if it changed meanwhile, its new holder is judged afresh).
+    /// A writer's lock left behind means a crash: the sweep marker goes
+    /// first, so the next writer alone removes what it left.
     fn remove_if_unchanged(&self, backend: &dyn ObjectStore, key: &ObjectKey) -> Result<()> {
         if backend.get(key).ok().as_deref() == Some(&self.bytes[..]) {
+            if !self.info.reader {
+                crate::sweep::mark(backend, &crashed(&self.info))?;
+            }
             backend.delete(key)?;
             backend.barrier()?;
         }
@@ -667,10 +680,18 @@ pub fn read_lock(backend: &dyn ObjectStore) -> Result<Option<LockInfo>> {
     }
 }
 
+/// Why the sweep marker is put for a writer's lock that was broken.
+fn crashed(info: &LockInfo) -> String {
+    format!(
+        "the lock of `{}` (pid {} on host {}) was broken: it may have left objects",
+        info.command, info.pid, info.host
+    )
+}
+
 /// Remove every lock unconditionally (`tessera unlock`: the exclusive
 /// lock, the shared ones and the GC lock); returns what the exclusive one
 /// said (else the first shared one), if it could be parsed. The removal is
-/// synced.
+/// synced. A writer's lock among them puts the sweep marker first.
 pub fn break_lock(backend: &dyn ObjectStore) -> Result<Option<LockInfo>> {
     let mut keys = vec![ObjectKey::Lock];
     keys.extend(backend.list(KeyKind::SharedLock)?);
@@ -683,10 +704,18 @@ pub fn break_lock(backend: &dyn ObjectStore) -> Result<Option<LockInfo>> {
             Err(Error::MissingObject(_)) => continue,
             Err(e) => return Err(e),
         };
+        let info: Option<LockInfo> = serde_json::from_slice(&bytes).ok();
+        if !info.as_ref().is_some_and(|i| i.reader) {
+            let why = info.as_ref().map_or_else(
+                || format!("an unreadable lock {key} was broken: it may have left objects"),
+                crashed,
+            );
+            crate::sweep::mark(backend, &why)?;
+        }
         backend.delete(&key)?;
         any = true;
         if said.is_none() {
-            said = serde_json::from_slice(&bytes).ok();
+            said = info;
         }
     }
     if any {

@@ -2,7 +2,7 @@
 //!
 //! A repository holds five kinds of objects, each under its own prefix with
 //! a 16-hex-digit number: `manifests/<generation>`, `containers/<id>`,
-//! `index/<id>`, `refgraph/<n>` (FGC), plus the single `lock`; and,
+//! `index/<id>`, `refgraph/<n>` (FGC), plus the single `lock` and `sweep`; and,
 //! unsealed because they are read before any key, the single `config` and
 //! the key slots `keys/<id>`. Names found by listing that do not
 //! parse as one of these (a crash's or an operator's litter under a known
@@ -36,10 +36,13 @@ pub enum KeyKind {
     /// Online GC's coordination objects (`gc/lock`, `gc/state`,
     /// `gc/resurrect/<token>-<n>`; see [`crate::gc::online`]).
     Gc,
+    /// The single `sweep` marker: an interrupted or failed writer may have
+    /// left objects no manifest lists (see [`crate::sweep`]).
+    Sweep,
 }
 
 impl KeyKind {
-    pub const ALL: [KeyKind; 11] = [
+    pub const ALL: [KeyKind; 12] = [
         KeyKind::Manifest,
         KeyKind::Container,
         KeyKind::IndexSegment,
@@ -51,11 +54,12 @@ impl KeyKind {
         KeyKind::RefGraph,
         KeyKind::SharedLock,
         KeyKind::Gc,
+        KeyKind::Sweep,
     ];
 
     /// Kinds whose one object's whole name is the prefix.
     pub fn is_single(self) -> bool {
-        matches!(self, KeyKind::Lock | KeyKind::Config)
+        matches!(self, KeyKind::Lock | KeyKind::Config | KeyKind::Sweep)
     }
 
     /// What every name of this kind starts with (the whole name for the lock).
@@ -72,6 +76,7 @@ impl KeyKind {
             KeyKind::RefGraph => "refgraph/",
             KeyKind::SharedLock => "locks/",
             KeyKind::Gc => "gc/",
+            KeyKind::Sweep => "sweep",
         }
     }
 
@@ -80,6 +85,7 @@ impl KeyKind {
         match name {
             "lock" => Some(KeyKind::Lock),
             "config" => Some(KeyKind::Config),
+            "sweep" => Some(KeyKind::Sweep),
             _ => KeyKind::ALL
                 .into_iter()
                 .find(|k| !k.is_single() && name.starts_with(k.prefix())),
@@ -106,6 +112,8 @@ pub enum ObjectKey {
     SharedLock(String),
     /// An online-GC object, by its name under `gc/`.
     Gc(String),
+    /// The marker saying the next writer alone must sweep leftovers.
+    Sweep,
     /// A listed name that is none of the above (`containers/junk`): kept
     /// whole so it can be reported and deleted, never written by the engine.
     Stray(String),
@@ -132,6 +140,7 @@ impl ObjectKey {
             Some(KeyKind::IndexSegment) => numbered("index/").map(ObjectKey::IndexSegment),
             Some(KeyKind::Lock) => Some(ObjectKey::Lock),
             Some(KeyKind::Config) => Some(ObjectKey::Config),
+            Some(KeyKind::Sweep) => Some(ObjectKey::Sweep),
             Some(KeyKind::KeySlot) => numbered("keys/").map(ObjectKey::KeySlot),
             Some(KeyKind::Volume) => numbered("volumes/").map(ObjectKey::Volume),
             Some(KeyKind::NdfTable) => numbered("ndf/").map(ObjectKey::NdfTable),
@@ -173,6 +182,7 @@ impl ObjectKey {
             ObjectKey::RefGraph(_) => Some(KeyKind::RefGraph),
             ObjectKey::SharedLock(_) => Some(KeyKind::SharedLock),
             ObjectKey::Gc(_) => Some(KeyKind::Gc),
+            ObjectKey::Sweep => Some(KeyKind::Sweep),
             ObjectKey::Stray(name) => KeyKind::of_name(name),
         }
     }
@@ -208,6 +218,7 @@ impl fmt::Display for ObjectKey {
             ObjectKey::RefGraph(id) => write!(f, "refgraph/{id:016x}"),
             ObjectKey::SharedLock(t) => write!(f, "locks/{t}"),
             ObjectKey::Gc(name) => write!(f, "gc/{name}"),
+            ObjectKey::Sweep => f.write_str("sweep"),
             ObjectKey::Stray(name) => f.write_str(name),
         }
     }
@@ -282,6 +293,7 @@ mod tests {
             ObjectKey::RefGraph(7),
             ObjectKey::SharedLock("12-0-99".into()),
             ObjectKey::Gc("resurrect/12-0-99-3".into()),
+            ObjectKey::Sweep,
         ] {
             assert_eq!(ObjectKey::parse(&k.name()), k);
         }

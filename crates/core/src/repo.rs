@@ -401,7 +401,18 @@ impl Repository {
         password: PasswordSource,
         load: IndexLoad,
     ) -> Result<Writer> {
-        Self::open_writer_as(backend, command, password, load, false)
+        Self::open_writer_as(backend, command, password, load, false, false)
+    }
+
+    /// [`open_writer_with`](Self::open_writer_with) that removes every
+    /// object no manifest lists if it opens alone, whatever the sweep
+    /// marker says (`check --repair-leftovers`): it lists every object.
+    pub fn open_writer_sweeping(
+        backend: Arc<dyn ObjectStore>,
+        command: &str,
+        password: PasswordSource,
+    ) -> Result<Writer> {
+        Self::open_writer_as(backend, command, password, IndexLoad::Lazy, false, true)
     }
 
     /// Open for writing and keep the exclusive lock: no other writer or GC
@@ -415,7 +426,7 @@ impl Repository {
         command: &str,
         password: PasswordSource,
     ) -> Result<Writer> {
-        Self::open_writer_as(backend, command, password, IndexLoad::Now, true)
+        Self::open_writer_as(backend, command, password, IndexLoad::Now, true, false)
     }
 
     fn open_writer_as(
@@ -424,14 +435,27 @@ impl Repository {
         password: PasswordSource,
         load: IndexLoad,
         exclusive: bool,
+        sweep: bool,
     ) -> Result<Writer> {
         if latest_generation(&*backend)?.is_none() {
             return Err(Error::NoRepository(backend.location().into()));
         }
+        // Every object the writer puts goes through `tracked`, so it can
+        // tell at the end whether it may have left any (see crate::sweep).
+        let (tracked, unsettled) = crate::sweep::Tracked::wrap(backend.clone());
         match RepoLock::acquire_brief(backend.clone(), command) {
             Ok(alone) => {
-                let mut repo = Self::open_loading(backend, password, load)?;
-                let leftovers = repo.cx.remove_leftovers()?;
+                let mut repo = Self::open_loading(tracked, password, load)?;
+                repo.cx.unsettled = Some(unsettled);
+                let marked = sweep || crate::sweep::marked(&*backend)?.is_some();
+                let leftovers = match marked {
+                    true => {
+                        let l = repo.cx.remove_leftovers()?;
+                        crate::sweep::unmark(&*backend)?;
+                        l
+                    }
+                    false => repo.cx.remove_old_manifests()?,
+                };
                 let lock = if repo.layout.concurrent_writers() && !exclusive {
                     let shared = alone.downgrade(false)?;
                     // Its online-GC records carry the token.
@@ -452,7 +476,8 @@ impl Repository {
             Err(Error::Locked(why)) if exclusive => Err(Error::Locked(why)),
             Err(Error::Locked(why)) => {
                 let lock = RepoLock::acquire_shared(backend.clone(), command, false)?;
-                let mut repo = Self::open_loading(backend, password, load)?;
+                let mut repo = Self::open_loading(tracked, password, load)?;
+                repo.cx.unsettled = Some(unsettled);
                 if !repo.layout.concurrent_writers() {
                     return Err(Error::Locked(format!(
                         "the {} layout has one writer at a time: {why}",
@@ -1109,9 +1134,43 @@ impl Writer {
 
     /// Release the writer lock (also released on drop).
     pub fn close(mut self) -> Result<()> {
-        match self.lock.take() {
-            Some(l) => l.release(),
-            None => Ok(()),
+        let said = self.say_if_unsettled();
+        match (self.lock.take(), said) {
+            (Some(l), Ok(())) => l.release(),
+            (Some(l), Err(e)) => {
+                l.abandon();
+                Err(e)
+            }
+            (None, said) => said,
+        }
+    }
+
+    /// Before the lock goes: a writer that may have left objects no manifest
+    /// lists puts the sweep marker (see [`crate::sweep`]).
+    fn say_if_unsettled(&self) -> Result<()> {
+        match &self.repo.cx.unsettled {
+            Some(u) if !u.is_settled() => crate::sweep::mark(
+                &**self.repo.cx.objects.store(),
+                &format!(
+                    "a writer (pid {}) ended with objects it put unpublished, or left some",
+                    std::process::id()
+                ),
+            ),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A writer dropped without [`close`](Writer::close) (after an error, most
+/// often) says what it may have left before its lock goes; if it cannot, the
+/// lock is left to go stale, and whoever breaks it says so.
+impl Drop for Writer {
+    fn drop(&mut self) {
+        if let Some(l) = self.lock.take() {
+            match self.say_if_unsettled() {
+                Ok(()) => drop(l),
+                Err(_) => l.abandon(),
+            }
         }
     }
 }

@@ -48,8 +48,14 @@ pub fn check(
     let mut removed = Vec::new();
     if repair_leftovers {
         // A writer removes exactly the objects no manifest lists.
-        let w =
-            super::open::open_writer(repo, backend.clone(), "tessera check --repair-leftovers")?;
+        let w = super::password::open_writer_sweeping(
+            repo,
+            backend.clone(),
+            "tessera check --repair-leftovers",
+        )?;
+        if let Some(b) = w.broken_lock() {
+            eprintln!("note: {}", b.notice());
+        }
         removed = w.leftovers().objects.clone();
         w.close()?;
     }

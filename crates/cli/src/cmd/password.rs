@@ -139,3 +139,15 @@ pub fn open_writer(
     w.set_threads(repo.threads);
     Ok(w)
 }
+
+/// [`open_writer`] that removes every object no manifest lists if it opens
+/// alone (`check --repair-leftovers`), whatever the sweep marker says.
+pub fn open_writer_sweeping(
+    repo: &RepoArg,
+    backend: Arc<dyn ObjectStore>,
+    command: &str,
+) -> Result<Writer> {
+    Ok(Repository::open_writer_sweeping(backend, command, &|| {
+        password(repo).map_err(|e| tessera_core::Error::Key(ui::one_line(&e)))
+    })?)
+}

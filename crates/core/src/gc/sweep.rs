@@ -596,6 +596,8 @@ pub fn commit(
                     .delete(&crate::backend::ObjectKey::Container(*id))?;
             }
             repo.objects.barrier()?;
+        } else {
+            repo.leave_leftovers();
         }
         Ok(())
     });

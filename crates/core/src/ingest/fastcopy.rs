@@ -68,6 +68,7 @@ impl Context {
         }
         let time = crate::clock::now();
         let mut made = Vec::new();
+        let mut dropped_graph = false;
         self.commit_with(|newest, _| {
             made.clear();
             let mut next = newest.clone();
@@ -94,9 +95,13 @@ impl Context {
             }
             // The graph cannot record the clones' edges (see above): stop
             // recording; its segments become leftovers for the next writer.
+            dropped_graph = RefGraphState::of(&next)?.is_some();
             RefGraphState::set(&mut next, None);
             Ok(next)
         })?;
+        if dropped_graph {
+            self.leave_leftovers();
+        }
         // Kept graphs described the dropped segments.
         crate::fgc::keep(self, None);
         if made.len() != sources.len() {

@@ -31,4 +31,5 @@ mod s3_minio;
 mod seal;
 mod sftp;
 mod stream_read;
+mod sweep;
 mod tree;

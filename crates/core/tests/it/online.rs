@@ -235,12 +235,14 @@ fn leftovers_are_removed_only_by_a_writer_alone() {
     let w2 = writer(&b);
     let d = bytes(11, 40_000);
     let id = backup(&mut w1, "a", &d).unwrap();
-    // An object no manifest lists, as a writer in flight has.
-    b.put(
-        &ObjectKey::Container(tessera_core::container::ContainerId(0xffff_ffff)),
-        b"x",
-    )
-    .unwrap();
+    // An object no manifest lists, as a writer in flight has (w2's: it
+    // ends without publishing it, so it asks the next writer alone to sweep).
+    w2.object_store()
+        .put(
+            &ObjectKey::Container(tessera_core::container::ContainerId(0xffff_ffff)),
+            b"x",
+        )
+        .unwrap();
     let w3 = writer(&b);
     assert!(w3.leftovers().objects.is_empty(), "others hold locks");
     drop((w3, w2));
