@@ -48,9 +48,11 @@ pub mod blocksum;
 pub mod bloom;
 pub mod disk;
 pub mod kept_table;
+pub mod recipes;
 pub mod runset;
 
-use disk::{DiskConfig, DiskCursor, DiskTable};
+use disk::{DiskConfig, DiskCursor, DiskTable, SortedFile};
+use recipes::Recipes;
 
 /// How an opening came by its index (for tests and benchmarks): the kept
 /// run set of [`runset`] (on disk) or the kept table of [`kept_table`] (in
@@ -303,7 +305,7 @@ pub struct Index {
     /// Data fingerprint → container of its newest copy (what dedup refers
     /// to); for most chunks the only copy, copy 0.
     data: DataTable,
-    recipe: FpTable,
+    recipe: Recipes,
     /// Every copy of a data chunk stored more than once, or whose only copy
     /// is not copy 0. May name containers GC deleted until GC's commit
     /// drops them; users filter by the live containers.
@@ -317,7 +319,7 @@ impl Default for Index {
         Index {
             // Logged: a backup mostly repeats an earlier stream in order.
             data: DataTable::Mem(FpTable::with_log()),
-            recipe: FpTable::default(),
+            recipe: Recipes::default(),
             copies: FpMap::default(),
             disk_load: None,
         }
@@ -341,27 +343,29 @@ impl Index {
             ..Index::default()
         })
     }
-    /// An index over a kept on-disk table, with the recipe chunks and copy
-    /// lists [`side_entries`](Self::side_entries) gave (a kept run set).
-    pub fn from_disk(table: DiskTable, side: Vec<IndexEntry>) -> Self {
+    /// An index over a kept on-disk table, with its kept recipe file (if
+    /// any) and the copy lists [`copy_entries`](Self::copy_entries) gave
+    /// (a kept run set).
+    pub fn from_disk(
+        table: DiskTable,
+        recipes: Option<SortedFile>,
+        copies: Vec<IndexEntry>,
+    ) -> Self {
         let mut index = Index {
             data: DataTable::Disk(Box::new(table)),
+            recipe: recipes.map(Recipes::over).unwrap_or_default(),
             ..Index::default()
         };
-        for e in side {
-            match e.kind {
-                ChunkKind::Recipe => {
-                    index.recipe.insert(e.fp, e.container.0);
-                }
-                ChunkKind::Data => {
-                    let c = index.copies.entry(e.fp).or_default();
-                    let i = c.nos.partition_point(|&n| n < e.copy);
-                    c.nos.insert(i, e.copy);
-                    c.at.insert(i, e.container);
-                }
-            }
-        }
+        index.add_copies(copies);
         index
+    }
+    fn add_copies(&mut self, copies: Vec<IndexEntry>) {
+        for e in copies.into_iter().filter(|e| e.kind == ChunkKind::Data) {
+            let c = self.copies.entry(e.fp).or_default();
+            let i = c.nos.partition_point(|&n| n < e.copy);
+            c.nos.insert(i, e.copy);
+            c.at.insert(i, e.container);
+        }
     }
     /// An in-memory index over kept tables (the data and recipe tables a
     /// kept table file maps, see [`kept_table`]) and the copy lists that
@@ -369,21 +373,16 @@ impl Index {
     pub(crate) fn from_tables(data: FpTable, recipe: FpTable, copies: Vec<IndexEntry>) -> Self {
         let mut index = Index {
             data: DataTable::Mem(data),
-            recipe,
+            recipe: Recipes::of(recipe),
             ..Index::default()
         };
-        for e in copies.into_iter().filter(|e| e.kind == ChunkKind::Data) {
-            let c = index.copies.entry(e.fp).or_default();
-            let i = c.nos.partition_point(|&n| n < e.copy);
-            c.nos.insert(i, e.copy);
-            c.at.insert(i, e.container);
-        }
+        index.add_copies(copies);
         index
     }
     /// The in-memory tables (data, recipe) to keep (`None` on disk).
     pub(crate) fn tables(&self) -> Option<(&FpTable, &FpTable)> {
         match &self.data {
-            DataTable::Mem(t) => Some((t, &self.recipe)),
+            DataTable::Mem(t) => Some((t, self.recipe.in_memory()?)),
             DataTable::Disk(_) => None,
         }
     }
@@ -407,19 +406,25 @@ impl Index {
                 })
         })
     }
-    /// What an on-disk table does not hold: every copy of each chunk with
-    /// a copy list, and the recipe chunks (few: rewritten chunks, recipes).
-    pub fn side_entries(&self) -> Vec<IndexEntry> {
-        let copies = self.listed_copies();
-        let recipe = self.recipe.iter().map(|(fp, c)| IndexEntry {
-            fp,
-            container: ContainerId(c),
-            kind: ChunkKind::Recipe,
-            copy: 0,
-        });
-        let mut out: Vec<IndexEntry> = copies.chain(recipe).collect();
-        sort_entries(&mut out);
-        out
+    /// The recipe table as one sorted file for a run set's save (`None`
+    /// when empty; on an on-disk index only): its kept file if unchanged,
+    /// else a new one in the disk table's private directory, which the
+    /// table then stands on (see [`recipes::Recipes::for_save`]).
+    pub fn recipes_for_save(
+        &mut self,
+        still_kept: impl Fn(&disk::KeptData) -> bool,
+    ) -> Result<Option<disk::TableFile>> {
+        match &mut self.data {
+            DataTable::Mem(_) => Err(Error::invalid("only an on-disk index is kept")),
+            DataTable::Disk(t) => self.recipe.for_save(t, still_kept),
+        }
+    }
+    /// Note the descriptions a save gave the recipe file.
+    pub fn recipes_kept_as(
+        &self,
+        names: &std::collections::HashMap<std::path::PathBuf, disk::KeptData>,
+    ) {
+        self.recipe.kept_as(names);
     }
     /// The on-disk table (`None` in memory).
     pub fn disk_table_mut(&mut self) -> Option<&mut DiskTable> {

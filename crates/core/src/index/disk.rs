@@ -400,6 +400,84 @@ impl Run {
     }
 }
 
+/// A sorted file of (fingerprint, value) records kept in a run set beside
+/// the table's runs (the recipe chunks, `super::recipes`): searched in
+/// place as a run is, its blocks verified as lookups first touch them.
+/// It lives in a table's private directory (linked there from the set, or
+/// written there for a save) and is removed from it when dropped.
+pub struct SortedFile(Run);
+
+impl SortedFile {
+    /// Write sorted, distinct `records` to a new file in `table`'s private
+    /// directory.
+    pub fn write(
+        table: &mut DiskTable,
+        records: impl Iterator<Item = (Fingerprint, u64)>,
+    ) -> Result<SortedFile> {
+        let path = table.t.file("recipes");
+        Ok(SortedFile(Run::write(path, 0, records)?))
+    }
+
+    /// Take up a kept file of the set in `from` (with its checked meta
+    /// file's fences and sums): linked into `table`'s private directory
+    /// and mapped; nothing of it is read here.
+    pub fn adopt(
+        table: &mut DiskTable,
+        from: &Path,
+        f: AdoptedFile,
+        state: &Arc<PathBuf>,
+    ) -> Result<SortedFile> {
+        let path = table.t.file("recipes");
+        let kept = from.join(&f.kept.name);
+        std::fs::hard_link(&kept, &path).map_err(|e| io_error(&kept, e))?;
+        Ok(SortedFile(Run::open(path, f, 0, state)?))
+    }
+
+    /// The value of `fp`.
+    pub fn get(&self, fp: &Fingerprint) -> Option<u64> {
+        self.0.find(fp).filter(|&v| v != TOMB)
+    }
+
+    /// Records in the file.
+    pub fn len(&self) -> usize {
+        self.0.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.len == 0
+    }
+
+    /// Every record, in fingerprint order (every block verified first: a
+    /// damaged one panics, as a lookup's does).
+    pub fn iter(&self) -> impl Iterator<Item = (Fingerprint, u64)> + '_ {
+        if let Err(d) = self.0.verify() {
+            d.fail();
+        }
+        (0..self.0.len).map(|i| (self.0.fp(i), self.0.rec(i).1))
+    }
+
+    /// Heap bytes (its fences and their directory).
+    pub fn memory_bytes(&self) -> usize {
+        self.0.fences.len() * 8 + self.0.dir.len() * 4
+    }
+
+    /// The file as a save keeps it (see [`DiskTable::state`]).
+    pub fn describe(&self, still_kept: impl Fn(&KeptData) -> bool) -> TableFile {
+        let r = &self.0;
+        let bytes = r.map.as_deref().unwrap_or(&[]);
+        r.kept
+            .describe(&r.path, bytes, r.fences.as_slice(), &still_kept)
+    }
+
+    /// Note its description in the kept run set (see
+    /// [`DiskTable::kept_as`]).
+    pub fn kept_as(&self, names: &std::collections::HashMap<PathBuf, KeptData>) {
+        if let Some(n) = names.get(&self.0.path) {
+            *self.0.kept.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(n.clone());
+        }
+    }
+}
+
 /// A file's description in the kept run set (`super::runset`), once it
 /// has one: set when adopted from the set, or by the save that first kept
 /// it. Files are immutable once written, so it stays true.

@@ -20,8 +20,10 @@
 //! fences, the XXH3-64 of each 64 KiB block) checked whole, and its blocks
 //! are verified as lookups first touch them (`super::blocksum`); the
 //! summary vector is kept in pieces loaded, and verified, as they are
-//! first touched (`super::bloom`). The small files (side tables, changed
-//! keys) are checked whole. A damaged block found later fails loudly and
+//! first touched (`super::bloom`). The recipe chunks (version 3) are a
+//! sorted file searched in place as a run is (`super::recipes`); version
+//! 2 decoded them from the side file at every opening, and is converted.
+//! The small files (copy lists, changed keys) are checked whole. A damaged block found later fails loudly and
 //! removes `state`, so the next opening rebuilds.
 //!
 //! Concurrency: files are never rewritten; a save writes its new files
@@ -37,20 +39,23 @@
 use super::blocksum::Damage;
 use super::bloom::{Bloom, KeptBloom, PieceFile, PieceLoader, PIECE_WORDS};
 use super::disk::{
-    Adopted, AdoptedFile, DiskConfig, DiskTable, Extent, KeptData, KeptFile, TableFile,
+    Adopted, AdoptedFile, DiskConfig, DiskTable, Extent, KeptData, KeptFile, SortedFile, TableFile,
 };
 use super::{decode_segment, encode_segment, Index};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FP_LEN};
 use crate::framing::checksum;
+use crate::ids::ChunkKind;
 use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 8] = b"TSRARUNS";
-/// 2: meta files and block sums, the summary vector in pieces (1: every
-/// file checked whole at each opening).
-const VERSION: u32 = 2;
+/// 3: the recipe chunks in a sorted file searched in place (2: decoded
+/// from the side file at each opening; 2 added meta files and block sums,
+/// the summary vector in pieces; 1 checked every file whole at each
+/// opening).
+const VERSION: u32 = 3;
 /// A run's or list's meta file: magic, version, the file's length and
 /// name, its fences, its block sums.
 const META_MAGIC: &[u8; 8] = b"TSRAMETA";
@@ -89,8 +94,12 @@ struct State {
     lists: Vec<KeptData>,
     extents: Vec<(u64, Vec<Extent>)>,
     bloom: KeptBloom,
-    /// Recipe chunks and copy lists, as an index segment.
+    /// Copy lists, as an index segment.
     side: KeptFile,
+    /// Recipe chunks, as a sorted run-like file (`None`: there are none,
+    /// or version 2, whose side file holds them).
+    #[serde(default)]
+    recipes: Option<KeptData>,
     /// Keys changed since inserted; `None`: too many to track.
     shadow: Option<KeptFile>,
     len: u64,
@@ -137,6 +146,15 @@ pub fn say_rebuilding(reason: &str) {
     }
 }
 
+/// Say on a terminal that an opening converts an older run set.
+fn say_converting(from: u32) {
+    if std::io::stderr().is_terminal() {
+        eprintln!(
+            "tessera: converting the kept on-disk index (run set version {from} to {VERSION})"
+        );
+    }
+}
+
 /// The directory of a repository's kept state under `base`: `prefix`
 /// and 16 hex digits of XXH3(repo id, location).
 pub(super) fn kept_dir(base: &Path, prefix: &str, repo_id: &str, location: &str) -> PathBuf {
@@ -153,6 +171,16 @@ pub(super) fn read_kept_state<T: serde::de::DeserializeOwned>(
     (magic, version): (&[u8; 8], u32),
     what: &str,
 ) -> std::result::Result<T, String> {
+    read_kept_state_since(dir, (magic, version, version), what).map(|(t, _)| t)
+}
+
+/// [`read_kept_state`] of any version from `oldest` to `version`, and
+/// which it is.
+fn read_kept_state_since<T: serde::de::DeserializeOwned>(
+    dir: &Path,
+    (magic, oldest, version): (&[u8; 8], u32, u32),
+    what: &str,
+) -> std::result::Result<(T, u32), String> {
     let path = dir.join(STATE);
     let bytes = match std::fs::read(&path) {
         Ok(b) => b,
@@ -165,10 +193,12 @@ pub(super) fn read_kept_state<T: serde::de::DeserializeOwned>(
     let (found, json) =
         crate::framing::decode(&bytes, magic, &format!("{what} state"), &name.into())
             .map_err(|e| format!("damaged: {e}"))?;
-    if found != version {
+    if !(oldest..=version).contains(&found) {
         return Err(format!("kept by another version ({found})"));
     }
-    serde_json::from_slice(json).map_err(|e| format!("damaged: {}: {e}", path.display()))
+    serde_json::from_slice(json)
+        .map(|t| (t, found))
+        .map_err(|e| format!("damaged: {}: {e}", path.display()))
 }
 
 pub(super) fn io_error(path: &Path, e: std::io::Error) -> Error {
@@ -214,6 +244,12 @@ impl RunSet {
         read_kept_state(&self.dir, (MAGIC, VERSION), "run set")
     }
 
+    /// The state, of this version or one this build converts (2), and its
+    /// version.
+    fn read_any_state(&self) -> std::result::Result<(State, u32), String> {
+        read_kept_state_since(&self.dir, (MAGIC, 2, VERSION), "run set")
+    }
+
     /// A kept file's bytes, checked against its length and checksum.
     fn read_checked(&self, f: &KeptFile) -> Result<Vec<u8>> {
         let path = self.dir.join(&f.name);
@@ -236,7 +272,7 @@ impl RunSet {
         base: &Path,
         cfg: DiskConfig,
     ) -> std::result::Result<(Index, usize), String> {
-        let s = self.read_state()?;
+        let (s, version) = self.read_any_state()?;
         if s.repo_id != basis.repo_id || s.location != basis.location {
             return Err(format!(
                 "kept for repository {} at {}",
@@ -258,7 +294,20 @@ impl RunSet {
         }
         let damaged = |e: Error| format!("damaged: {e}");
         let side = self.read_checked(&s.side).map_err(damaged)?;
-        let side = decode_segment(&side, &s.side.name).map_err(damaged)?;
+        let (copies, old_recipes): (Vec<_>, Vec<_>) = decode_segment(&side, &s.side.name)
+            .map_err(damaged)?
+            .into_iter()
+            .partition(|e| e.kind == ChunkKind::Data);
+        if version == VERSION && !old_recipes.is_empty() {
+            return Err(format!("damaged: {}: not copy lists", s.side.name));
+        }
+        // What a conversion keeps the set as: what it stood for.
+        let kept_basis = (s.generation, s.segments.clone(), s.containers.clone());
+        let recipes = s
+            .recipes
+            .map(|k| self.adopted(k))
+            .transpose()
+            .map_err(damaged)?;
         let shadowed = match &s.shadow {
             None => None,
             Some(f) => {
@@ -291,10 +340,37 @@ impl RunSet {
             bloom: Bloom::adopt(s.bloom, std::sync::Arc::new(loader)),
             len: s.len,
             shadowed,
-            state,
+            state: state.clone(),
         };
-        let table = DiskTable::adopt(base, cfg, &self.dir, adopted).map_err(damaged)?;
-        Ok((Index::from_disk(table, side), n))
+        let mut table = DiskTable::adopt(base, cfg, &self.dir, adopted).map_err(damaged)?;
+        let recipes = recipes
+            .map(|f| SortedFile::adopt(&mut table, &self.dir, f, &state))
+            .transpose()
+            .map_err(damaged)?;
+        let mut index = Index::from_disk(table, recipes, copies);
+        if version < VERSION {
+            // Version 2 kept the recipe chunks in the side file: they go
+            // to a sorted file, everything else is kept as it is.
+            say_converting(version);
+            for e in old_recipes {
+                index.insert(e).map_err(damaged)?;
+            }
+            let (generation, segments, ranges) = kept_basis;
+            let containers: Vec<u64> = ranges.iter().flat_map(|&(a, b)| a..b).collect();
+            let was = Basis {
+                repo_id: basis.repo_id,
+                location: basis.location,
+                generation,
+                segments: &segments,
+                containers: &containers,
+            };
+            // A cache: failing to convert it costs the next opening this
+            // conversion again.
+            if let Err(e) = self.save(&mut index, &was) {
+                say_rebuilding(&format!("could not keep it: {e}"));
+            }
+        }
+        Ok((index, n))
     }
 
     /// A kept run or list file with its meta file's fences and sums (the
@@ -324,15 +400,16 @@ impl RunSet {
         let Some(_lock) = begin_save(&self.dir, basis.generation, kept)? else {
             return Ok(false);
         };
-        let side = encode_segment(&index.side_entries());
-        let Some(table) = index.disk_table_mut() else {
-            return Err(Error::invalid("only an on-disk index is kept"));
-        };
+        let side = encode_segment(&index.copy_entries());
         // A file kept before is named again (not rewritten) if it is still
         // there: only a saver holding the lock removes files.
         let there =
             |name: &str, len: u64| self.dir.join(name).metadata().is_ok_and(|m| m.len() == len);
         let still = |k: &KeptData| there(&k.name, k.len) && there(&k.meta.name, k.meta.len);
+        let recipe_file = index.recipes_for_save(still)?;
+        let Some(table) = index.disk_table_mut() else {
+            return Err(Error::invalid("only an on-disk index is kept"));
+        };
         let st = table.state(still)?;
         let mut names: HashMap<PathBuf, KeptData> = HashMap::new();
         let mut keep = |f: &TableFile, what: &str| -> Result<KeptData> {
@@ -364,6 +441,7 @@ impl RunSet {
             .iter()
             .map(|f| keep(f, "lists"))
             .collect::<Result<Vec<_>>>()?;
+        let recipes = recipe_file.map(|f| keep(&f, "recipes")).transpose()?;
         let bloom = self.keep_bloom(table.bloom_mut())?;
         // The side tables and changed keys as kept before, if unchanged.
         let before = self.read_state().ok();
@@ -387,6 +465,7 @@ impl RunSet {
             extents: st.extents,
             bloom,
             side,
+            recipes,
             shadow,
             len: st.len,
         };
@@ -399,6 +478,7 @@ impl RunSet {
             let _ = std::fs::remove_file(&tmp);
             io_error(&to, e)
         })?;
+        index.recipes_kept_as(&names);
         if let Some(t) = index.disk_table_mut() {
             t.kept_as(&names);
             t.bloom_mut().saved(state.bloom.clone());
@@ -528,7 +608,8 @@ impl RunSet {
     /// of saves that died). Only a saver holding the lock does.
     fn remove_unnamed(&self, state: &State) {
         let mut named: std::collections::HashSet<&str> = [STATE, LOCK].into();
-        for f in state.runs.iter().map(|(f, _)| f).chain(&state.lists) {
+        let files = state.runs.iter().map(|(f, _)| f).chain(&state.lists);
+        for f in files.chain(&state.recipes) {
             named.extend([f.name.as_str(), f.meta.name.as_str()]);
         }
         named.extend(state.bloom.files.iter().map(|f| f.name.as_str()));
@@ -860,6 +941,96 @@ mod tests {
     }
 
     /// A meta file says what it describes; anything else is no meta file.
+    /// A set kept by version 2 (recipe chunks in the side file, no recipe
+    /// file) is converted at its opening, not rebuilt: the runs stay, the
+    /// recipe chunks go to a sorted file, the side file keeps the copy
+    /// lists alone; the index answers as the saved one did, and the next
+    /// opening takes up version 3 as it is.
+    #[test]
+    fn a_version_2_set_is_converted_not_rebuilt() {
+        use crate::ids::ContainerId;
+        use crate::index::IndexEntry;
+        let tmp = tempfile::tempdir().unwrap();
+        let base = tmp.path();
+        let cfg = DiskConfig {
+            flush_at: 500,
+            ..DiskConfig::default()
+        };
+        let fp = |i: u32| crate::HashAlgo::Blake3.hash(&i.to_le_bytes());
+        let entry = |i: u32, kind, copy| IndexEntry {
+            fp: fp(i),
+            container: ContainerId(u64::from(i % 300)),
+            kind,
+            copy,
+        };
+        let mut index = Index::on_disk(base, cfg).unwrap();
+        for i in 0..3000 {
+            index.insert(entry(i, ChunkKind::Data, 0)).unwrap();
+        }
+        for i in 3000..3400 {
+            index.insert(entry(i, ChunkKind::Recipe, 0)).unwrap();
+        }
+        // A rewritten chunk: two copies (a copy list).
+        index.insert(entry(7, ChunkKind::Data, 1)).unwrap();
+        let all = |ix: &Index| {
+            let mut v: Vec<IndexEntry> = ix.entries().collect();
+            crate::index::sort_entries(&mut v);
+            v
+        };
+        let want = all(&index);
+        let segments = vec!["index/0000000000000001".to_string()];
+        let containers: Vec<u64> = (0..300).collect();
+        let basis = Basis {
+            repo_id: "r",
+            location: "l",
+            generation: 5,
+            segments: &segments,
+            containers: &containers,
+        };
+        let set = RunSet::of(base, "r", "l");
+        assert!(set.save(&mut index, &basis).unwrap());
+        drop(index);
+        // Made version 2: the recipe chunks into the side file.
+        let (mut st, v) = set.read_any_state().unwrap();
+        assert_eq!(v, VERSION);
+        let recipes = st.recipes.take().expect("a recipe file");
+        let mut side = want.clone();
+        side.retain(|e| e.kind == ChunkKind::Recipe || e.copy == 1 || e.fp == fp(7));
+        st.side = set.write_new("side", &encode_segment(&side)).unwrap();
+        let json = serde_json::to_vec(&st).unwrap();
+        let v2 = crate::framing::encode(MAGIC, 2, &json);
+        std::fs::write(set.dir.join(STATE), v2).unwrap();
+
+        let (ix, held) = set.load(&basis, base, cfg).unwrap();
+        assert_eq!(held, 1);
+        assert_eq!(all(&ix), want);
+        for e in &want {
+            assert_eq!(
+                ix.get_copy(e.kind, &e.fp, e.copy),
+                Some(e.container),
+                "{e:?}"
+            );
+        }
+        let (st, v) = set.read_any_state().unwrap();
+        assert_eq!(v, VERSION, "converted");
+        let kept = st.recipes.clone().expect("a recipe file");
+        assert_eq!(kept.len, 400 * 40);
+        assert!(!set.dir.join(&recipes.name).exists(), "the old one removed");
+        let side = set.read_checked(&st.side).unwrap();
+        let side = decode_segment(&side, "side").unwrap();
+        assert!(side.iter().all(|e| e.kind == ChunkKind::Data), "{side:?}");
+        assert_eq!(side.len(), 2, "the copy list alone");
+        drop(ix);
+        let state_inode = std::fs::read(set.dir.join(STATE)).unwrap();
+        let (ix, _) = set.load(&basis, base, cfg).unwrap();
+        assert_eq!(all(&ix), want);
+        assert_eq!(
+            std::fs::read(set.dir.join(STATE)).unwrap(),
+            state_inode,
+            "taken up as it is"
+        );
+    }
+
     #[test]
     fn meta_files_round_trip_and_refuse_garbage() {
         let m = encode_meta("run-1", 80, &[1, 2], &[7]);

@@ -275,6 +275,15 @@ fn a_damaged_or_foreign_run_set_is_rebuilt_never_trusted() {
             }),
         ),
         (
+            // A truncated recipe-chunk file: its length is checked too.
+            "bytes",
+            Box::new(|r: &Repo| {
+                let f = &r.files("recipes-")[0];
+                let b = std::fs::read(f).unwrap();
+                std::fs::write(f, &b[..b.len() - 40]).unwrap();
+            }),
+        ),
+        (
             // The summary vector's piece sums.
             "piece sums",
             Box::new(|r: &Repo| {
@@ -382,6 +391,54 @@ fn a_flipped_byte_a_lookup_touches_fails_loudly_never_answers() {
         msg.contains("damaged") && msg.contains("checksum mismatch"),
         "{msg}"
     );
+    assert!(!r.kept.join("state").exists(), "the state is removed");
+    drop(repo);
+    let (load, entries) = r.open();
+    assert!(load.rebuilt.is_some(), "{load:?}");
+    assert_eq!(entries, expected);
+    assert_lookups_exact(&r, &expected, &[]);
+}
+
+/// The recipe chunks are kept in a sorted file searched in place, not
+/// decoded at each opening: every recipe lookup of a fresh opening answers
+/// as a rebuild does; a flipped byte in that file fails the lookup that
+/// touches its block loudly (the state removed), and the next opening
+/// rebuilds and answers exactly.
+#[test]
+fn recipe_chunks_are_searched_in_their_kept_file_and_checked_on_touch() {
+    use tessera_core::container::ChunkKind;
+    use tessera_core::Fingerprint;
+    let r = Repo::new();
+    two_versions(&r);
+    let expected = r.rebuilt_entries();
+    let recipes: Vec<&IndexEntry> = expected
+        .iter()
+        .filter(|e| e.kind == ChunkKind::Recipe)
+        .collect();
+    assert!(!recipes.is_empty());
+    let file = r.files("recipes-");
+    assert_eq!(file.len(), 1, "{file:?}");
+    let mut b = std::fs::read(&file[0]).unwrap();
+    assert_eq!(b.len(), recipes.len() * 40, "one record per recipe chunk");
+    let (load, entries) = r.open();
+    assert_eq!(load.rebuilt, None);
+    assert_eq!(entries, expected);
+    assert_lookups_exact(&r, &expected, &[]);
+
+    let fp = Fingerprint(b[..32].try_into().unwrap());
+    b[32] ^= 1;
+    std::fs::write(&file[0], &b).unwrap();
+    let repo = Repository::open(r.store.clone()).unwrap();
+    let ix = repo.index().unwrap();
+    assert_eq!(ix.disk_load().unwrap().rebuilt, None, "not read at opening");
+    let answer = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        ix.get(ChunkKind::Recipe, &fp)
+    }));
+    let Err(e) = answer else {
+        panic!("answered {answer:?} from a damaged block");
+    };
+    let msg = e.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(msg.contains("checksum mismatch"), "{msg}");
     assert!(!r.kept.join("state").exists(), "the state is removed");
     drop(repo);
     let (load, entries) = r.open();
