@@ -19,6 +19,7 @@ use crate::catalog::{BackupEntry, Manifest, RepoConfig, Sections};
 use crate::container::{ChunkKind, ContainerId, ContainerStore};
 use crate::error::{Error, ObjectRef, Result};
 use crate::fingerprint::{Fingerprint, Fingerprinter};
+use crate::ids::IdBuildHasher;
 use crate::index::kept_table::KeptTable;
 use crate::index::runset::{say_rebuilding, Basis, Lag, RunSet};
 use crate::index::{
@@ -508,7 +509,8 @@ impl Context {
         }
         let manifest = &self.manifest;
         let segments = &manifest.index_segments;
-        let listed: HashSet<ContainerId> = manifest.containers.iter().map(|c| c.id).collect();
+        let listed: HashSet<ContainerId, IdBuildHasher> =
+            manifest.containers.iter().map(|c| c.id).collect();
         let disk = manifest.config.index == crate::index::IndexKind::Disk;
         // Not for check (it reads every segment to judge it).
         let kept = self.kept_basis().filter(|_| bad_segments.is_none());
@@ -639,7 +641,7 @@ impl Context {
     fn apply_segments(
         &self,
         segments: &[ObjectKey],
-        listed: &HashSet<ContainerId>,
+        listed: &HashSet<ContainerId, IdBuildHasher>,
         index: &mut Index,
         bad_segments: Option<&mut Vec<(ObjectKey, Error)>>,
     ) -> Result<usize> {
@@ -668,7 +670,7 @@ impl Context {
     fn apply_segments_into(
         &self,
         segments: &[ObjectKey],
-        listed: &HashSet<ContainerId>,
+        listed: &HashSet<ContainerId, IdBuildHasher>,
         index: &mut Index,
         mut bad_segments: Option<&mut Vec<(ObjectKey, Error)>>,
     ) -> Result<usize> {

@@ -92,3 +92,25 @@ impl ChunkKind {
     /// Both kinds, data first.
     pub const ALL: [ChunkKind; 2] = [ChunkKind::Data, ChunkKind::Recipe];
 }
+
+/// Container ids are numbers handed out in order: one multiply spreads
+/// them over a table's buckets (SipHash was half of each insert).
+#[derive(Default, Clone, Copy)]
+pub struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(29) ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+/// Hash maps and sets keyed by ids ([`IdHasher`]).
+pub type IdBuildHasher = std::hash::BuildHasherDefault<IdHasher>;

@@ -126,7 +126,7 @@ impl Recipes {
                 return Ok(None);
             }
             let mut all: Vec<(Fingerprint, u64)> = self.iter().collect();
-            all.sort_unstable_by(|a, b| a.0 .0.cmp(&b.0 .0));
+            all.sort_unstable_by_key(|a| a.0 .0);
             let file = SortedFile::write(table, all.into_iter())?;
             *self = Recipes::over(file);
         }

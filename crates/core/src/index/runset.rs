@@ -39,7 +39,8 @@
 use super::blocksum::Damage;
 use super::bloom::{Bloom, KeptBloom, PieceFile, PieceLoader, PIECE_WORDS};
 use super::disk::{
-    Adopted, AdoptedFile, DiskConfig, DiskTable, Extent, KeptData, KeptFile, SortedFile, TableFile,
+    Adopted, AdoptedFile, DiskConfig, DiskTable, ExtentList, KeptData, KeptFile, SortedFile,
+    TableFile,
 };
 use super::{decode_segment, encode_segment, Index};
 use crate::error::{Error, Result};
@@ -92,7 +93,7 @@ struct State {
     containers: Vec<(u64, u64)>,
     runs: Vec<(KeptData, u32)>,
     lists: Vec<KeptData>,
-    extents: Vec<(u64, Vec<Extent>)>,
+    extents: Vec<(u64, ExtentList)>,
     bloom: KeptBloom,
     /// Copy lists, as an index segment.
     side: KeptFile,
