@@ -391,12 +391,8 @@ fn a_flipped_byte_a_lookup_touches_fails_loudly_never_answers() {
         msg.contains("damaged") && msg.contains("checksum mismatch"),
         "{msg}"
     );
-    assert!(!r.kept.join("state").exists(), "the state is removed");
     drop(repo);
-    let (load, entries) = r.open();
-    assert!(load.rebuilt.is_some(), "{load:?}");
-    assert_eq!(entries, expected);
-    assert_lookups_exact(&r, &expected, &[]);
+    assert_rebuilds_exactly(&r, &expected);
 }
 
 /// The recipe chunks are kept in a sorted file searched in place, not
@@ -439,12 +435,8 @@ fn recipe_chunks_are_searched_in_their_kept_file_and_checked_on_touch() {
     };
     let msg = e.downcast_ref::<String>().cloned().unwrap_or_default();
     assert!(msg.contains("checksum mismatch"), "{msg}");
-    assert!(!r.kept.join("state").exists(), "the state is removed");
     drop(repo);
-    let (load, entries) = r.open();
-    assert!(load.rebuilt.is_some(), "{load:?}");
-    assert_eq!(entries, expected);
-    assert_lookups_exact(&r, &expected, &[]);
+    assert_rebuilds_exactly(&r, &expected);
 }
 
 /// A summary vector from an earlier save put in place of the current one
@@ -502,6 +494,16 @@ fn forget_oldest_and_gc(r: &Repo) {
 
 /// Every look-up of a fresh opening answers as `expected` (a rebuild's
 /// entries) says, and fingerprints `gone` are absent.
+/// After a lookup met a damaged block: the set's state is removed, and
+/// the next opening rebuilds and answers exactly.
+fn assert_rebuilds_exactly(r: &Repo, expected: &[IndexEntry]) {
+    assert!(!r.kept.join("state").exists(), "the state is removed");
+    let (load, entries) = r.open();
+    assert!(load.rebuilt.is_some(), "{load:?}");
+    assert_eq!(entries, expected);
+    assert_lookups_exact(r, expected, &[]);
+}
+
 fn assert_lookups_exact(r: &Repo, expected: &[IndexEntry], gone: &[IndexEntry]) {
     let repo = Repository::open(r.store.clone()).unwrap();
     let ix = repo.index().unwrap();
