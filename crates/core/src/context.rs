@@ -845,14 +845,19 @@ impl Context {
                     .filter(|k| !listed.contains(k)),
             );
         }
-        let current = self.manifest.generation;
-        out.extend(
-            self.objects
-                .list(KeyKind::Manifest)?
-                .into_iter()
-                .filter(|k| k.generation().is_some_and(|g| g < current)),
-        );
+        out.extend(self.old_manifests()?);
         Ok(out)
+    }
+
+    /// Manifest generations older than the current one.
+    fn old_manifests(&self) -> Result<Vec<ObjectKey>> {
+        let current = self.manifest.generation;
+        Ok(self
+            .objects
+            .list(KeyKind::Manifest)?
+            .into_iter()
+            .filter(|k| k.generation().is_some_and(|g| g < current))
+            .collect())
     }
 
     /// A writer alone: leave for the next writer alone what cannot be
@@ -867,13 +872,7 @@ impl Context {
     /// writer alone may): what writers beside others could not remove.
     /// Listing manifests is cheap, unlike the full sweep.
     pub(crate) fn remove_old_manifests(&self) -> Result<Leftovers> {
-        let current = self.manifest.generation;
-        let old: Vec<ObjectKey> = self
-            .objects
-            .list(KeyKind::Manifest)?
-            .into_iter()
-            .filter(|k| k.generation().is_some_and(|g| g < current))
-            .collect();
+        let old = self.old_manifests()?;
         for key in &old {
             self.objects.delete(key)?;
         }
