@@ -111,6 +111,9 @@ impl Memo {
     pub fn get<T: Any + Send + Sync>(&self) -> Option<&T> {
         self.0.get(&TypeId::of::<T>())?.downcast_ref()
     }
+    pub fn get_mut<T: Any + Send + Sync>(&mut self) -> Option<&mut T> {
+        self.0.get_mut(&TypeId::of::<T>())?.downcast_mut()
+    }
 }
 
 /// When an opening loads the fingerprint index. Loading it reads every

@@ -920,14 +920,32 @@ fn sort_records(body: &mut [u8]) {
         unsafe { std::slice::from_raw_parts_mut(body.as_mut_ptr().cast(), body.len() / ENTRY_LEN) };
     let prefix = |r: &[u8; ENTRY_LEN]| u64::from_be_bytes(r[..8].try_into().unwrap());
     let copy = |r: &[u8; ENTRY_LEN]| u16::from_le_bytes([r[42], r[43]]);
-    records.sort_unstable_by(|a, b| {
+    let order = |a: &[u8; ENTRY_LEN], b: &[u8; ENTRY_LEN]| {
         a[40]
             .cmp(&b[40])
             .then_with(|| prefix(a).cmp(&prefix(b)))
             .then_with(|| a[..FP_LEN].cmp(&b[..FP_LEN]))
             .then_with(|| copy(a).cmp(&copy(b)))
+    };
+    // A compaction's millions of entries: split at the median (every entry
+    // before it orders at or before every entry after) and sort the halves
+    // on two threads. A compaction runs between backups, while the ingest's
+    // threads wait; on one thread it was most of that pause (issue 35).
+    if records.len() < PARALLEL_SORT {
+        records.sort_unstable_by(order);
+        return;
+    }
+    let mid = records.len() / 2;
+    records.select_nth_unstable_by(mid, order);
+    let (low, high) = records.split_at_mut(mid);
+    std::thread::scope(|s| {
+        s.spawn(|| high.sort_unstable_by(order));
+        low.sort_unstable_by(order);
     });
 }
+
+/// Entries from which [`sort_records`] sorts on two threads.
+const PARALLEL_SORT: usize = 1 << 16;
 
 /// Decode and verify a segment; `name` identifies it in errors.
 pub fn decode_segment(b: &[u8], name: &str) -> Result<Vec<IndexEntry>> {
@@ -1089,12 +1107,19 @@ mod tests {
     /// Sorting the encoded entries gives the bytes of encoding sorted
     /// entries: fingerprints alike in their first 8 bytes (or all 32),
     /// copy numbers whose little-endian bytes sort the other way round
-    /// (1 and 256), both kinds, and a wrong guess of the count.
+    /// (1 and 256), both kinds, and a wrong guess of the count; below and
+    /// above the size sorted on two threads.
     #[test]
     fn a_segment_sorted_in_place_is_the_sorted_segment() {
+        for n in [3000u32, 40_000] {
+            sorted_in_place_is_sorted(n);
+        }
+    }
+
+    fn sorted_in_place_is_sorted(n: u32) {
         let mut entries = Vec::new();
         let mut x = 5u64;
-        for i in 0..3000u32 {
+        for i in 0..n {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
@@ -1131,6 +1156,7 @@ mod tests {
             assert!(got == want, "guess {guess}");
         }
         assert_eq!(decode_segment(&want, "s").unwrap(), sorted);
+        assert_eq!(n < 10_000, entries.len() < PARALLEL_SORT, "both paths");
         assert_eq!(
             encode_segment_sorted(7, std::iter::empty()),
             encode_segment(&[])

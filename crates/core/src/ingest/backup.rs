@@ -10,7 +10,10 @@ use crate::catalog::BackupEntry;
 use crate::container::ChunkKind;
 use crate::context::Context;
 use crate::error::Result;
+use crate::recipe::LeafMemo;
 use crate::rewrite::{default_segment_bytes, HarHistory, RewriteSpec, Rewriter};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 /// The chain whose HAR history a backup continues: its chain, else its
@@ -19,7 +22,40 @@ pub(super) fn har_chain(opts: &BackupOptions) -> String {
     opts.chain.clone().unwrap_or_else(|| opts.name.clone())
 }
 
+/// A memo of recipe leaves (trace mode), shared by the backups of a chain.
+type SharedLeafMemo = Arc<Mutex<LeafMemo>>;
+
+/// The writer's memos of recipe leaves, one per backup chain (the HAR
+/// chain: a lab series' source), so that sources backed up in turn each
+/// find their own previous version.
+#[derive(Default)]
+struct LeafMemos(HashMap<String, SharedLeafMemo>);
+
+/// Chains that get a memo (each holds its last versions' leaves, up to
+/// [`LeafMemo`]'s bound); the chains after them hash every leaf.
+const MEMO_CHAINS: usize = 64;
+
 impl Context {
+    /// This writer's memo of recipe leaves for `chain` (see [`LeafMemo`]),
+    /// made on first use: it lives as long as the handle, so consecutive
+    /// backups of a chain share their unchanged leaves' fingerprints.
+    fn leaf_memo(&mut self, chain: &str) -> Option<SharedLeafMemo> {
+        if !self.memo.contains::<LeafMemos>() {
+            self.memo.put(LeafMemos::default());
+        }
+        let algo = self.fingerprinter().clone();
+        let memos = &mut self.memo.get_mut::<LeafMemos>().expect("put above").0;
+        if let Some(m) = memos.get(chain) {
+            return Some(m.clone());
+        }
+        if memos.len() >= MEMO_CHAINS {
+            return None;
+        }
+        let m = Arc::new(Mutex::new(LeafMemo::new(algo)));
+        memos.insert(chain.to_string(), m.clone());
+        Some(m)
+    }
+
     /// [`Writer::backup_with`](crate::Writer::backup_with).
     pub(crate) fn backup_in(
         &mut self,
@@ -72,12 +108,17 @@ impl Context {
         sink.learn = files_cache.map(CacheLearner::new);
         let fingerprinter = self.fingerprinter().clone();
         let threads = self.threads;
+        let leaf_memo = cfg
+            .trace
+            .then(|| self.leaf_memo(&har_chain(opts)))
+            .flatten();
         let mut ingest = Ingest::start(
             sink,
             cfg.chunker.build().into(),
             fingerprinter,
             cfg.trace,
             threads,
+            leaf_memo,
         );
         let fed = feed(&mut ingest);
         let (mut sink, recipe, worker, upstream_root) = ingest.stop(fed.is_ok());

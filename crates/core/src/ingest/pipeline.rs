@@ -14,10 +14,10 @@ use crate::chunking::Chunker;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, Fingerprinter};
 use crate::ids::ChunkKind;
-use crate::recipe::{RecipeBuilder, RecipeEntry, RecipeSink};
+use crate::recipe::{LeafMemo, RecipeBuilder, RecipeEntry, RecipeSink};
 use std::io::{self, Write};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 /// Bytes the chunking stage accumulates before handing a batch to the worker.
@@ -30,7 +30,8 @@ const PREFETCH: usize = 16;
 
 /// Recipe chunks built on the feeding side (trace mode without rewriting),
 /// so the BLAKE3 work over recipe chunks runs beside the worker's index
-/// probes. Each chunk is stored after the first `pos` data chunks of its
+/// probes (and, with the writer's [`LeafMemo`], only over leaves the last
+/// backups did not have). Each chunk is stored after the first `pos` data chunks of its
 /// batch: exactly where the worker would have emitted it, so containers are
 /// filled and numbered the same.
 #[derive(Default)]
@@ -249,6 +250,7 @@ impl Ingest {
         algo: Fingerprinter,
         trace: bool,
         threads: usize,
+        leaf_memo: Option<Arc<Mutex<LeafMemo>>>,
     ) -> Self {
         let worker_chunker = chunker.clone();
         let (tx, rx) = sync_channel(1);
@@ -290,7 +292,16 @@ impl Ingest {
             marks: 0,
             trace_buf: Vec::new(),
             trace_spent,
-            recipe: upstream.then(|| RecipeBuilder::new(upstream_algo)),
+            recipe: upstream.then(|| {
+                let recipe = RecipeBuilder::new(upstream_algo);
+                match leaf_memo {
+                    Some(m) => {
+                        m.lock().unwrap_or_else(|p| p.into_inner()).next_backup();
+                        recipe.with_memo(m)
+                    }
+                    None => recipe,
+                }
+            }),
             events: RecipeEvents::default(),
             root: None,
             tx: Some(tx),

@@ -22,9 +22,11 @@
 
 pub use crate::index::CopyNo;
 
+mod memo;
 pub(crate) mod reader;
 mod tree;
 
+pub use memo::LeafMemo;
 pub use reader::{Entries, Fetch, RecipeReader, RecipeVisitor, WalkStats};
 pub(crate) use tree::check_child;
 pub use tree::{

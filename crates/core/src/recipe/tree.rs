@@ -10,6 +10,8 @@
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, Fingerprinter, FP_LEN};
 use crate::index::CopyNo;
+use crate::recipe::memo::LeafMemo;
+use std::sync::{Arc, Mutex};
 
 const MAGIC: [u8; 2] = *b"TR";
 const VERSION: u8 = 1;
@@ -131,12 +133,22 @@ pub trait RecipeSink {
 /// Builds the Merkle tree of one backup while its data chunks stream in.
 pub struct RecipeBuilder {
     algo: Fingerprinter,
-    /// `levels[k]` holds the pending entries of the level-(k+1) chunk.
+    /// `levels[k]` holds the pending entries of the level-(k+1) chunk, for
+    /// k ≥ 1 (`levels[0]` stays empty: level 1 is `leaf`).
     levels: Vec<Vec<RecipeEntry>>,
+    /// The pending level-1 chunk, encoded as its entries come (header
+    /// first, filled in when it closes): a backup pushes every data chunk
+    /// here, so each entry is written once, not kept and encoded again.
+    leaf: Vec<u8>,
+    leaf_count: usize,
+    leaf_size: u64,
     /// Chunks emitted so far at each level.
     emitted: Vec<u64>,
-    /// Encoding buffer, reused for every chunk.
+    /// Encoding buffer for chunks of level ≥ 2, reused for every chunk.
     buf: Vec<u8>,
+    /// Where level-1 chunks' fingerprints are looked up before hashing
+    /// (trace mode; see [`LeafMemo`]).
+    memo: Option<Arc<Mutex<LeafMemo>>>,
 }
 
 fn is_boundary(fp: &Fingerprint, count: usize) -> bool {
@@ -152,9 +164,20 @@ impl RecipeBuilder {
         RecipeBuilder {
             algo,
             levels: vec![Vec::new()],
+            leaf: Vec::new(),
+            leaf_count: 0,
+            leaf_size: 0,
             emitted: vec![0],
             buf: Vec::new(),
+            memo: None,
         }
+    }
+
+    /// Look level-1 chunks up in `memo` (which must answer with this
+    /// builder's fingerprints) instead of hashing each.
+    pub fn with_memo(mut self, memo: Arc<Mutex<LeafMemo>>) -> Self {
+        self.memo = Some(memo);
+        self
     }
 
     /// Append the next data chunk of the backup, read from its stored copy
@@ -166,10 +189,25 @@ impl RecipeBuilder {
         copy: CopyNo,
         sink: &mut dyn RecipeSink,
     ) -> Result<()> {
-        let size = size as u64;
-        self.push_at(0, RecipeEntry { fp, size, copy }, sink)
+        if self.leaf.is_empty() {
+            self.leaf.extend_from_slice(&[0; HEADER_LEN]);
+        }
+        // A level-1 entry, as `encode_into` writes it.
+        let mut e = [0u8; ENTRY_LEN];
+        e[..FP_LEN].copy_from_slice(&fp.0);
+        e[FP_LEN..FP_LEN + 4].copy_from_slice(&size.to_le_bytes());
+        e[FP_LEN + 4..FP_LEN + 6].copy_from_slice(&copy.to_le_bytes());
+        self.leaf.extend_from_slice(&e);
+        self.leaf_count += 1;
+        self.leaf_size += size as u64;
+        if is_boundary(&fp, self.leaf_count) {
+            let up = self.flush(0, sink)?;
+            self.push_at(1, up, sink)?;
+        }
+        Ok(())
     }
 
+    /// Append an entry to level k+1 (k ≥ 1).
     fn push_at(&mut self, k: usize, e: RecipeEntry, sink: &mut dyn RecipeSink) -> Result<()> {
         if self.levels.len() == k {
             self.levels.push(Vec::new());
@@ -183,18 +221,49 @@ impl RecipeBuilder {
         Ok(())
     }
 
+    /// Entries pending at level k+1.
+    fn pending(&self, k: usize) -> usize {
+        if k == 0 {
+            self.leaf_count
+        } else {
+            self.levels[k].len()
+        }
+    }
+
     /// Emit the pending entries of level k+1 as one chunk; return its entry
     /// for the parent level.
     fn flush(&mut self, k: usize, sink: &mut dyn RecipeSink) -> Result<RecipeEntry> {
-        // Keep the level's buffer (and its capacity) for the next chunk.
-        let entries = &mut self.levels[k];
-        let size = entries.iter().map(|e| e.size).sum();
         let level = (k + 1) as u8;
-        self.buf.clear();
-        encode_into(level, entries, &mut self.buf);
-        entries.clear();
-        let fp = self.algo.hash(&self.buf);
-        sink.recipe_chunk(fp, level, &self.buf)?;
+        let (fp, size) = if k == 0 {
+            if self.leaf.is_empty() {
+                self.leaf.extend_from_slice(&[0; HEADER_LEN]);
+            }
+            self.leaf[..2].copy_from_slice(&MAGIC);
+            self.leaf[2] = VERSION;
+            self.leaf[3] = 1;
+            self.leaf[4..8].copy_from_slice(&(self.leaf_count as u32).to_le_bytes());
+            let fp = match &self.memo {
+                Some(m) => m
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .fingerprint(&self.leaf),
+                None => self.algo.hash(&self.leaf),
+            };
+            sink.recipe_chunk(fp, level, &self.leaf)?;
+            // Keep the buffer (and its capacity) for the next chunk.
+            self.leaf.clear();
+            self.leaf_count = 0;
+            (fp, std::mem::take(&mut self.leaf_size))
+        } else {
+            let entries = &mut self.levels[k];
+            let size = entries.iter().map(|e| e.size).sum();
+            self.buf.clear();
+            encode_into(level, entries, &mut self.buf);
+            entries.clear();
+            let fp = self.algo.hash(&self.buf);
+            sink.recipe_chunk(fp, level, &self.buf)?;
+            (fp, size)
+        };
         self.emitted[k] += 1;
         Ok(RecipeEntry { fp, size, copy: 0 })
     }
@@ -209,7 +278,7 @@ impl RecipeBuilder {
                 let root = self.flush(k, sink)?;
                 return Ok((root, (k + 1) as u8));
             }
-            if self.levels[k].is_empty()
+            if self.pending(k) == 0
                 && self.emitted[k] == 1
                 && self.emitted[k + 1] == 0
                 && self.levels[k + 1].len() == 1
@@ -217,7 +286,7 @@ impl RecipeBuilder {
                 // The single chunk already emitted at this level is the root.
                 return Ok((self.levels[k + 1][0], (k + 1) as u8));
             }
-            if !self.levels[k].is_empty() {
+            if self.pending(k) > 0 {
                 let up = self.flush(k, sink)?;
                 self.levels[k + 1].push(up);
             }
@@ -435,6 +504,108 @@ mod tests {
             decode(&v, "x"),
             Err(Error::UnsupportedVersion { .. })
         ));
+    }
+
+    /// The tree as a plain model cuts it: every level a list of entries,
+    /// each chunk encoded by [`encode`] and hashed whole.
+    /// Emitted chunks: fingerprint, level, bytes, in order.
+    type Emitted = Vec<(Fingerprint, u8, Vec<u8>)>;
+
+    fn model(es: &[RecipeEntry]) -> (Emitted, (RecipeEntry, u8)) {
+        fn close(k: usize, levels: &mut [Vec<RecipeEntry>], out: &mut Emitted) -> RecipeEntry {
+            let bytes = encode(k as u8 + 1, &levels[k]);
+            let fp = HashAlgo::Blake3.hash(&bytes);
+            let size = levels[k].iter().map(|e| e.size).sum();
+            levels[k].clear();
+            out.push((fp, k as u8 + 1, bytes));
+            RecipeEntry { fp, size, copy: 0 }
+        }
+        let mut levels = vec![Vec::new(); MAX_LEVEL as usize + 1];
+        let mut emitted = vec![0u64; MAX_LEVEL as usize + 1];
+        let mut out = Vec::new();
+        for e in es {
+            let (mut k, mut e) = (0, *e);
+            loop {
+                levels[k].push(e);
+                if !is_boundary(&e.fp, levels[k].len()) {
+                    break;
+                }
+                e = close(k, &mut levels, &mut out);
+                emitted[k] += 1;
+                k += 1;
+            }
+        }
+        let mut k = 0;
+        let root = loop {
+            if emitted[k] == 0 {
+                break (close(k, &mut levels, &mut out), k as u8 + 1);
+            }
+            if levels[k].is_empty()
+                && emitted[k] == 1
+                && emitted[k + 1] == 0
+                && levels[k + 1].len() == 1
+            {
+                break (levels[k + 1][0], k as u8 + 1);
+            }
+            if !levels[k].is_empty() {
+                let up = close(k, &mut levels, &mut out);
+                emitted[k] += 1;
+                levels[k + 1].push(up);
+            }
+            k += 1;
+        };
+        (out, root)
+    }
+
+    #[derive(Default)]
+    struct ListSink(Emitted);
+    impl RecipeSink for ListSink {
+        fn recipe_chunk(&mut self, fp: Fingerprint, level: u8, bytes: &[u8]) -> Result<()> {
+            self.0.push((fp, level, bytes.to_vec()));
+            Ok(())
+        }
+    }
+
+    proptest::proptest! {
+        /// The builder emits exactly the model's chunks (bytes, levels,
+        /// fingerprints, order) and root, and so does a builder answering
+        /// leaves from a memo shared over a series of edited versions.
+        #[test]
+        fn builder_and_memo_agree_with_the_model(
+            n in 0usize..6000,
+            edits in proptest::collection::vec((0usize..6000, 0usize..40, 0u64..1000), 0..6),
+            versions in 1usize..4,
+        ) {
+            let memo = Arc::new(Mutex::new(LeafMemo::new(HashAlgo::Blake3.into())));
+            let mut es = entries(n, 1);
+            for v in 0..versions {
+                let (want, want_root) = model(&es);
+                for with_memo in [false, true] {
+                    let mut b = RecipeBuilder::new(HashAlgo::Blake3);
+                    if with_memo {
+                        memo.lock().unwrap().next_backup();
+                        b = b.with_memo(memo.clone());
+                    }
+                    let mut sink = ListSink::default();
+                    for e in &es {
+                        b.push(e.fp, e.size as u32, e.copy, &mut sink).unwrap();
+                    }
+                    let root = b.finish(&mut sink).unwrap();
+                    proptest::prop_assert_eq!(&sink.0, &want, "version {} memo {}", v, with_memo);
+                    proptest::prop_assert_eq!(root, want_root);
+                }
+                // The next version: runs replaced by new entries.
+                for &(at, run, seed) in &edits {
+                    let at = at.min(es.len());
+                    let end = (at + run).min(es.len());
+                    let fresh = entries(run, 1000 + seed + v as u64);
+                    es.splice(at..end, fresh);
+                }
+            }
+            if versions > 1 && n > 2000 {
+                proptest::prop_assert!(memo.lock().unwrap().hits > 0);
+            }
+        }
     }
 
     #[test]
