@@ -31,9 +31,9 @@ const PREFETCH: usize = 16;
 /// Recipe chunks built on the feeding side (trace mode without rewriting),
 /// so the BLAKE3 work over recipe chunks runs beside the worker's index
 /// probes (and, with the writer's [`LeafMemo`], only over leaves the last
-/// backups did not have). Each chunk is stored after the first `pos` data chunks of its
-/// batch: exactly where the worker would have emitted it, so containers are
-/// filled and numbered the same.
+/// backups did not have). Each chunk is stored after the first `pos` data
+/// chunks of its batch: exactly where the worker would have emitted it, so
+/// containers are filled and numbered the same.
 #[derive(Default)]
 struct RecipeEvents {
     bytes: Vec<u8>,
