@@ -53,6 +53,7 @@ pub use local::LocalStore;
 pub use memory::MemoryStore;
 pub use s3::{S3Location, S3Options, S3Store};
 pub use sftp::{SftpLocation, SftpStore};
+pub(crate) use store::page_size;
 pub use store::{list_all, ObjectBytes, ObjectStore};
 
 /// The backend of a repository location, as given by `--repo` or

@@ -61,9 +61,38 @@ impl ObjectBytes {
         ObjectBytes(self.0, start)
     }
 
-    #[cfg(test)]
+    /// Whether [`discard`](Self::discard) gives memory back: the bytes are
+    /// a mapped file, whose pages the kernel can read again from the file.
     pub(crate) fn is_mapped(&self) -> bool {
         matches!(self.0, Repr::Mapped(_))
+    }
+
+    /// Give back the memory of the whole pages inside `range` (of the bytes
+    /// this derefs to; partial pages at its ends are kept). Only a mapped
+    /// file's pages go: they leave this process's memory, and a later touch
+    /// reads them again from the file, the same bytes, since objects are
+    /// immutable. Why: a restore under a memory ceiling holds a container
+    /// for the few chunks it will still supply, and copying those out cost
+    /// more than the read it spares (`restore/trim.rs`). Elsewhere (bytes
+    /// in memory) nothing happens.
+    pub(crate) fn discard(&self, range: std::ops::Range<usize>) {
+        if !self.is_mapped() || range.start >= range.end || range.end > self.len() {
+            return;
+        }
+        let page = page_size();
+        let base = self.as_ptr() as usize;
+        let start = (base + range.start).next_multiple_of(page);
+        let end = (base + range.end) / page * page;
+        if start < end {
+            // SAFETY: [start, end) lies inside this mapping, which is a
+            // shared read-only mapping of a file: MADV_DONTNEED drops its
+            // pages from this process and later reads fault them in again
+            // from the file (no zero fill, unlike private anonymous memory).
+            // Failure only leaves the pages where they are.
+            unsafe {
+                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
+            }
+        }
     }
 
     /// The buffer, for the next read to reuse (none for a mapping).
@@ -76,6 +105,19 @@ impl ObjectBytes {
             Repr::Mapped(_) | Repr::Shared(_) => Vec::new(),
         }
     }
+}
+
+/// The size of a memory page, as [`ObjectBytes::discard`] gives pages back.
+pub(crate) fn page_size() -> usize {
+    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *PAGE.get_or_init(|| {
+        // SAFETY: sysconf has no preconditions.
+        let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        usize::try_from(n)
+            .ok()
+            .filter(|&n| n.is_power_of_two())
+            .unwrap_or(4096)
+    })
 }
 
 pub trait ObjectStore: Send + Sync {

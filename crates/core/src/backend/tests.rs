@@ -267,6 +267,65 @@ fn local_maps_large_objects_and_reads_small_ones() {
     assert!(l.into_buffer().is_empty());
 }
 
+/// Resident bytes of the mapping that holds `addr`, from /proc/self/smaps.
+#[cfg(target_os = "linux")]
+fn mapping_rss(addr: usize) -> u64 {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let mut inside = false;
+    for line in smaps.lines() {
+        let range = line.split_whitespace().next().unwrap_or("");
+        if let Some((a, b)) = range.split_once('-') {
+            if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) {
+                inside = a <= addr && addr < b;
+                continue;
+            }
+        }
+        if inside {
+            if let Some(kb) = line.strip_prefix("Rss:") {
+                return kb
+                    .trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .unwrap()
+                    * 1024;
+            }
+        }
+    }
+    panic!("no mapping holds {addr:#x}");
+}
+
+/// Discarding a mapped object's pages takes them out of this process's
+/// memory, and a later read gets the file's bytes again. Bytes in memory
+/// are left alone. (At least the whole pages inside the range go: where
+/// the page cache maps the file in huge pages, the kernel drops the whole
+/// huge mapping, and the kept pages fault in again from the page cache.)
+#[cfg(target_os = "linux")]
+#[test]
+fn discard_gives_back_the_pages_of_a_mapping_only() {
+    let (_dir, b) = local();
+    let page = super::page_size();
+    let large: Vec<u8> = (0..512 * page).map(|i| (i * 7 + i / 4096) as u8).collect();
+    b.put(&nk("containers/l"), &large).unwrap();
+    let l = b.get_whole(&nk("containers/l"), Vec::new()).unwrap();
+    assert!(l.is_mapped());
+    let addr = l.as_ptr() as usize;
+    assert_eq!(mapping_rss(addr), (512 * page) as u64, "populated");
+    // Pages 8..40 go whole (the partial pages around them are not asked).
+    l.discard(8 * page - 1..40 * page + 1);
+    let after = mapping_rss(addr);
+    assert!(after <= ((512 - 32) * page) as u64, "{after} resident");
+    l.discard(0..0);
+    l.discard(511 * page..512 * page + 1);
+    assert_eq!(mapping_rss(addr), after, "empty or past the end: ignored");
+    // Read again from the file, the same bytes.
+    assert!(*l == large[..]);
+    assert_eq!(mapping_rss(addr), (512 * page) as u64);
+    let mem = ObjectBytes::from(large.clone());
+    mem.discard(0..large.len());
+    assert!(*mem == large[..]);
+}
+
 /// A view past the first bytes reads as the tail, and gives back its
 /// buffer without the skipped bytes.
 #[test]

@@ -102,6 +102,22 @@ impl Container {
             .get(start..start + m.len as usize)
             .unwrap_or(&[])
     }
+    /// Where chunk `m`'s plain bytes lie in the [`object`](Self::object),
+    /// when they are there as they are (stored raw and unsealed, the
+    /// container not opened into a buffer of its own, not trace mode).
+    pub(crate) fn plain_span(&self, m: &ChunkMeta) -> Option<std::ops::Range<usize>> {
+        if self.header.trace || self.plain.is_some() || self.needs_opening(m) {
+            return None;
+        }
+        let start = format::HEADER_LEN + m.stored_offset as usize;
+        let end = start + m.len as usize;
+        (end <= self.object.len()).then_some(start..end)
+    }
+    /// The stored object as read (a restore's in-place trim gives pages of
+    /// a mapped one back, `restore/trim.rs`).
+    pub(crate) fn object(&self) -> &ObjectBytes {
+        &self.object
+    }
     /// Stored bytes of a chunk's frame (compressed and/or sealed), as GC
     /// copies them (a container read with [`ContainerStore::read_stored`]).
     pub fn stored(&self, m: &ChunkMeta) -> &[u8] {

@@ -23,11 +23,10 @@ use crate::catalog::{BackupEntry, BackupId, SourceKind};
 use crate::container::{format::object_name, Container, ContainerId};
 use crate::context::Context;
 use crate::error::{Error, IoContext, Result};
-use crate::fingerprint::Fingerprint;
 use crate::metrics::{mb_per_s, read_amplification, speed_factor};
 use crate::recipe::RecipeEntry;
 use crate::seal::Sealer;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::io::Write;
 use std::path::Path;
 use std::sync::mpsc::{sync_channel, Receiver, TryRecvError};
@@ -46,6 +45,7 @@ pub mod range;
 mod schedule;
 #[cfg(test)]
 mod tests;
+mod trim;
 
 /// The caches live in [`crate::cache`] (GC and check use them too); these
 /// paths stay for callers that name them through restore.
@@ -60,6 +60,7 @@ pub use options::{
 use range::{file_name, single_file_listing};
 pub use range::{BackupStream, StreamEntry};
 use schedule::{Op, Scheduler};
+use trim::Trimmed;
 
 /// Threads reading and opening (decrypting, decompressing) containers
 /// beyond the repository's worker threads ([`Repository::threads`]): reads
@@ -70,9 +71,9 @@ const EXTRA_LOADERS: usize = 2;
 #[cfg(test)]
 thread_local! {
     /// The last restore on this thread, for tests: its budget's ceiling, the
-    /// most it held and bytes given back beyond those held, and the containers
-    /// freed and trimmed ahead of their op.
-    static LAST: std::cell::Cell<[u64; 5]> = const { std::cell::Cell::new([0; 5]) };
+    /// most it held and bytes given back beyond those held, the containers
+    /// freed and trimmed ahead of their op, and the trims done in place.
+    static LAST: std::cell::Cell<[u64; 6]> = const { std::cell::Cell::new([0; 6]) };
 }
 
 /// Ops the assembler takes from the scheduler ahead of the one it carries
@@ -139,9 +140,12 @@ struct Assembler<'a> {
     /// The containers the cache holds, as stored, with the budget bytes
     /// each holds.
     cached: HashMap<ContainerId, (Arc<Container>, u64)>,
-    /// Containers trimmed to the chunks they still supply (plain bytes by
-    /// fingerprint), with the budget bytes each holds.
-    trimmed: HashMap<ContainerId, (HashMap<Fingerprint, Vec<u8>>, u64)>,
+    /// Containers trimmed to the chunks they still supply, with the budget
+    /// bytes each holds.
+    trimmed: HashMap<ContainerId, (Trimmed, u64)>,
+    /// Trims done in place (`restore/trim.rs`), for tests.
+    #[cfg_attr(not(test), allow(dead_code))]
+    in_place: u64,
     /// Frames opened lately, and being opened.
     frames: OpenFrames,
     /// Where frames are opened ahead (none: each is opened when needed).
@@ -368,7 +372,7 @@ impl Assembler<'_> {
             Op::Trim(id, prefixes, kept) => self.trim(id, &prefixes, kept)?,
             Op::Drop(id, fp, n) => {
                 if let Some((chunks, held)) = self.trimmed.get_mut(&id) {
-                    if chunks.remove(&fp).is_some() {
+                    if chunks.let_go(&fp) {
                         let n = n.min(*held);
                         *held -= n;
                         self.budget.give(n);
@@ -387,7 +391,7 @@ impl Assembler<'_> {
             Op::Chunk(e, id) => {
                 if let Some((chunks, _)) = self.trimmed.get(&id) {
                     let bytes = chunks
-                        .get(&e.fp)
+                        .chunk(&e.fp)
                         .ok_or_else(|| unplanned(id, bid, offset))?;
                     if !self.trace {
                         if bytes.len() as u64 != e.size {
@@ -432,49 +436,21 @@ impl Assembler<'_> {
     }
 
     /// Cut container `id` to its chunks whose fingerprints start with one of
-    /// `prefixes`, copied out (frames opened here, authenticated as any
-    /// other), holding `kept` bytes of the budget from now on. The chunks
-    /// are checked against the recipe when they are used.
+    /// `prefixes` (`restore/trim.rs`: in place, or copied out with their
+    /// frames opened and authenticated as any other), holding `kept` bytes
+    /// of the budget from now on. The chunks are checked against the recipe
+    /// when they are used.
     fn trim(&mut self, id: ContainerId, prefixes: &[u64], kept: u64) -> Result<()> {
         let (bid, offset) = (self.bid, self.offset);
         let Some((c, n)) = self.cached.remove(&id) else {
             return Err(unplanned(id, bid, offset));
         };
-        let wanted: HashSet<u64> = prefixes.iter().copied().collect();
-        let mut chunks = HashMap::new();
-        let mut frame: Option<(u32, Vec<u8>)> = None;
-        for (i, m) in c.meta.iter().enumerate() {
-            if !wanted.contains(&future::prefix(&m.fp)) || chunks.contains_key(&m.fp) {
-                continue;
-            }
-            let bytes = if self.trace {
-                Vec::new()
-            } else if !c.needs_opening(m) {
-                c.bytes(m).to_vec()
-            } else {
-                if frame.as_ref().is_none_or(|f| f.0 != m.stored_offset) {
-                    let mut buf = frame.take().map(|f| f.1).unwrap_or_default();
-                    c.open_frame(i, self.sealer, &mut buf)
-                        .map_err(|e| e.in_backup(bid, Some(offset)))?;
-                    frame = Some((m.stored_offset, buf));
-                }
-                let plain = &frame.as_ref().expect("opened").1;
-                let start = m.frame_offset as usize;
-                plain
-                    .get(start..start + m.len as usize)
-                    .ok_or_else(|| {
-                        Error::corrupt(
-                            object_name(id),
-                            format!("chunk {} lies outside its frame", m.fp.to_hex()),
-                        )
-                    })?
-                    .to_vec()
-            };
-            chunks.insert(m.fp, bytes);
-        }
-        self.trimmed.insert(id, (chunks, kept));
+        let (cut, spare) = Trimmed::cut(c, prefixes, kept, self.sealer)
+            .map_err(|e| e.in_backup(bid, Some(offset)))?;
+        self.in_place += u64::from(cut.in_place());
+        self.trimmed.insert(id, (cut, kept));
         // Shared with the look-ahead: its buffer is not reused.
-        if let Ok(c) = Arc::try_unwrap(c) {
+        if let Some(c) = spare.and_then(|c| Arc::try_unwrap(c).ok()) {
             self.buffers.give(c);
         }
         self.budget.give(n.saturating_sub(kept));
@@ -574,6 +550,7 @@ impl Context {
                 sealer: self.store.sealer(),
                 cached: HashMap::new(),
                 trimmed: HashMap::new(),
+                in_place: 0,
                 frames: OpenFrames::new(frames),
                 openers: match self.manifest.config.trace {
                     true => None,
@@ -595,7 +572,7 @@ impl Context {
             {
                 let (limit, peak, over) = budget.0.accounts();
                 let (freed, trimmed) = a.early.done_ahead();
-                LAST.with(|l| l.set([limit, peak, over, freed, trimmed]));
+                LAST.with(|l| l.set([limit, peak, over, freed, trimmed, a.in_place]));
             }
             ran?;
             // The scheduler ended (its channel closed); a panic there

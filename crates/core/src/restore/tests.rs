@@ -39,9 +39,14 @@ fn piece(n: u64, text: bool) -> Vec<u8> {
 /// taken from all over what came before: the restore comes back to old
 /// containers for a chunk or two, as a fragmented backup does.
 fn fragmented(text: bool) -> Vec<u8> {
+    fragmented_n(400, text)
+}
+
+/// [`fragmented`] with `pieces` fresh pieces.
+fn fragmented_n(pieces: u64, text: bool) -> Vec<u8> {
     let mut data = Vec::new();
     let mut x = 7u64;
-    for n in 0..400u64 {
+    for n in 0..pieces {
         data.extend(piece(n, text));
         if n % 20 == 19 {
             for _ in 0..8 {
@@ -119,7 +124,7 @@ fn restores_under_small_ceilings_are_exact_and_stay_under_them() {
                     r.data_containers_read >= free.data_containers_read,
                     "{what}"
                 );
-                let [limit, peak, over, freed, trimmed] = LAST.with(|l| l.get());
+                let [limit, peak, over, freed, trimmed, _] = LAST.with(|l| l.get());
                 assert_eq!(over, 0, "{what}: gave back bytes it did not hold");
                 assert!(
                     peak <= limit || peak <= one,
@@ -136,4 +141,77 @@ fn restores_under_small_ceilings_are_exact_and_stay_under_them() {
         assert!(ahead[0] > 0, "sealed {sealed}: {ahead:?}");
         assert!(sealed || ahead[1] > 0, "sealed {sealed}: {ahead:?}");
     }
+}
+
+/// A local repository's containers of 1 MiB and more are mapped, and stored
+/// plain (no compression, no encryption) their trims are cut in place
+/// (`restore/trim.rs`): the restores are still exact, within the ceiling,
+/// and read what a memory store's restores (copied trims) read.
+#[test]
+fn trims_of_mapped_plain_containers_are_cut_in_place() {
+    let data = fragmented_n(3000, false);
+    let dir = tempfile::tempdir().unwrap();
+    let opts = InitOptions {
+        hash: crate::HashAlgo::Blake3,
+        chunker: ChunkerConfig::Fixed { size: PIECE as u32 },
+        container_size: 2 << 20,
+        trace: false,
+        ..Default::default()
+    };
+    let seal = SealOptions {
+        compression: Compression::Off,
+        encryption: None,
+        cipher: CipherKind::default(),
+    };
+    let local: Arc<dyn ObjectStore> =
+        Arc::new(crate::backend::LocalStore::create(dir.path()).unwrap());
+    let memory: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let mut reads: Vec<Vec<u64>> = Vec::new();
+    for (backend, mapped) in [(local, true), (memory, false)] {
+        Repository::init_sealed(backend.clone(), &opts, &seal).unwrap();
+        let mut repo = Repository::open_writer(backend, "test").unwrap();
+        let mut r = &data[..];
+        let b = repo
+            .backup_reader(
+                &BackupOptions::new("s", SourceKind::Stream),
+                &mut r,
+                &mut |_| {},
+            )
+            .unwrap()
+            .backup;
+        let one = repo
+            .manifest()
+            .containers
+            .iter()
+            .map(|c| c.object_bytes)
+            .max()
+            .unwrap();
+        assert!(one >= 1 << 20, "containers large enough to be mapped");
+        let mut read = Vec::new();
+        let mut in_place = 0;
+        for memory in [one, 3 * one, 6 * one] {
+            let ropts = RestoreOptions {
+                cache: CacheSpec::parse("lru:16").unwrap(),
+                memory,
+            };
+            let mut out = Vec::new();
+            let r = repo.restore_to(&b, &mut out, &ropts, &mut |_| {}).unwrap();
+            let what = format!("mapped {mapped} memory {memory}");
+            assert!(out == data, "{what}: restored bytes differ");
+            let [limit, peak, over, _, _, cut] = LAST.with(|l| l.get());
+            assert_eq!(over, 0, "{what}: gave back bytes it did not hold");
+            assert!(
+                peak <= limit || peak <= one,
+                "{what}: held {peak} under {limit}"
+            );
+            read.push(r.data_containers_read);
+            in_place += cut;
+        }
+        assert_eq!(in_place > 0, mapped, "in-place trims: {in_place}");
+        reads.push(read);
+    }
+    assert_eq!(
+        reads[0], reads[1],
+        "the same reads, whichever way trims hold chunks"
+    );
 }
