@@ -54,6 +54,7 @@ pub(crate) mod assemble;
 mod dirfd;
 mod extract;
 pub mod meta;
+mod packed;
 mod report;
 mod select;
 mod serialize;

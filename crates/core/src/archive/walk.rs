@@ -20,6 +20,7 @@ use rustix::fs::FileType;
 
 use super::dirfd::{Dir, Stat};
 use super::meta::{Kind, Record};
+use super::packed::{self, Found};
 use super::report::TreeStats;
 use super::select::Selection;
 use crate::error::{Error, IoContext, Result};
@@ -71,6 +72,7 @@ pub(crate) trait TreeOut: Write {
 }
 
 /// The backup paths as the walk sees them.
+#[derive(Clone)]
 enum Roots {
     /// One directory: entries relative to it.
     One(PathBuf),
@@ -102,13 +104,29 @@ pub(crate) fn walk(
 const SCAN_BATCH: usize = 128;
 /// Batches a scan may run ahead of the store (~64 k entries), at most.
 const SCAN_AHEAD: usize = 512;
-/// Bytes of entries a scan may hold ahead of the store (about 18 k
-/// entries of a system tree at ~450 bytes each): deep enough to cover
-/// much of the key derivation of an encrypted repository opened while the
-/// scan starts, small beside the derivation's own memory (Argon2id,
-/// 64 MiB by default), which it coincides with. Counted in batches of
-/// [`SCAN_BATCH`] entries.
+/// Bytes of entries a scan may hold ahead of the store (about 95 k
+/// entries of a system tree, packed at ~85 bytes each, `packed.rs`):
+/// deep enough to cover the key derivation of an encrypted repository
+/// opened while the scan starts, small beside the derivation's own memory
+/// (Argon2id, 64 MiB by default), which it coincides with. Counted in
+/// batches of [`SCAN_BATCH`] entries.
 const SCAN_AHEAD_BYTES: usize = 8 << 20;
+
+/// A batch of a scan's steps: the entries packed one after another
+/// (`packed.rs`), and the other steps, each with the number of packed
+/// entries before it.
+#[derive(Default)]
+struct Batch {
+    packed: Vec<u8>,
+    entries: usize,
+    others: Vec<(usize, Scanned)>,
+}
+
+impl Batch {
+    fn len(&self) -> usize {
+        self.entries + self.others.len()
+    }
+}
 
 /// The bytes of scanned entries handed to the store and not yet stored.
 /// The scan waits while the next batch would take them past the bound
@@ -143,7 +161,8 @@ impl Budget {
     }
 }
 
-/// What a step held in the channel costs in memory, about.
+/// What a step held in the channel costs in memory, about (a packed
+/// entry costs its bytes).
 fn footprint(step: &Scanned) -> usize {
     std::mem::size_of::<Scanned>()
         + match step {
@@ -178,8 +197,11 @@ fn footprint(step: &Scanned) -> usize {
 /// repository is open (its key derived). Dropping a scan stops it.
 pub struct Scan {
     paths: Vec<PathBuf>,
-    rx: Option<Receiver<(Vec<Scanned>, usize)>>,
+    rx: Option<Receiver<(Batch, usize)>>,
     budget: std::sync::Arc<Budget>,
+    /// The roots, set by the scanner before it sends an entry: the store
+    /// makes packed entries' absolute paths with them.
+    roots: std::sync::Arc<std::sync::OnceLock<Roots>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -196,19 +218,6 @@ pub(crate) enum Scanned {
     /// The scan is complete: without it, a closed channel means the scan
     /// thread died, and the stream would be silently short.
     Done,
-}
-
-/// An entry the scan found: what the store needs to record it.
-pub(crate) struct Found {
-    rel: Vec<u8>,
-    abs: PathBuf,
-    meta: Stat,
-    /// None for a regular file: the store takes them from the files cache
-    /// or reads them from the file it opens.
-    xattrs: Option<io::Result<Vec<super::meta::Xattr>>>,
-    /// A symlink's target; a device's (major, minor).
-    link: Vec<u8>,
-    device: (u32, u32),
 }
 
 impl Scan {
@@ -229,21 +238,26 @@ impl Scan {
         });
         let for_thread = paths.clone();
         let for_scanner = budget.clone();
+        let roots = std::sync::Arc::new(std::sync::OnceLock::new());
+        let shared_roots = roots.clone();
         let thread = std::thread::Builder::new()
             .name("tessera-scan".into())
             .spawn(move || {
                 let mut s = Scanner {
                     roots: Roots::One(PathBuf::new()),
+                    shared_roots,
                     selection,
-                    batch: Vec::with_capacity(SCAN_BATCH),
+                    batch: Batch::default(),
                     batch_bytes: 0,
                     budget: for_scanner,
                     tx,
                 };
-                match s.scan(&for_thread) {
-                    Ok(()) => s.batch.push(Scanned::Done),
-                    Err(e) => s.batch.push(Scanned::Failed(e)),
-                }
+                let last = match s.scan(&for_thread) {
+                    Ok(()) => Scanned::Done,
+                    Err(e) => Scanned::Failed(e),
+                };
+                let n = s.batch.entries;
+                s.batch.others.push((n, last));
                 let batch = std::mem::take(&mut s.batch);
                 let _ = s.tx.send((batch, 0));
             });
@@ -252,22 +266,23 @@ impl Scan {
                 paths,
                 rx: Some(rx),
                 budget,
+                roots,
                 thread: Some(t),
             },
             Err(e) => {
                 // No thread: the store sees the failure at once.
                 let (tx, rx) = sync_channel(1);
-                let _ = tx.send((
-                    vec![Scanned::Failed(Error::io(
-                        "cannot start the directory walk",
-                        e,
-                    ))],
-                    0,
-                ));
+                let failed = Scanned::Failed(Error::io("cannot start the directory walk", e));
+                let batch = Batch {
+                    others: vec![(0, failed)],
+                    ..Batch::default()
+                };
+                let _ = tx.send((batch, 0));
                 Scan {
                     paths,
                     rx: Some(rx),
                     budget,
+                    roots,
                     thread: None,
                 }
             }
@@ -295,12 +310,14 @@ impl Drop for Scan {
 /// The scan's side: the walk itself.
 struct Scanner {
     roots: Roots,
+    /// [`Scan::roots`].
+    shared_roots: std::sync::Arc<std::sync::OnceLock<Roots>>,
     selection: Selection,
-    batch: Vec<Scanned>,
-    /// The batch's [`footprint`].
+    batch: Batch,
+    /// The [`footprint`] of the batch's other steps.
     batch_bytes: usize,
     budget: std::sync::Arc<Budget>,
-    tx: SyncSender<(Vec<Scanned>, usize)>,
+    tx: SyncSender<(Batch, usize)>,
 }
 
 /// The store's side: records, file contents, statistics.
@@ -331,6 +348,12 @@ pub(crate) fn store(
         return Err(Error::invalid("this directory walk was already used"));
     };
     let budget = scan.budget.clone();
+    let roots = scan.roots.clone();
+    let abs = |rel: &[u8]| {
+        roots
+            .get()
+            .map_or_else(|| PathBuf::from(OsStr::from_bytes(rel)), |r| r.abs(rel))
+    };
     for (batch, bytes) in rx.iter() {
         // Stored (or failed) once this batch is done: room for the next.
         struct Give<'a>(&'a Budget, usize);
@@ -340,13 +363,20 @@ pub(crate) fn store(
             }
         }
         let _given = Give(&budget, bytes);
-        for step in batch {
-            match step {
-                Scanned::Entry(found) => st.entry(*found)?,
-                Scanned::Unreadable(rel, e) => st.unreadable(&rel, &e),
-                Scanned::Skip(rel, reason) => st.skip(&rel, &reason),
-                Scanned::Failed(e) => return Err(e),
-                Scanned::Done => return Ok(st.stats),
+        let mut others = batch.others.into_iter().peekable();
+        let mut at = 0;
+        for n in 0..=batch.entries {
+            while let Some((_, step)) = others.next_if(|(before, _)| *before == n) {
+                match step {
+                    Scanned::Entry(found) => st.entry(*found)?,
+                    Scanned::Unreadable(rel, e) => st.unreadable(&rel, &e),
+                    Scanned::Skip(rel, reason) => st.skip(&rel, &reason),
+                    Scanned::Failed(e) => return Err(e),
+                    Scanned::Done => return Ok(st.stats),
+                }
+            }
+            if n < batch.entries {
+                st.entry(packed::unpack(&batch.packed, &mut at, &abs))?;
             }
         }
     }
@@ -355,11 +385,21 @@ pub(crate) fn store(
 
 impl Scanner {
     fn push(&mut self, step: Scanned) -> Result<()> {
-        self.batch_bytes += footprint(&step);
-        self.batch.push(step);
+        match step {
+            Scanned::Entry(f) if packed::packable(&f) => {
+                packed::pack(&mut self.batch.packed, &f);
+                self.batch.entries += 1;
+            }
+            step => {
+                self.batch_bytes += footprint(&step);
+                let n = self.batch.entries;
+                self.batch.others.push((n, step));
+            }
+        }
         if self.batch.len() >= SCAN_BATCH {
-            let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(SCAN_BATCH));
-            let bytes = std::mem::take(&mut self.batch_bytes);
+            let batch = std::mem::take(&mut self.batch);
+            // The packed entries cost their buffer, slack included.
+            let bytes = std::mem::take(&mut self.batch_bytes) + batch.packed.capacity();
             let stopped = || Error::invalid("the directory walk was stopped");
             // The store went away (it failed, or was dropped): stop.
             if !self.budget.take(bytes) {
@@ -385,6 +425,7 @@ impl Scanner {
             }
             many => many_roots(many)?,
         };
+        let _ = self.shared_roots.set(self.roots.clone());
         // Paths still to visit, last one first, so that `pop` walks the tree
         // in order without recursion (deep trees must not overflow a
         // thread's stack).
@@ -491,7 +532,14 @@ fn write_error(abs: &Path, e: io::Error) -> Error {
 
 impl Scanner {
     fn abs(&self, rel: &[u8]) -> PathBuf {
-        match &self.roots {
+        self.roots.abs(rel)
+    }
+}
+
+impl Roots {
+    /// The absolute path of stream path `rel`.
+    fn abs(&self, rel: &[u8]) -> PathBuf {
+        match self {
             Roots::One(root) if rel.is_empty() => root.clone(),
             Roots::One(root) => root.join(OsStr::from_bytes(rel)),
             Roots::Many { .. } => {
@@ -501,7 +549,9 @@ impl Scanner {
             }
         }
     }
+}
 
+impl Scanner {
     /// An ancestor of the backup paths, not itself one: only the children
     /// leading to them are stored.
     fn virtual_children(&self, rel: &[u8]) -> Option<&BTreeSet<Vec<u8>>> {
