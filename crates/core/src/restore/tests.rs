@@ -60,18 +60,51 @@ fn fragmented_n(pieces: u64, text: bool) -> Vec<u8> {
     data
 }
 
+/// `data` backed up as one stream into a new repository on `backend`
+/// (fixed chunks of [`PIECE`], containers of `container_size` bytes,
+/// sealed as `seal` says; `pw` its password if encrypted): the writer,
+/// the backup, and the largest container's stored bytes.
+fn stream_backup(
+    backend: Arc<dyn ObjectStore>,
+    data: &[u8],
+    container_size: u32,
+    seal: &SealOptions,
+    pw: &'static str,
+) -> (crate::Writer, crate::catalog::BackupEntry, u64) {
+    let opts = InitOptions {
+        hash: crate::HashAlgo::Blake3,
+        chunker: ChunkerConfig::Fixed { size: PIECE as u32 },
+        container_size,
+        trace: false,
+        ..Default::default()
+    };
+    Repository::init_sealed(backend.clone(), &opts, seal).unwrap();
+    let mut repo =
+        Repository::open_writer_with(backend, "test", &|| Ok(Password::new(pw))).unwrap();
+    let mut r = data;
+    let b = repo
+        .backup_reader(
+            &BackupOptions::new("s", SourceKind::Stream),
+            &mut r,
+            &mut |_| {},
+        )
+        .unwrap()
+        .backup;
+    let one = repo
+        .manifest()
+        .containers
+        .iter()
+        .map(|c| c.object_bytes)
+        .max()
+        .unwrap();
+    (repo, b, one)
+}
+
 #[test]
 fn restores_under_small_ceilings_are_exact_and_stay_under_them() {
     for sealed in [false, true] {
         let data = fragmented(sealed);
         let backend: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
-        let opts = InitOptions {
-            hash: crate::HashAlgo::Blake3,
-            chunker: ChunkerConfig::Fixed { size: PIECE as u32 },
-            container_size: 8 * PIECE as u32,
-            trace: false,
-            ..Default::default()
-        };
         let pw = || Password::new("ceiling");
         let seal = SealOptions {
             compression: if sealed {
@@ -82,24 +115,7 @@ fn restores_under_small_ceilings_are_exact_and_stay_under_them() {
             encryption: sealed.then(|| (pw(), KdfParams::INSECURE_FAST)),
             cipher: CipherKind::default(),
         };
-        Repository::init_sealed(backend.clone(), &opts, &seal).unwrap();
-        let mut repo = Repository::open_writer_with(backend, "test", &|| Ok(pw())).unwrap();
-        let mut r = &data[..];
-        let b = repo
-            .backup_reader(
-                &BackupOptions::new("s", SourceKind::Stream),
-                &mut r,
-                &mut |_| {},
-            )
-            .unwrap()
-            .backup;
-        let one = repo
-            .manifest()
-            .containers
-            .iter()
-            .map(|c| c.object_bytes)
-            .max()
-            .unwrap();
+        let (repo, b, one) = stream_backup(backend, &data, 8 * PIECE as u32, &seal, "ceiling");
         let mut ahead = [0u64; 2];
         for cache in ["lru:16", "opt:16", "faa:8"] {
             let unbounded = RestoreOptions {
@@ -151,13 +167,6 @@ fn restores_under_small_ceilings_are_exact_and_stay_under_them() {
 fn trims_of_mapped_plain_containers_are_cut_in_place() {
     let data = fragmented_n(3000, false);
     let dir = tempfile::tempdir().unwrap();
-    let opts = InitOptions {
-        hash: crate::HashAlgo::Blake3,
-        chunker: ChunkerConfig::Fixed { size: PIECE as u32 },
-        container_size: 2 << 20,
-        trace: false,
-        ..Default::default()
-    };
     let seal = SealOptions {
         compression: Compression::Off,
         encryption: None,
@@ -168,24 +177,7 @@ fn trims_of_mapped_plain_containers_are_cut_in_place() {
     let memory: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
     let mut reads: Vec<Vec<u64>> = Vec::new();
     for (backend, mapped) in [(local, true), (memory, false)] {
-        Repository::init_sealed(backend.clone(), &opts, &seal).unwrap();
-        let mut repo = Repository::open_writer(backend, "test").unwrap();
-        let mut r = &data[..];
-        let b = repo
-            .backup_reader(
-                &BackupOptions::new("s", SourceKind::Stream),
-                &mut r,
-                &mut |_| {},
-            )
-            .unwrap()
-            .backup;
-        let one = repo
-            .manifest()
-            .containers
-            .iter()
-            .map(|c| c.object_bytes)
-            .max()
-            .unwrap();
+        let (repo, b, one) = stream_backup(backend, &data, 2 << 20, &seal, "unused");
         assert!(one >= 1 << 20, "containers large enough to be mapped");
         let mut read = Vec::new();
         let mut in_place = 0;
