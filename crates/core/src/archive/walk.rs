@@ -102,8 +102,9 @@ pub(crate) fn walk(
 
 /// Entries a scan hands over at once (one channel message).
 const SCAN_BATCH: usize = 128;
-/// Batches a scan may run ahead of the store (~64 k entries), at most.
-const SCAN_AHEAD: usize = 512;
+/// Batches a scan may run ahead of the store (~128 k entries), at most:
+/// above what [`SCAN_AHEAD_BYTES`] holds packed, so the bytes bound it.
+const SCAN_AHEAD: usize = 1024;
 /// Bytes of entries a scan may hold ahead of the store (about 95 k
 /// entries of a system tree, packed at ~85 bytes each, `packed.rs`):
 /// deep enough to cover the key derivation of an encrypted repository
