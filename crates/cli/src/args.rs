@@ -170,7 +170,7 @@ pub enum Command {
         #[arg(long, default_value = "auto", value_name = "LEVEL", value_parser = Checked(prefixed::<Compression>))]
         compression: Compression,
         /// Argon2id cost of the first key slot: m=KiB,t=PASSES,p=LANES
-        #[arg(long, env = "TESSERA_KDF", default_value = "m=65536,t=3,p=1", value_name = "PARAMS", value_parser = Checked(prefixed::<KdfParams>))]
+        #[arg(long, env = "TESSERA_KDF", default_value = "m=65536,t=3,p=4", value_name = "PARAMS", value_parser = Checked(prefixed::<KdfParams>))]
         kdf: KdfParams,
         /// Layout: containers (fixed-size containers in stream order) or mfdedup (lifecycle categories and volumes, NDF + AVAR)
         #[arg(long, default_value = "containers", value_parser = Checked(plain::<LayoutKind>))]
@@ -462,7 +462,7 @@ pub enum KeyCommand {
         #[arg(long, value_name = "FILE")]
         new_password_file: Option<PathBuf>,
         /// Argon2id cost of the new slot: m=KiB,t=PASSES,p=LANES
-        #[arg(long, env = "TESSERA_KDF", default_value = "m=65536,t=3,p=1", value_name = "PARAMS", value_parser = Checked(prefixed::<KdfParams>))]
+        #[arg(long, env = "TESSERA_KDF", default_value = "m=65536,t=3,p=4", value_name = "PARAMS", value_parser = Checked(prefixed::<KdfParams>))]
         kdf: KdfParams,
     },
     /// Remove a key slot (not the last one, nor the one the given password opens)
@@ -476,7 +476,7 @@ pub enum KeyCommand {
         #[arg(long, value_name = "FILE")]
         new_password_file: Option<PathBuf>,
         /// Argon2id cost of the new slot: m=KiB,t=PASSES,p=LANES
-        #[arg(long, env = "TESSERA_KDF", default_value = "m=65536,t=3,p=1", value_name = "PARAMS", value_parser = Checked(prefixed::<KdfParams>))]
+        #[arg(long, env = "TESSERA_KDF", default_value = "m=65536,t=3,p=4", value_name = "PARAMS", value_parser = Checked(prefixed::<KdfParams>))]
         kdf: KdfParams,
     },
 }
