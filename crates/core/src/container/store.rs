@@ -415,6 +415,16 @@ impl ContainerStore {
         }
     }
 
+    /// Count `c`, read earlier, as read again: a restore that kept its
+    /// mapping reads it from there (`restore/loader.rs`, `Buffers`).
+    pub(crate) fn count_read(&self, c: &Container) {
+        self.metrics.container_read(
+            c.id().0,
+            c.header.kind == ChunkKind::Recipe,
+            c.header.logical_len,
+        );
+    }
+
     fn read_once(&self, id: ContainerId, reuse: Vec<u8>, open: bool) -> Result<Container> {
         let object = self.objects.get_container(id, reuse)?;
         let (header, meta) = format::decode(id, &object, self.sealer())?;

@@ -157,6 +157,11 @@ impl Future {
         self.last.get(&id) == Some(&at)
     }
 
+    /// Whether `id` is used after position `at`.
+    pub(crate) fn used_after(&self, id: ContainerId, at: u64) -> bool {
+        self.last.get(&id).is_some_and(|&l| l > at)
+    }
+
     /// Whether next uses are known (else spills go by recency).
     pub(crate) fn knows_next(&self) -> bool {
         self.runs.is_some()

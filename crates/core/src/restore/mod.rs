@@ -80,8 +80,9 @@ const WRITERS_PER_THREAD: usize = 2;
 thread_local! {
     /// The last restore on this thread, for tests: its budget's ceiling, the
     /// most it held and bytes given back beyond those held, the containers
-    /// freed and trimmed ahead of their op, and the trims done in place.
-    static LAST: std::cell::Cell<[u64; 6]> = const { std::cell::Cell::new([0; 6]) };
+    /// freed and trimmed ahead of their op, the trims done in place, and the
+    /// reads served from kept mappings.
+    static LAST: std::cell::Cell<[u64; 7]> = const { std::cell::Cell::new([0; 7]) };
 }
 
 /// Ops the assembler takes from the scheduler ahead of the one it carries
@@ -282,9 +283,7 @@ impl Assembler<'_> {
                 if let Some((c, n)) = self.cached.remove(&id) {
                     self.free_shared(c, n);
                 }
-                if let Some((_, n)) = self.trimmed.remove(&id) {
-                    self.budget.give(n);
-                }
+                self.free_trimmed(id);
             }
             Ahead::Trim(id, prefixes, kept) => {
                 if let Err(e) = self.trim(id, &prefixes, kept) {
@@ -365,9 +364,7 @@ impl Assembler<'_> {
                 if let Some((c, n)) = self.cached.remove(&id) {
                     self.free_shared(c, n);
                 }
-                if let Some((_, n)) = self.trimmed.remove(&id) {
-                    self.budget.give(n);
-                }
+                self.free_trimmed(id);
             }
             // Trimmed ahead (or it failed then), or freed ahead: spilled
             // next, nothing to trim.
@@ -392,9 +389,7 @@ impl Assembler<'_> {
                 self.permit_return.give_back();
                 self.cached.insert(id, (Arc::new(c), n));
                 // Read again whole (the scheduler spilled it after a trim).
-                if let Some((_, n)) = self.trimmed.remove(&id) {
-                    self.budget.give(n);
-                }
+                self.free_trimmed(id);
             }
             Op::Chunk(e, id) => {
                 if let Some((chunks, _)) = self.trimmed.get(&id) {
@@ -463,6 +458,18 @@ impl Assembler<'_> {
         }
         self.budget.give(n.saturating_sub(kept));
         Ok(())
+    }
+
+    /// Free trimmed container `id`, if held: its bytes back to the budget,
+    /// and a container trimmed in place to [`Buffers`] (its mapping kept
+    /// if it will be read again).
+    fn free_trimmed(&mut self, id: ContainerId) {
+        if let Some((cut, n)) = self.trimmed.remove(&id) {
+            if let Some(c) = cut.into_container().and_then(|c| Arc::try_unwrap(c).ok()) {
+                self.buffers.give(c);
+            }
+            self.budget.give(n);
+        }
     }
 
     /// [`Self::free`] for a container the look-ahead may still share (a
@@ -542,8 +549,15 @@ impl Context {
             let buffers = Buffers::default();
             let loaders =
                 Loaders::spawn(scope, &self.store, self.threads() + EXTRA_LOADERS, &buffers)?;
-            let scheduler =
-                Scheduler::new(self, ops, loaders, permits, budget.0.clone(), containers);
+            let scheduler = Scheduler::new(
+                self,
+                ops,
+                loaders,
+                permits,
+                budget.0.clone(),
+                containers,
+                buffers.clone(),
+            );
             let plan = std::thread::Builder::new()
                 .name("tessera-plan".into())
                 .spawn_scoped(scope, move || scheduler.run(self, backup, opts))
@@ -580,7 +594,8 @@ impl Context {
             {
                 let (limit, peak, over) = budget.0.accounts();
                 let (freed, trimmed) = a.early.done_ahead();
-                LAST.with(|l| l.set([limit, peak, over, freed, trimmed, a.in_place]));
+                let reused = buffers.reused();
+                LAST.with(|l| l.set([limit, peak, over, freed, trimmed, a.in_place, reused]));
             }
             ran?;
             // The scheduler ended (its channel closed); a panic there

@@ -13,7 +13,7 @@
 
 use super::future::{Future, Needed};
 use super::hold::{Ahead, Holding, Room};
-use super::loader::{Budget, Loaded, Loaders, Permit, Permits};
+use super::loader::{Budget, Buffers, Loaded, Loaders, Permit, Permits};
 use crate::cache::CacheSpec;
 use crate::cache::{faa, Access, Lru, Opt, OPT_WINDOW};
 use crate::catalog::BackupEntry;
@@ -88,6 +88,9 @@ pub(crate) struct Scheduler {
     /// Reads in planned order, to count seeks deterministically (the
     /// loaders finish them in any order).
     seeks: SeekCounter,
+    /// Where an evicted container that will be read again is announced,
+    /// so that its mapping is kept for that read ([`Buffers`]).
+    spares: Buffers,
 }
 
 /// Data-container reads that do not follow the previous read in id order
@@ -122,6 +125,7 @@ impl Scheduler {
         permits: Permits,
         budget: Arc<Budget>,
         memory: u64,
+        spares: Buffers,
     ) -> Self {
         let sizes = repo
             .manifest
@@ -142,7 +146,21 @@ impl Scheduler {
             sizes,
             default_size: repo.manifest.config.container_size as u64,
             seeks: SeekCounter::default(),
+            spares,
         }
+    }
+
+    /// Evict `v` from the cache; announced to [`Buffers`] if the restore
+    /// will read it again.
+    fn evict(&mut self, v: ContainerId) -> std::result::Result<(), Stopped> {
+        if self
+            .future
+            .as_ref()
+            .is_some_and(|f| f.used_after(v, self.at))
+        {
+            self.spares.want(v);
+        }
+        self.push(Op::Evict(v))
     }
 
     /// Stored bytes of container `id`.
@@ -231,10 +249,12 @@ impl Scheduler {
             None => self.hold.make_room(n, None),
         };
         for r in room {
-            self.push(match r {
-                Room::Trim(v, Needed { prefixes, bytes }) => Op::Trim(v, prefixes, bytes),
-                Room::Spill(v) => Op::Evict(v),
-            })?;
+            match r {
+                Room::Trim(v, Needed { prefixes, bytes }) => {
+                    self.push(Op::Trim(v, prefixes, bytes))?
+                }
+                Room::Spill(v) => self.evict(v)?,
+            }
         }
         self.permit()?;
         self.take_bytes(n)?;
@@ -368,7 +388,7 @@ impl Scheduler {
             Access::Miss { evict } => {
                 if let Some(v) = evict {
                     if self.hold.remove(v) {
-                        self.push(Op::Evict(v))?;
+                        self.evict(v)?;
                     }
                 }
                 self.load(id)

@@ -140,7 +140,7 @@ fn restores_under_small_ceilings_are_exact_and_stay_under_them() {
                     r.data_containers_read >= free.data_containers_read,
                     "{what}"
                 );
-                let [limit, peak, over, freed, trimmed, _] = LAST.with(|l| l.get());
+                let [limit, peak, over, freed, trimmed, _, _] = LAST.with(|l| l.get());
                 assert_eq!(over, 0, "{what}: gave back bytes it did not hold");
                 assert!(
                     peak <= limit || peak <= one,
@@ -181,6 +181,7 @@ fn trims_of_mapped_plain_containers_are_cut_in_place() {
         assert!(one >= 1 << 20, "containers large enough to be mapped");
         let mut read = Vec::new();
         let mut in_place = 0;
+        let mut reused = 0;
         for memory in [one, 3 * one, 6 * one] {
             let ropts = RestoreOptions {
                 cache: CacheSpec::parse("lru:16").unwrap(),
@@ -190,7 +191,7 @@ fn trims_of_mapped_plain_containers_are_cut_in_place() {
             let r = repo.restore_to(&b, &mut out, &ropts, &mut |_| {}).unwrap();
             let what = format!("mapped {mapped} memory {memory}");
             assert!(out == data, "{what}: restored bytes differ");
-            let [limit, peak, over, _, _, cut] = LAST.with(|l| l.get());
+            let [limit, peak, over, _, _, cut, kept] = LAST.with(|l| l.get());
             assert_eq!(over, 0, "{what}: gave back bytes it did not hold");
             assert!(
                 peak <= limit || peak <= one,
@@ -198,12 +199,60 @@ fn trims_of_mapped_plain_containers_are_cut_in_place() {
             );
             read.push(r.data_containers_read);
             in_place += cut;
+            reused += kept;
         }
         assert_eq!(in_place > 0, mapped, "in-place trims: {in_place}");
+        // Containers spilled and read again come from their kept mappings
+        // (counted as reads all the same: compared below).
+        assert_eq!(reused > 0, mapped, "reads from kept mappings: {reused}");
         reads.push(read);
     }
     assert_eq!(
         reads[0], reads[1],
         "the same reads, whichever way trims hold chunks"
     );
+}
+
+/// Containers spilled under the ceiling and read again come from their
+/// kept mappings (`restore/loader.rs`, `Buffers`), their pages given back
+/// in between: sealed ones too, whose frames are then opened (and
+/// authenticated) from pages faulted in again. The restores are exact and
+/// count the reads a memory store's restores (which keep nothing) count.
+#[test]
+fn spilled_mapped_containers_are_read_again_from_their_kept_mappings() {
+    let data = fragmented_n(3000, false);
+    let dir = tempfile::tempdir().unwrap();
+    let seal = SealOptions {
+        compression: Compression::Auto,
+        encryption: Some((Password::new("kept"), KdfParams::INSECURE_FAST)),
+        cipher: CipherKind::default(),
+    };
+    let local: Arc<dyn ObjectStore> =
+        Arc::new(crate::backend::LocalStore::create(dir.path()).unwrap());
+    let memory: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    let mut reads: Vec<Vec<u64>> = Vec::new();
+    for (backend, mapped) in [(local, true), (memory, false)] {
+        let (repo, b, one) = stream_backup(backend, &data, 2 << 20, &seal, "kept");
+        assert!(one >= 1 << 20, "containers large enough to be mapped");
+        let mut read = Vec::new();
+        let mut reused = 0;
+        for memory in [one, 3 * one] {
+            let ropts = RestoreOptions {
+                cache: CacheSpec::parse("lru:16").unwrap(),
+                memory,
+            };
+            let mut out = Vec::new();
+            let r = repo.restore_to(&b, &mut out, &ropts, &mut |_| {}).unwrap();
+            let what = format!("mapped {mapped} memory {memory}");
+            assert!(out == data, "{what}: restored bytes differ");
+            let [_, _, over, _, _, _, kept] = LAST.with(|l| l.get());
+            assert_eq!(over, 0, "{what}: gave back bytes it did not hold");
+            assert!(kept <= r.data_containers_read, "{what}");
+            read.push(r.data_containers_read);
+            reused += kept;
+        }
+        assert_eq!(reused > 0, mapped, "reads from kept mappings: {reused}");
+        reads.push(read);
+    }
+    assert_eq!(reads[0], reads[1], "the same reads, kept mappings or not");
 }

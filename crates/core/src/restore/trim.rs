@@ -59,6 +59,15 @@ pub(super) struct InPlace {
 }
 
 impl Trimmed {
+    /// The container a cut in place holds (its remaining pages are the
+    /// caller's to give back); none for a copied cut.
+    pub(super) fn into_container(self) -> Option<Arc<Container>> {
+        match self {
+            Trimmed::InPlace(p) => Some(p.container),
+            Trimmed::Copied(_) => None,
+        }
+    }
+
     /// Cut `c` to its chunks whose fingerprints start with one of
     /// `prefixes` ([`future::prefix`]), `kept` plain bytes as the scheduler
     /// counts them: in place where it can, else copied. A copied cut gives
