@@ -117,6 +117,9 @@ impl ObjectStore for Tracked {
     fn get_into(&self, key: &ObjectKey, buf: &mut Vec<u8>) -> Result<()> {
         self.inner.get_into(key, buf)
     }
+    fn prefetch(&self, key: &ObjectKey) {
+        self.inner.prefetch(key)
+    }
     fn get_whole(&self, key: &ObjectKey, reuse: Vec<u8>) -> Result<ObjectBytes> {
         self.inner.get_whole(key, reuse)
     }

@@ -222,6 +222,9 @@ impl<B: ObjectStore> ObjectStore for CachedStore<B> {
         Ok(())
     }
 
+    fn prefetch(&self, key: &ObjectKey) {
+        self.inner.prefetch(key)
+    }
     fn get_whole(&self, key: &ObjectKey, _reuse: Vec<u8>) -> Result<ObjectBytes> {
         Ok(self.fetch(key)?.into())
     }

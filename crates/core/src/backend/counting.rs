@@ -126,6 +126,9 @@ impl<B: ObjectStore> ObjectStore for CountingStore<B> {
         r
     }
 
+    fn prefetch(&self, key: &ObjectKey) {
+        self.inner.prefetch(key)
+    }
     fn get_whole(&self, key: &ObjectKey, reuse: Vec<u8>) -> Result<ObjectBytes> {
         let r = self.inner.get_whole(key, reuse);
         self.got(key, r.as_ref().map_or(0, |o| o.len() as u64));

@@ -189,6 +189,9 @@ impl<B: ObjectStore> ObjectStore for FaultyStore<B> {
         self.inner.get_into(key, buf)
     }
 
+    fn prefetch(&self, key: &ObjectKey) {
+        self.inner.prefetch(key)
+    }
     fn get_whole(&self, key: &ObjectKey, reuse: Vec<u8>) -> Result<ObjectBytes> {
         self.check()?;
         self.inner.get_whole(key, reuse)

@@ -169,6 +169,11 @@ pub trait ObjectStore: Send + Sync {
     fn clean_interrupted(&self) -> Result<usize> {
         Ok(0)
     }
+    /// Start reading an object the caller will read soon, without waiting
+    /// for it and without holding it in this process (a local store asks
+    /// the kernel to read the file into the page cache). A hint: nothing
+    /// happens where it does not apply, and failures are ignored.
+    fn prefetch(&self, _key: &ObjectKey) {}
 }
 
 impl<B: ObjectStore + ?Sized> ObjectStore for std::sync::Arc<B> {
@@ -207,6 +212,9 @@ impl<B: ObjectStore + ?Sized> ObjectStore for std::sync::Arc<B> {
     }
     fn location(&self) -> String {
         (**self).location()
+    }
+    fn prefetch(&self, key: &ObjectKey) {
+        (**self).prefetch(key)
     }
     fn clean_interrupted(&self) -> Result<usize> {
         (**self).clean_interrupted()

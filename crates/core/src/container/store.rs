@@ -415,6 +415,12 @@ impl ContainerStore {
         }
     }
 
+    /// Have the store start reading container `id` (a hint: a local store
+    /// reads it into the page cache in the background).
+    pub(crate) fn prefetch(&self, id: ContainerId) {
+        self.objects.prefetch_container(id);
+    }
+
     /// Count `c`, read earlier, as read again: a restore that kept its
     /// mapping reads it from there (`restore/loader.rs`, `Buffers`).
     pub(crate) fn count_read(&self, c: &Container) {

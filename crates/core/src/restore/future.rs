@@ -45,6 +45,11 @@ pub(crate) struct Future {
     /// first run is always over before a container can be trimmed, so it
     /// is not kept: a restore of a tree without repeats keeps nothing here.
     later: Option<HashMap<ContainerId, VecDeque<Later>>>,
+    /// Each container's first use, in order, and how many of them were
+    /// passed and handed out for prefetching ([`Self::prefetch_due`]).
+    firsts: Vec<(u64, ContainerId)>,
+    passed: usize,
+    handed: usize,
 }
 
 /// The chunks a held container will still supply, and their plain bytes.
@@ -70,13 +75,16 @@ impl Future {
         let mut runs: Option<HashMap<ContainerId, VecDeque<u64>>> = Some(HashMap::new());
         let mut later: Option<HashMap<ContainerId, VecDeque<Later>>> = Some(HashMap::new());
         let (mut recorded, mut recorded_later, mut prev) = (0usize, 0usize, None);
+        let mut firsts = Vec::new();
         for (at, u) in uses.enumerate() {
             let Some((id, fp, size)) = u? else {
                 prev = None;
                 continue;
             };
             let at = at as u64;
-            last.insert(id, at);
+            if last.insert(id, at).is_none() {
+                firsts.push((at, id));
+            }
             if prev != Some(id) {
                 if let Some(r) = runs.as_mut() {
                     r.entry(id).or_default().push_back(at);
@@ -108,7 +116,27 @@ impl Future {
                 u.3 = seen.insert(u.1);
             }
         }
-        Ok(Future { last, runs, later })
+        Ok(Future {
+            last,
+            runs,
+            later,
+            firsts,
+            passed: 0,
+            handed: 0,
+        })
+    }
+
+    /// Containers to prefetch at position `at`: those of the next `ahead`
+    /// first uses after `at`, each handed out once. Positions must not
+    /// decrease from call to call.
+    pub(crate) fn prefetch_due(&mut self, at: u64, ahead: usize) -> &[(u64, ContainerId)] {
+        while self.firsts.get(self.passed).is_some_and(|f| f.0 <= at) {
+            self.passed += 1;
+        }
+        let from = self.handed.max(self.passed);
+        let to = (self.passed + ahead).min(self.firsts.len()).max(from);
+        self.handed = to;
+        &self.firsts[from..to]
     }
 
     /// Whether the chunk of `id` used at `at` is used for the last time
@@ -183,6 +211,20 @@ impl Future {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prefetch_hands_out_the_next_first_uses_once_each() {
+        // Containers 1 1 2 1 3 4 2 5: first uses 1@0 2@2 3@4 4@5 5@7.
+        let uses = [1u64, 1, 2, 1, 3, 4, 2, 5]
+            .map(|c| Ok(Some((ContainerId(c), Fingerprint([c as u8; 32]), 1))));
+        let mut f = Future::from_walk(uses.into_iter()).unwrap();
+        let ids = |v: &[(u64, ContainerId)]| v.iter().map(|x| x.1 .0).collect::<Vec<_>>();
+        assert_eq!(ids(f.prefetch_due(0, 2)), [2, 3]);
+        assert_eq!(ids(f.prefetch_due(1, 2)), Vec::<u64>::new());
+        assert_eq!(ids(f.prefetch_due(2, 2)), [4]);
+        assert_eq!(ids(f.prefetch_due(6, 2)), [5]);
+        assert_eq!(ids(f.prefetch_due(7, 2)), Vec::<u64>::new());
+    }
 
     /// Container ids (0: a chunk the index misses); each position's chunk
     /// is `fp(c)` of size `c` for the char given.

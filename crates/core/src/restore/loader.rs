@@ -29,10 +29,15 @@ pub(crate) const READ_AHEAD: usize = 8;
 /// A container being read: the assembler receives it (or why it failed).
 pub(crate) type Loaded = Receiver<Result<Container>>;
 
-/// One read for a worker.
-struct Job {
-    id: ContainerId,
-    reply: SyncSender<Result<Container>>,
+/// One task for a worker.
+enum Job {
+    /// Read container `id`, verified, into `reply`.
+    Read {
+        id: ContainerId,
+        reply: SyncSender<Result<Container>>,
+    },
+    /// Have the store start reading `id` (see [`Loaders::prefetch`]).
+    Prefetch(ContainerId),
 }
 
 /// The scheduler's end of the pool: where read requests go.
@@ -68,16 +73,23 @@ impl Loaders {
                         Ok(q) => q.recv(),
                         Err(_) => return,
                     };
-                    let Ok(job) = job else { return };
-                    let read = match buffers.reuse(job.id) {
+                    let (id, reply) = match job {
+                        Ok(Job::Read { id, reply }) => (id, reply),
+                        Ok(Job::Prefetch(id)) => {
+                            store.prefetch(id);
+                            continue;
+                        }
+                        Err(_) => return,
+                    };
+                    let read = match buffers.reuse(id) {
                         Some(c) => {
                             store.count_read(&c);
                             Ok(c)
                         }
-                        None => store.read_unopened(job.id, buffers.take()),
+                        None => store.read_unopened(id, buffers.take()),
                     };
                     // The assembler may have stopped (an error); nobody waits.
-                    let _ = job.reply.send(read);
+                    let _ = reply.send(read);
                 });
             match spawned {
                 Ok(_) => started += 1,
@@ -104,7 +116,15 @@ impl Loaders {
         id: ContainerId,
         reply: SyncSender<Result<Container>>,
     ) -> Option<()> {
-        self.jobs.send(Job { id, reply }).ok()
+        self.jobs.send(Job::Read { id, reply }).ok()
+    }
+
+    /// Have the store start reading `id` into the page cache (a local
+    /// store; elsewhere nothing happens), on an idle worker: the disk
+    /// works ahead of the reads without the restore holding the bytes. A
+    /// hint, dropped when the queue is full.
+    pub(crate) fn prefetch(&self, id: ContainerId) {
+        let _ = self.jobs.try_send(Job::Prefetch(id));
     }
 }
 

@@ -29,6 +29,13 @@ use std::sync::Arc;
 /// Ops per message to the assembler.
 const BATCH: usize = 1024;
 
+/// Containers the LRU restore has the store prefetch ahead of their first
+/// use ([`Loaders::prefetch`]): into the page cache, outside the memory
+/// ceiling. Why: under the ceiling few reads are in flight, and a restore
+/// from a cold cache waited on the disk for each new container in turn
+/// (`lab bench`: 0.64 s at 48 MiB against 0.34 s with room for 1 GiB).
+const PREFETCH_AHEAD: usize = 8;
+
 /// One step for the assembler, in recipe order.
 pub(crate) enum Op {
     /// Container `0` leaves the cache.
@@ -309,6 +316,11 @@ impl Scheduler {
                 self.at = 0;
                 while let Some((e, id)) = next(offset)? {
                     offset += e.size;
+                    if let Some(f) = self.future.as_mut() {
+                        for &(_, p) in f.prefetch_due(self.at, PREFETCH_AHEAD) {
+                            self.loaders.prefetch(p);
+                        }
+                    }
                     self.access(lru.access(id), id)?;
                     let (fp, size) = (e.fp, e.size);
                     self.push(Op::Chunk(e, id))?;

@@ -256,3 +256,119 @@ fn spilled_mapped_containers_are_read_again_from_their_kept_mappings() {
     }
     assert_eq!(reads[0], reads[1], "the same reads, kept mappings or not");
 }
+
+/// A memory store that records what it was asked to prefetch and what was
+/// read whole, in order.
+struct Recorded {
+    inner: MemoryStore,
+    log: std::sync::Mutex<Vec<(bool, crate::backend::ObjectKey)>>,
+}
+
+impl ObjectStore for Recorded {
+    fn get(&self, key: &crate::backend::ObjectKey) -> crate::error::Result<Vec<u8>> {
+        self.inner.get(key)
+    }
+    fn get_whole(
+        &self,
+        key: &crate::backend::ObjectKey,
+        reuse: Vec<u8>,
+    ) -> crate::error::Result<crate::backend::ObjectBytes> {
+        self.log.lock().unwrap().push((false, key.clone()));
+        self.inner.get_whole(key, reuse)
+    }
+    fn get_range(
+        &self,
+        key: &crate::backend::ObjectKey,
+        offset: u64,
+        len: u64,
+    ) -> crate::error::Result<Vec<u8>> {
+        self.inner.get_range(key, offset, len)
+    }
+    fn size(&self, key: &crate::backend::ObjectKey) -> crate::error::Result<u64> {
+        self.inner.size(key)
+    }
+    fn put(&self, key: &crate::backend::ObjectKey, data: &[u8]) -> crate::error::Result<()> {
+        self.inner.put(key, data)
+    }
+    fn put_if_absent(
+        &self,
+        key: &crate::backend::ObjectKey,
+        data: &[u8],
+    ) -> crate::error::Result<bool> {
+        self.inner.put_if_absent(key, data)
+    }
+    fn list(
+        &self,
+        kind: crate::backend::KeyKind,
+    ) -> crate::error::Result<Vec<crate::backend::ObjectKey>> {
+        self.inner.list(kind)
+    }
+    fn delete(&self, key: &crate::backend::ObjectKey) -> crate::error::Result<()> {
+        self.inner.delete(key)
+    }
+    fn barrier(&self) -> crate::error::Result<()> {
+        self.inner.barrier()
+    }
+    fn location(&self) -> String {
+        self.inner.location()
+    }
+    fn prefetch(&self, key: &crate::backend::ObjectKey) {
+        self.log.lock().unwrap().push((true, key.clone()));
+    }
+}
+
+/// The LRU restore has the store prefetch every data container it reads,
+/// once each, through the repository's layers: under a small ceiling as
+/// without one, and the restore is exact either way.
+#[test]
+fn restores_prefetch_each_data_container_once() {
+    let data = fragmented(false);
+    let seal = SealOptions {
+        compression: Compression::Off,
+        encryption: None,
+        cipher: CipherKind::default(),
+    };
+    let store = Arc::new(Recorded {
+        inner: MemoryStore::new(),
+        log: Default::default(),
+    });
+    let backend: Arc<dyn ObjectStore> = store.clone();
+    let (repo, b, one) = stream_backup(backend, &data, 8 * PIECE as u32, &seal, "unused");
+    for memory in [one, u64::MAX / 2] {
+        store.log.lock().unwrap().clear();
+        let ropts = RestoreOptions {
+            cache: CacheSpec::parse("lru:16").unwrap(),
+            memory,
+        };
+        let mut out = Vec::new();
+        repo.restore_to(&b, &mut out, &ropts, &mut |_| {}).unwrap();
+        assert!(out == data, "memory {memory}: restored bytes differ");
+        let log = store.log.lock().unwrap().clone();
+        let data_container = |k: &crate::backend::ObjectKey| {
+            matches!(k, crate::backend::ObjectKey::Container(id)
+                if repo.manifest().containers.iter()
+                    .any(|c| c.id == *id && c.kind == crate::ids::ChunkKind::Data))
+        };
+        let prefetched: Vec<_> = log.iter().filter(|(p, _)| *p).map(|(_, k)| k).collect();
+        let read: std::collections::HashSet<_> = log
+            .iter()
+            .filter(|(p, k)| !*p && data_container(k))
+            .map(|(_, k)| k)
+            .collect();
+        let once: std::collections::HashSet<_> = prefetched.iter().copied().collect();
+        assert_eq!(
+            once.len(),
+            prefetched.len(),
+            "memory {memory}: prefetched twice"
+        );
+        assert!(!read.is_empty());
+        // The first container is read before anything is prefetched; every
+        // other one read was prefetched.
+        assert!(
+            read.iter().filter(|k| !once.contains(*k)).count() <= 1,
+            "memory {memory}: {} read, {} prefetched",
+            read.len(),
+            once.len()
+        );
+    }
+}

@@ -507,6 +507,12 @@ impl SealedStore {
             .map_err(|e| e.about(ObjectRef::Object(ObjectKey::Container(id))))
     }
 
+    /// Start reading a container object soon to be read
+    /// ([`ObjectStore::prefetch`]).
+    pub fn prefetch_container(&self, id: ContainerId) {
+        self.store.prefetch(&ObjectKey::Container(id));
+    }
+
     /// Read `len` bytes at `offset` of a container object. Errors name the
     /// container.
     pub fn get_container_range(&self, id: ContainerId, offset: u64, len: u64) -> Result<Vec<u8>> {
