@@ -390,25 +390,24 @@ impl Buffers {
     /// Return a container the assembler is done with: its mapping kept if
     /// it will be read again, else its buffer.
     pub(crate) fn give(&self, c: Container) {
-        let Ok(mut s) = self.0.lock() else { return };
-        let id = c.id();
-        let room = s.kept_chunks + c.meta.len() <= Self::KEEP_CHUNKS;
-        if c.object().is_mapped() && room && s.wanted.remove(&id) {
-            let object = c.object();
-            object.discard(0..object.len());
-            s.kept_chunks += c.meta.len();
-            if let Some(old) = s.kept.insert(id, c) {
-                s.kept_chunks -= old.meta.len();
-            }
-            return;
-        }
-        if s.buffers.len() < Self::KEEP {
-            drop(s);
+        if !c.object().is_mapped() {
             let buf = c.into_buffer();
             if let Ok(mut s) = self.0.lock() {
                 if s.buffers.len() < Self::KEEP {
                     s.buffers.push(buf);
                 }
+            }
+            return;
+        }
+        // A mapping has no buffer to give: kept, or unmapped here.
+        let Ok(mut s) = self.0.lock() else { return };
+        let room = s.kept_chunks + c.meta.len() <= Self::KEEP_CHUNKS;
+        if room && s.wanted.remove(&c.id()) {
+            let object = c.object();
+            object.discard(0..object.len());
+            s.kept_chunks += c.meta.len();
+            if let Some(old) = s.kept.insert(c.id(), c) {
+                s.kept_chunks -= old.meta.len();
             }
         }
     }

@@ -159,6 +159,45 @@ fn restores_under_small_ceilings_are_exact_and_stay_under_them() {
     }
 }
 
+/// `data` backed up into a local repository (its containers of 2 MiB
+/// mapped when read) and into a memory one, each with whether it maps.
+fn local_and_memory(
+    dir: &std::path::Path,
+    data: &[u8],
+    seal: &SealOptions,
+    pw: &'static str,
+) -> [(crate::Writer, crate::catalog::BackupEntry, u64, bool); 2] {
+    let local: Arc<dyn ObjectStore> = Arc::new(crate::backend::LocalStore::create(dir).unwrap());
+    let memory: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
+    [(local, true), (memory, false)].map(|(backend, mapped)| {
+        let (repo, b, one) = stream_backup(backend, data, 2 << 20, seal, pw);
+        assert!(one >= 1 << 20, "containers large enough to be mapped");
+        (repo, b, one, mapped)
+    })
+}
+
+/// Restore `b` through an `lru:16` cache under `memory`, checked byte for
+/// byte against `data` and for bytes given back that it did not hold:
+/// the report and the restore's [`LAST`] accounts.
+fn lru_restore(
+    repo: &crate::Writer,
+    b: &crate::catalog::BackupEntry,
+    data: &[u8],
+    memory: u64,
+    what: &str,
+) -> (crate::restore::RestoreReport, [u64; 7]) {
+    let ropts = RestoreOptions {
+        cache: CacheSpec::parse("lru:16").unwrap(),
+        memory,
+    };
+    let mut out = Vec::new();
+    let r = repo.restore_to(b, &mut out, &ropts, &mut |_| {}).unwrap();
+    assert!(out == data, "{what}: restored bytes differ");
+    let last = LAST.with(|l| l.get());
+    assert_eq!(last[2], 0, "{what}: gave back bytes it did not hold");
+    (r, last)
+}
+
 /// A local repository's containers of 1 MiB and more are mapped, and stored
 /// plain (no compression, no encryption) their trims are cut in place
 /// (`restore/trim.rs`): the restores are still exact, within the ceiling,
@@ -172,27 +211,15 @@ fn trims_of_mapped_plain_containers_are_cut_in_place() {
         encryption: None,
         cipher: CipherKind::default(),
     };
-    let local: Arc<dyn ObjectStore> =
-        Arc::new(crate::backend::LocalStore::create(dir.path()).unwrap());
-    let memory: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
     let mut reads: Vec<Vec<u64>> = Vec::new();
-    for (backend, mapped) in [(local, true), (memory, false)] {
-        let (repo, b, one) = stream_backup(backend, &data, 2 << 20, &seal, "unused");
-        assert!(one >= 1 << 20, "containers large enough to be mapped");
+    for (repo, b, one, mapped) in local_and_memory(dir.path(), &data, &seal, "unused") {
         let mut read = Vec::new();
         let mut in_place = 0;
         let mut reused = 0;
         for memory in [one, 3 * one, 6 * one] {
-            let ropts = RestoreOptions {
-                cache: CacheSpec::parse("lru:16").unwrap(),
-                memory,
-            };
-            let mut out = Vec::new();
-            let r = repo.restore_to(&b, &mut out, &ropts, &mut |_| {}).unwrap();
             let what = format!("mapped {mapped} memory {memory}");
-            assert!(out == data, "{what}: restored bytes differ");
-            let [limit, peak, over, _, _, cut, kept] = LAST.with(|l| l.get());
-            assert_eq!(over, 0, "{what}: gave back bytes it did not hold");
+            let (r, [limit, peak, _, _, _, cut, kept]) =
+                lru_restore(&repo, &b, &data, memory, &what);
             assert!(
                 peak <= limit || peak <= one,
                 "{what}: held {peak} under {limit}"
@@ -227,26 +254,13 @@ fn spilled_mapped_containers_are_read_again_from_their_kept_mappings() {
         encryption: Some((Password::new("kept"), KdfParams::INSECURE_FAST)),
         cipher: CipherKind::default(),
     };
-    let local: Arc<dyn ObjectStore> =
-        Arc::new(crate::backend::LocalStore::create(dir.path()).unwrap());
-    let memory: Arc<dyn ObjectStore> = Arc::new(MemoryStore::new());
     let mut reads: Vec<Vec<u64>> = Vec::new();
-    for (backend, mapped) in [(local, true), (memory, false)] {
-        let (repo, b, one) = stream_backup(backend, &data, 2 << 20, &seal, "kept");
-        assert!(one >= 1 << 20, "containers large enough to be mapped");
+    for (repo, b, one, mapped) in local_and_memory(dir.path(), &data, &seal, "kept") {
         let mut read = Vec::new();
         let mut reused = 0;
         for memory in [one, 3 * one] {
-            let ropts = RestoreOptions {
-                cache: CacheSpec::parse("lru:16").unwrap(),
-                memory,
-            };
-            let mut out = Vec::new();
-            let r = repo.restore_to(&b, &mut out, &ropts, &mut |_| {}).unwrap();
             let what = format!("mapped {mapped} memory {memory}");
-            assert!(out == data, "{what}: restored bytes differ");
-            let [_, _, over, _, _, _, kept] = LAST.with(|l| l.get());
-            assert_eq!(over, 0, "{what}: gave back bytes it did not hold");
+            let (r, [.., kept]) = lru_restore(&repo, &b, &data, memory, &what);
             assert!(kept <= r.data_containers_read, "{what}");
             read.push(r.data_containers_read);
             reused += kept;
