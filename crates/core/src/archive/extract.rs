@@ -40,6 +40,7 @@ use std::sync::{Arc, Mutex};
 use filetime::FileTime;
 use tar::Header;
 
+use super::input::{Copied, Input, Shared};
 use super::meta::Xattr;
 use super::report::{ExtractReport, Refused};
 use super::serialize::{
@@ -130,13 +131,30 @@ pub fn extract_with(
     include: &[String],
     writers: usize,
 ) -> Result<ExtractReport> {
+    extract_as(
+        &mut Copied(input),
+        target,
+        include,
+        running_as_root(),
+        writers,
+    )
+}
+
+/// [`extract_with`] from an [`Input`] that may hand a file's bytes to its
+/// writer without a copy (a restore's stream of blocks).
+pub fn extract_from(
+    input: &mut dyn Input,
+    target: &Path,
+    include: &[String],
+    writers: usize,
+) -> Result<ExtractReport> {
     extract_as(input, target, include, running_as_root(), writers)
 }
 
 /// [`extract_with`], restoring owners, setuid/setgid bits and device
 /// nodes only if `as_root` (so that tests run the unprivileged rules as root).
 pub(super) fn extract_as(
-    input: &mut dyn BufRead,
+    input: &mut dyn Input,
     target: &Path,
     include: &[String],
     as_root: bool,
@@ -278,8 +296,23 @@ pub fn include_paths(include: &[String]) -> Result<Vec<Vec<Vec<u8>>>> {
 
 /// The input, counting bytes so that errors can say where the stream broke.
 struct Stream<'a> {
-    inner: &'a mut dyn BufRead,
+    inner: &'a mut dyn Input,
     pos: u64,
+}
+
+/// An entry's data: the stream, limited to the entry's size.
+type Data<'s, 'a> = std::io::Take<&'s mut Stream<'a>>;
+
+/// The next `n` bytes of an entry's data without a copy, if the input can
+/// hand them out so ([`Input::share`]).
+fn share(data: &mut Data, n: usize) -> Option<Shared> {
+    if n as u64 > data.limit() {
+        return None;
+    }
+    let s = data.get_mut().inner.share(n)?;
+    data.get_mut().pos += n as u64;
+    data.set_limit(data.limit() - n as u64);
+    Some(s)
 }
 
 impl Read for Stream<'_> {
@@ -772,6 +805,9 @@ struct FileJob {
 enum FileData {
     /// Read whole (a small file): counted in the writers' queue.
     Whole(Vec<u8>),
+    /// A small file's bytes as the input holds them (no copy), counted
+    /// in the queue as [`FileData::Whole`].
+    Shared(Shared),
     /// A large file's, following piece by piece while the parsing thread
     /// reads them.
     Pieces(Pieces),
@@ -831,33 +867,43 @@ impl Source for &[u8] {
 }
 
 /// A large file's pieces, sent by the parsing thread as it reads them;
-/// each one written goes back to it for reuse.
+/// each one copied and written goes back to it for reuse.
 struct Pieces {
-    next: Receiver<Vec<u8>>,
+    next: Receiver<Piece>,
     spent: Sender<Vec<u8>>,
-    current: Vec<u8>,
+    current: Option<Piece>,
+}
+
+/// A piece of a large file: copied out of the stream, or shared with it
+/// when it lies in one of the input's buffers ([`Input::share`]).
+enum Piece {
+    Copied(Vec<u8>),
+    Shared(Shared),
 }
 
 impl Source for Pieces {
     fn next(&mut self, want: usize, shown: &str) -> Result<&[u8]> {
-        let spent = std::mem::take(&mut self.current);
-        if spent.capacity() > 0 {
+        if let Some(Piece::Copied(spent)) = self.current.take() {
             // The parsing thread may be done with pieces: then it is freed.
             let _ = self.spent.send(spent);
         }
         // The parsing thread stopped before the end (a broken stream,
         // reported there): this file is incomplete.
-        self.current = self
+        let piece = self
             .next
             .recv()
             .map_err(|_| Error::corrupt(STREAM, format!("truncated in the data of {shown}")))?;
-        if self.current.len() != want {
+        let bytes: &[u8] = match self.current.insert(piece) {
+            Piece::Copied(v) => v,
+            Piece::Shared(s) => s,
+        };
+        if bytes.len() != want {
             return Err(Error::io(
                 format!("cannot write {shown}"),
                 io::Error::other("a piece of unexpected size (extraction bug)"),
             ));
         }
-        Ok(&self.current)
+        Ok(bytes)
     }
 }
 
@@ -922,26 +968,30 @@ impl FileCreators {
                         };
                         let Ok(batch) = batch else { return };
                         for job in batch {
-                            let (held, whole, pieces) = match job.data {
-                                FileData::Whole(bytes) => (job.size, bytes, None),
-                                FileData::Pieces(p) => (0, Vec::new(), Some(p)),
+                            let write = |source: &mut dyn Source| {
+                                write_file(
+                                    job.dir.as_raw_fd(),
+                                    &job.name,
+                                    &job.path,
+                                    &job.shown,
+                                    job.size,
+                                    source,
+                                    &job.meta,
+                                )
                             };
-                            let mut source: Box<dyn Source + '_> = match pieces {
-                                Some(p) => Box::new(p),
-                                None => Box::new(&whole[..]),
+                            let (held, whole, outcome) = match job.data {
+                                FileData::Whole(bytes) => {
+                                    let outcome = write(&mut &bytes[..]);
+                                    (job.size, bytes, outcome)
+                                }
+                                FileData::Shared(shared) => {
+                                    (job.size, Vec::new(), write(&mut &shared[..]))
+                                }
+                                // A large file's remaining pieces are not
+                                // waited for: the parsing thread stops
+                                // sending once they are dropped here.
+                                FileData::Pieces(mut p) => (0, Vec::new(), write(&mut p)),
                             };
-                            let outcome = write_file(
-                                job.dir.as_raw_fd(),
-                                &job.name,
-                                &job.path,
-                                &job.shown,
-                                job.size,
-                                &mut *source,
-                                &job.meta,
-                            );
-                            // A large file's remaining pieces are not
-                            // waited for: the parsing thread stops sending.
-                            drop(source);
                             let reply = FileDone {
                                 seq: job.seq,
                                 key: job.key,
@@ -1152,7 +1202,7 @@ impl Extractor {
         Ok(())
     }
 
-    fn entry(&mut self, e: &Entry, data: &mut dyn BufRead) -> Result<()> {
+    fn entry(&mut self, e: &Entry, data: &mut Data) -> Result<()> {
         let shown = lossy(&e.path);
         let comps = match components(&e.path) {
             Ok(c) => c,
@@ -1297,6 +1347,14 @@ impl Extractor {
         }
     }
 
+    /// Give an entry just created in `at` (a symlink, a special file) its
+    /// owner, unless it has it already (created by root, usually): a chown
+    /// is a journalled inode update, a stat is not.
+    fn chown_new(&mut self, shown: &str, owner: Option<(u64, u64)>, at: RawFd, name: &CStr) {
+        let owner = owner.filter(|&o| lstat_at(at, name).map_or(true, |m| !owned_by(&m, o)));
+        self.chown(shown, owner, |u, g| chown_at(at, name, u, g));
+    }
+
     /// Give a restored entry its owner with `chown`; a failure is reported
     /// (the entry stays) rather than stopping the restore.
     fn chown(
@@ -1316,7 +1374,7 @@ impl Extractor {
         comps: &[&[u8]],
         key: &[u8],
         shown: &str,
-        data: &mut dyn BufRead,
+        data: &mut Data,
     ) -> Result<Check<()>> {
         let at = match self.parent(comps)? {
             Ok(fd) => fd,
@@ -1333,12 +1391,14 @@ impl Extractor {
         if self.pool.is_some() && e.size <= POOLED_FILE {
             // Room for it in the queue first (one file always fits).
             self.collect_until(false, QUEUED_BYTES.saturating_sub(e.size))?;
-            let buf = self
-                .pool
-                .as_mut()
-                .expect("checked above")
-                .buffer(e.size as usize);
-            let bytes = read_file_whole(data, buf, e.size as usize, shown)?;
+            let bytes = match share(data, e.size as usize) {
+                Some(shared) => FileData::Shared(shared),
+                None => {
+                    let pool = self.pool.as_mut().expect("checked above");
+                    let buf = pool.buffer(e.size as usize);
+                    FileData::Whole(read_file_whole(data, buf, e.size as usize, shown)?)
+                }
+            };
             let job = FileJob {
                 seq: self.seq,
                 dir: self.current_shared(),
@@ -1347,7 +1407,7 @@ impl Extractor {
                 shown: shown.to_string(),
                 path,
                 size: e.size,
-                data: FileData::Whole(bytes),
+                data: bytes,
                 meta,
             };
             let pool = self.pool.as_mut().expect("checked above");
@@ -1377,7 +1437,7 @@ impl Extractor {
                 data: FileData::Pieces(Pieces {
                     next,
                     spent: pool.spent.clone(),
-                    current: Vec::new(),
+                    current: None,
                 }),
                 meta,
             };
@@ -1389,9 +1449,15 @@ impl Extractor {
             let mut left = e.size;
             while left > 0 {
                 let want = COPY_BUF.min(usize::try_from(left).unwrap_or(usize::MAX));
-                let mut piece = pool.spares.try_recv().unwrap_or_default();
-                piece.resize(want, 0);
-                read_file_data(data, &mut piece, shown)?;
+                let piece = match share(data, want) {
+                    Some(shared) => Piece::Shared(shared),
+                    None => {
+                        let mut piece = pool.spares.try_recv().unwrap_or_default();
+                        piece.resize(want, 0);
+                        read_file_data(data, &mut piece, shown)?;
+                        Piece::Copied(piece)
+                    }
+                };
                 // Its writer stopped (refused, or failed): the rest of its
                 // data is passed over, and the answer says why.
                 if send.send(piece).is_err() {
@@ -1473,7 +1539,7 @@ impl Extractor {
             }
             Err(err) => return Err(Error::io(format!("cannot create {}", path.display()), err)),
         }
-        self.chown(shown, self.owner(e), |u, g| chown_at(at, &name, u, g));
+        self.chown_new(shown, self.owner(e), at, &name);
         let failed = xattr::set_at(at, &name, &e.xattrs);
         self.xattr_failures(shown, failed);
         times_at(at, &name, e.mtime)
@@ -1564,7 +1630,7 @@ impl Extractor {
             }
             Err(err) => return Err(Error::io(format!("cannot create {}", path.display()), err)),
         }
-        self.chown(shown, self.owner(e), |u, g| chown_at(at, &name, u, g));
+        self.chown_new(shown, self.owner(e), at, &name);
         let failed = xattr::set_at(at, &name, &e.xattrs);
         self.xattr_failures(shown, failed);
         // Just created by mknodat, which never follows or replaces a
@@ -1610,7 +1676,11 @@ impl Extractor {
                 .map(File::from)
                 .ctx(|| format!("cannot open {}", path.display()))?;
             let fd = dir.as_raw_fd();
-            self.chown(&lossy(&key), meta.owner, |u, g| {
+            // As for symlinks: an owner it has already is not set again.
+            let owner = meta
+                .owner
+                .filter(|&o| fstat(fd).map_or(true, |m| !owned_by(&m, o)));
+            self.chown(&lossy(&key), owner, |u, g| {
                 // SAFETY: `fd` is an open descriptor owned by `dir`.
                 cvt(unsafe { libc::fchown(fd, u, g) })
             });
@@ -1677,9 +1747,7 @@ fn write_file(
     // 3.4 % of a restore's CPU in a profile), where one fstat tells.
     let fd = file.as_raw_fd();
     let now = fstat(fd).ctx(|| format!("cannot stat {}", path.display()))?;
-    let owned = meta
-        .owner
-        .is_none_or(|(u, g)| (u64::from(now.st_uid), u64::from(now.st_gid)) == (u, g));
+    let owned = meta.owner.is_none_or(|o| owned_by(&now, o));
     let mut notes = Vec::new();
     if !owned {
         notes.extend(chown_note(shown, meta.owner, |u, g| {
@@ -1699,6 +1767,11 @@ fn write_file(
 
 /// Give an entry its owner with `chown`; a failure becomes a note (the
 /// entry stays) rather than stopping the restore.
+/// Whether `m` has the owner `(uid, gid)`.
+fn owned_by(m: &libc::stat, (uid, gid): (u64, u64)) -> bool {
+    (u64::from(m.st_uid), u64::from(m.st_gid)) == (uid, gid)
+}
+
 fn chown_note(
     shown: &str,
     owner: Option<(u64, u64)>,

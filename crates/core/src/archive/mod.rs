@@ -53,6 +53,7 @@
 pub(crate) mod assemble;
 mod dirfd;
 mod extract;
+pub mod input;
 pub mod meta;
 mod packed;
 mod report;
@@ -64,7 +65,10 @@ pub(crate) mod walk;
 mod xattr;
 
 pub(crate) use self::extract::list_with_offsets;
-pub use self::extract::{extract, extract_selected, extract_with, include_paths, list, Listed};
+pub use self::extract::{
+    extract, extract_from, extract_selected, extract_with, include_paths, list, Listed,
+};
+pub use self::input::{Input, Shared};
 pub use self::meta::{Kind, Record};
 pub use self::report::{ExtractReport, Refused, TreeStats};
 pub use self::select::Selection;

@@ -1852,6 +1852,48 @@ fn many_writers_in_one_directory_restore_every_byte() {
     }
 }
 
+/// The same stream from an input that hands file bytes out shared (as a
+/// restore's pipe does) in blocks of several sizes, so that some files and
+/// pieces lie inside a block and others straddle two (copied): every file
+/// is restored byte for byte, shared or not.
+#[test]
+fn shared_input_restores_every_byte() {
+    let mut raw = RawTar::default();
+    raw.dir("d/");
+    let mut want = Vec::new();
+    for i in 0..60u32 {
+        let len = match i % 4 {
+            0 => (i as usize * 37) % 200,
+            1 => 4096 * (i as usize % 7) + 11,
+            2 => 300_000 + i as usize * 1000,
+            // Large files: written piece by piece.
+            _ => (3 << 20) + i as usize * 4099,
+        };
+        let mut data: Vec<u8> = (0..len).map(|k| (k as u32 * 31 + i) as u8).collect();
+        if i % 8 == 3 {
+            // A zero run that becomes a hole, in a shared piece or not.
+            data[(1 << 20)..(1 << 20) + (256 << 10)].fill(0);
+        }
+        let name = format!("d/f{i:03}");
+        raw.file(&name, &data);
+        want.push((name, data));
+    }
+    let tar = raw.finish();
+    let dir = tempfile::tempdir().unwrap();
+    for block in [4096 + 512, 1 << 20] {
+        let target = dir.path().join(format!("b{block}"));
+        let mut input = super::input::Blocks::new(tar.clone(), block);
+        let report = super::extract::extract_as(&mut input, &target, &[], false, 4).unwrap();
+        assert_eq!(report.files, 60, "{block}");
+        assert!(report.refused.is_empty(), "{:?}", report.refused);
+        assert!(input.shared > 0, "nothing shared with {block}-byte blocks");
+        for (name, data) in &want {
+            let got = fs::read(target.join(name)).unwrap();
+            assert!(got == *data, "{block}-byte blocks: {name} differs");
+        }
+    }
+}
+
 /// Several files over the pooled size (written by the writers piece by
 /// piece while the parsing thread reads on), with zero runs that become
 /// holes, between empty and small files, each with its own mode and

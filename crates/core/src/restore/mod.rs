@@ -852,7 +852,7 @@ fn into_directory_with<R>(
             let extractor = std::thread::Builder::new()
                 .name("tessera-extract".into())
                 .spawn(move || {
-                    let r = crate::archive::extract_with(&mut reader, &dir, &include, writers);
+                    let r = crate::archive::extract_from(&mut reader, &dir, &include, writers);
                     // Drain, so the restore side never blocks on a full pipe.
                     let _ = std::io::copy(&mut reader, &mut std::io::sink());
                     r
