@@ -67,6 +67,19 @@ pub trait Locator: Send + Sync {
         fp: &Fingerprint,
         copy: CopyNo,
     ) -> Option<ContainerId>;
+    /// [`locate_copy`](Self::locate_copy) of a data chunk, for the
+    /// consecutive entries of one recipe: `log` is where the layout's
+    /// index may expect the next one ([`Index::get_copy_near`]).
+    fn locate_data_near(
+        &self,
+        cx: &Context,
+        log: &mut usize,
+        fp: &Fingerprint,
+        copy: CopyNo,
+    ) -> Option<ContainerId> {
+        let _ = log;
+        self.locate_copy(cx, ChunkKind::Data, fp, copy)
+    }
     /// This layout's own index, built instead of loading the manifest's
     /// index segments (MFDedup writes none: it indexes recipe chunks from
     /// their containers); `None` loads the segments.
@@ -88,6 +101,16 @@ impl Locator for IndexLocator {
         copy: CopyNo,
     ) -> Option<ContainerId> {
         cx.index.get_copy(kind, fp, copy)
+    }
+    #[inline]
+    fn locate_data_near(
+        &self,
+        cx: &Context,
+        log: &mut usize,
+        fp: &Fingerprint,
+        copy: CopyNo,
+    ) -> Option<ContainerId> {
+        cx.index.get_copy_near(log, fp, copy)
     }
 }
 
@@ -966,6 +989,18 @@ impl Context {
         copy: CopyNo,
     ) -> Option<ContainerId> {
         self.locator.locate_copy(self, kind, fp, copy)
+    }
+
+    /// [`locate_copy`](Self::locate_copy) of the data chunks of one recipe,
+    /// in order: `log` starts at 0 and is kept between the calls.
+    #[inline]
+    pub(crate) fn locate_data_near(
+        &self,
+        log: &mut usize,
+        fp: &Fingerprint,
+        copy: CopyNo,
+    ) -> Option<ContainerId> {
+        self.locator.locate_data_near(self, log, fp, copy)
     }
 
     /// [`locate_copy`](Self::locate_copy) of a data chunk a recipe of

@@ -591,6 +591,32 @@ impl Index {
             },
         }
     }
+    /// [`get_copy`](Self::get_copy) of a data chunk, for the consecutive
+    /// entries of one recipe: `log` is a position in the memory table's
+    /// insertion log, moved after each hit there. Why: a backup's chunks
+    /// were mostly indexed in its own order (or a same tree's before it),
+    /// so a restore's walks find each next to the previous one instead of
+    /// by a random probe, which cost 0.11 s of CPU in two walks of a
+    /// 2.29 GB tree (issue 33). Exact either way.
+    #[inline]
+    pub fn get_copy_near(
+        &self,
+        log: &mut usize,
+        fp: &Fingerprint,
+        copy: CopyNo,
+    ) -> Option<ContainerId> {
+        if !self.copies.is_empty() {
+            return self.get_copy(ChunkKind::Data, fp, copy);
+        }
+        if copy != 0 {
+            return None;
+        }
+        match &self.data {
+            DataTable::Mem(t) => t.get_seq(log, fp),
+            DataTable::Disk(t) => t.get(fp),
+        }
+        .map(ContainerId)
+    }
     /// Every stored copy of a data chunk.
     #[inline]
     pub fn copy_list(&self, fp: &Fingerprint) -> CopyList<'_> {
@@ -1187,6 +1213,43 @@ mod tests {
         );
         ix.remove_copy(ChunkKind::Data, &h("thrice"), 1).unwrap();
         assert_eq!(ix.copy_census().extra_copies, 1);
+    }
+
+    proptest::proptest! {
+        /// `get_copy_near` answers as `get_copy` whatever the order of the
+        /// look-ups (in the log's order, repeated, backwards, missing
+        /// chunks) and whether chunks have several copies (rewriting).
+        #[test]
+        fn near_lookups_answer_as_probes(
+            n in 1u32..300,
+            walk in proptest::collection::vec(0u32..400, 0..600),
+            copies in proptest::collection::vec((0u32..300, 1u16..3), 0..4),
+            seq in proptest::bool::ANY,
+        ) {
+            let h = |i: u32| HashAlgo::Blake3.hash(&i.to_le_bytes());
+            let mut ix = Index::default();
+            for i in 0..n {
+                ix.insert(data(h(i), 0, u64::from(i / 7))).unwrap();
+            }
+            for &(i, copy) in &copies {
+                if i < n {
+                    ix.insert(data(h(i), copy, 1000 + u64::from(i))).unwrap();
+                }
+            }
+            // In order (as a restore of the backup that indexed them), or
+            // as drawn.
+            let order: Vec<u32> = if seq { (0..n).chain(walk).collect() } else { walk };
+            let mut log = 0;
+            for i in order {
+                for copy in [0, 1, 2] {
+                    proptest::prop_assert_eq!(
+                        ix.get_copy_near(&mut log, &h(i), copy),
+                        ix.get_copy(ChunkKind::Data, &h(i), copy),
+                        "chunk {} copy {}", i, copy
+                    );
+                }
+            }
+        }
     }
 
     /// Found by the index_segment fuzz target: non-zero reserved bytes were

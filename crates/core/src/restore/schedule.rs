@@ -285,13 +285,14 @@ impl Scheduler {
             .map_err(|e| e.in_backup(bid, None))?;
         // The next recipe entry with the container holding its copy;
         // `offset` is where it starts in the backup, for messages.
+        let mut log = 0;
         let mut next = |offset: u64| -> Result<Option<(RecipeEntry, ContainerId)>> {
             let Some(e) = walker.next().map_err(|e| e.in_backup(bid, Some(offset)))? else {
                 return Ok(None);
             };
             // The copy this backup's own ingest chose, wherever GC moved it.
             let id = repo
-                .locate_copy(ChunkKind::Data, &e.fp, e.copy)
+                .locate_data_near(&mut log, &e.fp, e.copy)
                 .ok_or_else(|| {
                     Error::corrupt(
                         format!("backup {bid}"),
@@ -456,10 +457,11 @@ fn future_uses(repo: &Context, backup: &BackupEntry) -> Result<Future> {
         .entries(backup.root_fp()?, backup.root_level)
         .map_err(|e| e.in_backup(bid, None))?;
     // A chunk the index misses is reported by the second walk.
+    let mut log = 0;
     Future::from_walk(std::iter::from_fn(|| {
         match walker.next().map_err(|e| e.in_backup(bid, None)) {
             Ok(Some(e)) => Some(Ok(repo
-                .locate_copy(ChunkKind::Data, &e.fp, e.copy)
+                .locate_data_near(&mut log, &e.fp, e.copy)
                 .map(|id| (id, e.fp, u32::try_from(e.size).unwrap_or(u32::MAX))))),
             Ok(None) => None,
             Err(e) => Some(Err(e)),
