@@ -516,9 +516,15 @@ impl Index {
     /// cache misses and, on a kept table, a page fault on first touch).
     #[inline]
     pub fn contains_data_near(&self, log: &mut usize, fp: &Fingerprint) -> bool {
+        self.get_data_near(log, fp).is_some()
+    }
+    /// The container of a data chunk's newest copy, found along the memory
+    /// table's insertion log from `log`; the disk table probes.
+    #[inline]
+    fn get_data_near(&self, log: &mut usize, fp: &Fingerprint) -> Option<u64> {
         match &self.data {
-            DataTable::Mem(t) => t.get_seq(log, fp).is_some(),
-            DataTable::Disk(t) => t.contains(fp),
+            DataTable::Mem(t) => t.get_seq(log, fp),
+            DataTable::Disk(t) => t.get(fp),
         }
     }
     /// Whether the index holds a data chunk: answered by the insertion log
@@ -611,11 +617,7 @@ impl Index {
         if copy != 0 {
             return None;
         }
-        match &self.data {
-            DataTable::Mem(t) => t.get_seq(log, fp),
-            DataTable::Disk(t) => t.get(fp),
-        }
-        .map(ContainerId)
+        self.get_data_near(log, fp).map(ContainerId)
     }
     /// Every stored copy of a data chunk.
     #[inline]
