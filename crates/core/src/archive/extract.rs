@@ -29,7 +29,7 @@
 use std::collections::{HashMap, HashSet};
 use std::ffi::{CStr, CString, OsStr};
 use std::fs::{self, File, Permissions};
-use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::io::{self, BufRead, BufReader, Read};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
@@ -42,6 +42,7 @@ use tar::Header;
 
 use super::input::{Copied, Input, Shared};
 use super::meta::Xattr;
+use super::parts::{write_sparse, Parts};
 use super::report::{ExtractReport, Refused};
 use super::serialize::{
     padding, BLOCK, BLOCK_DEVICE, CHAR_DEVICE, DIRECTORY, FIFO, HARDLINK, PAX_XATTR, REGULAR,
@@ -58,9 +59,6 @@ const MAX_LONG_NAME: u64 = 64 * 1024;
 /// Largest PAX extended header accepted, for the same reason (room for
 /// many extended attributes of up to 64 KiB each).
 const MAX_PAX: u64 = 8 * 1024 * 1024;
-/// Runs of zeros this long, at this alignment, are left as holes in the
-/// restored file rather than written.
-const HOLE: usize = 4096;
 /// Bytes written at once, and the size of a large file's pieces.
 const COPY_BUF: usize = 256 * 1024;
 /// Files up to this size are read whole and handed to a writer thread;
@@ -303,9 +301,31 @@ struct Stream<'a> {
 /// An entry's data: the stream, limited to the entry's size.
 type Data<'s, 'a> = std::io::Take<&'s mut Stream<'a>>;
 
+/// A file's next bytes as the input holds them: in one of its buffers, or
+/// the end of one and the start of the next (`parts.rs` says why).
+enum Shares {
+    One(Shared),
+    Two(Shared, Shared),
+}
+
+impl Shares {
+    fn parts(&self) -> Parts<'_> {
+        match self {
+            Shares::One(a) => Parts::one(a),
+            Shares::Two(a, b) => Parts::two(a, b),
+        }
+    }
+}
+
+/// What [`share`] took: the bytes shared, or copied after all.
+enum Taken {
+    Shared(Shares),
+    Copied(Vec<u8>),
+}
+
 /// The next `n` bytes of an entry's data without a copy, if the input can
 /// hand them out so ([`Input::share`]).
-fn share(data: &mut Data, n: usize) -> Option<Shared> {
+fn share_one(data: &mut Data, n: usize) -> Option<Shared> {
     if n as u64 > data.limit() {
         return None;
     }
@@ -313,6 +333,31 @@ fn share(data: &mut Data, n: usize) -> Option<Shared> {
     data.get_mut().pos += n as u64;
     data.set_limit(data.limit() - n as u64);
     Some(s)
+}
+
+/// The next `n` bytes of the data of file `shown` without a copy: from one
+/// of the input's buffers or straddling two. `None`, nothing consumed, if
+/// the input does not share; copied if it shared only the first part (its
+/// next buffer was shorter than the rest: a flush, or a truncated stream).
+fn share(data: &mut Data, n: usize, shown: &str) -> Result<Option<Taken>> {
+    if let Some(s) = share_one(data, n) {
+        return Ok(Some(Taken::Shared(Shares::One(s))));
+    }
+    let avail = data.fill_buf().map_or(0, <[u8]>::len);
+    if avail == 0 || avail >= n {
+        return Ok(None);
+    }
+    let Some(head) = share_one(data, avail) else {
+        return Ok(None);
+    };
+    if let Some(tail) = share_one(data, n - avail) {
+        return Ok(Some(Taken::Shared(Shares::Two(head, tail))));
+    }
+    let mut bytes = Vec::with_capacity(n);
+    bytes.extend_from_slice(&head);
+    bytes.resize(n, 0);
+    read_file_data(data, &mut bytes[avail..], shown)?;
+    Ok(Some(Taken::Copied(bytes)))
 }
 
 impl Read for Stream<'_> {
@@ -807,7 +852,7 @@ enum FileData {
     Whole(Vec<u8>),
     /// A small file's bytes as the input holds them (no copy), counted
     /// in the queue as [`FileData::Whole`].
-    Shared(Shared),
+    Shared(Shares),
     /// A large file's, following piece by piece while the parsing thread
     /// reads them.
     Pieces(Pieces),
@@ -832,7 +877,7 @@ struct FileDone {
 /// a multiple of it and every aligned zero block is seen whole: a hole).
 trait Source {
     /// The next `want` bytes of file `shown`.
-    fn next(&mut self, want: usize, shown: &str) -> Result<&[u8]>;
+    fn next(&mut self, want: usize, shown: &str) -> Result<Parts<'_>>;
 }
 
 /// Bytes read from a stream into one buffer (the one-writer extraction).
@@ -842,27 +887,21 @@ struct ReadSource<'a> {
 }
 
 impl Source for ReadSource<'_> {
-    fn next(&mut self, want: usize, shown: &str) -> Result<&[u8]> {
+    fn next(&mut self, want: usize, shown: &str) -> Result<Parts<'_>> {
         if self.buf.len() < want {
             self.buf.resize(want, 0);
         }
         read_file_data(self.data, &mut self.buf[..want], shown)?;
-        Ok(&self.buf[..want])
+        Ok(Parts::one(&self.buf[..want]))
     }
 }
 
-/// A small file's bytes, read whole: written from where they are.
-impl Source for &[u8] {
-    fn next(&mut self, want: usize, shown: &str) -> Result<&[u8]> {
-        if self.len() < want {
-            return Err(Error::corrupt(
-                STREAM,
-                format!("truncated in the data of {shown}"),
-            ));
-        }
-        let (piece, rest) = self.split_at(want);
-        *self = rest;
-        Ok(piece)
+/// A small file's bytes, all there: written from where they are.
+impl Source for Parts<'_> {
+    fn next(&mut self, want: usize, shown: &str) -> Result<Parts<'_>> {
+        self.take(want).ok_or_else(|| {
+            Error::corrupt(STREAM, format!("truncated in the data of {shown}"))
+        })
     }
 }
 
@@ -875,14 +914,14 @@ struct Pieces {
 }
 
 /// A piece of a large file: copied out of the stream, or shared with it
-/// when it lies in one of the input's buffers ([`Input::share`]).
+/// when it lies in the input's buffers ([`Input::share`]), one or two.
 enum Piece {
     Copied(Vec<u8>),
-    Shared(Shared),
+    Shared(Shares),
 }
 
 impl Source for Pieces {
-    fn next(&mut self, want: usize, shown: &str) -> Result<&[u8]> {
+    fn next(&mut self, want: usize, shown: &str) -> Result<Parts<'_>> {
         if let Some(Piece::Copied(spent)) = self.current.take() {
             // The parsing thread may be done with pieces: then it is freed.
             let _ = self.spent.send(spent);
@@ -893,9 +932,9 @@ impl Source for Pieces {
             .next
             .recv()
             .map_err(|_| Error::corrupt(STREAM, format!("truncated in the data of {shown}")))?;
-        let bytes: &[u8] = match self.current.insert(piece) {
-            Piece::Copied(v) => v,
-            Piece::Shared(s) => s,
+        let bytes = match self.current.insert(piece) {
+            Piece::Copied(v) => Parts::one(v),
+            Piece::Shared(s) => s.parts(),
         };
         if bytes.len() != want {
             return Err(Error::io(
@@ -981,11 +1020,11 @@ impl FileCreators {
                             };
                             let (held, whole, outcome) = match job.data {
                                 FileData::Whole(bytes) => {
-                                    let outcome = write(&mut &bytes[..]);
+                                    let outcome = write(&mut Parts::one(&bytes));
                                     (job.size, bytes, outcome)
                                 }
                                 FileData::Shared(shared) => {
-                                    (job.size, Vec::new(), write(&mut &shared[..]))
+                                    (job.size, Vec::new(), write(&mut shared.parts()))
                                 }
                                 // A large file's remaining pieces are not
                                 // waited for: the parsing thread stops
@@ -1391,8 +1430,9 @@ impl Extractor {
         if self.pool.is_some() && e.size <= POOLED_FILE {
             // Room for it in the queue first (one file always fits).
             self.collect_until(false, QUEUED_BYTES.saturating_sub(e.size))?;
-            let bytes = match share(data, e.size as usize) {
-                Some(shared) => FileData::Shared(shared),
+            let bytes = match share(data, e.size as usize, shown)? {
+                Some(Taken::Shared(shared)) => FileData::Shared(shared),
+                Some(Taken::Copied(bytes)) => FileData::Whole(bytes),
                 None => {
                     let pool = self.pool.as_mut().expect("checked above");
                     let buf = pool.buffer(e.size as usize);
@@ -1449,8 +1489,9 @@ impl Extractor {
             let mut left = e.size;
             while left > 0 {
                 let want = COPY_BUF.min(usize::try_from(left).unwrap_or(usize::MAX));
-                let piece = match share(data, want) {
-                    Some(shared) => Piece::Shared(shared),
+                let piece = match share(data, want, shown)? {
+                    Some(Taken::Shared(shared)) => Piece::Shared(shared),
+                    Some(Taken::Copied(bytes)) => Piece::Copied(bytes),
                     None => {
                         let mut piece = pool.spares.try_recv().unwrap_or_default();
                         piece.resize(want, 0);
@@ -1805,30 +1846,6 @@ fn xattr_note(shown: &str, failed: Vec<(String, io::Error)>) -> Option<Refused> 
             list.join(", ")
         ),
     })
-}
-
-/// Write `data`, found at offset `at` of the file, leaving whole aligned
-/// blocks of zeros as holes (the file was created empty, so they read as
-/// zeros). Returns whether it left a hole.
-fn write_sparse(file: &mut File, data: &[u8], at: u64) -> io::Result<bool> {
-    let mut holes = false;
-    let mut run = 0; // start of the bytes not yet written
-    let mut i = 0;
-    while i < data.len() {
-        let end = data
-            .len()
-            .min(i + HOLE - ((at + i as u64) % HOLE as u64) as usize);
-        let block = &data[i..end];
-        if block.len() == HOLE && block.iter().all(|b| *b == 0) {
-            file.write_all(&data[run..i])?;
-            file.seek(SeekFrom::Current(HOLE as i64))?;
-            holes = true;
-            run = end;
-        }
-        i = end;
-    }
-    file.write_all(&data[run..])?;
-    Ok(holes)
 }
 
 fn file_time((secs, nsec): (i64, u32)) -> FileTime {

@@ -56,6 +56,7 @@ mod extract;
 pub mod input;
 pub mod meta;
 mod packed;
+mod parts;
 mod report;
 mod select;
 mod serialize;

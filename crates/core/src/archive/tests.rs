@@ -1854,8 +1854,9 @@ fn many_writers_in_one_directory_restore_every_byte() {
 
 /// The same stream from an input that hands file bytes out shared (as a
 /// restore's pipe does) in blocks of several sizes, so that some files and
-/// pieces lie inside a block and others straddle two (copied): every file
-/// is restored byte for byte, shared or not.
+/// pieces lie inside a block and others straddle two (shared as two
+/// slices) or more (copied): every file is restored byte for byte, holes
+/// included, and with 1 MiB blocks (the pipe's) nothing is copied.
 #[test]
 fn shared_input_restores_every_byte() {
     let mut raw = RawTar::default();
@@ -1887,9 +1888,20 @@ fn shared_input_restores_every_byte() {
         assert_eq!(report.files, 60, "{block}");
         assert!(report.refused.is_empty(), "{:?}", report.refused);
         assert!(input.shared > 0, "nothing shared with {block}-byte blocks");
-        for (name, data) in &want {
+        if block == 1 << 20 {
+            let bytes: usize = want.iter().map(|(_, d)| d.len()).sum();
+            assert_eq!(input.shared, bytes, "file bytes copied");
+        }
+        for (i, (name, data)) in want.iter().enumerate() {
             let got = fs::read(target.join(name)).unwrap();
             assert!(got == *data, "{block}-byte blocks: {name} differs");
+            if i % 8 == 3 {
+                let used = fs::metadata(target.join(name)).unwrap().blocks() * 512;
+                assert!(
+                    used + (256 << 10) <= data.len() as u64 + 4096,
+                    "{block}-byte blocks: {name} has no hole ({used} bytes used)"
+                );
+            }
         }
     }
 }
