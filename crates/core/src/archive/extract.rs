@@ -899,9 +899,8 @@ impl Source for ReadSource<'_> {
 /// A small file's bytes, all there: written from where they are.
 impl Source for Parts<'_> {
     fn next(&mut self, want: usize, shown: &str) -> Result<Parts<'_>> {
-        self.take(want).ok_or_else(|| {
-            Error::corrupt(STREAM, format!("truncated in the data of {shown}"))
-        })
+        self.take(want)
+            .ok_or_else(|| Error::corrupt(STREAM, format!("truncated in the data of {shown}")))
     }
 }
 
