@@ -528,12 +528,19 @@ pub fn encode_framed(
 /// the range of the data section within `object`.
 pub fn decode(id: ContainerId, object: &[u8], sealer: &Sealer) -> Result<(Header, Vec<ChunkMeta>)> {
     let h = decode_sized_header(id, object)?;
+    verify_data(id, object, &h)?;
+    let meta = decode_meta(&h, &object[h.meta_offset() as usize..], sealer)?;
+    Ok((h, meta))
+}
+
+/// Verify the data checksum of a whole container object whose header `h`
+/// was checked against its length ([`decode_salvage`]).
+pub fn verify_data(id: ContainerId, object: &[u8], h: &Header) -> Result<()> {
     let data = &object[HEADER_LEN..HEADER_LEN + h.data_len as usize];
     if checksum(data) != h.data_sum {
         return Err(Error::corrupt(object_name(id), "data checksum mismatch"));
     }
-    let meta = decode_meta(&h, &object[h.meta_offset() as usize..], sealer)?;
-    Ok((h, meta))
+    Ok(())
 }
 
 /// Like [`decode`] but without the data checksum: for salvaging the intact

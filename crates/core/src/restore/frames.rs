@@ -16,9 +16,9 @@
 //! count in the budget from then on, and a chunk of one waits for it.
 
 use super::openers::{self, Openers, Opening};
-use crate::container::{Container, ContainerId};
+use crate::container::{Container, ContainerId, ContainerStore};
 use crate::error::Result;
-use crate::seal::Sealer;
+
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
@@ -97,7 +97,7 @@ impl OpenFrames {
         &'a mut self,
         c: &'a Container,
         i: usize,
-        sealer: &Sealer,
+        store: &ContainerStore,
     ) -> Result<&'a [u8]> {
         let m = &c.meta[i];
         if !c.needs_opening(m) {
@@ -120,7 +120,7 @@ impl OpenFrames {
                     }
                     None => {
                         let mut buf = self.make_room(m.frame_len as usize);
-                        c.open_frame(i, sealer, &mut buf)?;
+                        store.open_frame(c, i, &mut buf)?;
                         buf
                     }
                 };
@@ -170,6 +170,14 @@ mod tests {
     use crate::seal::keys::MasterKey;
     use crate::seal::{CipherKind, Compression, Sealer};
     use std::sync::Arc;
+
+    /// A store sealing with `sealer`: what opens the frames (a container
+    /// read from it again, when one does not open, is not there to read).
+    fn store(sealer: &Arc<Sealer>) -> ContainerStore {
+        let mem = Arc::new(crate::backend::MemoryStore::new());
+        let objects = crate::seal::SealedStore::new(mem, sealer.clone());
+        ContainerStore::new(objects, HashAlgo::Blake3, false, Default::default())
+    }
 
     fn sealer() -> Arc<Sealer> {
         let key = MasterKey::from_bytes([7; 32]);
@@ -228,6 +236,7 @@ mod tests {
     #[test]
     fn copies_every_chunk_and_keeps_no_more_than_its_budget() {
         let sealer = sealer();
+        let store = store(&sealer);
         let (c, chunks) = container(&sealer);
         assert!(c.needs_opening(&c.meta[0]), "compressed chunks are opened");
         assert_eq!(crate::container::frames(&c.meta).count(), 8);
@@ -236,7 +245,7 @@ mod tests {
         let mut open = OpenFrames::new(8192);
         for round in 0..2 {
             for i in (0..32).rev().chain(0..32) {
-                let got = open.chunk(&c, i, &sealer).unwrap().to_vec();
+                let got = open.chunk(&c, i, &store).unwrap().to_vec();
                 assert_eq!(got, chunks[i], "round {round} chunk {i}");
                 let (n, bytes) = open.held();
                 assert!(n <= 2 && bytes <= 8192, "{n} frames, {bytes} bytes");
@@ -245,7 +254,7 @@ mod tests {
         // Below one frame: one frame is still kept, and the bytes are exact.
         let mut tiny = OpenFrames::new(1);
         for (i, want) in chunks.iter().enumerate() {
-            assert_eq!(tiny.chunk(&c, i, &sealer).unwrap(), &want[..]);
+            assert_eq!(tiny.chunk(&c, i, &store).unwrap(), &want[..]);
             assert_eq!(tiny.held().0, 1);
         }
     }
@@ -257,11 +266,12 @@ mod tests {
     #[test]
     fn frames_opened_ahead_give_exact_chunks_once_each() {
         let sealer = sealer();
+        let store = store(&sealer);
         let (c, chunks) = container(&sealer);
         let c = Arc::new(c);
         std::thread::scope(|scope| {
             let buffers = super::super::loader::Buffers::default();
-            let openers = Openers::spawn(scope, &sealer, 2, &buffers).unwrap();
+            let openers = Openers::spawn(scope, &store, 2, &buffers).unwrap();
             let mut open = OpenFrames::new(64 << 10);
             // Every chunk of the first four frames: four frames requested.
             for i in 0..16 {
@@ -273,7 +283,7 @@ mod tests {
             let mine = Arc::clone(&c);
             for (i, want) in chunks.iter().enumerate() {
                 assert_eq!(
-                    open.chunk(&mine, i, &sealer).unwrap(),
+                    open.chunk(&mine, i, &store).unwrap(),
                     &want[..],
                     "chunk {i}"
                 );
@@ -294,6 +304,7 @@ mod tests {
     #[test]
     fn reused_frame_buffers_never_show_earlier_bytes() {
         let sealer = sealer();
+        let store = store(&sealer);
         // 200 to 3,000 bytes: frames of unequal lengths; every other chunk
         // random-looking (stored raw), the others compressible.
         let (c, chunks) = sealed_of(
@@ -314,7 +325,7 @@ mod tests {
         assert!(lens.len() > 2, "frames of several lengths: {lens:?}");
         std::thread::scope(|scope| {
             let buffers = super::super::loader::Buffers::default();
-            let openers = Openers::spawn(scope, &sealer, 2, &buffers).unwrap();
+            let openers = Openers::spawn(scope, &store, 2, &buffers).unwrap();
             let mut open = OpenFrames::new(2 * 4096);
             let order: Vec<usize> = (0..48)
                 .rev()
@@ -326,7 +337,7 @@ mod tests {
                 for &j in order.iter().skip(k + 1).take(3) {
                     open.request(&c, j, &openers);
                 }
-                let got = open.chunk(&c, i, &sealer).unwrap();
+                let got = open.chunk(&c, i, &store).unwrap();
                 assert_eq!(got, &chunks[i][..], "step {k}: chunk {i}");
             }
         });
@@ -339,6 +350,7 @@ mod tests {
     #[test]
     fn a_tampered_frame_is_refused_when_opened() {
         let sealer = sealer();
+        let store = store(&sealer);
         let (c, chunks) = container(&sealer);
         let (header, meta) = (c.header, c.meta.clone());
         let victim = 9;
@@ -347,13 +359,13 @@ mod tests {
         object[at] ^= 0x10;
         let c = Container::unopened(header, meta, object);
         let mut open = OpenFrames::new(1 << 20);
-        let err = open.chunk(&c, victim, &sealer).unwrap_err().to_string();
+        let err = open.chunk(&c, victim, &store).unwrap_err().to_string();
         assert!(
             err.contains("0000000000000005") && err.contains(&c.meta[victim].fp.to_hex()),
             "{err}"
         );
         assert!(err.contains("does not authenticate"), "{err}");
         // Another frame of the same container opens.
-        assert_eq!(open.chunk(&c, 0, &sealer).unwrap(), &chunks[0][..]);
+        assert_eq!(open.chunk(&c, 0, &store).unwrap(), &chunks[0][..]);
     }
 }

@@ -20,12 +20,11 @@
 
 use crate::archive::ExtractReport;
 use crate::catalog::{BackupEntry, BackupId, SourceKind};
-use crate::container::{format::object_name, Container, ContainerId};
+use crate::container::{format::object_name, Container, ContainerId, ContainerStore};
 use crate::context::Context;
 use crate::error::{Error, IoContext, Result};
 use crate::metrics::{mb_per_s, read_amplification, speed_factor};
 use crate::recipe::RecipeEntry;
-use crate::seal::Sealer;
 use std::collections::{HashMap, VecDeque};
 use std::io::Write;
 use std::path::Path;
@@ -145,7 +144,7 @@ struct Assembler<'a> {
     buffers: &'a Buffers,
     permit_return: &'a loader::PermitReturn,
     budget: &'a Budget,
-    sealer: &'a Sealer,
+    store: &'a ContainerStore,
     /// The containers the cache holds, as stored, with the budget bytes
     /// each holds.
     cached: HashMap<ContainerId, (Arc<Container>, u64)>,
@@ -420,7 +419,7 @@ impl Assembler<'_> {
                     if !self.trace {
                         let bytes = self
                             .frames
-                            .chunk(c, i, self.sealer)
+                            .chunk(c, i, self.store)
                             .map_err(|e| e.in_backup(bid, Some(offset)))?;
                         self.out
                             .write_all(bytes)
@@ -448,7 +447,7 @@ impl Assembler<'_> {
         let Some((c, n)) = self.cached.remove(&id) else {
             return Err(unplanned(id, bid, offset));
         };
-        let (cut, spare) = Trimmed::cut(c, prefixes, kept, self.sealer)
+        let (cut, spare) = Trimmed::cut(c, prefixes, kept, self.store)
             .map_err(|e| e.in_backup(bid, Some(offset)))?;
         self.in_place += u64::from(cut.in_place());
         self.trimmed.insert(id, (cut, kept));
@@ -506,7 +505,7 @@ impl Assembler<'_> {
                 if !self.trace {
                     let bytes = self
                         .frames
-                        .chunk(&c, i, self.sealer)
+                        .chunk(&c, i, self.store)
                         .map_err(|e| e.in_backup(bid, Some(offset + at)))?;
                     let at = *at as usize;
                     self.area[at..at + e.size as usize].copy_from_slice(bytes);
@@ -569,14 +568,14 @@ impl Context {
                 buffers: &buffers,
                 permit_return: &permit_return,
                 budget: &budget.0,
-                sealer: self.store.sealer(),
+                store: &self.store,
                 cached: HashMap::new(),
                 trimmed: HashMap::new(),
                 in_place: 0,
                 frames: OpenFrames::new(frames),
                 openers: match self.manifest.config.trace {
                     true => None,
-                    false => Openers::spawn(scope, self.store.sealer(), self.threads(), &buffers),
+                    false => Openers::spawn(scope, &self.store, self.threads(), &buffers),
                 },
                 look_ahead: frames / 2,
                 queue: VecDeque::new(),

@@ -12,9 +12,8 @@
 //! [`OpenFrames`]: super::frames::OpenFrames
 
 use super::loader::Buffers;
-use crate::container::Container;
+use crate::container::{Container, ContainerStore};
 use crate::error::{Error, Result};
-use crate::seal::Sealer;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread::Scope;
@@ -43,7 +42,7 @@ impl Openers {
     /// given to `buffers`, as the assembler would have.
     pub(crate) fn spawn<'scope>(
         scope: &'scope Scope<'scope, '_>,
-        sealer: &'scope Sealer,
+        store: &'scope ContainerStore,
         workers: usize,
         buffers: &Buffers,
     ) -> Option<Openers> {
@@ -72,7 +71,7 @@ impl Openers {
                     else {
                         return;
                     };
-                    let opened = container.open_frame(i, sealer, &mut buf).map(|()| buf);
+                    let opened = store.open_frame(&container, i, &mut buf).map(|()| buf);
                     // Its last user may be this: its buffer is read into next.
                     if let Ok(c) = Arc::try_unwrap(container) {
                         buffers.give(c);

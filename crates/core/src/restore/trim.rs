@@ -26,11 +26,10 @@
 
 use crate::backend::page_size;
 use crate::container::format::object_name;
-use crate::container::Container;
+use crate::container::{Container, ContainerStore};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FpMap};
 use crate::restore::future;
-use crate::seal::Sealer;
 use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 use std::sync::Arc;
@@ -76,7 +75,7 @@ impl Trimmed {
         c: Arc<Container>,
         prefixes: &[u64],
         kept: u64,
-        sealer: &Sealer,
+        store: &ContainerStore,
     ) -> Result<(Trimmed, Option<Arc<Container>>)> {
         let wanted: HashSet<u64> = prefixes.iter().copied().collect();
         if let Some(p) = InPlace::cut(&c, &wanted, kept) {
@@ -93,7 +92,7 @@ impl Trimmed {
             } else {
                 if frame.as_ref().is_none_or(|f| f.0 != m.stored_offset) {
                     let mut buf = frame.take().map(|f| f.1).unwrap_or_default();
-                    c.open_frame(i, sealer, &mut buf)?;
+                    store.open_frame(&c, i, &mut buf)?;
                     frame = Some((m.stored_offset, buf));
                 }
                 let plain = &frame.as_ref().expect("opened").1;
