@@ -16,7 +16,8 @@ use crate::metrics::Metrics;
 use crate::seal::{Codec, Compression, SealedStore, Sealer};
 use std::sync::Arc;
 
-/// A container read back from storage: verified header, metadata and data.
+/// A container read back from storage: verified header, metadata and data
+/// (a restore's sealed one: its frames authenticate as they are opened).
 /// When its chunks are stored as they are, their bytes are read out of the
 /// object; otherwise its frames were opened, when it was read, into a plain
 /// buffer (`plain`) beside the object ([`ContainerStore::read`]), or are
