@@ -110,6 +110,8 @@ pub struct CopyFigures {
     /// Every run's time, in run order.
     pub runs: Vec<f64>,
     pub peak_rss_bytes: u64,
+    /// Every run's CPU seconds, `[user, system]`, in run order.
+    pub cpu_runs: Vec<[f64; 2]>,
 }
 
 /// One step of one tool: medians over the runs.
@@ -121,6 +123,11 @@ pub struct StepFigures {
     pub runs: Vec<f64>,
     /// Largest peak resident set over the runs.
     pub peak_rss_bytes: u64,
+    /// Every run's CPU seconds, `[user, system]` (from `wait4`), in run
+    /// order. Why: whether a step is CPU-bound, and how much kernel time
+    /// the steps before it add, decide how its time compares (docs/LAB.md,
+    /// "why the harness measures restores slower").
+    pub cpu_runs: Vec<[f64; 2]>,
     /// This step's time over the fastest peer's (restic, borg); absent for peers.
     pub vs_fastest_peer: Option<f64>,
     /// The restore's time over `cp -a` of the tree; absent for other steps.
@@ -264,14 +271,16 @@ pub fn run(opts: &PeersOptions, note: &mut dyn FnMut(&str)) -> Result<PeersRepor
             }
         };
         let mut times: Vec<Vec<f64>> = vec![Vec::new(); STEPS.len()];
+        let mut cpus: Vec<Vec<[f64; 2]>> = vec![Vec::new(); STEPS.len()];
         let mut peaks = vec![0u64; STEPS.len()];
         let (mut first_size, mut final_size) = (0, 0);
         for run in 0..opts.runs {
             note(&format!("{} run {}/{}", tool.name(), run + 1, opts.runs));
             let r = run_tool(tool, opts, &src, changed.as_deref(), &mut stage)?;
-            for (i, (secs, rss)) in r.steps.iter().enumerate() {
-                times[i].push(*secs);
-                peaks[i] = peaks[i].max(*rss);
+            for (i, m) in r.steps.iter().enumerate() {
+                times[i].push(m.secs);
+                cpus[i].push([m.user, m.system]);
+                peaks[i] = peaks[i].max(m.peak);
             }
             first_size = r.stored_after_first;
             final_size = r.stored_final;
@@ -279,12 +288,14 @@ pub fn run(opts: &PeersOptions, note: &mut dyn FnMut(&str)) -> Result<PeersRepor
         let steps = STEPS
             .iter()
             .zip(times)
+            .zip(cpus)
             .zip(peaks)
-            .map(|((step, runs), peak)| StepFigures {
+            .map(|(((step, runs), cpu_runs), peak)| StepFigures {
                 step: step.to_string(),
                 seconds: median(&runs),
                 runs,
                 peak_rss_bytes: peak,
+                cpu_runs,
                 vs_fastest_peer: None,
                 vs_copy: None,
             })
@@ -298,17 +309,20 @@ pub fn run(opts: &PeersOptions, note: &mut dyn FnMut(&str)) -> Result<PeersRepor
         });
     }
     let mut copy_runs = Vec::new();
+    let mut copy_cpu = Vec::new();
     let mut copy_peak = 0;
     for run in 0..opts.runs {
         note(&format!("cp -a run {}/{}", run + 1, opts.runs));
-        let (secs, rss) = copy_step(opts, &src, &mut stage)?;
-        copy_runs.push(secs);
-        copy_peak = copy_peak.max(rss);
+        let m = copy_step(opts, &src, &mut stage)?;
+        copy_runs.push(m.secs);
+        copy_cpu.push([m.user, m.system]);
+        copy_peak = copy_peak.max(m.peak);
     }
     let copy = CopyFigures {
         seconds: median(&copy_runs),
         runs: copy_runs,
         peak_rss_bytes: copy_peak,
+        cpu_runs: copy_cpu,
     };
     compare(&mut tools, Some(&copy));
     note("removing the loop image, the runs' repositories and restores");
@@ -407,7 +421,7 @@ impl Stage {
 }
 
 /// One timed `cp -a` of the tree into a restore's kind of target.
-fn copy_step(opts: &PeersOptions, src: &Path, stage: &mut Stage) -> Result<(f64, u64)> {
+fn copy_step(opts: &PeersOptions, src: &Path, stage: &mut Stage) -> Result<Measured> {
     let dir = opts.work.join("run").join("cp");
     fs::create_dir_all(&dir)?;
     let target = stage.target(&dir, "copy")?;
@@ -543,9 +557,9 @@ fn tool_package(tool: Tool) -> &'static str {
     }
 }
 
-/// One run's figures: (seconds, peak RSS) per step, and stored sizes.
+/// One run's figures: each step's, and stored sizes.
 struct RunFigures {
-    steps: Vec<(f64, u64)>,
+    steps: Vec<Measured>,
     stored_after_first: u64,
     stored_final: u64,
 }
@@ -729,13 +743,17 @@ fn run_tool(
         Method::Settled => stage.before(&c.repo, false)?,
         Method::Warm => sync(),
     }
-    let (mut secs, mut peak) = (0.0, 0);
+    let mut forget_gc = Measured::default();
     for cmd in c.forget_gc() {
-        let (s, p) = measure(cmd, name)?;
-        secs += s;
-        peak = peak.max(p);
+        let m = measure(cmd, name)?;
+        forget_gc = Measured {
+            secs: forget_gc.secs + m.secs,
+            peak: forget_gc.peak.max(m.peak),
+            user: forget_gc.user + m.user,
+            system: forget_gc.system + m.system,
+        };
     }
-    steps.push((secs, peak));
+    steps.push(forget_gc);
     let stored_final = du(&c.repo)?;
     trash(&opts.work, &dir)?;
     Ok(RunFigures {
@@ -745,9 +763,21 @@ fn run_tool(
     })
 }
 
-/// Run `cmd` to completion: wall seconds and peak RSS (bytes). A failing
-/// command is an error carrying its stderr.
-fn measure(mut cmd: Command, tool: &str) -> Result<(f64, u64)> {
+/// One command, run to completion.
+#[derive(Debug, Clone, Copy, Default)]
+struct Measured {
+    /// Wall seconds.
+    secs: f64,
+    /// Peak resident set, bytes.
+    peak: u64,
+    /// CPU seconds in user space and in the kernel.
+    user: f64,
+    system: f64,
+}
+
+/// Run `cmd` to completion: its wall time, and its peak RSS and CPU time
+/// from `wait4`. A failing command is an error carrying its stderr.
+fn measure(mut cmd: Command, tool: &str) -> Result<Measured> {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
@@ -777,7 +807,13 @@ fn measure(mut cmd: Command, tool: &str) -> Result<(f64, u64)> {
             cmd.get_args().collect::<Vec<_>>()
         );
     }
-    Ok((secs, usage.ru_maxrss as u64 * 1024))
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    Ok(Measured {
+        secs,
+        peak: usage.ru_maxrss as u64 * 1024,
+        user: seconds(usage.ru_utime),
+        system: seconds(usage.ru_stime),
+    })
 }
 
 fn sync() {
@@ -810,6 +846,17 @@ fn median(v: &[f64]) -> f64 {
         n if n % 2 == 1 => s[n / 2],
         n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
     }
+}
+
+/// The CPU seconds (`[user, system]`) of the run whose time is the median
+/// (the lower middle one of an even count); `None` without CPU figures.
+fn median_cpu(runs: &[f64], cpu: &[[f64; 2]]) -> Option<[f64; 2]> {
+    if runs.is_empty() || cpu.len() != runs.len() {
+        return None;
+    }
+    let mut order: Vec<usize> = (0..runs.len()).collect();
+    order.sort_by(|&a, &b| runs[a].total_cmp(&runs[b]));
+    Some(cpu[order[(runs.len() - 1) / 2]])
 }
 
 /// How the figures were taken, for the report's first line.
@@ -909,6 +956,30 @@ pub fn markdown(r: &PeersReport) -> String {
     }
     if r.copy.is_some() {
         out.push_str("restore / cp -a = the restore's time / cp -a of the tree into the same kind of target.\n");
+    }
+    let mut cpu = Vec::new();
+    for t in &r.tools {
+        if let Some([u, s]) = t
+            .steps
+            .iter()
+            .find(|s| s.step == "restore")
+            .and_then(|s| median_cpu(&s.runs, &s.cpu_runs))
+        {
+            cpu.push(format!("{} {u:.2} / {s:.2} s", t.tool.name()));
+        }
+    }
+    if let Some([u, s]) = r
+        .copy
+        .as_ref()
+        .and_then(|c| median_cpu(&c.runs, &c.cpu_runs))
+    {
+        cpu.push(format!("cp -a {u:.2} / {s:.2} s"));
+    }
+    if !cpu.is_empty() {
+        out.push_str(&format!(
+            "CPU of the median restore, user / system: {}.\n",
+            cpu.join(", ")
+        ));
     }
     for s in &r.skipped {
         out.push_str(&format!("\nnot run: {s}\n"));
@@ -1036,6 +1107,7 @@ mod tests {
                     seconds: s,
                     runs: vec![s],
                     peak_rss_bytes: (s * 1e7) as u64,
+                    cpu_runs: vec![[s * 0.5, s * 0.25]],
                     vs_fastest_peer: None,
                     vs_copy: None,
                 })
@@ -1050,6 +1122,7 @@ mod tests {
             seconds: 2.0,
             runs: vec![2.0],
             peak_rss_bytes: 3_000_000,
+            cpu_runs: vec![[0.25, 1.5]],
         };
         let mut tools = vec![
             figures(Tool::Tessera, [7.0, 0.5, 0.45, 3.5, 1.0]),
@@ -1099,6 +1172,43 @@ mod tests {
         assert_eq!(r.tools[1].steps[3].vs_fastest_peer, None);
     }
 
+    /// The CPU figures reported are the median run's, and are in the JSON
+    /// and the table's notes.
+    #[test]
+    fn cpu_of_the_median_run_is_reported() {
+        let cpu = [[3.0, 0.3], [1.0, 0.1], [2.0, 0.2], [4.0, 0.4]];
+        assert_eq!(median_cpu(&[3.0, 1.0, 2.0], &cpu[..3]), Some([2.0, 0.2]));
+        // Even: the lower middle run.
+        assert_eq!(median_cpu(&[3.0, 1.0, 2.0, 4.0], &cpu), Some([2.0, 0.2]));
+        assert_eq!(median_cpu(&[1.0, 2.0], &cpu[..1]), None, "not every run's");
+        assert_eq!(median_cpu(&[], &[]), None);
+        let r = report();
+        let md = markdown(&r);
+        assert!(
+            md.contains("CPU of the median restore, user / system: tessera 1.75 / 0.88 s, restic 3.50 / 1.75 s, borg 4.00 / 2.00 s, cp -a 0.25 / 1.50 s."),
+            "{md}"
+        );
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(
+            v["tools"][0]["steps"][3]["cpu_runs"],
+            serde_json::json!([[1.75, 0.875]])
+        );
+        assert_eq!(v["copy"]["cpu_runs"], serde_json::json!([[0.25, 1.5]]));
+    }
+
+    /// A command's CPU time comes back from `wait4`: a shell busy in a
+    /// loop uses user time, and no more than its wall time (one thread).
+    #[test]
+    fn measure_reports_the_child_cpu_time() {
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg("i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done");
+        let m = measure(cmd, "sh").unwrap();
+        assert!(m.user > 0.0, "{m:?}");
+        assert!(m.user + m.system <= m.secs + 0.02, "{m:?}");
+        assert!(m.peak > 0, "{m:?}");
+    }
+
     #[test]
     fn no_copy_no_ratio() {
         let mut tools = vec![figures(Tool::Tessera, [1.0; 5])];
@@ -1109,6 +1219,7 @@ mod tests {
             seconds: 0.0,
             runs: vec![],
             peak_rss_bytes: 0,
+            cpu_runs: vec![],
         };
         compare(&mut tools, Some(&zero));
         assert!(tools[0].steps.iter().all(|s| s.vs_copy.is_none()));
