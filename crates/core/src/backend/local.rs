@@ -469,7 +469,7 @@ impl ObjectStore for LocalStore {
         // file than its header promises is caught by the container decoder.
         let map = unsafe { memmap2::MmapOptions::new().populate().map(&file) }
             .ctx(|| format!("cannot map {}", path.display()))?;
-        Ok(ObjectBytes::mapped(map))
+        Ok(ObjectBytes::mapped(map, file))
     }
 
     /// `posix_fadvise(WILLNEED)`: the kernel reads the file in the

@@ -150,6 +150,11 @@ impl Container {
     pub fn into_buffer(self) -> Vec<u8> {
         self.object.into_buffer()
     }
+    /// Let the container go, its object's cached pages with it
+    /// ([`ObjectBytes::uncache`]): a restore done with it for good.
+    pub(crate) fn uncache(self) {
+        self.object.uncache();
+    }
 }
 
 /// How a container is read.

@@ -324,7 +324,9 @@ impl Drop for BudgetReturn {
 /// memory ceiling a restore of a fragmented backup re-reads containers it
 /// spilled, one read at a time while the ceiling is full; `lab bench`'s
 /// restore at the default ceiling took 1.53× its uncapped time, its CPU
-/// only 1.2×.
+/// only 1.2×. A restore that knows which containers it reads again
+/// ([`Buffers::uncaching`]) lets any other mapped container leave the
+/// page cache as it is given back.
 #[derive(Clone, Default)]
 pub(crate) struct Buffers(Arc<Mutex<Spares>>);
 
@@ -338,6 +340,9 @@ struct Spares {
     kept_chunks: usize,
     /// Reads served from kept mappings, for tests.
     reused: u64,
+    /// Whether a mapped container not wanted again leaves the page cache
+    /// with its mapping ([`Buffers::uncaching`]).
+    uncache: bool,
 }
 
 impl Buffers {
@@ -354,6 +359,19 @@ impl Buffers {
     /// containers on `lab bench`'s stream, 10,490 in 24 restoring a
     /// compressed 2.29 GB system tree.
     const KEEP_CHUNKS: usize = 32 << 10;
+
+    /// Buffers for a restore that knows every container it will read
+    /// again (the scheduler says so with [`want`](Self::want)): any other
+    /// mapped container given back leaves the page cache too
+    /// ([`ObjectBytes::uncache`](crate::backend::ObjectBytes)), its pages
+    /// free for the restore's writes.
+    pub(crate) fn uncaching() -> Self {
+        let spares = Spares {
+            uncache: true,
+            ..Spares::default()
+        };
+        Buffers(Arc::new(Mutex::new(spares)))
+    }
 
     fn take(&self) -> Vec<u8> {
         self.0
@@ -401,14 +419,23 @@ impl Buffers {
         }
         // A mapping has no buffer to give: kept, or unmapped here.
         let Ok(mut s) = self.0.lock() else { return };
-        let room = s.kept_chunks + c.meta.len() <= Self::KEEP_CHUNKS;
-        if room && s.wanted.remove(&c.id()) {
-            let object = c.object();
-            object.discard(0..object.len());
-            s.kept_chunks += c.meta.len();
-            if let Some(old) = s.kept.insert(c.id(), c) {
-                s.kept_chunks -= old.meta.len();
+        if s.wanted.contains(&c.id()) {
+            // Without room it is read again from the file, still cached.
+            if s.kept_chunks + c.meta.len() <= Self::KEEP_CHUNKS {
+                s.wanted.remove(&c.id());
+                let object = c.object();
+                object.discard(0..object.len());
+                s.kept_chunks += c.meta.len();
+                if let Some(old) = s.kept.insert(c.id(), c) {
+                    s.kept_chunks -= old.meta.len();
+                }
             }
+            return;
+        }
+        let uncache = s.uncache;
+        drop(s);
+        if uncache {
+            c.uncache();
         }
     }
 }

@@ -545,7 +545,13 @@ impl Context {
             let (permits, permit_return) = loader::permits(READ_AHEAD);
             let (containers, frames) = opts.split_memory();
             let budget = BudgetReturn(Budget::new(containers));
-            let buffers = Buffers::default();
+            // A restore that knows which containers it reads again lets
+            // the others' cached pages go once it is done with them.
+            let buffers = if schedule::knows_future(opts, self.manifest.config.trace) {
+                Buffers::uncaching()
+            } else {
+                Buffers::default()
+            };
             let loaders =
                 Loaders::spawn(scope, &self.store, self.threads() + EXTRA_LOADERS, &buffers)?;
             let scheduler = Scheduler::new(

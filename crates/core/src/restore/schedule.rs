@@ -308,9 +308,7 @@ impl Scheduler {
         let mut offset = 0u64;
         match opts.cache {
             CacheSpec::Lru(n) => {
-                // Each container's uses, from a first walk of the recipe
-                // (trace mode holds no bytes: nothing to free).
-                if !repo.manifest.config.trace {
+                if knows_future(opts, repo.manifest.config.trace) {
                     self.future = Some(future_uses(repo, backup)?);
                 }
                 let mut lru = Lru::new(n);
@@ -442,6 +440,13 @@ impl Scheduler {
         }
         Ok(())
     }
+}
+
+/// Whether the restore walks the recipe first to learn each container's
+/// uses ([`future_uses`]): the LRU restore does, but not in trace mode,
+/// which holds no bytes and so has nothing to free.
+pub(crate) fn knows_future(opts: &RestoreOptions, trace: bool) -> bool {
+    matches!(opts.cache, CacheSpec::Lru(_)) && !trace
 }
 
 /// Each data container's uses by `backup` ([`Future`]), from a first walk

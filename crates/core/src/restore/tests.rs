@@ -537,3 +537,78 @@ fn bytes_broken_in_transit_are_read_again_and_damage_is_refused() {
         );
     }
 }
+
+/// Pages of `path` in the page cache, and its pages in all (`mincore` on a
+/// mapping of it, which asks the cache without faulting anything in).
+#[cfg(target_os = "linux")]
+fn cached_pages(path: &std::path::Path) -> (usize, usize) {
+    let file = std::fs::File::open(path).unwrap();
+    // SAFETY: a read-only mapping of a file nobody changes during the test.
+    let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
+    let page = crate::backend::page_size();
+    let mut vec = vec![0u8; map.len().div_ceil(page)];
+    // SAFETY: the mapping is `map.len()` bytes long and `vec` has a byte
+    // for each of its pages.
+    let rc = unsafe {
+        libc::mincore(
+            map.as_ptr() as *mut libc::c_void,
+            map.len(),
+            vec.as_mut_ptr(),
+        )
+    };
+    assert_eq!(rc, 0, "mincore {}", path.display());
+    (vec.iter().filter(|v| **v & 1 == 1).count(), vec.len())
+}
+
+/// A restore that knows every container's uses (LRU) lets each one's
+/// cached pages go once done with it (`ObjectBytes::uncache`), so its
+/// writes reuse them; one that does not (FAA) leaves them cached, as a
+/// later read of the same container would want.
+#[cfg(target_os = "linux")]
+#[test]
+fn restores_that_know_their_future_leave_their_containers_uncached() {
+    let data = fragmented_n(3000, false);
+    let dir = tempfile::tempdir().unwrap();
+    let seal = SealOptions {
+        compression: Compression::Off,
+        encryption: None,
+        cipher: CipherKind::default(),
+    };
+    let [(repo, b, ..), _] = local_and_memory(dir.path(), &data, &seal, "unused");
+    // The data containers: the objects large enough to be mapped.
+    let mut files = Vec::new();
+    let mut dirs = vec![dir.path().to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(d).unwrap() {
+            let e = e.unwrap();
+            let meta = e.metadata().unwrap();
+            if meta.is_dir() {
+                dirs.push(e.path());
+            } else if meta.len() >= 1 << 20 {
+                files.push(e.path());
+            }
+        }
+    }
+    assert!(files.len() >= 4, "{} mapped containers", files.len());
+    let cached = || files.iter().map(|f| cached_pages(f).0).sum::<usize>();
+    let all: usize = files.iter().map(|f| cached_pages(f).1).sum();
+    for (cache, left) in [
+        ("faa:8", all),
+        ("lru:16", 0),
+        ("opt:16", all),
+        ("lru:16", 0),
+    ] {
+        let ropts = RestoreOptions {
+            cache: CacheSpec::parse(cache).unwrap(),
+            memory: u64::MAX / 2,
+        };
+        let mut out = Vec::new();
+        repo.restore_to(&b, &mut out, &ropts, &mut |_| {}).unwrap();
+        assert!(out == data, "{cache}: restored bytes differ");
+        assert_eq!(
+            cached(),
+            left,
+            "{cache}: pages of the containers left cached"
+        );
+    }
+}
