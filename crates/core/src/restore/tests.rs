@@ -198,6 +198,15 @@ fn lru_restore(
     (r, last)
 }
 
+/// Containers stored as they are: no compression, no encryption.
+fn plain() -> SealOptions {
+    SealOptions {
+        compression: Compression::Off,
+        encryption: None,
+        cipher: CipherKind::default(),
+    }
+}
+
 /// A local repository's containers of 1 MiB and more are mapped, and stored
 /// plain (no compression, no encryption) their trims are cut in place
 /// (`restore/trim.rs`): the restores are still exact, within the ceiling,
@@ -206,11 +215,7 @@ fn lru_restore(
 fn trims_of_mapped_plain_containers_are_cut_in_place() {
     let data = fragmented_n(3000, false);
     let dir = tempfile::tempdir().unwrap();
-    let seal = SealOptions {
-        compression: Compression::Off,
-        encryption: None,
-        cipher: CipherKind::default(),
-    };
+    let seal = plain();
     let mut reads: Vec<Vec<u64>> = Vec::new();
     for (repo, b, one, mapped) in local_and_memory(dir.path(), &data, &seal, "unused") {
         let mut read = Vec::new();
@@ -337,11 +342,7 @@ impl ObjectStore for Recorded {
 #[test]
 fn restores_prefetch_each_data_container_once() {
     let data = fragmented(false);
-    let seal = SealOptions {
-        compression: Compression::Off,
-        encryption: None,
-        cipher: CipherKind::default(),
-    };
+    let seal = plain();
     let store = Arc::new(Recorded {
         inner: MemoryStore::new(),
         log: Default::default(),
@@ -574,11 +575,7 @@ fn cached_pages(path: &std::path::Path) -> (usize, usize) {
 fn restores_that_know_their_future_leave_their_containers_uncached() {
     let data = fragmented_n(3000, false);
     let dir = tempfile::tempdir().unwrap();
-    let seal = SealOptions {
-        compression: Compression::Off,
-        encryption: None,
-        cipher: CipherKind::default(),
-    };
+    let seal = plain();
     let [(repo, b, ..), _] = local_and_memory(dir.path(), &data, &seal, "unused");
     // The data containers: the objects large enough to be mapped.
     let mut files = Vec::new();
